@@ -1,0 +1,441 @@
+#include "backend/cpu/cpu_ops.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+namespace megactx {
+
+namespace {
+
+inline float dot(const float* a, const float* b, int64_t n) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+    return acc;
+}
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+int64_t rows_of(const Tensor& t) { return t.numel() / t.shape.back(); }
+
+}  // namespace
+
+Tensor CpuOps::alloc(DType dtype, std::vector<int64_t> shape) {
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * dtype_size(dtype);
+    const size_t aligned = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, aligned);
+    MEGACTX_CHECK(p != nullptr, "out of host memory allocating {} bytes", aligned);
+    t.storage = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    t.data = p;
+    return t;
+}
+
+Tensor CpuOps::upload_i32(const std::vector<int32_t>& v) {
+    Tensor t = alloc(DType::I32, {static_cast<int64_t>(v.size())});
+    if (!v.empty()) std::memcpy(t.data, v.data(), v.size() * 4);
+    return t;
+}
+
+void CpuOps::download(const Tensor& t, void* host) {
+    std::memcpy(host, t.data, static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
+}
+
+void CpuOps::embedding(const Tensor& tokens, const Weight& table, Tensor& out) {
+    const int64_t n = tokens.numel();
+    const int32_t* ids = tokens.i32();
+    float* y = out.f32();
+    for (int64_t i = 0; i < n; ++i) {
+        MEGACTX_CHECK(ids[i] >= 0 && ids[i] < table.rows, "token id {} is out of range (vocabulary size {})", ids[i],
+                      table.rows);
+        table.row_f32(ids[i], y + i * table.cols);
+    }
+}
+
+void CpuOps::rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) {
+    const int64_t d = x.shape.back(), n = rows_of(x);
+    const float* px = x.f32();
+    float* py = y.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const float* xi = px + i * d;
+        float* yi = py + i * d;
+        const float ms = dot(xi, xi, d) / static_cast<float>(d);
+        const float r = 1.0f / std::sqrt(ms + eps);
+        for (int64_t j = 0; j < d; ++j) yi[j] = w[j] * (xi[j] * r);
+    }
+}
+
+void CpuOps::layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
+                        Tensor& y) {
+    const int64_t d = x.shape.back(), n = rows_of(x);
+    const float* px = x.f32();
+    float* py = y.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const float* xi = px + i * d;
+        float* yi = py + i * d;
+        float mean = 0.0f;
+        for (int64_t j = 0; j < d; ++j) mean += xi[j];
+        mean /= static_cast<float>(d);
+        float var = 0.0f;
+        for (int64_t j = 0; j < d; ++j) var += (xi[j] - mean) * (xi[j] - mean);
+        var /= static_cast<float>(d);
+        const float r = 1.0f / std::sqrt(var + eps);
+        for (int64_t j = 0; j < d; ++j) yi[j] = (xi[j] - mean) * r * w[j] + b[j];
+    }
+}
+
+void CpuOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
+    const int64_t n = rows_of(x), in = w.cols, out = w.rows;
+    MEGACTX_CHECK(x.shape.back() == in, "linear {}: input has {} columns, weight expects {}", w.name, x.shape.back(),
+                  in);
+    const float* px = x.f32();
+    float* py = y.f32();
+    // Rows of W are dequantized once per call in tiles of kTile and reused across all tokens.
+    constexpr int64_t kTile = 16;
+    const int64_t n_tiles = (out + kTile - 1) / kTile;
+#pragma omp parallel
+    {
+        std::vector<float> tile(static_cast<size_t>(kTile * in));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < n_tiles; ++t) {
+            const int64_t r0 = t * kTile, nr = std::min(kTile, out - r0);
+            w.rows_f32(r0, nr, tile.data());
+            for (int64_t i = 0; i < n; ++i) {
+                const float* xi = px + i * in;
+                float* yi = py + i * out + r0;
+                for (int64_t r = 0; r < nr; ++r) yi[r] = dot(xi, tile.data() + r * in, in);
+            }
+        }
+    }
+}
+
+void CpuOps::rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) {
+    const int64_t n = x.dim(0), n_head = x.shape.size() == 3 ? x.dim(1) : 1, d_head = x.shape.back();
+    const int32_t* p = pos.i32();
+    float* px = x.f32();
+    // inv_freq computed in fp32 as transformers does: 1 / theta^(2i/dim).
+    std::vector<float> inv_freq(static_cast<size_t>(dim / 2));
+    for (int64_t i = 0; i < dim / 2; ++i) {
+        inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i < dim / 2; ++i) {
+            const float angle = static_cast<float>(p[t]) * inv_freq[i];
+            const float c = std::cos(angle), s = std::sin(angle);
+            for (int64_t h = 0; h < n_head; ++h) {
+                float* v = px + (t * n_head + h) * d_head + offset + 2 * i;
+                const float x0 = v[0], x1 = v[1];
+                v[0] = x0 * c - x1 * s;
+                v[1] = x1 * c + x0 * s;
+            }
+        }
+    }
+}
+
+void CpuOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) {
+    const int64_t d = rows.shape.back(), n = rows_of(rows), n_slots = cache.dim(0);
+    const int32_t* s = slots.i32();
+    for (int64_t i = 0; i < n; ++i) {
+        MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i],
+                      n_slots);
+        std::memcpy(cache.f32() + s[i] * d, rows.f32() + i * d, static_cast<size_t>(d) * 4);
+    }
+}
+
+void topk_indices(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& out) {
+    out.resize(static_cast<size_t>(n));
+    std::iota(out.begin(), out.end(), 0);
+    if (k < n) {
+        std::nth_element(out.begin(), out.begin() + k, out.end(), [&](int32_t a, int32_t b) {
+            return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+        });
+        out.resize(static_cast<size_t>(k));
+    }
+    std::sort(out.begin(), out.end());
+}
+
+void CpuOps::indexer_topk(const IndexerTopkParams& p) {
+    const int64_t n = p.q->dim(0), n_head = p.q->dim(1), d = p.q->dim(2), topk = p.topk;
+    const float* q = p.q->f32();
+    const float* w = p.weights->f32();
+    const float* keys = p.keys->f32();
+    int32_t* out = p.out_slots->i32();
+    const CacheMap& m = p.map;
+    auto slot_of = [&](int64_t i, int64_t t) {
+        const int32_t* table = m.tables + m.table_offset[m.seq[i]];
+        return static_cast<int64_t>(table[t / m.block_size]) * m.block_size + t % m.block_size;
+    };
+    // Scratch is one score row per thread (bounded by the context, never n × context).
+    auto score_token = [&](int64_t i, std::vector<float>& scores, bool parallel_inner) {
+        const int64_t n_cand = static_cast<int64_t>(m.pos[i]) + 1;
+        scores.resize(static_cast<size_t>(n_cand));
+        const float* qi = q + i * n_head * d;
+        const float* wi = w + i * n_head;
+#pragma omp parallel for schedule(static) if (parallel_inner)
+        for (int64_t t = 0; t < n_cand; ++t) {
+            const float* k = keys + slot_of(i, t) * d;
+            float s = 0.0f;
+            for (int64_t h = 0; h < n_head; ++h) {
+                const float qk = dot(qi + h * d, k, d) * p.softmax_scale;
+                s += wi[h] * p.head_scale * std::max(qk, 0.0f);
+            }
+            scores[t] = s;
+        }
+    };
+    auto select = [&](int64_t i, const std::vector<float>& scores, std::vector<int32_t>& chosen) {
+        topk_indices(scores.data(), static_cast<int64_t>(scores.size()), topk, chosen);
+        int32_t* oi = out + i * topk;
+        for (int64_t j = 0; j < topk; ++j) {
+            oi[j] = j < static_cast<int64_t>(chosen.size()) ? static_cast<int32_t>(slot_of(i, chosen[j])) : -1;
+        }
+    };
+    if (n >= omp_get_max_threads()) {
+#pragma omp parallel
+        {
+            std::vector<float> scores;
+            std::vector<int32_t> chosen;
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t i = 0; i < n; ++i) {
+                score_token(i, scores, false);
+                select(i, scores, chosen);
+            }
+        }
+    } else {
+        std::vector<float> scores;
+        std::vector<int32_t> chosen;
+        for (int64_t i = 0; i < n; ++i) {
+            score_token(i, scores, true);
+            select(i, scores, chosen);
+        }
+    }
+}
+
+void CpuOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) {
+    const int64_t n = q.dim(0), n_head = q.dim(1), d_qk = q.dim(2), r = kv_b.cols, d_out = q_out.dim(2);
+    const float* pq = q.f32();
+    float* po = q_out.f32();
+#pragma omp parallel
+    {
+        std::vector<float> w_uk(static_cast<size_t>(d_nope * r));
+#pragma omp for schedule(static)
+        for (int64_t h = 0; h < n_head; ++h) {
+            kv_b.rows_f32(h * (d_nope + d_v), d_nope, w_uk.data());  // W_UK_h [d_nope, r]
+            for (int64_t i = 0; i < n; ++i) {
+                const float* qn = pq + (i * n_head + h) * d_qk;
+                float* o = po + (i * n_head + h) * d_out;
+                std::fill(o, o + r, 0.0f);
+                for (int64_t k = 0; k < d_nope; ++k) {
+                    const float qk = qn[k];
+                    const float* wk = w_uk.data() + k * r;
+#pragma omp simd
+                    for (int64_t c = 0; c < r; ++c) o[c] += qk * wk[c];
+                }
+                // The RoPE part of the query is carried over unchanged: q_out = [q_abs | q_pe].
+                std::memcpy(o + r, qn + d_nope, static_cast<size_t>(d_qk - d_nope) * 4);
+            }
+        }
+    }
+}
+
+void CpuOps::sparse_mla(const SparseMlaParams& p) {
+    const int64_t n = p.q->dim(0), n_head = p.q->dim(1), d = p.q->dim(2), topk = p.slots->dim(1), d_v = p.d_v;
+    const float* q = p.q->f32();
+    const float* cache = p.cache->f32();
+    const int32_t* slots = p.slots->i32();
+    float* out = p.out->f32();
+#pragma omp parallel
+    {
+        std::vector<float> prob(static_cast<size_t>(topk));
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t h = 0; h < n_head; ++h) {
+                const float* qh = q + (i * n_head + h) * d;
+                const int32_t* si = slots + i * topk;
+                float mx = -std::numeric_limits<float>::infinity();
+                for (int64_t j = 0; j < topk; ++j) {
+                    if (si[j] < 0) continue;
+                    prob[j] = dot(qh, cache + static_cast<int64_t>(si[j]) * d, d) * p.scale;
+                    mx = std::max(mx, prob[j]);
+                }
+                float sum = 0.0f;
+                for (int64_t j = 0; j < topk; ++j) {
+                    if (si[j] < 0) continue;
+                    prob[j] = std::exp(prob[j] - mx);
+                    sum += prob[j];
+                }
+                float* o = out + (i * n_head + h) * d_v;
+                std::fill(o, o + d_v, 0.0f);
+                for (int64_t j = 0; j < topk; ++j) {
+                    if (si[j] < 0) continue;
+                    const float pj = prob[j] / sum;
+                    const float* v = cache + static_cast<int64_t>(si[j]) * d;
+#pragma omp simd
+                    for (int64_t c = 0; c < d_v; ++c) o[c] += pj * v[c];
+                }
+            }
+        }
+    }
+}
+
+void CpuOps::mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) {
+    const int64_t n = lat.dim(0), n_head = lat.dim(1), r = lat.dim(2);
+    const float* pl = lat.f32();
+    float* po = out.f32();
+#pragma omp parallel
+    {
+        std::vector<float> w_uv(static_cast<size_t>(d_v * r));
+#pragma omp for schedule(static)
+        for (int64_t h = 0; h < n_head; ++h) {
+            kv_b.rows_f32(h * (d_nope + d_v) + d_nope, d_v, w_uv.data());  // W_UV_h [d_v, r]
+            for (int64_t i = 0; i < n; ++i) {
+                const float* l = pl + (i * n_head + h) * r;
+                float* o = po + i * n_head * d_v + h * d_v;
+                for (int64_t j = 0; j < d_v; ++j) o[j] = dot(l, w_uv.data() + j * r, r);
+            }
+        }
+    }
+}
+
+void CpuOps::swiglu_mlp(const Tensor& x, const MlpWeights& w, Tensor& y) {
+    const int64_t n = rows_of(x), d_ff = w.gate.rows;
+    Tensor g = alloc(DType::F32, {n, d_ff});
+    Tensor u = alloc(DType::F32, {n, d_ff});
+    linear(x, w.gate, g);
+    linear(x, w.up, u);
+    float* pg = g.f32();
+    const float* pu = u.f32();
+    for (int64_t i = 0; i < n * d_ff; ++i) pg[i] = silu(pg[i]) * pu[i];
+    linear(g, w.down, y);
+}
+
+void CpuOps::moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias, const MoeRouteParams& p,
+                       Tensor& ids, Tensor& weights) {
+    const int64_t n = rows_of(x), n_exp = gate.rows, k = p.top_k;
+    Tensor logits = alloc(DType::F32, {n, n_exp});
+    linear(x, gate, logits);  // router GEMM in fp32
+    const float* pl = logits.f32();
+    int32_t* pid = ids.i32();
+    float* pw = weights.f32();
+    const int64_t per_group = n_exp / p.n_group;
+    for (int64_t i = 0; i < n; ++i) {
+        std::vector<float> s(static_cast<size_t>(n_exp)), choice(static_cast<size_t>(n_exp));
+        for (int64_t e = 0; e < n_exp; ++e) {
+            s[e] = sigmoid(pl[i * n_exp + e]);
+            choice[e] = s[e] + bias[e];
+        }
+        if (p.n_group > 1) {
+            // Group score = sum of the group's two best choice scores; keep topk_group groups.
+            std::vector<float> group_score(static_cast<size_t>(p.n_group));
+            for (int64_t g = 0; g < p.n_group; ++g) {
+                std::vector<float> v(choice.begin() + g * per_group, choice.begin() + (g + 1) * per_group);
+                std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+                group_score[g] = v[0] + v[1];
+            }
+            std::vector<int32_t> keep;
+            topk_indices(group_score.data(), p.n_group, p.topk_group, keep);
+            std::vector<bool> kept(static_cast<size_t>(p.n_group), false);
+            for (int32_t g : keep) kept[g] = true;
+            for (int64_t e = 0; e < n_exp; ++e) {
+                if (!kept[e / per_group]) choice[e] = -std::numeric_limits<float>::infinity();
+            }
+        }
+        // Top-k by choice score (descending, ties to the lower expert id), in that order.
+        std::vector<int32_t> order(static_cast<size_t>(n_exp));
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+            return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+        });
+        float sum = 0.0f;
+        for (int64_t j = 0; j < k; ++j) sum += s[order[j]];
+        for (int64_t j = 0; j < k; ++j) {
+            float wj = s[order[j]];
+            if (p.norm_topk_prob) wj /= (sum + 1e-20f);
+            pid[i * k + j] = order[j];
+            pw[i * k + j] = wj * p.routed_scaling_factor;
+        }
+    }
+}
+
+void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                         const std::vector<MlpWeights>& experts, Tensor& y) {
+    const int64_t n = rows_of(x), d = x.shape.back(), k = ids.dim(1);
+    const int32_t* pid = ids.i32();
+    const float* pw = weights.f32();
+    // Per-(token, k) outputs, summed per token in k order afterwards: the result for a token does not
+    // depend on which other tokens share the batch.
+    std::vector<float> partial(static_cast<size_t>(n * k * d), 0.0f);
+    std::vector<std::vector<int64_t>> assigned(experts.size());  // entries i * k + j
+    for (int64_t i = 0; i < n * k; ++i) assigned[static_cast<size_t>(pid[i])].push_back(i);
+    for (size_t e = 0; e < experts.size(); ++e) {
+        const auto& rows = assigned[e];
+        if (rows.empty()) continue;
+        const int64_t m = static_cast<int64_t>(rows.size());
+        Tensor xe = alloc(DType::F32, {m, d});
+        Tensor ye = alloc(DType::F32, {m, d});
+        for (int64_t r = 0; r < m; ++r) {
+            std::memcpy(xe.f32() + r * d, x.f32() + (rows[r] / k) * d, static_cast<size_t>(d) * 4);
+        }
+        swiglu_mlp(xe, experts[e], ye);
+        for (int64_t r = 0; r < m; ++r) {
+            std::memcpy(partial.data() + rows[r] * d, ye.f32() + r * d, static_cast<size_t>(d) * 4);
+        }
+    }
+    float* py = y.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        float* yi = py + i * d;
+        std::fill(yi, yi + d, 0.0f);
+        for (int64_t j = 0; j < k; ++j) {
+            const float wj = pw[i * k + j];
+            const float* src = partial.data() + (i * k + j) * d;
+            for (int64_t c = 0; c < d; ++c) yi[c] += wj * src[c];
+        }
+    }
+}
+
+void CpuOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+    const int64_t d = x.shape.back(), m = rows.numel(), n = rows_of(x);
+    for (int64_t j = 0; j < m; ++j) {
+        const int32_t r = rows.i32()[j];
+        MEGACTX_CHECK(r >= 0 && r < n, "gather_rows: row {} outside [0, {})", r, n);
+        std::memcpy(out.f32() + j * d, x.f32() + r * d, static_cast<size_t>(d) * 4);
+    }
+}
+
+void CpuOps::add(Tensor& y, const Tensor& x) {
+    float* py = y.f32();
+    const float* px = x.f32();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) py[i] += px[i];
+}
+
+void CpuOps::slice_cols(const Tensor& x, int64_t c0, Tensor& out) {
+    const int64_t n = rows_of(x), d = x.shape.back(), d_out = out.shape.back();
+    for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(out.f32() + i * d_out, x.f32() + i * d + c0, static_cast<size_t>(d_out) * 4);
+    }
+}
+
+void CpuOps::concat_cols(const Tensor& a, const Tensor& b, Tensor& out) {
+    const int64_t n = rows_of(a), da = a.shape.back(), db = b.shape.back();
+    for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(out.f32() + i * (da + db), a.f32() + i * da, static_cast<size_t>(da) * 4);
+        std::memcpy(out.f32() + i * (da + db) + da, b.f32() + i * db, static_cast<size_t>(db) * 4);
+    }
+}
+
+}  // namespace megactx

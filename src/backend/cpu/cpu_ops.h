@@ -1,0 +1,42 @@
+// The CPU backend: the numerical oracle. Plain loops, fp32 accumulation, OpenMP across tokens, heads or
+// output rows. Every output element is computed by one thread in a fixed order, so results do not depend
+// on the thread count or on which other tokens share the batch.
+#pragma once
+
+#include "ops/ops.h"
+
+namespace megactx {
+
+class CpuOps final : public Ops {
+public:
+    Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
+    Tensor upload_i32(const std::vector<int32_t>& v) override;
+    void download(const Tensor& t, void* host) override;
+
+    void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override;
+    void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) override;
+    void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
+                    Tensor& y) override;
+    void linear(const Tensor& x, const Weight& w, Tensor& y) override;
+    void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) override;
+    void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override;
+    void indexer_topk(const IndexerTopkParams& p) override;
+    void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) override;
+    void sparse_mla(const SparseMlaParams& p) override;
+    void mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) override;
+    void swiglu_mlp(const Tensor& x, const MlpWeights& w, Tensor& y) override;
+    void moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias, const MoeRouteParams& p,
+                   Tensor& ids, Tensor& weights) override;
+    void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+                     Tensor& y) override;
+    void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+    void add(Tensor& y, const Tensor& x) override;
+    void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;
+    void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;
+};
+
+// Top-k of scores[0..n) by (score descending, index ascending); writes the chosen indices in ascending order.
+// Exposed for tests.
+void topk_indices(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& out);
+
+}  // namespace megactx

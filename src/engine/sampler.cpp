@@ -1,0 +1,81 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace megactx {
+
+void SamplingParams::validate() const {
+    MEGACTX_CHECK(std::isfinite(temperature) && temperature >= 0.0f, "temperature must be >= 0, got {}",
+                  temperature);
+    MEGACTX_CHECK(std::isfinite(top_p) && top_p > 0.0f && top_p <= 1.0f, "top_p must be in (0, 1], got {}", top_p);
+    MEGACTX_CHECK(top_k >= 0, "top_k must be >= 0, got {}", top_k);
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { p_.validate(); }
+
+int32_t argmax(const float* logits, int64_t vocab) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i) {
+        if (logits[i] > logits[best]) best = i;
+    }
+    return static_cast<int32_t>(best);
+}
+
+std::vector<float> Sampler::probs(const float* logits, int64_t vocab) const {
+    std::vector<float> p(static_cast<size_t>(vocab), 0.0f);
+    if (p_.temperature == 0.0f) {
+        p[static_cast<size_t>(argmax(logits, vocab))] = 1.0f;
+        return p;
+    }
+    // Candidates sorted by logit (descending, lower id first on ties).
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    size_t keep = order.size();
+    if (p_.top_k > 0) keep = std::min(keep, static_cast<size_t>(p_.top_k));
+    const float mx = logits[order[0]];
+    std::vector<double> e(keep);
+    double sum = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+        e[i] = std::exp(static_cast<double>(logits[order[i]] - mx) / p_.temperature);
+        sum += e[i];
+    }
+    if (p_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+        double acc = 0.0;
+        size_t cut = keep;
+        for (size_t i = 0; i < keep; ++i) {
+            acc += e[i] / sum;
+            if (acc >= p_.top_p) {
+                cut = i + 1;
+                break;
+            }
+        }
+        keep = cut;
+        sum = 0.0;
+        for (size_t i = 0; i < keep; ++i) sum += e[i];
+    }
+    for (size_t i = 0; i < keep; ++i) p[static_cast<size_t>(order[i])] = static_cast<float>(e[i] / sum);
+    return p;
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab) {
+    if (p_.temperature == 0.0f) return argmax(logits, vocab);
+    const std::vector<float> p = probs(logits, vocab);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    const double r = u(rng_);
+    double acc = 0.0;
+    int32_t last = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+        if (p[i] <= 0.0f) continue;
+        acc += p[i];
+        last = static_cast<int32_t>(i);
+        if (r < acc) return last;
+    }
+    return last;
+}
+
+}  // namespace megactx

@@ -1,0 +1,61 @@
+// config.json → ModelConfig for `glm_moe_dsa` (GLM-5, 5.1, 5.2); model-spec §1.1, §4.1.
+// Per-layer facts (full or shared indexer, dense or MoE) are resolved here once, so the forward pass never
+// rediscovers them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megactx {
+
+struct ModelConfig {
+    std::string model_type;
+    int64_t vocab_size = 0;
+    int64_t hidden_size = 0;
+    int64_t intermediate_size = 0;      // dense SwiGLU width
+    int64_t moe_intermediate_size = 0;  // each routed expert and shared-expert unit
+    int64_t n_layers = 0;               // num_hidden_layers (the MTP layers come after these)
+    int64_t n_head = 0;
+    int64_t q_lora_rank = 0;
+    int64_t kv_lora_rank = 0;
+    int64_t qk_nope_head_dim = 0;
+    int64_t qk_rope_head_dim = 0;
+    int64_t v_head_dim = 0;
+    int64_t n_routed_experts = 0;
+    int64_t n_experts_per_tok = 0;
+    int64_t n_shared_experts = 0;
+    int64_t n_group = 1;
+    int64_t topk_group = 1;
+    float routed_scaling_factor = 1.0f;
+    bool norm_topk_prob = true;
+    float rms_norm_eps = 1e-5f;
+    int64_t max_position_embeddings = 0;
+    float rope_theta = 10000.0f;
+    int64_t n_head_indexer = 0;  // index_n_heads
+    int64_t d_indexer = 0;       // index_head_dim
+    int64_t index_topk = 0;
+    int64_t n_mtp_layers = 0;  // num_nextn_predict_layers
+    bool tie_word_embeddings = false;
+    std::vector<int64_t> eos_token_ids;
+
+    // Resolved per layer, size n_layers: indexer_types > index_topk_pattern > freq/offset > all full.
+    std::vector<bool> layer_full;
+    // Size n_layers: mlp_layer_types > first_k_dense_replace / moe_layer_freq.
+    std::vector<bool> layer_moe;
+    std::string indexer_source;  // which config field decided layer_full (for `cost` and logs)
+
+    int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+    int64_t d_latent() const { return kv_lora_rank + qk_rope_head_dim; }  // one MLA cache row
+    // Layers 0..n_layers-1 are the decoder; n_layers.. are MTP layers (always full indexer, MoE).
+    int64_t n_layers_total() const { return n_layers + n_mtp_layers; }
+    bool is_full(int64_t i_layer) const { return i_layer >= n_layers || layer_full[i_layer]; }
+    bool is_moe(int64_t i_layer) const { return i_layer >= n_layers || layer_moe[i_layer]; }
+    int64_t n_full_layers() const;
+};
+
+// Parses and validates; every error names `source` and the field.
+ModelConfig parse_config_json(const std::string& text, const std::string& source);
+ModelConfig load_config(const std::string& path);  // a config.json file or a directory holding one
+
+}  // namespace megactx

@@ -1,0 +1,51 @@
+#include "model/batch.h"
+
+#include "core/error.h"
+#include "kv/kv_cache.h"
+
+namespace megactx {
+
+void Batch::add_sequence(const std::vector<int32_t>* table, const int32_t* toks, int64_t count, int64_t pos0,
+                         bool logits) {
+    const auto s = static_cast<int32_t>(block_tables.size());
+    block_tables.push_back(table);
+    for (int64_t i = 0; i < count; ++i) {
+        tokens.push_back(toks[i]);
+        pos.push_back(static_cast<int32_t>(pos0 + i));
+        seq.push_back(s);
+        want_logits.push_back(logits);
+    }
+}
+
+BatchPlan::BatchPlan(Ops& ops, const Batch& b) {
+    const int64_t n = b.n_tokens();
+    MEGACTX_CHECK(b.pos.size() == static_cast<size_t>(n) && b.seq.size() == static_cast<size_t>(n),
+                  "batch: tokens, positions and sequence ids must have the same length");
+    std::vector<int32_t> offsets, flat, slots(static_cast<size_t>(n));
+    for (const auto* t : b.block_tables) {
+        offsets.push_back(static_cast<int32_t>(flat.size()));
+        flat.insert(flat.end(), t->begin(), t->end());
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const auto& table = *b.block_tables.at(static_cast<size_t>(b.seq[i]));
+        const int64_t blk = b.pos[i] / kBlockSize;
+        MEGACTX_CHECK(b.pos[i] >= 0 && blk < static_cast<int64_t>(table.size()),
+                      "batch: position {} is not covered by its sequence's block table", b.pos[i]);
+        slots[i] = table[blk] * static_cast<int32_t>(kBlockSize) + b.pos[i] % static_cast<int32_t>(kBlockSize);
+        if (b.want_logits.empty() || b.want_logits[i]) logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    tokens = ops.upload_i32(b.tokens);
+    pos = ops.upload_i32(b.pos);
+    seq = ops.upload_i32(b.seq);
+    write_slots = ops.upload_i32(slots);
+    table_offset = ops.upload_i32(offsets);
+    tables = ops.upload_i32(flat);
+    logit_rows_dev = ops.upload_i32(logit_rows);
+    map.block_size = kBlockSize;
+    map.pos = pos.i32();
+    map.seq = seq.i32();
+    map.table_offset = table_offset.i32();
+    map.tables = tables.i32();
+}
+
+}  // namespace megactx

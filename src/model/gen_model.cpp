@@ -1,0 +1,261 @@
+#include "model/gen_model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+
+namespace megactx {
+
+using json = nlohmann::json;
+
+namespace {
+
+// splitmix64: each tensor gets its own stream from (seed, name), so values do not depend on write order.
+struct Rng {
+    uint64_t s;
+    uint64_t next() {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    float uniform() { return static_cast<float>((next() >> 40) + 0.5) / static_cast<float>(1 << 24); }
+    float normal() {
+        const float u1 = uniform(), u2 = uniform();
+        return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+    }
+};
+
+uint64_t hash_name(const std::string& s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+    return h;
+}
+
+struct Writer {
+    uint64_t seed;
+    DType linear_dtype;
+    std::vector<TensorToWrite> tensors;
+
+    static std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
+        std::vector<uint8_t> out(v.size() * dtype_size(t));
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (t == DType::F32) {
+                std::memcpy(out.data() + 4 * i, &v[i], 4);
+            } else {
+                const uint16_t h = f32_to_bf16(v[i]);
+                std::memcpy(out.data() + 2 * i, &h, 2);
+            }
+        }
+        return out;
+    }
+    std::vector<float> random(const std::string& name, int64_t n, float mean, float std) const {
+        Rng rng{hash_name(name, seed)};
+        std::vector<float> v(static_cast<size_t>(n));
+        for (auto& x : v) x = mean + std * rng.normal();
+        return v;
+    }
+    // A vector (norm weight, bias) in bf16 unless the whole model is f32.
+    void vec(const std::string& name, int64_t n, float mean, float std) {
+        const DType t = linear_dtype == DType::F32 ? DType::F32 : DType::BF16;
+        tensors.push_back({name, t, {n}, encode(random(name, n, mean, std), t)});
+    }
+    void vec_f32(const std::string& name, int64_t n, float mean, float std) {
+        tensors.push_back({name, DType::F32, {n}, encode(random(name, n, mean, std), DType::F32)});
+    }
+    // A matrix; `quantize` = false keeps it out of FP8 (embeddings, router, indexer gates, MTP projections),
+    // as in the GLM-5.2-FP8 checkpoint (model-spec §7.2).
+    void mat(const std::string& name, int64_t rows, int64_t cols, bool quantize = true) {
+        const float std = 1.0f / std::sqrt(static_cast<float>(cols));
+        std::vector<float> v = random(name, rows * cols, 0.0f, std);
+        if (linear_dtype != DType::F8_E4M3 || !quantize) {
+            const DType t = linear_dtype == DType::F32 ? DType::F32 : DType::BF16;
+            tensors.push_back({name, t, {rows, cols}, encode(v, t)});
+            return;
+        }
+        // 128×128 blocks: scale = amax / 448, stored as the multiplier (weight_scale_inv).
+        const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
+        std::vector<float> scales(static_cast<size_t>(br * bc));
+        std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+        for (int64_t bi = 0; bi < br; ++bi) {
+            for (int64_t bj = 0; bj < bc; ++bj) {
+                float amax = 0.0f;
+                for (int64_t i = bi * 128; i < std::min(rows, bi * 128 + 128); ++i)
+                    for (int64_t j = bj * 128; j < std::min(cols, bj * 128 + 128); ++j)
+                        amax = std::max(amax, std::fabs(v[i * cols + j]));
+                const float s = std::max(amax, 1e-12f) / 448.0f;
+                scales[bi * bc + bj] = s;
+                for (int64_t i = bi * 128; i < std::min(rows, bi * 128 + 128); ++i)
+                    for (int64_t j = bj * 128; j < std::min(cols, bj * 128 + 128); ++j)
+                        q[i * cols + j] = f32_to_fp8e4m3(v[i * cols + j] / s);
+            }
+        }
+        tensors.push_back({name, DType::F8_E4M3, {rows, cols}, std::move(q)});
+        const std::string stem = name.substr(0, name.size() - std::string(".weight").size());
+        tensors.push_back({stem + ".weight_scale_inv", DType::F32, {br, bc}, encode(scales, DType::F32)});
+    }
+};
+
+}  // namespace
+
+json preset_config(const std::string& preset) {
+    json c = {
+        {"architectures", {"GlmMoeDsaForCausalLM"}},
+        {"model_type", "glm_moe_dsa"},
+        {"hidden_act", "silu"},
+        {"attention_bias", false},
+        {"rope_interleave", true},
+        {"indexer_rope_interleave", true},
+        {"rope_parameters", {{"rope_theta", 8000000.0}, {"rope_type", "default"}}},
+        {"rms_norm_eps", 1e-5},
+        {"scoring_func", "sigmoid"},
+        {"topk_method", "noaux_tc"},
+        {"norm_topk_prob", true},
+        {"routed_scaling_factor", 2.5},
+        {"n_group", 1},
+        {"topk_group", 1},
+        {"n_shared_experts", 1},
+        {"index_topk_freq", 4},
+        {"index_skip_topk_offset", 3},
+        {"num_nextn_predict_layers", 1},
+        {"index_share_for_mtp_iteration", true},
+        {"tie_word_embeddings", false},
+        {"dtype", "bfloat16"},
+    };
+    if (preset == "tiny") {
+        c.update({{"vocab_size", 512}, {"hidden_size", 64}, {"intermediate_size", 128}, {"moe_intermediate_size", 32},
+                  {"num_hidden_layers", 6}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
+                  {"q_lora_rank", 48}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 24}, {"qk_rope_head_dim", 16},
+                  {"v_head_dim", 32}, {"n_routed_experts", 8}, {"num_experts_per_tok", 2},
+                  {"first_k_dense_replace", 1}, {"index_n_heads", 4}, {"index_head_dim", 32}, {"index_topk", 32},
+                  {"max_position_embeddings", 131072}, {"eos_token_id", json::array({1})}});
+    } else if (preset == "small") {
+        c.update({{"vocab_size", 4096}, {"hidden_size", 256}, {"intermediate_size", 512},
+                  {"moe_intermediate_size", 64}, {"num_hidden_layers", 8}, {"num_attention_heads", 8},
+                  {"num_key_value_heads", 8}, {"q_lora_rank", 128}, {"kv_lora_rank", 64}, {"qk_nope_head_dim", 32},
+                  {"qk_rope_head_dim", 16}, {"v_head_dim", 32}, {"n_routed_experts", 16}, {"num_experts_per_tok", 4},
+                  {"first_k_dense_replace", 1}, {"index_n_heads", 8}, {"index_head_dim", 64}, {"index_topk", 512},
+                  {"max_position_embeddings", 131072}, {"eos_token_id", json::array({1})}});
+    } else if (preset == "glm52-shape") {
+        // GLM-5.2's attention and indexer dimensions (model-spec §1.1); fewer layers, experts and vocab.
+        c.update({{"vocab_size", 16384}, {"hidden_size", 6144}, {"intermediate_size", 12288},
+                  {"moe_intermediate_size", 2048}, {"num_hidden_layers", 4}, {"num_attention_heads", 64},
+                  {"num_key_value_heads", 64}, {"q_lora_rank", 2048}, {"kv_lora_rank", 512},
+                  {"qk_nope_head_dim", 192}, {"qk_rope_head_dim", 64}, {"v_head_dim", 256},
+                  {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},
+                  {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 2048},
+                  {"max_position_embeddings", 1048576}, {"eos_token_id", json::array({1})}});
+    } else {
+        MEGACTX_FAIL("gen-model: unknown preset '{}' (expected tiny, small or glm52-shape)", preset);
+    }
+    return c;
+}
+
+void generate_model(const std::string& out_dir, const GenModelOptions& o) {
+    namespace fs = std::filesystem;
+    const json cj = preset_config(o.preset);
+    const ModelConfig c = parse_config_json(cj.dump(), "preset " + o.preset);
+    std::string dtype = o.dtype.empty() ? (o.preset == "tiny" ? "f32" : "bf16") : o.dtype;
+    DType lt;
+    if (dtype == "f32") {
+        lt = DType::F32;
+    } else if (dtype == "bf16") {
+        lt = DType::BF16;
+    } else if (dtype == "fp8") {
+        lt = DType::F8_E4M3;
+    } else {
+        MEGACTX_FAIL("gen-model: unknown dtype '{}' (expected f32, bf16 or fp8)", dtype);
+    }
+    const int64_t shards = o.shards > 0 ? o.shards : (o.preset == "glm52-shape" ? 4 : 1);
+
+    Writer w{o.seed, lt, {}};
+    const int64_t H = c.hidden_size;
+    w.mat("model.embed_tokens.weight", c.vocab_size, H, false);
+    w.vec("model.norm.weight", H, 1.0f, 0.1f);
+    w.mat("lm_head.weight", c.vocab_size, H, false);
+    for (int64_t i = 0; i < c.n_layers_total(); ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        w.vec(p + "input_layernorm.weight", H, 1.0f, 0.1f);
+        w.vec(p + "post_attention_layernorm.weight", H, 1.0f, 0.1f);
+        const std::string a = p + "self_attn.";
+        w.mat(a + "q_a_proj.weight", c.q_lora_rank, H);
+        w.vec(a + "q_a_layernorm.weight", c.q_lora_rank, 1.0f, 0.1f);
+        w.mat(a + "q_b_proj.weight", c.n_head * c.qk_head_dim(), c.q_lora_rank);
+        w.mat(a + "kv_a_proj_with_mqa.weight", c.d_latent(), H);
+        w.vec(a + "kv_a_layernorm.weight", c.kv_lora_rank, 1.0f, 0.1f);
+        w.mat(a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+        w.mat(a + "o_proj.weight", H, c.n_head * c.v_head_dim);
+        if (c.is_full(i)) {
+            const std::string x = a + "indexer.";
+            w.mat(x + "wq_b.weight", c.n_head_indexer * c.d_indexer, c.q_lora_rank);
+            w.mat(x + "wk.weight", c.d_indexer, H);
+            w.vec(x + "k_norm.weight", c.d_indexer, 1.0f, 0.1f);
+            w.vec(x + "k_norm.bias", c.d_indexer, 0.0f, 0.1f);
+            w.mat(x + "weights_proj.weight", c.n_head_indexer, H, false);
+        }
+        auto mlp = [&](const std::string& q, int64_t d_ff) {
+            w.mat(q + "gate_proj.weight", d_ff, H);
+            w.mat(q + "up_proj.weight", d_ff, H);
+            w.mat(q + "down_proj.weight", H, d_ff);
+        };
+        if (c.is_moe(i)) {
+            w.mat(p + "mlp.gate.weight", c.n_routed_experts, H, false);
+            w.vec_f32(p + "mlp.gate.e_score_correction_bias", c.n_routed_experts, 0.0f, 0.1f);
+            for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+                mlp(p + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+            }
+            mlp(p + "mlp.shared_experts.", c.moe_intermediate_size * c.n_shared_experts);
+        } else {
+            mlp(p + "mlp.", c.intermediate_size);
+        }
+        if (i >= c.n_layers) {
+            w.vec(p + "enorm.weight", H, 1.0f, 0.1f);
+            w.vec(p + "hnorm.weight", H, 1.0f, 0.1f);
+            w.vec(p + "shared_head.norm.weight", H, 1.0f, 0.1f);
+            w.mat(p + "eh_proj.weight", H, 2 * H, false);
+        }
+    }
+
+    fs::create_directories(out_dir);
+    json config = cj;
+    if (lt == DType::F8_E4M3) {
+        config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"},
+                                         {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+    }
+    if (shards <= 1) {
+        write_safetensors((fs::path(out_dir) / "model.safetensors").string(), w.tensors);
+    } else {
+        // Split by bytes into `shards` files, HF naming.
+        size_t total = 0;
+        for (const auto& t : w.tensors) total += t.bytes.size();
+        const size_t per = total / static_cast<size_t>(shards) + 1;
+        json weight_map = json::object();
+        std::vector<TensorToWrite> part;
+        size_t part_bytes = 0;
+        int64_t k = 0;
+        auto flush = [&]() {
+            ++k;
+            const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", k, shards);
+            for (const auto& t : part) weight_map[t.name] = name;
+            write_safetensors((fs::path(out_dir) / name).string(), part);
+            part.clear();
+            part_bytes = 0;
+        };
+        for (auto& t : w.tensors) {
+            part_bytes += t.bytes.size();
+            part.push_back(std::move(t));
+            if (part_bytes >= per && k < shards - 1) flush();
+        }
+        while (k < shards) flush();
+        json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+        std::ofstream((fs::path(out_dir) / "model.safetensors.index.json").string()) << index.dump(2) << "\n";
+    }
+    std::ofstream((fs::path(out_dir) / "config.json").string()) << config.dump(2) << "\n";
+}
+
+}  // namespace megactx

@@ -1,0 +1,24 @@
+// `megactx gen-model`: deterministic random models in the Hugging Face layout (config.json +
+// safetensors), with IndexShare (freq 4 / offset 3) and an MTP layer, for the demo, tests and benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace megactx {
+
+struct GenModelOptions {
+    std::string preset = "tiny";  // tiny | small | glm52-shape
+    uint64_t seed = 0;
+    std::string dtype;            // f32 | bf16 | fp8 (block-quantized linears); empty = the preset's default
+    int64_t shards = 0;           // 0 = the preset's default; > 1 writes model.safetensors.index.json
+};
+
+// The preset's config.json contents.
+nlohmann::json preset_config(const std::string& preset);
+// Writes config.json and the weights into out_dir (created if missing).
+void generate_model(const std::string& out_dir, const GenModelOptions& options);
+
+}  // namespace megactx

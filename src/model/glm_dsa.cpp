@@ -1,0 +1,288 @@
+// GLM-5.x forward pass (model-spec §1.2, §2.6): per layer
+//   xn = RMSNorm_in(x)
+//   MLA:   qr = RMSNorm(q_a(xn)); q = q_b(qr); [c | k_pe] = kv_a(xn); c = RMSNorm(c); RoPE(k_pe), RoPE(q_pe)
+//          write [c | k_pe] at the token's slot
+//   DSA:   full layer: indexer keys written, scores over the cached tokens, top-k slots → shared buffer
+//          shared layer: reuse the buffer (IndexShare, model-spec §4)
+//   attn:  q_abs = q_nope · W_UK; sparse softmax over the selected slots; · W_UV; o_proj
+//   FFN:   dense SwiGLU or MoE (sigmoid router, bias for choice, renormalise, scale, shared expert)
+// then final RMSNorm and the LM head.
+#include "model/glm_dsa.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace megactx {
+
+namespace {
+
+constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (model-spec §2.7)
+constexpr float kIndexerNormEps = 1e-6f;
+
+std::string layer_prefix(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+
+MlpWeights load_mlp(const TensorStore& s, const std::string& prefix, int64_t d_model, int64_t d_ff) {
+    MlpWeights m;
+    m.gate = load_weight(s, prefix + "gate_proj.weight", d_ff, d_model);
+    m.up = load_weight(s, prefix + "up_proj.weight", d_ff, d_model);
+    m.down = load_weight(s, prefix + "down_proj.weight", d_model, d_ff);
+    return m;
+}
+
+}  // namespace
+
+GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) {
+    store_ = std::make_unique<TensorStore>(dir);
+    const TensorStore& s = *store_;
+    const ModelConfig& c = config_;
+    const int64_t H = c.hidden_size;
+    embed_ = load_weight(s, "model.embed_tokens.weight", c.vocab_size, H);
+    final_norm_ = load_vector(s, "model.norm.weight", H);
+    if (s.has("lm_head.weight") || !c.tie_word_embeddings) {
+        lm_head_ = load_weight(s, "lm_head.weight", c.vocab_size, H);
+    } else {
+        lm_head_ = embed_;
+    }
+
+    // MTP layers are loaded when the checkpoint has them (transformers' save_pretrained drops them).
+    for (int64_t m = 0; m < c.n_mtp_layers; ++m) {
+        if (!s.has(layer_prefix(c.n_layers + m) + "eh_proj.weight")) break;
+        ++n_mtp_loaded_;
+    }
+    const int64_t n_total = c.n_layers + n_mtp_loaded_;
+    layers_.resize(static_cast<size_t>(n_total));
+    for (int64_t i = 0; i < n_total; ++i) {
+        LayerWeights& L = layers_[static_cast<size_t>(i)];
+        const std::string p = layer_prefix(i);
+        L.full = c.is_full(i);
+        L.moe = c.is_moe(i);
+        L.input_norm = load_vector(s, p + "input_layernorm.weight", H);
+        L.post_norm = load_vector(s, p + "post_attention_layernorm.weight", H);
+        const std::string a = p + "self_attn.";
+        L.q_a = load_weight(s, a + "q_a_proj.weight", c.q_lora_rank, H);
+        L.q_a_norm = load_vector(s, a + "q_a_layernorm.weight", c.q_lora_rank);
+        L.q_b = load_weight(s, a + "q_b_proj.weight", c.n_head * c.qk_head_dim(), c.q_lora_rank);
+        L.kv_a = load_weight(s, a + "kv_a_proj_with_mqa.weight", c.d_latent(), H);
+        L.kv_a_norm = load_vector(s, a + "kv_a_layernorm.weight", c.kv_lora_rank);
+        L.kv_b = load_weight(s, a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim),
+                             c.kv_lora_rank);
+        L.o = load_weight(s, a + "o_proj.weight", H, c.n_head * c.v_head_dim);
+        if (L.full) {  // indexer tensors on shared layers, if a checkpoint ships them, are ignored
+            const std::string x = a + "indexer.";
+            L.indexer.wq_b = load_weight(s, x + "wq_b.weight", c.n_head_indexer * c.d_indexer, c.q_lora_rank);
+            L.indexer.wk = load_weight(s, x + "wk.weight", c.d_indexer, H);
+            L.indexer.k_norm_w = load_vector(s, x + "k_norm.weight", c.d_indexer);
+            L.indexer.k_norm_b = load_vector(s, x + "k_norm.bias", c.d_indexer);
+            L.indexer.weights_proj = load_weight(s, x + "weights_proj.weight", c.n_head_indexer, H);
+        }
+        if (L.moe) {
+            L.router = load_weight(s, p + "mlp.gate.weight", c.n_routed_experts, H);
+            L.router_bias = s.has(p + "mlp.gate.e_score_correction_bias")
+                                ? load_vector(s, p + "mlp.gate.e_score_correction_bias", c.n_routed_experts)
+                                : std::vector<float>(static_cast<size_t>(c.n_routed_experts), 0.0f);
+            for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+                L.experts.push_back(
+                    load_mlp(s, p + "mlp.experts." + std::to_string(e) + ".", H, c.moe_intermediate_size));
+            }
+            if (c.n_shared_experts > 0) {
+                L.shared_expert =
+                    load_mlp(s, p + "mlp.shared_experts.", H, c.moe_intermediate_size * c.n_shared_experts);
+                L.has_shared_expert = true;
+            }
+        } else {
+            L.mlp = load_mlp(s, p + "mlp.", H, c.intermediate_size);
+        }
+        if (i >= c.n_layers) {
+            L.enorm = load_vector(s, p + "enorm.weight", H);
+            L.hnorm = load_vector(s, p + "hnorm.weight", H);
+            L.head_norm = load_vector(s, p + "shared_head.norm.weight", H);
+            L.eh_proj = load_weight(s, p + "eh_proj.weight", H, 2 * H);
+        }
+    }
+}
+
+void GlmDsaModel::check_batch(const Batch& b) const {
+    MEGACTX_CHECK(b.n_tokens() > 0, "batch is empty");
+    for (int64_t i = 0; i < b.n_tokens(); ++i) {
+        MEGACTX_CHECK(b.tokens[i] >= 0 && b.tokens[i] < config_.vocab_size,
+                      "token id {} at index {} is out of range (vocabulary size {})", b.tokens[i], i,
+                      config_.vocab_size);
+        MEGACTX_CHECK(b.pos[i] >= 0 && b.pos[i] < config_.max_position_embeddings,
+                      "position {} exceeds the model's context (max_position_embeddings = {})", b.pos[i],
+                      config_.max_position_embeddings);
+    }
+}
+
+void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const BatchPlan& plan, KvCache& kv,
+                            Tensor& topk, bool run_indexer, Tensor& out) const {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
+    const int64_t n = xn.dim(0), n_head = c.n_head, d_rope = c.qk_rope_head_dim, r = c.kv_lora_rank;
+
+    // q latent (also the indexer's query input) and the per-head query
+    Tensor qa = ops.alloc(DType::F32, {n, c.q_lora_rank});
+    ops.linear(xn, L.q_a, qa);
+    Tensor qr = ops.alloc(DType::F32, {n, c.q_lora_rank});  // [n, q_lora_rank]
+    ops.rms_norm(qa, L.q_a_norm, kLatentNormEps, qr);
+    Tensor q = ops.alloc(DType::F32, {n, n_head, c.qk_head_dim()});  // [n, n_head, nope | rope]
+    ops.linear(qr, L.q_b, q);
+    ops.rope(q, c.qk_nope_head_dim, d_rope, plan.pos, c.rope_theta);
+
+    // the token's cache row [c | k_pe]
+    Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope]
+    ops.linear(xn, L.kv_a, kv_a);
+    Tensor c_raw = ops.alloc(DType::F32, {n, r});
+    ops.slice_cols(kv_a, 0, c_raw);
+    Tensor c_kv = ops.alloc(DType::F32, {n, r});
+    ops.rms_norm(c_raw, L.kv_a_norm, kLatentNormEps, c_kv);
+    Tensor k_pe = ops.alloc(DType::F32, {n, 1, d_rope});
+    ops.slice_cols(kv_a, r, k_pe);
+    ops.rope(k_pe, 0, d_rope, plan.pos, c.rope_theta);
+    Tensor row = ops.alloc(DType::F32, {n, c.d_latent()});
+    ops.concat_cols(c_kv, k_pe, row);
+    ops.cache_write(row, plan.write_slots, kv.latent(i_layer));
+
+    // DSA indexer on full layers; shared layers keep `topk` from the last full layer
+    if (run_indexer) {
+        const IndexerWeights& X = L.indexer;
+        Tensor iq = ops.alloc(DType::F32, {n, c.n_head_indexer, c.d_indexer});  // [n, n_head_indexer, d_indexer]
+        ops.linear(qr, X.wq_b, iq);
+        ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);  // RoPE on the first d_rope dims
+        Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});
+        ops.linear(xn, X.wk, ik_raw);
+        Tensor ik = ops.alloc(DType::F32, {n, 1, c.d_indexer});  // [n, 1, d_indexer]
+        ops.layer_norm(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, ik);
+        ops.rope(ik, 0, d_rope, plan.pos, c.rope_theta);
+        ops.cache_write(ik, plan.write_slots, kv.indexer_keys(i_layer));
+        Tensor gates = ops.alloc(DType::F32, {n, c.n_head_indexer});  // [n, n_head_indexer]
+        ops.linear(xn, X.weights_proj, gates);
+        IndexerTopkParams ip;
+        ip.q = &iq;
+        ip.weights = &gates;
+        ip.keys = &kv.indexer_keys(i_layer);
+        ip.map = plan.map;
+        ip.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.d_indexer));
+        ip.head_scale = 1.0f / std::sqrt(static_cast<float>(c.n_head_indexer));
+        ip.topk = c.index_topk;
+        ip.out_slots = &topk;
+        ops.indexer_topk(ip);
+    }
+
+    // absorbed sparse MLA over exactly the selected slots
+    Tensor q_lat = ops.alloc(DType::F32, {n, n_head, c.d_latent()});  // [n, n_head, kv_lora_rank + rope]
+    ops.mla_absorb_q(q, L.kv_b, c.qk_nope_head_dim, c.v_head_dim, q_lat);
+    Tensor lat = ops.alloc(DType::F32, {n, n_head, r});  // [n, n_head, kv_lora_rank]
+    SparseMlaParams sp;
+    sp.q = &q_lat;
+    sp.cache = &kv.latent(i_layer);
+    sp.slots = &topk;
+    sp.d_v = r;
+    sp.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()));
+    sp.out = &lat;
+    ops.sparse_mla(sp);
+    Tensor o = ops.alloc(DType::F32, {n, n_head * c.v_head_dim});  // [n, n_head · v_head_dim]
+    ops.mla_expand_v(lat, L.kv_b, c.qk_nope_head_dim, c.v_head_dim, o);
+    ops.linear(o, L.o, out);
+}
+
+void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv,
+                                Tensor& topk, bool run_indexer) const {
+    const ModelConfig& c = config_;
+    const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
+    const int64_t n = x.dim(0), H = c.hidden_size;
+    Tensor xn = ops.alloc(DType::F32, {n, H});
+    ops.rms_norm(x, L.input_norm, c.rms_norm_eps, xn);
+    Tensor attn = ops.alloc(DType::F32, {n, H});
+    attention(ops, i_layer, xn, plan, kv, topk, run_indexer, attn);
+    ops.add(x, attn);
+
+    Tensor h = ops.alloc(DType::F32, {n, H});
+    ops.rms_norm(x, L.post_norm, c.rms_norm_eps, h);
+    Tensor y = ops.alloc(DType::F32, {n, H});
+    if (L.moe) {
+        MoeRouteParams rp;
+        rp.n_group = c.n_group;
+        rp.topk_group = c.topk_group;
+        rp.top_k = c.n_experts_per_tok;
+        rp.norm_topk_prob = c.norm_topk_prob;
+        rp.routed_scaling_factor = c.routed_scaling_factor;
+        Tensor ids = ops.alloc(DType::I32, {n, rp.top_k});
+        Tensor w = ops.alloc(DType::F32, {n, rp.top_k});
+        ops.moe_route(h, L.router, L.router_bias, rp, ids, w);
+        ops.moe_experts(h, ids, w, L.experts, y);
+        if (L.has_shared_expert) {
+            Tensor ys = ops.alloc(DType::F32, {n, H});
+            ops.swiglu_mlp(h, L.shared_expert, ys);
+            ops.add(y, ys);
+        }
+    } else {
+        ops.swiglu_mlp(h, L.mlp, y);
+    }
+    ops.add(x, y);
+}
+
+ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
+                                  Tensor topk) const {
+    const int64_t n = x.dim(0), H = config_.hidden_size;
+    ForwardResult r;
+    r.hidden = ops.alloc(DType::F32, {n, H});
+    ops.rms_norm(x, norm, config_.rms_norm_eps, r.hidden);
+    const auto n_rows = static_cast<int64_t>(plan.logit_rows.size());
+    r.logits = ops.alloc(DType::F32, {n_rows, config_.vocab_size});
+    if (n_rows > 0) {
+        Tensor rows = ops.alloc(DType::F32, {n_rows, H});
+        ops.gather_rows(r.hidden, plan.logit_rows_dev, rows);
+        ops.linear(rows, lm_head_, r.logits);
+    }
+    r.topk = std::move(topk);
+    return r;
+}
+
+ForwardResult GlmDsaModel::forward(Ops& ops, const Batch& batch, KvCache& kv) const {
+    check_batch(batch);
+    const BatchPlan plan(ops, batch);
+    const int64_t n = batch.n_tokens();
+    Tensor x = ops.alloc(DType::F32, {n, config_.hidden_size});  // [n, hidden] residual stream
+    ops.embedding(plan.tokens, embed_, x);
+    Tensor topk = ops.alloc(DType::I32, {n, config_.index_topk});  // the IndexShare buffer
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+        layer_forward(ops, l, x, plan, kv, topk, layers_[static_cast<size_t>(l)].full);
+    }
+    return finish(ops, x, final_norm_, plan, std::move(topk));
+}
+
+ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
+                                       const Tensor* reuse_topk) const {
+    MEGACTX_CHECK(has_mtp(), "{}: the checkpoint has no MTP layer (model.layers.{}.*)", store_->dir(),
+                  config_.n_layers);
+    check_batch(batch);
+    const BatchPlan plan(ops, batch);
+    const int64_t n = batch.n_tokens(), H = config_.hidden_size, i_mtp = config_.n_layers;
+    const LayerWeights& L = layers_[static_cast<size_t>(i_mtp)];
+    MEGACTX_CHECK(hidden_in.dim(0) == n && hidden_in.dim(1) == H, "mtp_forward: hidden_in must be [{}, {}]", n, H);
+
+    Tensor e = ops.alloc(DType::F32, {n, H});
+    ops.embedding(plan.tokens, embed_, e);
+    Tensor en = ops.alloc(DType::F32, {n, H});
+    ops.rms_norm(e, L.enorm, config_.rms_norm_eps, en);
+    Tensor hn = ops.alloc(DType::F32, {n, H});
+    ops.rms_norm(hidden_in, L.hnorm, config_.rms_norm_eps, hn);
+    Tensor eh = ops.alloc(DType::F32, {n, 2 * H});  // [n, 2·hidden]: embedding first, hidden second
+    ops.concat_cols(en, hn, eh);
+    Tensor x = ops.alloc(DType::F32, {n, H});
+    ops.linear(eh, L.eh_proj, x);
+
+    Tensor topk = ops.alloc(DType::I32, {n, config_.index_topk});
+    if (reuse_topk) {
+        MEGACTX_CHECK(reuse_topk->dim(0) == n && reuse_topk->dim(1) == config_.index_topk,
+                      "mtp_forward: reuse_topk must be [{}, {}]", n, config_.index_topk);
+        topk = *reuse_topk;
+    }
+    // Without reuse the MTP layer runs its own indexer (it is always full); with reuse it keeps step 0's top-k.
+    layer_forward(ops, i_mtp, x, plan, kv, topk, reuse_topk == nullptr);
+    return finish(ops, x, L.head_norm, plan, std::move(topk));
+}
+
+}  // namespace megactx

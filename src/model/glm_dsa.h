@@ -1,0 +1,94 @@
+// GLM-5.x (`glm_moe_dsa`): MLA + DSA lightning indexer + IndexShare + MoE + MTP, as model-spec.md describes.
+// load: config.json + safetensors → plain weight structs per layer. forward: one ragged Batch through all
+// decoder layers, writing KV at each token's slot. mtp_forward: the MTP layer (model-spec §5.1).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "kv/kv_cache.h"
+#include "model/batch.h"
+#include "model/weight.h"
+#include "ops/ops.h"
+
+namespace megactx {
+
+struct IndexerWeights {
+    Weight wq_b;                      // [n_head_indexer · d_indexer, q_lora_rank]
+    Weight wk;                        // [d_indexer, hidden]
+    std::vector<float> k_norm_w, k_norm_b;  // LayerNorm [d_indexer]
+    Weight weights_proj;              // [n_head_indexer, hidden]
+};
+
+struct LayerWeights {
+    bool full = true;  // runs its own indexer (else reuses the last full layer's top-k)
+    bool moe = false;
+    std::vector<float> input_norm, post_norm;  // [hidden]
+    // MLA
+    Weight q_a;                       // [q_lora_rank, hidden]
+    std::vector<float> q_a_norm;      // [q_lora_rank]
+    Weight q_b;                       // [n_head · qk_head_dim, q_lora_rank]
+    Weight kv_a;                      // [kv_lora_rank + rope, hidden]
+    std::vector<float> kv_a_norm;     // [kv_lora_rank]
+    Weight kv_b;                      // [n_head · (nope + v), kv_lora_rank]
+    Weight o;                         // [hidden, n_head · v]
+    IndexerWeights indexer;           // full layers only
+    // FFN
+    MlpWeights mlp;                   // dense layers
+    Weight router;                    // [n_experts, hidden]
+    std::vector<float> router_bias;   // e_score_correction_bias [n_experts]
+    std::vector<MlpWeights> experts;
+    MlpWeights shared_expert;
+    bool has_shared_expert = false;
+    // MTP layers only
+    std::vector<float> enorm, hnorm, head_norm;
+    Weight eh_proj;                   // [hidden, 2 · hidden]
+};
+
+struct ForwardResult {
+    Tensor hidden;  // [n, hidden] after the final norm (what MTP step 0 consumes)
+    Tensor logits;  // [n_logit_rows, vocab] for the rows the batch asked for
+    Tensor topk;    // [n, index_topk] int32 slots chosen by the last full layer (MTP: by the MTP indexer)
+};
+
+class GlmDsaModel {
+public:
+    // Loads config.json and the weights of `dir`; every error names the file, tensor or field.
+    explicit GlmDsaModel(const std::string& dir);
+
+    const ModelConfig& config() const { return config_; }
+    bool has_mtp() const { return n_mtp_loaded_ > 0; }
+
+    // Runs the decoder over the batch: writes every token's KV at its slot, computes logits for the
+    // requested rows. The tokens' positions must be covered by their block tables.
+    ForwardResult forward(Ops& ops, const Batch& batch, KvCache& kv) const;
+
+    // The MTP layer for a batch whose tokens are the *next* tokens (t+1) at the positions p of the hidden
+    // states `hidden_in` [n, hidden] (the main model's normed hidden at p, or the previous MTP step's).
+    // With `reuse_topk` ([n, index_topk] slots) the MTP indexer is not run and those indices are used
+    // (draft steps ≥ 1, model-spec §5.3). Writes the MTP layer's KV at each token's slot.
+    ForwardResult mtp_forward(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
+                              const Tensor* reuse_topk = nullptr) const;
+
+private:
+    // run_indexer: the layer computes top-k into `topk`; otherwise it attends over the incoming `topk`.
+    void layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv, Tensor& topk,
+                       bool run_indexer) const;
+    void attention(Ops& ops, int64_t i_layer, const Tensor& xn, const BatchPlan& plan, KvCache& kv, Tensor& topk,
+                   bool run_indexer, Tensor& out) const;
+    ForwardResult finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
+                         Tensor topk) const;
+    void check_batch(const Batch& batch) const;
+
+    ModelConfig config_;
+    std::unique_ptr<TensorStore> store_;  // owns the mappings the weights point into
+    Weight embed_, lm_head_;
+    std::vector<float> final_norm_;
+    std::vector<LayerWeights> layers_;  // decoder layers, then loaded MTP layers
+    int64_t n_mtp_loaded_ = 0;
+};
+
+}  // namespace megactx

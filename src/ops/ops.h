@@ -1,0 +1,107 @@
+// The backend-neutral op table (design.md §6). Model code calls these and never a kernel; each backend
+// (cpu/ is the reference, cuda/ later) implements every op. Shapes in comments are outermost first;
+// n = tokens in the batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/weight.h"
+#include "ops/tensor.h"
+
+namespace megactx {
+
+// Where each token of a ragged batch reads its sequence's cached tokens: candidates of the token at
+// position p are its sequence's positions 0..p, whose slots are block_table[t / block_size] · block_size
+// + t % block_size. Built on the host by the model runner ("plan"), consumed by the indexer.
+struct CacheMap {
+    int64_t block_size = 64;
+    const int32_t* pos = nullptr;          // [n] position of each token
+    const int32_t* seq = nullptr;          // [n] sequence index of each token
+    const int32_t* table_offset = nullptr; // [n_seq] offset of each sequence's block table in `tables`
+    const int32_t* tables = nullptr;       // concatenated block tables
+};
+
+struct IndexerTopkParams {
+    const Tensor* q = nullptr;        // [n, n_head_indexer, d_indexer]  f32, RoPE applied
+    const Tensor* weights = nullptr;  // [n, n_head_indexer]            per-head gates (weights_proj output)
+    const Tensor* keys = nullptr;     // [n_slots, d_indexer]           the layer's indexer key cache
+    CacheMap map;
+    float softmax_scale = 0;          // d_indexer^-0.5
+    float head_scale = 0;             // n_head_indexer^-0.5, applied to the gates
+    int64_t topk = 0;
+    Tensor* out_slots = nullptr;      // [n, topk] int32, selected slots, -1 padded
+};
+
+struct SparseMlaParams {
+    const Tensor* q = nullptr;        // [n, n_head, d_latent]  [q_abs (kv_lora_rank) | q_pe (rope)]
+    const Tensor* cache = nullptr;    // [n_slots, d_latent]    [c (kv_lora_rank) | k_pe (rope)]
+    const Tensor* slots = nullptr;    // [n, topk] int32, -1 = unused
+    int64_t d_v = 0;                  // kv_lora_rank: V is the first d_v values of each cache row
+    float scale = 0;
+    Tensor* out = nullptr;            // [n, n_head, d_v]
+};
+
+struct MoeRouteParams {
+    int64_t n_group = 1, topk_group = 1, top_k = 1;
+    bool norm_topk_prob = true;
+    float routed_scaling_factor = 1.0f;
+};
+
+struct MlpWeights {
+    Weight gate, up, down;  // gate/up [d_ff, d_model], down [d_model, d_ff]
+};
+
+class Ops {
+public:
+    virtual ~Ops() = default;
+
+    virtual Tensor alloc(DType dtype, std::vector<int64_t> shape) = 0;
+    // Host → backend memory (and back) for small metadata and results.
+    virtual Tensor upload_i32(const std::vector<int32_t>& v) = 0;
+    virtual void download(const Tensor& t, void* host) = 0;
+
+    // out[i] = table[tokens[i]]                                 out [n, d]
+    virtual void embedding(const Tensor& tokens, const Weight& table, Tensor& out) = 0;
+    // y = x · rsqrt(mean(x²) + eps) · w                          x, y [n, d]
+    virtual void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) = 0;
+    // y = (x − mean) · rsqrt(var + eps) · w + b, over the last dim
+    virtual void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
+                            Tensor& y) = 0;
+    // y = x · Wᵀ                                                 x [n, in], W [out, in], y [n, out]
+    virtual void linear(const Tensor& x, const Weight& w, Tensor& y) = 0;
+    // Interleaved RoPE in place on x[:, h, offset : offset + dim] for every head h; pairs (2i, 2i+1)
+    // rotate by pos · theta^(−2i/dim).                           x [n, n_head, d_head]
+    virtual void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) = 0;
+    // cache[slots[i]] = rows[i]                                  rows [n, d], cache [n_slots, d]
+    virtual void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) = 0;
+    // DSA lightning indexer: per token, scores over its candidates, top-k slots (model-spec §3.2).
+    virtual void indexer_topk(const IndexerTopkParams& p) = 0;
+    // q_out[i, h] = [q_nope[i, h] · W_UK_h | q_pe[i, h]]
+    //   q [n, n_head, d_nope + d_rope], kv_b [n_head · (d_nope + d_v), kv_lora_rank],
+    //   q_out [n, n_head, kv_lora_rank + d_rope]
+    virtual void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) = 0;
+    // Absorbed sparse MLA over exactly the selected slots (model-spec §2.5).
+    virtual void sparse_mla(const SparseMlaParams& p) = 0;
+    // out[i, h] = lat[i, h] · W_UV_hᵀ                            lat [n, n_head, kv_lora_rank], out [n, n_head · d_v]
+    virtual void mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) = 0;
+    // y = down(silu(gate(x)) ⊙ up(x))                            x [n, d_model], y [n, d_model]
+    virtual void swiglu_mlp(const Tensor& x, const MlpWeights& w, Tensor& y) = 0;
+    // Router: sigmoid scores, bias for choice only, group limit, top-k, renormalise, scale.
+    //   x [n, d_model] → ids [n, top_k] int32, weights [n, top_k]
+    virtual void moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias,
+                           const MoeRouteParams& p, Tensor& ids, Tensor& weights) = 0;
+    // y = Σ_k weights[:, k] · expert_{ids[:, k]}(x)                y [n, d_model] (overwritten)
+    virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                             const std::vector<MlpWeights>& experts, Tensor& y) = 0;
+    // out[j] = x[rows[j]]                                       x [n, d], out [m, d]
+    virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+    // y += x (elementwise)
+    virtual void add(Tensor& y, const Tensor& x) = 0;
+    // Copies columns [c0, c0 + out.cols) of x into out.          x [n, d], out [n, d']
+    virtual void slice_cols(const Tensor& x, int64_t c0, Tensor& out) = 0;
+    // out = [a | b] along the last dim.
+    virtual void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+};
+
+}  // namespace megactx

@@ -1,0 +1,36 @@
+// Tensor: a shaped view of backend memory (host for the CPU backend, device for CUDA) with shared
+// ownership of its storage. Activations are fp32; indices int32. Shapes are outermost first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace megactx {
+
+struct Tensor {
+    std::shared_ptr<void> storage;
+    void* data = nullptr;
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape;
+
+    int64_t numel() const {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        return n;
+    }
+    int64_t dim(int i) const { return shape.at(static_cast<size_t>(i)); }
+    float* f32() const {
+        MEGACTX_CHECK(dtype == DType::F32, "tensor: expected F32, got {}", dtype_name(dtype));
+        return static_cast<float*>(data);
+    }
+    int32_t* i32() const {
+        MEGACTX_CHECK(dtype == DType::I32, "tensor: expected I32, got {}", dtype_name(dtype));
+        return static_cast<int32_t*>(data);
+    }
+};
+
+}  // namespace megactx

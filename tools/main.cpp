@@ -1,0 +1,178 @@
+// megactx: the command-line entry point. Subcommands are thin: they parse flags and call the library.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "engine/runner.h"
+#include "io/npy.h"
+#include "model/cost.h"
+#include "model/gen_model.h"
+#include "model/glm_dsa.h"
+
+#ifndef MEGACTX_DEFAULT_MODEL_DIR
+#define MEGACTX_DEFAULT_MODEL_DIR ""
+#endif
+
+namespace megactx {
+namespace {
+
+std::vector<int32_t> parse_token_list(const std::string& s) {
+    std::vector<int32_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+        MEGACTX_CHECK(a != std::string::npos, "--tokens: empty entry in '{}'", s);
+        item = item.substr(a, b - a + 1);
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        MEGACTX_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX,
+                      "--tokens: '{}' is not an integer token id", item);
+        out.push_back(static_cast<int32_t>(v));
+    }
+    return out;
+}
+
+std::vector<int32_t> read_tokens_file(const std::string& path) {
+    std::ifstream in(path);
+    MEGACTX_CHECK(in.good(), "{}: cannot open tokens file", path);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        MEGACTX_FAIL("{}: not valid JSON: {}", path, e.what());
+    }
+    if (j.is_object()) {
+        MEGACTX_CHECK(j.contains("token_ids"), "{}: expected a JSON list or an object with a 'token_ids' list", path);
+        j = j["token_ids"];
+    }
+    MEGACTX_CHECK(j.is_array(), "{}: expected a JSON list of token ids", path);
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < j.size(); ++i) {
+        MEGACTX_CHECK(j[i].is_number_integer() && j[i].get<int64_t>() >= INT32_MIN &&
+                          j[i].get<int64_t>() <= INT32_MAX,
+                      "{}: entry {} ({}) is not an integer token id", path, i, j[i].dump());
+        out.push_back(j[i].get<int32_t>());
+    }
+    return out;
+}
+
+std::string model_dir_or_default(const std::string& dir) {
+    if (!dir.empty()) return dir;
+    const std::string d = MEGACTX_DEFAULT_MODEL_DIR;
+    MEGACTX_CHECK(!d.empty() && std::filesystem::exists(d + "/config.json"),
+                  "no --model given and the embedded default model is missing at '{}' (rebuild, or run "
+                  "`megactx gen-model --preset tiny --out DIR` and pass --model DIR)",
+                  d);
+    return d;
+}
+
+std::string join(const std::vector<int32_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s;
+}
+
+}  // namespace
+}  // namespace megactx
+
+int main(int argc, char** argv) {
+    using namespace megactx;
+    CLI::App app{"megactx: million-token contexts for DeepSeek-Sparse-Attention models"};
+    app.require_subcommand(1);
+
+    std::string model, tokens, tokens_file, out, preset = "tiny", dtype, config_path;
+    int64_t chunk = 0, max_new = 16, top_k = 0, context = 1048576, shards = 0;
+    float temperature = 0.0f, top_p = 1.0f;
+    uint64_t seed = 0;
+    bool ignore_eos = false, as_json = false;
+
+    auto* logits = app.add_subcommand("logits", "Logits at every position of a token sequence → .npy [n, vocab]");
+    logits->add_option("--model", model, "Model directory (default: the embedded tiny model)");
+    auto* tok_opt = logits->add_option("--tokens", tokens, "Comma-separated token ids");
+    auto* tf_opt = logits->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
+    tok_opt->excludes(tf_opt);
+    logits->add_option("--out", out, "Output .npy (float32 little-endian)")->required();
+    logits->add_option("--chunk", chunk, "Feed N tokens per forward through the KV cache (1 = token by token)")
+        ->check(CLI::NonNegativeNumber);
+
+    auto* gen = app.add_subcommand("generate", "Token ids in, token ids out");
+    gen->add_option("--model", model, "Model directory (default: the embedded tiny model)");
+    auto* gtok = gen->add_option("--tokens", tokens, "Comma-separated prompt token ids");
+    auto* gtf = gen->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
+    gtok->excludes(gtf);
+    gen->add_option("--max-new-tokens", max_new, "Tokens to generate")->check(CLI::NonNegativeNumber);
+    gen->add_option("--temperature", temperature, "0 = greedy");
+    gen->add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]");
+    gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)");
+    gen->add_option("--seed", seed, "RNG seed for sampling");
+    gen->add_flag("--ignore-eos", ignore_eos, "Do not stop at the config's EOS ids");
+
+    auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
+    gm->add_option("--out", out, "Output directory")->required();
+    gm->add_option("--preset", preset, "tiny | small | glm52-shape");
+    gm->add_option("--seed", seed, "Seed");
+    gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
+    gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)");
+
+    auto* cost = app.add_subcommand("cost", "Per-token FLOPs, bytes and KV memory at a context length");
+    cost->add_option("--config", config_path, "config.json (or a model directory)")->required();
+    cost->add_option("--context", context, "Context length L")->check(CLI::PositiveNumber);
+    cost->add_flag("--json", as_json, "Print JSON");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+
+    try {
+        if (*logits || *gen) {
+            if (tokens.empty() && tokens_file.empty()) MEGACTX_FAIL("one of --tokens or --tokens-file is required");
+            const std::vector<int32_t> ids = tokens_file.empty() ? parse_token_list(tokens) : read_tokens_file(tokens_file);
+            const GlmDsaModel m(model_dir_or_default(model));
+            CpuOps ops;
+            if (*logits) {
+                validate_tokens(m.config(), ids);
+                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()));
+                const std::vector<float> l = runner.feed(ids, chunk, true);
+                write_npy_f32(out, {static_cast<int64_t>(ids.size()), m.config().vocab_size}, l.data());
+                std::fprintf(stderr, "wrote %s [%zu, %lld]\n", out.c_str(), ids.size(),
+                             static_cast<long long>(m.config().vocab_size));
+            } else {
+                SamplingParams sp{temperature, top_p, top_k, seed};
+                sp.validate();
+                validate_tokens(m.config(), ids, max_new);
+                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new);
+                const std::vector<int32_t> all = runner.generate(ids, max_new, sp, !ignore_eos);
+                std::printf("%s\n", join(std::vector<int32_t>(all.begin() + static_cast<long>(ids.size()), all.end())).c_str());
+            }
+        } else if (*gm) {
+            GenModelOptions o;
+            o.preset = preset;
+            o.seed = seed;
+            o.dtype = dtype;
+            o.shards = shards;
+            generate_model(out, o);
+            std::fprintf(stderr, "wrote %s model to %s\n", preset.c_str(), out.c_str());
+        } else if (*cost) {
+            const ModelConfig c = load_config(config_path);
+            std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "megactx: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
