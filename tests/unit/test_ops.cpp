@@ -1,0 +1,247 @@
+// CPU ops against direct formulas (the CUDA backend will be tested against these ops in turn).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace megactx {
+namespace {
+
+Tensor random_tensor(CpuOps& ops, std::vector<int64_t> shape, uint64_t seed) {
+    Tensor t = ops.alloc(DType::F32, std::move(shape));
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> d;
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = d(rng);
+    return t;
+}
+
+Weight f32_weight(const Tensor& t) {
+    Weight w;
+    w.dtype = DType::F32;
+    w.rows = t.dim(0);
+    w.cols = t.dim(1);
+    w.data = static_cast<const uint8_t*>(t.data);
+    return w;
+}
+
+TEST(CpuOps, TopkIndicesOrderAndTies) {
+    const float s[6] = {0.5f, 2.0f, 2.0f, -1.0f, 3.0f, 2.0f};
+    std::vector<int32_t> out;
+    topk_indices(s, 6, 3, out);
+    EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 4}));  // 4 (3.0), then ties 1, 2 before 5; ascending
+    topk_indices(s, 6, 10, out);
+    EXPECT_EQ(out.size(), 6u);
+}
+
+TEST(CpuOps, RopeInterleavedPairs) {
+    CpuOps ops;
+    Tensor x = random_tensor(ops, {3, 2, 8}, 1);
+    const Tensor orig = random_tensor(ops, {3, 2, 8}, 1);
+    Tensor pos = ops.upload_i32({0, 5, 1000});
+    ops.rope(x, 2, 4, pos, 10000.0f);
+    for (int64_t t = 0; t < 3; ++t) {
+        const int p = pos.i32()[t];
+        for (int64_t h = 0; h < 2; ++h) {
+            const float* a = orig.f32() + (t * 2 + h) * 8;
+            const float* b = x.f32() + (t * 2 + h) * 8;
+            for (int i : {0, 1, 6, 7}) EXPECT_EQ(a[i], b[i]);  // outside the rotated slice
+            for (int i = 0; i < 2; ++i) {
+                const float ang = static_cast<float>(p) * (1.0f / std::pow(10000.0f, 2.0f * i / 4.0f));
+                EXPECT_NEAR(b[2 + 2 * i], a[2 + 2 * i] * std::cos(ang) - a[3 + 2 * i] * std::sin(ang), 1e-5);
+                EXPECT_NEAR(b[3 + 2 * i], a[3 + 2 * i] * std::cos(ang) + a[2 + 2 * i] * std::sin(ang), 1e-5);
+            }
+        }
+    }
+}
+
+TEST(CpuOps, LinearMatchesDoubleReferenceForEveryDtype) {
+    CpuOps ops;
+    const Tensor x = random_tensor(ops, {5, 130}, 2);
+    const Tensor wf = random_tensor(ops, {131, 130}, 3);
+    for (DType t : {DType::F32, DType::BF16, DType::F16, DType::F8_E4M3}) {
+        std::vector<uint8_t> bytes(static_cast<size_t>(wf.numel()) * dtype_size(t));
+        std::vector<float> deq(static_cast<size_t>(wf.numel()));
+        Weight w;
+        w.dtype = t;
+        w.rows = 131;
+        w.cols = 130;
+        if (t == DType::F8_E4M3) w.scale_inv = {0.01f, 0.02f, 0.03f, 0.04f};  // 2×2 blocks, partial edges
+        for (int64_t i = 0; i < wf.numel(); ++i) {
+            const float v = wf.f32()[i];
+            const int64_t r = i / 130, c = i % 130;
+            switch (t) {
+                case DType::F32: std::memcpy(&bytes[4 * i], &v, 4); deq[i] = v; break;
+                case DType::BF16: {
+                    const uint16_t h = f32_to_bf16(v);
+                    std::memcpy(&bytes[2 * i], &h, 2);
+                    deq[i] = bf16_to_f32(h);
+                    break;
+                }
+                case DType::F16: {
+                    const uint16_t h = f32_to_f16(v);
+                    std::memcpy(&bytes[2 * i], &h, 2);
+                    deq[i] = f16_to_f32(h);
+                    break;
+                }
+                default: {
+                    const float s = w.scale_inv[(r / 128) * 2 + c / 128];
+                    bytes[i] = f32_to_fp8e4m3(v / s);
+                    deq[i] = fp8e4m3_to_f32(bytes[i]) * s;
+                }
+            }
+        }
+        w.data = bytes.data();
+        Tensor y = ops.alloc(DType::F32, {5, 131});
+        ops.linear(x, w, y);
+        for (int64_t i = 0; i < 5; ++i) {
+            for (int64_t r = 0; r < 131; ++r) {
+                double ref = 0;
+                for (int64_t c = 0; c < 130; ++c) ref += static_cast<double>(x.f32()[i * 130 + c]) * deq[r * 130 + c];
+                ASSERT_NEAR(y.f32()[i * 131 + r], ref, 1e-4 * (1 + std::fabs(ref))) << dtype_name(t);
+            }
+        }
+    }
+}
+
+TEST(CpuOps, IndexerTopkMatchesBruteForceAndIsCausal) {
+    CpuOps ops;
+    const int64_t n_head = 3, d = 8, topk = 4, ctx = 10;
+    const Tensor q = random_tensor(ops, {2, n_head, d}, 4);
+    const Tensor w = random_tensor(ops, {2, n_head}, 5);
+    Tensor keys = random_tensor(ops, {128, d}, 6);
+    std::vector<int32_t> table = {1};  // the sequence lives in block 1: slots 64..127
+    std::vector<int32_t> pos = {2, ctx - 1}, seq = {0, 0}, offs = {0};
+    Tensor out = ops.alloc(DType::I32, {2, topk});
+    IndexerTopkParams p;
+    p.q = &q;
+    p.weights = &w;
+    p.keys = &keys;
+    p.map = CacheMap{64, pos.data(), seq.data(), offs.data(), table.data()};
+    p.softmax_scale = 0.5f;
+    p.head_scale = 0.25f;
+    p.topk = topk;
+    p.out_slots = &out;
+    ops.indexer_topk(p);
+    // Token 0 at position 2 has only 3 candidates: all selected, padded with -1.
+    EXPECT_EQ(std::vector<int32_t>(out.i32(), out.i32() + 4), (std::vector<int32_t>{64, 65, 66, -1}));
+    std::vector<std::pair<float, int32_t>> scores;
+    for (int32_t t = 0; t < ctx; ++t) {
+        float s = 0;
+        for (int64_t h = 0; h < n_head; ++h) {
+            float qk = 0;
+            for (int64_t c = 0; c < d; ++c) qk += q.f32()[(n_head + h) * d + c] * keys.f32()[(64 + t) * d + c];
+            s += w.f32()[n_head + h] * 0.25f * std::max(qk * 0.5f, 0.0f);
+        }
+        scores.push_back({-s, 64 + t});
+    }
+    std::sort(scores.begin(), scores.end());
+    std::vector<int32_t> expect;
+    for (int i = 0; i < topk; ++i) expect.push_back(scores[i].second);
+    std::sort(expect.begin(), expect.end());
+    EXPECT_EQ(std::vector<int32_t>(out.i32() + 4, out.i32() + 8), expect);
+}
+
+TEST(CpuOps, SparseMlaIsSoftmaxOverExactlyTheSelectedSlots) {
+    CpuOps ops;
+    const int64_t n_head = 2, d = 6, d_v = 4;
+    const Tensor q = random_tensor(ops, {1, n_head, d}, 7);
+    const Tensor cache = random_tensor(ops, {16, d}, 8);
+    Tensor slots = ops.upload_i32({3, -1, 9, 12});
+    slots.shape = {1, 4};
+    Tensor out = ops.alloc(DType::F32, {1, n_head, d_v});
+    SparseMlaParams p{&q, &cache, &slots, d_v, 0.3f, &out};
+    ops.sparse_mla(p);
+    for (int64_t h = 0; h < n_head; ++h) {
+        double w[3], sum = 0;
+        const int sel[3] = {3, 9, 12};
+        for (int j = 0; j < 3; ++j) {
+            double s = 0;
+            for (int64_t c = 0; c < d; ++c) s += q.f32()[h * d + c] * cache.f32()[sel[j] * d + c];
+            w[j] = std::exp(0.3 * s);
+            sum += w[j];
+        }
+        for (int64_t c = 0; c < d_v; ++c) {
+            double ref = 0;
+            for (int j = 0; j < 3; ++j) ref += w[j] / sum * cache.f32()[sel[j] * d + c];
+            EXPECT_NEAR(out.f32()[h * d_v + c], ref, 1e-5);
+        }
+    }
+}
+
+TEST(CpuOps, AbsorbedMlaEqualsExpandedMultiHeadAttention) {
+    // q_nope·k_nope + q_pe·k_pe over expanded heads == [q_nope·W_UK | q_pe]·[c | k_pe] (model-spec §2.5).
+    CpuOps ops;
+    const int64_t n_head = 2, nope = 3, rope = 2, dv = 3, r = 5;
+    const Tensor q = random_tensor(ops, {1, n_head, nope + rope}, 9);
+    const Tensor kvb_t = random_tensor(ops, {n_head * (nope + dv), r}, 10);
+    const Weight kv_b = f32_weight(kvb_t);
+    const Tensor cache = random_tensor(ops, {4, r + rope}, 11);
+    Tensor q_lat = ops.alloc(DType::F32, {1, n_head, r + rope});
+    ops.mla_absorb_q(q, kv_b, nope, dv, q_lat);
+    Tensor slots = ops.upload_i32({0, 1, 2, 3});
+    slots.shape = {1, 4};
+    Tensor lat = ops.alloc(DType::F32, {1, n_head, r});
+    SparseMlaParams sp{&q_lat, &cache, &slots, r, 0.7f, &lat};
+    ops.sparse_mla(sp);
+    Tensor o = ops.alloc(DType::F32, {1, n_head * dv});
+    ops.mla_expand_v(lat, kv_b, nope, dv, o);
+    for (int64_t h = 0; h < n_head; ++h) {
+        const float* W = kvb_t.f32() + h * (nope + dv) * r;
+        double s[4], sum = 0;
+        for (int t = 0; t < 4; ++t) {
+            const float* c = cache.f32() + t * (r + rope);
+            double acc = 0;
+            for (int i = 0; i < nope; ++i) {
+                double k = 0;
+                for (int j = 0; j < r; ++j) k += W[i * r + j] * c[j];
+                acc += q.f32()[h * (nope + rope) + i] * k;
+            }
+            for (int i = 0; i < rope; ++i) acc += q.f32()[h * (nope + rope) + nope + i] * c[r + i];
+            s[t] = std::exp(0.7 * acc);
+            sum += s[t];
+        }
+        for (int v = 0; v < dv; ++v) {
+            double ref = 0;
+            for (int t = 0; t < 4; ++t) {
+                double val = 0;
+                for (int j = 0; j < r; ++j) val += W[(nope + v) * r + j] * cache.f32()[t * (r + rope) + j];
+                ref += s[t] / sum * val;
+            }
+            EXPECT_NEAR(o.f32()[h * dv + v], ref, 1e-5);
+        }
+    }
+}
+
+TEST(CpuOps, MoeRouteUsesBiasForChoiceOnlyAndGroupLimit) {
+    CpuOps ops;
+    // One token, 4 experts in 2 groups, router = identity-like so logits are chosen directly.
+    Tensor x = ops.alloc(DType::F32, {1, 4});
+    const float logits[4] = {2.0f, 1.0f, 0.5f, 0.4f};
+    std::copy(logits, logits + 4, x.f32());
+    Tensor eye = ops.alloc(DType::F32, {4, 4});
+    for (int i = 0; i < 16; ++i) eye.f32()[i] = (i % 5 == 0) ? 1.0f : 0.0f;
+    const Weight gate = f32_weight(eye);
+    Tensor ids = ops.alloc(DType::I32, {1, 2});
+    Tensor w = ops.alloc(DType::F32, {1, 2});
+    MoeRouteParams p;
+    p.top_k = 2;
+    p.routed_scaling_factor = 2.5f;
+    // The bias pushes expert 3 to the top of the choice, but its weight is its unbiased sigmoid score.
+    ops.moe_route(x, gate, {0.0f, 0.0f, 0.0f, 1.0f}, p, ids, w);
+    EXPECT_EQ(ids.i32()[0], 3);
+    EXPECT_EQ(ids.i32()[1], 0);
+    const float s3 = 1 / (1 + std::exp(-0.4f)), s0 = 1 / (1 + std::exp(-2.0f));
+    EXPECT_NEAR(w.f32()[0], 2.5f * s3 / (s3 + s0), 1e-6);
+    EXPECT_NEAR(w.f32()[1], 2.5f * s0 / (s3 + s0), 1e-6);
+    // Group limit: groups {0,1} and {2,3}; with one group kept, both picks come from group 0.
+    p.n_group = 2;
+    p.topk_group = 1;
+    ops.moe_route(x, gate, {0.0f, 0.0f, 0.0f, 0.0f}, p, ids, w);
+    EXPECT_EQ(ids.i32()[0], 0);
+    EXPECT_EQ(ids.i32()[1], 1);
+}
+
+}  // namespace
+}  // namespace megactx
