@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what the tests need, builds, and runs every CPU test (labels unit, ops, model), then the unit
+# and model tests again under AddressSanitizer + UndefinedBehaviorSanitizer, then each fuzz target briefly.
+# Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer and fuzz stages)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs=$(nproc)
+
+bash scripts/install-deps.sh
+
+echo "== release build and tests =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build -L 'unit|ops|model' --output-on-failure -j"$jobs"
+
+[ "$quick" -eq 1 ] && exit 0
+
+echo "== ASan + UBSan build and tests =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEGACTX_SANITIZE=ON -DMEGACTX_BENCH=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan -L 'unit|ops|model' --output-on-failure -j"$jobs"
+
+if [ -x scripts/fuzz.sh ]; then
+    echo "== fuzz targets (short run) =="
+    bash scripts/fuzz.sh 30
+fi
