@@ -26,6 +26,10 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 int64_t rows_of(const Tensor& t) { return t.numel() / t.shape.back(); }
 
+// Below this many multiply-adds a parallel region costs more than it saves (and with more threads than
+// free cores, far more): small ops run on the calling thread. Results are identical either way.
+constexpr int64_t kParallelMinWork = 1 << 16;
+
 }  // namespace
 
 Tensor CpuOps::alloc(DType dtype, std::vector<int64_t> shape) {
@@ -66,7 +70,7 @@ void CpuOps::rms_norm(const Tensor& x, const std::vector<float>& w, float eps, T
     const int64_t d = x.shape.back(), n = rows_of(x);
     const float* px = x.f32();
     float* py = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) {
         const float* xi = px + i * d;
         float* yi = py + i * d;
@@ -81,7 +85,7 @@ void CpuOps::layer_norm(const Tensor& x, const std::vector<float>& w, const std:
     const int64_t d = x.shape.back(), n = rows_of(x);
     const float* px = x.f32();
     float* py = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) {
         const float* xi = px + i * d;
         float* yi = py + i * d;
@@ -105,7 +109,7 @@ void CpuOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
     // Rows of W are dequantized once per call in tiles of kTile and reused across all tokens.
     constexpr int64_t kTile = 16;
     const int64_t n_tiles = (out + kTile - 1) / kTile;
-#pragma omp parallel
+#pragma omp parallel if (n * in * out >= kParallelMinWork)
     {
         std::vector<float> tile(static_cast<size_t>(kTile * in));
 #pragma omp for schedule(dynamic, 1)
@@ -130,7 +134,7 @@ void CpuOps::rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, flo
     for (int64_t i = 0; i < dim / 2; ++i) {
         inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * n_head * dim >= kParallelMinWork)
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t i = 0; i < dim / 2; ++i) {
             const float angle = static_cast<float>(p[t]) * inv_freq[i];
@@ -184,7 +188,7 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
         scores.resize(static_cast<size_t>(n_cand));
         const float* qi = q + i * n_head * d;
         const float* wi = w + i * n_head;
-#pragma omp parallel for schedule(static) if (parallel_inner)
+#pragma omp parallel for schedule(static) if (parallel_inner && n_cand * n_head * d >= kParallelMinWork)
         for (int64_t t = 0; t < n_cand; ++t) {
             const float* k = keys + slot_of(i, t) * d;
             float s = 0.0f;
@@ -203,7 +207,7 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
         }
     };
     if (n >= omp_get_max_threads()) {
-#pragma omp parallel
+#pragma omp parallel if (n * (m.pos[n - 1] + 1) * n_head * d >= kParallelMinWork)
         {
             std::vector<float> scores;
             std::vector<int32_t> chosen;
@@ -227,7 +231,7 @@ void CpuOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, i
     const int64_t n = q.dim(0), n_head = q.dim(1), d_qk = q.dim(2), r = kv_b.cols, d_out = q_out.dim(2);
     const float* pq = q.f32();
     float* po = q_out.f32();
-#pragma omp parallel
+#pragma omp parallel if (n * n_head * d_nope * r >= kParallelMinWork)
     {
         std::vector<float> w_uk(static_cast<size_t>(d_nope * r));
 #pragma omp for schedule(static)
@@ -256,7 +260,7 @@ void CpuOps::sparse_mla(const SparseMlaParams& p) {
     const float* cache = p.cache->f32();
     const int32_t* slots = p.slots->i32();
     float* out = p.out->f32();
-#pragma omp parallel
+#pragma omp parallel if (n * n_head * topk * d >= kParallelMinWork)
     {
         std::vector<float> prob(static_cast<size_t>(topk));
 #pragma omp for collapse(2) schedule(static)
@@ -294,7 +298,7 @@ void CpuOps::mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope,
     const int64_t n = lat.dim(0), n_head = lat.dim(1), r = lat.dim(2);
     const float* pl = lat.f32();
     float* po = out.f32();
-#pragma omp parallel
+#pragma omp parallel if (n * n_head * d_v * r >= kParallelMinWork)
     {
         std::vector<float> w_uv(static_cast<size_t>(d_v * r));
 #pragma omp for schedule(static)
@@ -394,7 +398,7 @@ void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weigh
         }
     }
     float* py = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * k * d >= kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) {
         float* yi = py + i * d;
         std::fill(yi, yi + d, 0.0f);
@@ -419,7 +423,7 @@ void CpuOps::add(Tensor& y, const Tensor& x) {
     float* py = y.f32();
     const float* px = x.f32();
     const int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinWork)
     for (int64_t i = 0; i < n; ++i) py[i] += px[i];
 }
 
