@@ -202,6 +202,10 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     c.n_mtp_layers = r.integer("num_nextn_predict_layers", 0, 0);
     c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
     resolve_rope(r, c);
+    if (const json* q = r.find("quantization_config")) {
+        MEGACTX_CHECK(q->is_object(), "{}: field 'quantization_config' must be an object", source);
+        c.quant_method = Reader{*q, source}.string("quant_method", "unknown");
+    }
 
     MEGACTX_CHECK(r.string("hidden_act", "silu") == "silu", "{}: hidden_act '{}' is not supported (expected 'silu')",
                   source, r.string("hidden_act", ""));

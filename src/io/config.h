@@ -37,6 +37,7 @@ struct ModelConfig {
     int64_t index_topk = 0;
     int64_t n_mtp_layers = 0;  // num_nextn_predict_layers
     bool tie_word_embeddings = false;
+    std::string quant_method;  // quantization_config.quant_method ("fp8" for GLM-5.2-FP8); empty when unquantized
     std::vector<int64_t> eos_token_ids;
 
     // Resolved per layer, size n_layers: indexer_types > index_topk_pattern > freq/offset > all full.
