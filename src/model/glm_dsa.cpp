@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "model/tap.h"
 
 namespace megactx {
 
@@ -129,6 +130,8 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     Tensor q = ops.alloc(DType::F32, {n, n_head, c.qk_head_dim()});  // [n, n_head, nope | rope]
     ops.linear(qr, L.q_b, q);
     ops.rope(q, c.qk_nope_head_dim, d_rope, plan.pos, c.rope_theta);
+    tap(ops, qr, "q_latent", i_layer);
+    tap(ops, q, "q", i_layer);
 
     // the token's cache row [c | k_pe]
     Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope]
@@ -143,6 +146,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     Tensor row = ops.alloc(DType::F32, {n, c.d_latent()});
     ops.concat_cols(c_kv, k_pe, row);
     ops.cache_write(row, plan.write_slots, kv.latent(i_layer));
+    tap(ops, row, "kv_latent_row", i_layer);
 
     // DSA indexer on full layers; shared layers keep `topk` from the last full layer
     if (run_indexer) {
@@ -168,6 +172,9 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         ip.topk = c.index_topk;
         ip.out_slots = &topk;
         ops.indexer_topk(ip);
+        tap(ops, iq, "indexer_q", i_layer);
+        tap(ops, ik, "indexer_k", i_layer);
+        tap(ops, gates, "indexer_gates", i_layer);
     }
 
     // absorbed sparse MLA over exactly the selected slots
@@ -182,9 +189,12 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     sp.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()));
     sp.out = &lat;
     ops.sparse_mla(sp);
+    tap(ops, topk, "topk_slots", i_layer);
+    tap(ops, lat, "attn_latent", i_layer);
     Tensor o = ops.alloc(DType::F32, {n, n_head * c.v_head_dim});  // [n, n_head · v_head_dim]
     ops.mla_expand_v(lat, L.kv_b, c.qk_nope_head_dim, c.v_head_dim, o);
     ops.linear(o, L.o, out);
+    tap(ops, out, "attn_out", i_layer);
 }
 
 void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv,
@@ -211,6 +221,8 @@ void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const Batc
         Tensor ids = ops.alloc(DType::I32, {n, rp.top_k});
         Tensor w = ops.alloc(DType::F32, {n, rp.top_k});
         ops.moe_route(h, L.router, L.router_bias, rp, ids, w);
+        tap(ops, ids, "moe_ids", i_layer);
+        tap(ops, w, "moe_weights", i_layer);
         ops.moe_experts(h, ids, w, L.experts, y);
         if (L.has_shared_expert) {
             Tensor ys = ops.alloc(DType::F32, {n, H});
@@ -220,7 +232,9 @@ void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const Batc
     } else {
         ops.swiglu_mlp(h, L.mlp, y);
     }
+    tap(ops, y, "ffn_out", i_layer);
     ops.add(x, y);
+    tap(ops, x, "residual", i_layer);
 }
 
 ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
@@ -229,12 +243,14 @@ ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<f
     ForwardResult r;
     r.hidden = ops.alloc(DType::F32, {n, H});
     ops.rms_norm(x, norm, config_.rms_norm_eps, r.hidden);
+    tap(ops, r.hidden, "hidden");
     const auto n_rows = static_cast<int64_t>(plan.logit_rows.size());
     r.logits = ops.alloc(DType::F32, {n_rows, config_.vocab_size});
     if (n_rows > 0) {
         Tensor rows = ops.alloc(DType::F32, {n_rows, H});
         ops.gather_rows(r.hidden, plan.logit_rows_dev, rows);
         ops.linear(rows, lm_head_, r.logits);
+        tap(ops, r.logits, "logits");
     }
     r.topk = std::move(topk);
     return r;
@@ -242,6 +258,7 @@ ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<f
 
 ForwardResult GlmDsaModel::forward(Ops& ops, const Batch& batch, KvCache& kv) const {
     check_batch(batch);
+    Tap::instance().begin_forward();
     const BatchPlan plan(ops, batch);
     const int64_t n = batch.n_tokens();
     Tensor x = ops.alloc(DType::F32, {n, config_.hidden_size});  // [n, hidden] residual stream
@@ -258,6 +275,7 @@ ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tenso
     MEGACTX_CHECK(has_mtp(), "{}: the checkpoint has no MTP layer (model.layers.{}.*)", store_->dir(),
                   config_.n_layers);
     check_batch(batch);
+    Tap::instance().begin_forward();
     const BatchPlan plan(ops, batch);
     const int64_t n = batch.n_tokens(), H = config_.hidden_size, i_mtp = config_.n_layers;
     const LayerWeights& L = layers_[static_cast<size_t>(i_mtp)];
