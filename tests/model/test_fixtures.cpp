@@ -41,6 +41,11 @@ TEST_P(FixtureLogits, MatchesTransformers) {
                 static_cast<long long>(c.chunk), err / scale);
     EXPECT_LE(err, test::fixture_tolerance(c.fixture) * scale)
         << c.fixture << " chunk " << c.chunk << ": max |logit - ref| = " << err << ", max |ref| = " << scale;
+    // Stricter than the bound: this implementation lands near 5e-6 on every fixture, while using
+    // eps 1e-5 instead of 1e-6 in the q/kv latent norms (model-spec §2.7) gives 3.5e-5 to 6e-5 here and
+    // would slip through 1e-4. The fixtures compute in fp32 from the stored weights, so this holds for BF16
+    // and FP8 weights too.
+    EXPECT_LE(err, 2e-5 * scale) << c.fixture << " chunk " << c.chunk << ": above the implementation's bound";
 }
 
 std::vector<Case> all_cases() {
