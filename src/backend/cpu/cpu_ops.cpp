@@ -26,6 +26,11 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 int64_t rows_of(const Tensor& t) { return t.numel() / t.shape.back(); }
 
+// Row-wise and elementwise ops below this many elements run on the calling thread: for a decode step (one
+// row) the fork/join costs more than the work, and far more when the other cores are busy. Each element is
+// computed the same way on either path.
+constexpr int64_t kMinParallelElems = 16384;
+
 }  // namespace
 
 Tensor CpuOps::alloc(DType dtype, std::vector<int64_t> shape) {
@@ -66,7 +71,7 @@ void CpuOps::rms_norm(const Tensor& x, const std::vector<float>& w, float eps, T
     const int64_t d = x.shape.back(), n = rows_of(x);
     const float* px = x.f32();
     float* py = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kMinParallelElems)
     for (int64_t i = 0; i < n; ++i) {
         const float* xi = px + i * d;
         float* yi = py + i * d;
@@ -81,7 +86,7 @@ void CpuOps::layer_norm(const Tensor& x, const std::vector<float>& w, const std:
     const int64_t d = x.shape.back(), n = rows_of(x);
     const float* px = x.f32();
     float* py = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kMinParallelElems)
     for (int64_t i = 0; i < n; ++i) {
         const float* xi = px + i * d;
         float* yi = py + i * d;
@@ -130,7 +135,7 @@ void CpuOps::rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, flo
     for (int64_t i = 0; i < dim / 2; ++i) {
         inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * n_head * dim >= kMinParallelElems)
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t i = 0; i < dim / 2; ++i) {
             const float angle = static_cast<float>(p[t]) * inv_freq[i];
@@ -419,7 +424,7 @@ void CpuOps::add(Tensor& y, const Tensor& x) {
     float* py = y.f32();
     const float* px = x.f32();
     const int64_t n = y.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelElems)
     for (int64_t i = 0; i < n; ++i) py[i] += px[i];
 }
 
