@@ -217,9 +217,19 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
         out.write(reinterpret_cast<const char*>(len), 8);
         out.write(h.data(), static_cast<std::streamsize>(h.size()));
         for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-        MEGACTX_CHECK(out.good(), "{}: write failed", tmp);
+        out.close();  // flushes: a full disk shows up here, not in the destructor
+        if (!out.good()) {
+            std::error_code ec;
+            std::filesystem::remove(tmp, ec);
+            MEGACTX_FAIL("{}: write failed", path);
+        }
     }
-    std::filesystem::rename(tmp, path);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        MEGACTX_FAIL("{}: cannot write", path);
+    }
 }
 
 }  // namespace megactx
