@@ -6,6 +6,7 @@
 //            the indexer scan, sparse_mla the sparse attention. Medians over steps are the headline numbers
 //            (robust to a step stalled by other work on the machine); means are in the JSON too.
 // Prints a table and writes JSON with device, date, commit, threads and every number.
+#include <cstdlib>
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -226,7 +227,10 @@ int run(const Options& o, const std::string& command) {
     json out = {{"bench", "bench_cpu"},
                 {"device", device_info()},
                 {"date", utc_now()},
-                {"commit", run_command("git -C '" MEGACTX_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null")},
+                // MEGACTX_COMMIT names the commit where the tree was copied without .git (the GPU machine).
+                {"commit", std::getenv("MEGACTX_COMMIT")
+                               ? std::string(std::getenv("MEGACTX_COMMIT"))
+                               : run_command("git -C '" MEGACTX_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null")},
                 {"dirty", !run_command("git -C '" MEGACTX_SOURCE_DIR
                                        "' status --porcelain --untracked-files=no 2>/dev/null")
                                .empty()},
