@@ -145,7 +145,8 @@ std::string render_glm5(const std::vector<Message>& messages, const Json& tools,
                     const ToolCall& tc = m.tool_calls[j];
                     out += "<tool_call>";
                     out += tc.name;
-                    for (const auto& [k, v] : arguments_object(tc, i, j).items()) {
+                    const Json args = arguments_object(tc, i, j);
+                    for (const auto& [k, v] : args.items()) {
                         out += "<arg_key>";
                         out += k;
                         out += "</arg_key><arg_value>";
