@@ -209,11 +209,17 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
         int64_t n_cand = 0;
         for (int64_t i = i0; i < i1; ++i) n_cand = std::max<int64_t>(n_cand, m.pos[i] + 1);
         scores.resize(static_cast<size_t>((i1 - i0) * n_cand));
+        // Blocks of the sequence in order; within a block the slots (and keys) are contiguous.
+        const int32_t* table = m.tables + m.table_offset[seq];
+        const int64_t n_blk = (n_cand + m.block_size - 1) / m.block_size;
 #pragma omp parallel for schedule(static) if (parallel_inner && n_cand * (i1 - i0) * n_head * d >= kParallelMinWork)
-        for (int64_t t = 0; t < n_cand; ++t) {
-            const float* k = keys + slot_of(seq, t) * d;
+        for (int64_t b = 0; b < n_blk; ++b) {
+            const float* kb = keys + static_cast<int64_t>(table[b]) * m.block_size * d;
+            const int64_t t0 = b * m.block_size, t1 = std::min(n_cand, t0 + m.block_size);
             for (int64_t i = i0; i < i1; ++i) {
-                if (t <= m.pos[i]) scores[static_cast<size_t>((i - i0) * n_cand + t)] = score(i, k);
+                float* si = scores.data() + (i - i0) * n_cand;
+                const int64_t t_end = std::min<int64_t>(t1, m.pos[i] + 1);
+                for (int64_t t = t0; t < t_end; ++t) si[t] = score(i, kb + (t - t0) * d);
             }
         }
         for (int64_t i = i0; i < i1; ++i) {
@@ -282,7 +288,17 @@ void CpuOps::sparse_mla(const SparseMlaParams& p) {
                 const float* qh = q + (i * n_head + h) * d;
                 const int32_t* si = slots + i * topk;
                 float mx = -std::numeric_limits<float>::infinity();
+                // The selected rows are scattered over the whole cache, so at long context every one is a
+                // cache miss: prefetch a few rows ahead to overlap the misses instead of paying them in turn.
+                constexpr int64_t kAhead = 8;
+                auto prefetch_row = [&](int64_t j) {
+                    if (j >= topk || si[j] < 0) return;
+                    const char* row = reinterpret_cast<const char*>(cache + static_cast<int64_t>(si[j]) * d);
+                    for (int64_t b = 0; b < d * 4; b += 64) __builtin_prefetch(row + b);
+                };
+                for (int64_t j = 0; j < kAhead; ++j) prefetch_row(j);
                 for (int64_t j = 0; j < topk; ++j) {
+                    prefetch_row(j + kAhead);
                     if (si[j] < 0) continue;
                     prob[j] = dot(qh, cache + static_cast<int64_t>(si[j]) * d, d) * p.scale;
                     mx = std::max(mx, prob[j]);
