@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -37,9 +38,14 @@ Tensor CpuOps::alloc(DType dtype, std::vector<int64_t> shape) {
     t.dtype = dtype;
     t.shape = std::move(shape);
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * dtype_size(dtype);
-    const size_t aligned = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, aligned);
+    // Large buffers (the KV pools) are 2 MiB aligned and asked to live on huge pages: sparse attention reads
+    // rows scattered over the whole pool, and with 4 KiB pages nearly every row is also a TLB miss.
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t align = bytes >= kHuge ? kHuge : 64;
+    const size_t aligned = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, aligned);
     MEGACTX_CHECK(p != nullptr, "out of host memory allocating {} bytes", aligned);
+    if (align == kHuge) madvise(p, aligned, MADV_HUGEPAGE);  // advisory: ignored where unsupported
     t.storage = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
     t.data = p;
     return t;
