@@ -11,6 +11,10 @@ packages=(
     python3 python3-numpy
 )
 
+# Node.js + npm run the reference implementations the tests compare against (tokenizers, jinja, openai).
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,6 +15,7 @@ bash tests/tokenizer/setup.sh
 echo "== release build and tests =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
+bash tests/chat/setup.sh  # Node reference prompts for the chat-format parity tests
 ctest --test-dir build -L 'unit|ops|model' --output-on-failure -j"$jobs"
 
 [ "$quick" -eq 1 ] && exit 0

@@ -13,6 +13,54 @@ void SamplingParams::validate() const {
                   temperature);
     MEGACTX_CHECK(std::isfinite(top_p) && top_p > 0.0f && top_p <= 1.0f, "top_p must be in (0, 1], got {}", top_p);
     MEGACTX_CHECK(top_k >= 0, "top_k must be >= 0, got {}", top_k);
+    MEGACTX_CHECK(std::isfinite(min_p) && min_p >= 0.0f && min_p <= 1.0f, "min_p must be in [0, 1], got {}", min_p);
+    MEGACTX_CHECK(std::isfinite(presence_penalty) && std::fabs(presence_penalty) <= 2.0f,
+                  "presence_penalty must be in [-2, 2], got {}", presence_penalty);
+    MEGACTX_CHECK(std::isfinite(frequency_penalty) && std::fabs(frequency_penalty) <= 2.0f,
+                  "frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+    MEGACTX_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f,
+                  "repetition_penalty must be > 0, got {}", repetition_penalty);
+}
+
+void apply_penalties(const SamplingParams& p, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                     float* logits, int64_t vocab) {
+    if (p.repetition_penalty != 1.0f) {
+        std::vector<bool> seen(static_cast<size_t>(vocab), false);
+        for (const auto* list : {&prompt, &output}) {
+            for (int32_t t : *list) seen[static_cast<size_t>(t)] = true;
+        }
+        for (int64_t i = 0; i < vocab; ++i) {
+            if (!seen[i]) continue;
+            logits[i] = logits[i] > 0 ? logits[i] / p.repetition_penalty : logits[i] * p.repetition_penalty;
+        }
+    }
+    if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+        std::vector<int32_t> count(static_cast<size_t>(vocab), 0);
+        for (int32_t t : output) ++count[static_cast<size_t>(t)];
+        for (int64_t i = 0; i < vocab; ++i) {
+            if (count[i] == 0) continue;
+            logits[i] -= p.frequency_penalty * static_cast<float>(count[i]) + p.presence_penalty;
+        }
+    }
+}
+
+TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, int64_t n_top) {
+    double mx = logits[0];
+    for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+    double sum = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+    const double lse = mx + std::log(sum);
+    TokenLogprobs r;
+    r.logprob = static_cast<float>(logits[token] - lse);
+    if (n_top > 0) {
+        std::vector<int32_t> order(static_cast<size_t>(vocab));
+        std::iota(order.begin(), order.end(), 0);
+        const auto k = static_cast<size_t>(std::min(n_top, vocab));
+        std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(),
+                          [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+        for (size_t i = 0; i < k; ++i) r.top.push_back({order[i], static_cast<float>(logits[order[i]] - lse)});
+    }
+    return r;
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { p_.validate(); }
@@ -55,6 +103,12 @@ std::vector<float> Sampler::probs(const float* logits, int64_t vocab) const {
             }
         }
         keep = cut;
+        sum = 0.0;
+        for (size_t i = 0; i < keep; ++i) sum += e[i];
+    }
+    if (p_.min_p > 0.0f) {  // relative to the most likely remaining token
+        const double floor = p_.min_p * e[0];
+        while (keep > 1 && e[keep - 1] < floor) --keep;
         sum = 0.0;
         for (size_t i = 0; i < keep; ++i) sum += e[i];
     }

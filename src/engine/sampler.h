@@ -12,6 +12,10 @@ struct SamplingParams {
     float top_p = 1.0f;        // (0, 1]
     int64_t top_k = 0;         // 0 = all
     uint64_t seed = 0;
+    float min_p = 0.0f;               // [0, 1]: drop tokens below min_p · p(most likely)
+    float presence_penalty = 0.0f;    // [-2, 2], OpenAI: over generated tokens
+    float frequency_penalty = 0.0f;   // [-2, 2], OpenAI: over generated tokens
+    float repetition_penalty = 1.0f;  // > 0, HF/vLLM: over prompt and generated tokens
 
     void validate() const;  // clear errors naming the parameter
 };
@@ -32,5 +36,16 @@ private:
 
 // Index of the largest logit; the lowest index wins ties.
 int32_t argmax(const float* logits, int64_t vocab);
+
+// Applies presence/frequency (over `output`) and repetition (over `prompt` and `output`) penalties in place.
+void apply_penalties(const SamplingParams& p, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                     float* logits, int64_t vocab);
+
+// log-softmax of the raw logits at `token`, and the n most likely tokens with their log-probabilities.
+struct TokenLogprobs {
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, int64_t n_top);
 
 }  // namespace megactx

@@ -22,6 +22,9 @@ int64_t ModelConfig::n_full_layers() const {
 
 namespace {
 
+// Per-layer lists are allocated while parsing, so the layer counts get a sane bound (GLM-5.x has 78 + 1).
+constexpr int64_t kMaxLayers = 4096;
+
 // Field readers: absent or null → fallback (or an error when required); wrong type → an error naming the field.
 struct Reader {
     const json& j;
@@ -31,7 +34,8 @@ struct Reader {
         const auto it = j.find(key);
         return it == j.end() || it->is_null() ? nullptr : &*it;
     }
-    int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+    int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1,
+                    int64_t max = int64_t{1} << 40) const {
         const json* v = find(key);
         if (!v) {
             MEGACTX_CHECK(fallback.has_value(), "{}: missing field '{}'", source, key);
@@ -39,8 +43,7 @@ struct Reader {
         }
         MEGACTX_CHECK(v->is_number_integer(), "{}: field '{}' must be an integer, got {}", source, key, v->dump());
         const int64_t x = v->get<int64_t>();
-        MEGACTX_CHECK(x >= min && x <= (int64_t{1} << 40), "{}: field '{}' = {} is out of range (minimum {})", source,
-                      key, x, min);
+        MEGACTX_CHECK(x >= min && x <= max, "{}: field '{}' = {} is out of range [{}, {}]", source, key, x, min, max);
         return x;
     }
     double number(const char* key, double fallback) const {
@@ -174,7 +177,7 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     c.hidden_size = r.integer("hidden_size");
     c.intermediate_size = r.integer("intermediate_size");
     c.moe_intermediate_size = r.integer("moe_intermediate_size");
-    c.n_layers = r.integer("num_hidden_layers");
+    c.n_layers = r.integer("num_hidden_layers", std::nullopt, 1, kMaxLayers);
     c.n_head = r.integer("num_attention_heads");
     const int64_t n_kv_head = r.integer("num_key_value_heads", c.n_head);
     MEGACTX_CHECK(n_kv_head == c.n_head, "{}: num_key_value_heads ({}) must equal num_attention_heads ({}) for MLA",
@@ -199,7 +202,7 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     c.n_head_indexer = r.integer("index_n_heads");
     c.d_indexer = r.integer("index_head_dim");
     c.index_topk = r.integer("index_topk");
-    c.n_mtp_layers = r.integer("num_nextn_predict_layers", 0, 0);
+    c.n_mtp_layers = r.integer("num_nextn_predict_layers", 0, 0, kMaxLayers);
     c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
     resolve_rope(r, c);
     if (const json* q = r.find("quantization_config")) {

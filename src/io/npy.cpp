@@ -31,9 +31,19 @@ void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape, c
         out.write(len_bytes, 2);
         out.write(header.data(), static_cast<std::streamsize>(header.size()));
         out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * 4));
-        MEGACTX_CHECK(out.good(), "{}: write failed", path);
+        out.close();  // flushes: a full disk shows up here, not in the destructor
+        if (!out.good()) {
+            std::error_code ec;
+            std::filesystem::remove(tmp, ec);
+            MEGACTX_FAIL("{}: write failed", path);
+        }
     }
-    std::filesystem::rename(tmp, path);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        MEGACTX_FAIL("{}: cannot write", path);
+    }
 }
 
 NpyArray read_npy_f32(const std::string& path) {

@@ -67,14 +67,18 @@ std::map<std::string, TensorInfo> SafetensorsFile::parse(const uint8_t* data, si
         const auto sh = entry.find("shape");
         MEGACTX_CHECK(sh != entry.end() && sh->is_array(), "{}: tensor '{}': missing array field 'shape'", source,
                       name);
+        // Every prefix product stays below 2^48 (checked before multiplying, so it cannot wrap), which keeps
+        // TensorInfo::numel() and the byte counts below well inside 64 bits.
+        constexpr uint64_t kMaxNumel = uint64_t{1} << 48;
         uint64_t numel = 1;
         for (const auto& d : *sh) {
             MEGACTX_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() < (int64_t{1} << 40),
                           "{}: tensor '{}': shape entries must be non-negative integers", source, name);
             t.shape.push_back(d.get<int64_t>());
-            numel *= static_cast<uint64_t>(t.shape.back());
-            MEGACTX_CHECK(numel < (uint64_t{1} << 48), "{}: tensor '{}': shape {} is too large", source, name,
+            const auto dim = static_cast<uint64_t>(t.shape.back());
+            MEGACTX_CHECK(dim == 0 || numel < kMaxNumel / dim, "{}: tensor '{}': shape {} is too large", source, name,
                           sh->dump());
+            numel *= dim;
         }
 
         const auto off = entry.find("data_offsets");
@@ -213,9 +217,19 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
         out.write(reinterpret_cast<const char*>(len), 8);
         out.write(h.data(), static_cast<std::streamsize>(h.size()));
         for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-        MEGACTX_CHECK(out.good(), "{}: write failed", tmp);
+        out.close();  // flushes: a full disk shows up here, not in the destructor
+        if (!out.good()) {
+            std::error_code ec;
+            std::filesystem::remove(tmp, ec);
+            MEGACTX_FAIL("{}: write failed", path);
+        }
     }
-    std::filesystem::rename(tmp, path);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        MEGACTX_FAIL("{}: cannot write", path);
+    }
 }
 
 }  // namespace megactx

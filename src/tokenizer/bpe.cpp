@@ -180,8 +180,9 @@ void Bpe::merge_long(std::vector<int32_t>& syms) const {
     };
     std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
     auto push = [&](int i) {
+        if (i < 0) return;
         const int j = next[i];
-        if (i < 0 || j < 0) return;
+        if (j < 0) return;
         if (const MergeTable::Entry* e = merges_.find(syms[i], syms[j])) heap.push({e->rank, i, j, syms[i], syms[j]});
     };
     for (int i = 0; i + 1 < n; ++i) push(i);

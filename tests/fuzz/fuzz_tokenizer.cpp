@@ -40,7 +40,7 @@ std::string tokenizer_json(bool nfc) {
              {"id":263,"content":"word","special":false,"lstrip":false,"rstrip":false,"single_word":true,"normalized":true},
              {"id":264,"content":"\u00e9t\u00e9","special":false,"lstrip":false,"rstrip":false,"single_word":false,"normalized":true}],
            "model":{"type":"BPE","vocab":{)" +
-           vocab + R"(},"merges":["t h","th e","Ġ t","Ġt he","i n"]}})";
+           vocab + R"(},"merges":["t h","th e","Ġ t","Ġ the","i n"]}})";
 }
 
 const megactx::Tokenizer& plain() {

@@ -178,52 +178,65 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
     const float* keys = p.keys->f32();
     int32_t* out = p.out_slots->i32();
     const CacheMap& m = p.map;
-    auto slot_of = [&](int64_t i, int64_t t) {
-        const int32_t* table = m.tables + m.table_offset[m.seq[i]];
+    auto slot_of = [&](int32_t seq, int64_t t) {
+        const int32_t* table = m.tables + m.table_offset[seq];
         return static_cast<int64_t>(table[t / m.block_size]) * m.block_size + t % m.block_size;
     };
-    // Scratch is one score row per thread (bounded by the context, never n × context).
-    auto score_token = [&](int64_t i, std::vector<float>& scores, bool parallel_inner) {
-        const int64_t n_cand = static_cast<int64_t>(m.pos[i]) + 1;
-        scores.resize(static_cast<size_t>(n_cand));
+    // score(i, t) = Σ_h w_h · head_scale · ReLU(q_h · k_t · softmax_scale), always in this order.
+    auto score = [&](int64_t i, const float* k) {
         const float* qi = q + i * n_head * d;
         const float* wi = w + i * n_head;
-#pragma omp parallel for schedule(static) if (parallel_inner && n_cand * n_head * d >= kParallelMinWork)
+        float s = 0.0f;
+        for (int64_t h = 0; h < n_head; ++h) {
+            const float qk = dot(qi + h * d, k, d) * p.softmax_scale;
+            s += wi[h] * p.head_scale * std::max(qk, 0.0f);
+        }
+        return s;
+    };
+    // Queries are processed in tiles of consecutive tokens of one sequence, so each cached key is read once
+    // per tile instead of once per query. Scratch is tile × context scores per thread, never n × context.
+    constexpr int64_t kQueryTile = 16;
+    std::vector<std::pair<int64_t, int64_t>> tiles;  // [begin, end) token ranges
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i + 1;
+        while (j < n && j - i < kQueryTile && m.seq[j] == m.seq[i]) ++j;
+        tiles.push_back({i, j});
+        i = j;
+    }
+    auto run_tile = [&](int64_t i0, int64_t i1, std::vector<float>& scores, std::vector<int32_t>& chosen,
+                        bool parallel_inner) {
+        const int32_t seq = m.seq[i0];
+        int64_t n_cand = 0;
+        for (int64_t i = i0; i < i1; ++i) n_cand = std::max<int64_t>(n_cand, m.pos[i] + 1);
+        scores.resize(static_cast<size_t>((i1 - i0) * n_cand));
+#pragma omp parallel for schedule(static) if (parallel_inner && n_cand * (i1 - i0) * n_head * d >= kParallelMinWork)
         for (int64_t t = 0; t < n_cand; ++t) {
-            const float* k = keys + slot_of(i, t) * d;
-            float s = 0.0f;
-            for (int64_t h = 0; h < n_head; ++h) {
-                const float qk = dot(qi + h * d, k, d) * p.softmax_scale;
-                s += wi[h] * p.head_scale * std::max(qk, 0.0f);
+            const float* k = keys + slot_of(seq, t) * d;
+            for (int64_t i = i0; i < i1; ++i) {
+                if (t <= m.pos[i]) scores[static_cast<size_t>((i - i0) * n_cand + t)] = score(i, k);
             }
-            scores[t] = s;
+        }
+        for (int64_t i = i0; i < i1; ++i) {
+            topk_indices(scores.data() + (i - i0) * n_cand, static_cast<int64_t>(m.pos[i]) + 1, topk, chosen);
+            int32_t* oi = out + i * topk;
+            for (int64_t j = 0; j < topk; ++j) {
+                oi[j] = j < static_cast<int64_t>(chosen.size()) ? static_cast<int32_t>(slot_of(seq, chosen[j])) : -1;
+            }
         }
     };
-    auto select = [&](int64_t i, const std::vector<float>& scores, std::vector<int32_t>& chosen) {
-        topk_indices(scores.data(), static_cast<int64_t>(scores.size()), topk, chosen);
-        int32_t* oi = out + i * topk;
-        for (int64_t j = 0; j < topk; ++j) {
-            oi[j] = j < static_cast<int64_t>(chosen.size()) ? static_cast<int32_t>(slot_of(i, chosen[j])) : -1;
-        }
-    };
-    if (n >= omp_get_max_threads()) {
+    const auto n_tiles = static_cast<int64_t>(tiles.size());
+    if (n_tiles >= omp_get_max_threads()) {
 #pragma omp parallel if (n * (m.pos[n - 1] + 1) * n_head * d >= kParallelMinWork)
         {
             std::vector<float> scores;
             std::vector<int32_t> chosen;
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t i = 0; i < n; ++i) {
-                score_token(i, scores, false);
-                select(i, scores, chosen);
-            }
+            for (int64_t k = 0; k < n_tiles; ++k) run_tile(tiles[k].first, tiles[k].second, scores, chosen, false);
         }
     } else {
         std::vector<float> scores;
         std::vector<int32_t> chosen;
-        for (int64_t i = 0; i < n; ++i) {
-            score_token(i, scores, true);
-            select(i, scores, chosen);
-        }
+        for (const auto& [i0, i1] : tiles) run_tile(i0, i1, scores, chosen, true);
     }
 }
 

@@ -1,0 +1,102 @@
+// The serving engine: continuous batching over one model (design.md §4). Requests join and leave the running
+// batch every step; each step the scheduler (policy) picks decode tokens first and then prefill chunks under a
+// token budget, the model runs one ragged Batch, and each sequence that finished its chunk samples a token.
+// KV lives in 64-token blocks with prefix caching (kv/block_allocator.h). Runs on its own thread (start/stop)
+// or step by step (tests).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kv/kv_cache.h"
+#include "model/glm_dsa.h"
+
+namespace megactx {
+
+struct EngineConfig {
+    int64_t n_kv_blocks = 0;   // 0: enough for max_num_seqs sequences of max_model_len (capped by kv_cache_bytes)
+    int64_t kv_cache_bytes = 0;  // 0: no byte cap
+    int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
+    bool prefix_caching = true;
+    SchedulerConfig scheduler;
+};
+
+struct EngineStats {
+    int64_t running = 0, waiting = 0;
+    int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+    int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // prompt tokens looked up / found in the cache
+    int64_t steps = 0, preemptions = 0;
+    int64_t prompt_tokens = 0, generation_tokens = 0;
+    bool alive = true;
+};
+
+class Engine {
+public:
+    Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config);
+    ~Engine();
+
+    // Queues a request; returns its id. Throws Error (naming the problem) for a request that can never run:
+    // empty prompt, token ids out of range, prompt + max_tokens beyond max_model_len or the KV cache.
+    int64_t submit(std::vector<int32_t> prompt, const GenerationParams& params, TokenSink sink);
+    // Ends a request at the next step (its sink gets a kCancelled event; its blocks are freed).
+    void cancel(int64_t id);
+
+    // Runs one step on the calling thread; returns false when there was nothing to do.
+    bool step();
+    // A background loop calling step(); stop() finishes it (pending requests get kCancelled).
+    void start();
+    void stop();
+
+    bool alive() const { return alive_.load(); }
+    EngineStats stats() const;
+    int64_t max_model_len() const { return max_model_len_; }
+    int64_t kv_capacity_tokens() const { return kv_.n_blocks() * kBlockSize; }
+    const GlmDsaModel& model() const { return model_; }
+
+private:
+    void finish(Sequence* s, FinishReason r, const std::string& error = "");
+    void free_kv(Sequence* s);
+    PrefixMatch match_prefix(const Sequence& s, std::vector<int32_t>* blocks, std::vector<uint64_t>* hashes) const;
+    void admit(Sequence* s);
+    void publish_full_blocks(Sequence* s);
+    void drain_inbox();
+    void fail_all(const std::string& error);
+    void loop();
+    bool step_once();
+    void update_snapshot();
+
+    const GlmDsaModel& model_;
+    Ops& ops_;
+    EngineConfig config_;
+    int64_t max_model_len_ = 0;
+    KvCache kv_;
+
+    // Engine-thread state
+    std::map<int64_t, std::unique_ptr<Sequence>> seqs_;
+    std::vector<Sequence*> running_;
+    std::deque<Sequence*> waiting_;
+    int64_t next_arrival_ = 0;
+    EngineStats counters_;
+
+    // Shared with submitters
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::unique_ptr<Sequence>> inbox_;
+    std::vector<int64_t> cancels_;
+    int64_t next_id_ = 1;
+    EngineStats snapshot_;
+    std::atomic<bool> alive_{true};
+    std::atomic<bool> stopping_{false};
+    std::thread thread_;
+};
+
+}  // namespace megactx

@@ -1,0 +1,65 @@
+// Chat formats: a conversation (independent of HTTP) rendered into the prompt text a model was trained on.
+//   - GLM-5 family (GLM-5 / 5.1 / 5.2): `[gMASK]<sop>`, `<|system|>` `<|user|>` `<|assistant|>` `<|observation|>`
+//     turns, `<think>…</think>`, reasoning effort line, XML-ish tool calls (model-spec §8).
+//   - DeepSeek-V3: the `chat_template` of DeepSeek-V3's tokenizer_config.json, quirks included.
+// Every rule, its source and what is verified vs inferred: docs/chat-formats.md.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tokenizer/chat_json.h"
+
+namespace megactx::chat {
+
+enum class Role { kSystem, kUser, kAssistant, kTool };
+
+struct ToolCall {
+    std::string id;
+    std::string name;
+    // The function arguments: a JSON object, or (OpenAI wire shape) a string holding JSON text. GLM needs the
+    // object (a string is parsed); DeepSeek-V3 prints the text (an object is printed like json.dumps).
+    Json arguments = Json::object();
+};
+
+struct Message {
+    Role role = Role::kUser;
+    std::optional<std::string> content;            // nullopt = JSON null (assistant turns that only call tools)
+    std::optional<std::string> reasoning_content;  // assistant only
+    std::vector<ToolCall> tool_calls;              // assistant only
+    std::string tool_call_id;                      // tool only
+};
+
+enum class ReasoningEffort { kMax, kHigh };
+
+struct ChatOptions {
+    bool add_generation_prompt = true;
+    bool enable_thinking = true;
+    ReasoningEffort reasoning_effort = ReasoningEffort::kMax;
+    // GLM `clear_thinking`: true (the template default) keeps reasoning only for assistant turns after the last
+    // user turn; false keeps it for every turn ("preserved thinking").
+    bool clear_thinking = true;
+};
+
+enum class ChatFormat { kGlm5, kDeepSeekV3 };
+
+// `tools` is the OpenAI `tools` array (function definitions) or null / an empty array.
+std::string render_glm5(const std::vector<Message>& messages, const Json& tools, const ChatOptions& options);
+std::string render_deepseek_v3(const std::vector<Message>& messages, const Json& tools, const ChatOptions& options);
+std::string render_chat(ChatFormat format, const std::vector<Message>& messages, const Json& tools,
+                        const ChatOptions& options);
+
+// Whether the rendered prompt leaves the model inside a reasoning block (GLM with thinking on and a generation
+// prompt ends in `<think>`): the output parser's initial state.
+bool prompt_opens_reasoning(ChatFormat format, const ChatOptions& options);
+
+// OpenAI `messages` JSON → messages. Content may be a string, null, or a list of text parts
+// ({"type":"text","text":…} or plain strings), which are concatenated. Errors name the field
+// (`messages[2].tool_calls[0].function.name: …`).
+std::vector<Message> messages_from_json(const Json& messages);
+
+// "max" | "high" → effort; anything else is an error naming `reasoning_effort`.
+ReasoningEffort parse_reasoning_effort(const std::string& value);
+
+}  // namespace megactx::chat

@@ -1,0 +1,417 @@
+// Bad input through the real CLI (design.md §8): each corruption of a valid tiny model, or bad request, gives one
+// `megactx: error:` line naming the file, tensor or field, exit status 1 (not a crash), and no output file.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "io/npy.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace megactx {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::TempDir;
+
+constexpr const char* kShard1 = "model-00001-of-00002.safetensors";
+constexpr const char* kShard2 = "model-00002-of-00002.safetensors";
+
+struct RunResult {
+    int exit_code = -1;  // -1: killed by a signal
+    std::string output;  // stdout and stderr
+};
+
+class Cli : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        model_ = dir_ / "model";
+        out_ = dir_ / "out.npy";
+        gen_model(model_);
+    }
+
+    void gen_model(const std::string& dir, const std::string& extra = "") {
+        const RunResult r = run("gen-model --preset tiny --seed 0 --out '" + dir + "' " + extra);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+
+    // `shell_prefix` runs in the same shell first (e.g. a ulimit).
+    RunResult run(const std::string& args, const std::string& shell_prefix = "") {
+        const std::string log = dir_ / "log.txt";
+        const int status =
+            std::system((shell_prefix + std::string(MEGACTX_BIN) + " " + args + " > '" + log + "' 2>&1").c_str());
+        RunResult r;
+        r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        r.output = test::read_text(log);
+        return r;
+    }
+
+    RunResult logits(const std::string& tokens, const std::string& extra = "") {
+        return run("logits --model '" + model_ + "' --tokens=" + tokens + " --out '" + out_ + "' " + extra);
+    }
+
+    // One error line, exit status 1, every part named, and no output file (finished or partial).
+    void expect_error(const RunResult& r, std::initializer_list<std::string> parts) {
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        const size_t first = r.output.find("megactx: error: ");
+        EXPECT_NE(first, std::string::npos) << r.output;
+        EXPECT_EQ(r.output.find("megactx: error: ", first + 1), std::string::npos)
+            << "more than one error: " << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        test::expect_contains(r.output, parts);
+        EXPECT_FALSE(fs::exists(out_)) << out_;
+        EXPECT_FALSE(fs::exists(out_ + ".tmp")) << out_ << ".tmp";
+    }
+
+    void edit_config(const std::function<void(json&)>& edit) {
+        const std::string path = model_ + "/config.json";
+        json j = json::parse(test::read_text(path));
+        edit(j);
+        test::write_text(path, j.dump(2));
+    }
+
+    // Rewrites the JSON header of a safetensors file, keeping its data section byte for byte.
+    static void edit_header(const std::string& path, const std::function<void(json&)>& edit) {
+        const auto bytes = test::read_bytes(path);
+        uint64_t n = 0;
+        std::memcpy(&n, bytes.data(), 8);
+        json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+        edit(header);
+        const std::vector<uint8_t> data(bytes.begin() + 8 + static_cast<long>(n), bytes.end());
+        test::write_bytes(path, test::safetensors_image(header.dump(), data));
+    }
+
+    // Rewrites `path` without tensor `name`, through the library's reader and writer.
+    static void remove_tensor(const std::string& path, const std::string& name) {
+        std::vector<TensorToWrite> keep;
+        {
+            SafetensorsFile f(path);
+            ASSERT_EQ(f.tensors().count(name), 1u) << name;
+            for (const auto& [n, t] : f.tensors()) {
+                if (n != name) keep.push_back({n, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+            }
+        }
+        write_safetensors(path, keep);
+    }
+
+    std::string weights() const { return model_ + "/model.safetensors"; }
+
+    TempDir dir_;
+    std::string model_, out_;
+};
+
+TEST_F(Cli, ValidModelWritesLogits) {
+    const RunResult r = logits("0,255,511");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_TRUE(fs::exists(out_));
+    EXPECT_FALSE(fs::exists(out_ + ".tmp"));
+    const NpyArray a = read_npy_f32(out_);
+    ASSERT_EQ(a.shape, (std::vector<int64_t>{3, 512}));
+    float lo = a.data[0], hi = a.data[0];
+    for (float v : a.data) {
+        ASSERT_TRUE(std::isfinite(v));
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+    }
+    EXPECT_GT(hi - lo, 1e-3f);  // real logits, not a zero-filled buffer
+}
+
+TEST_F(Cli, ValidShardedModelGivesTheSameLogits) {
+    ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
+    const NpyArray single = read_npy_f32(out_);
+    fs::remove(out_);
+    model_ = dir_ / "sharded";
+    gen_model(model_, "--shards 2");
+    ASSERT_TRUE(fs::exists(model_ + "/" + kShard2));
+    const RunResult r = logits("3,1,4,1,5");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const NpyArray sharded = read_npy_f32(out_);
+    EXPECT_EQ(sharded.shape, single.shape);
+    EXPECT_EQ(sharded.data, single.data);
+}
+
+// --- config.json -------------------------------------------------------------------------------------------
+
+TEST_F(Cli, MissingConfigJson) {
+    fs::remove(model_ + "/config.json");
+    expect_error(logits("1,2,3"), {model_ + "/config.json", "missing config.json"});
+}
+
+TEST_F(Cli, MalformedConfigJson) {
+    test::write_text(model_ + "/config.json", "{\"model_type\": \"glm_moe_dsa\", \"vocab_size\": 512,");
+    expect_error(logits("1,2,3"), {"config.json", "not valid JSON"});
+}
+
+TEST_F(Cli, ConfigMissingField) {
+    edit_config([](json& j) { j.erase("hidden_size"); });
+    expect_error(logits("1,2,3"), {"config.json", "missing field 'hidden_size'"});
+}
+
+TEST_F(Cli, ConfigFieldOfWrongType) {
+    edit_config([](json& j) { j["num_attention_heads"] = "4"; });
+    expect_error(logits("1,2,3"), {"config.json", "field 'num_attention_heads' must be an integer"});
+}
+
+TEST_F(Cli, UnsupportedModelType) {
+    edit_config([](json& j) { j["model_type"] = "llama"; });
+    expect_error(logits("1,2,3"), {"config.json", "model_type 'llama' is not supported"});
+}
+
+TEST_F(Cli, InvalidIndexerTypesValue) {
+    edit_config([](json& j) { j["indexer_types"] = {"full", "full", "full", "shared", "sparse", "shared"}; });
+    expect_error(logits("1,2,3"), {"config.json", "invalid indexer pattern", "indexer_types[4] = \"sparse\""});
+}
+
+TEST_F(Cli, InvalidIndexerTypesLength) {
+    edit_config([](json& j) { j["indexer_types"] = {"full", "full", "full", "shared"}; });
+    expect_error(logits("1,2,3"), {"config.json", "invalid indexer pattern", "'indexer_types' must be a list of 6"});
+}
+
+TEST_F(Cli, InvalidIndexerTypesLayer0Shared) {
+    edit_config([](json& j) { j["indexer_types"] = {"shared", "full", "full", "shared", "shared", "shared"}; });
+    expect_error(logits("1,2,3"), {"config.json", "invalid indexer pattern", "layer 0 is 'shared'"});
+}
+
+TEST_F(Cli, InvalidIndexTopkPattern) {
+    edit_config([](json& j) { j["index_topk_pattern"] = "FFFSXS"; });
+    expect_error(logits("1,2,3"), {"config.json", "invalid indexer pattern", "index_topk_pattern[4] = 'X'"});
+}
+
+TEST_F(Cli, IndexerPatternThatDisagreesWithCheckpoint) {
+    // Well-formed, but layer 3 is now full and the checkpoint has no indexer for it.
+    edit_config([](json& j) { j["index_topk_pattern"] = "FFFFSS"; });
+    expect_error(logits("1,2,3"), {"missing tensor 'model.layers.3.self_attn.indexer.wq_b.weight'"});
+}
+
+// --- safetensors -------------------------------------------------------------------------------------------
+
+TEST_F(Cli, MissingWeightsFile) {
+    fs::remove(weights());
+    expect_error(logits("1,2,3"), {model_, "no model.safetensors or model.safetensors.index.json"});
+}
+
+TEST_F(Cli, MissingTensor) {
+    remove_tensor(weights(), "model.layers.2.self_attn.kv_b_proj.weight");
+    expect_error(logits("1,2,3"), {model_, "missing tensor 'model.layers.2.self_attn.kv_b_proj.weight'"});
+}
+
+TEST_F(Cli, WrongShapeInCheckpoint) {
+    edit_header(weights(), [](json& h) { h["model.layers.0.self_attn.q_a_proj.weight"]["shape"] = {64, 48}; });
+    expect_error(logits("1,2,3"), {"model.safetensors", "tensor 'model.layers.0.self_attn.q_a_proj.weight'",
+                                   "has shape [64, 48], expected [48, 64]"});
+}
+
+TEST_F(Cli, ConfigDisagreesWithCheckpointShape) {
+    edit_config([](json& j) { j["vocab_size"] = 1024; });
+    expect_error(logits("1,2,3"),
+                 {"model.safetensors", "tensor 'model.embed_tokens.weight' has shape [512, 64], expected [1024, 64]"});
+}
+
+TEST_F(Cli, UnsupportedDtypeI8) {
+    edit_header(weights(), [](json& h) { h["model.embed_tokens.weight"]["dtype"] = "I8"; });
+    expect_error(logits("1,2,3"), {"model.safetensors", "tensor 'model.embed_tokens.weight'", "unsupported dtype I8"});
+}
+
+TEST_F(Cli, UnsupportedDtypeF64) {
+    edit_header(weights(), [](json& h) { h["model.layers.4.mlp.experts.7.up_proj.weight"]["dtype"] = "F64"; });
+    expect_error(logits("1,2,3"), {"model.safetensors", "tensor 'model.layers.4.mlp.experts.7.up_proj.weight'",
+                                   "unsupported dtype F64"});
+}
+
+TEST_F(Cli, IntegerDtypeWeight) {
+    // I32 is a dtype megactx reads (for index tensors), but not as a weight; same byte size as F32.
+    edit_header(weights(), [](json& h) { h["model.layers.1.self_attn.o_proj.weight"]["dtype"] = "I32"; });
+    expect_error(logits("1,2,3"), {"model.safetensors", "tensor 'model.layers.1.self_attn.o_proj.weight'",
+                                   "has dtype I32; weights must be F32, BF16, F16 or F8_E4M3"});
+}
+
+TEST_F(Cli, TruncatedSafetensorsData) {
+    // The tensor stored last is the one cut short.
+    std::string last;
+    uint64_t last_end = 0;
+    edit_header(weights(), [&](json& h) {
+        for (const auto& [name, e] : h.items()) {
+            if (name != "__metadata__" && e["data_offsets"][1].get<uint64_t>() > last_end) {
+                last = name;
+                last_end = e["data_offsets"][1].get<uint64_t>();
+            }
+        }
+    });
+    auto bytes = test::read_bytes(weights());
+    bytes.resize(bytes.size() - 1000);
+    test::write_bytes(weights(), bytes);
+    expect_error(logits("1,2,3"),
+                 {"model.safetensors", "tensor '" + last + "'", "out of range", "truncated or corrupt"});
+}
+
+TEST_F(Cli, TruncatedSafetensorsLengthField) {
+    auto bytes = test::read_bytes(weights());
+    bytes.resize(5);
+    test::write_bytes(weights(), bytes);
+    expect_error(logits("1,2,3"), {"model.safetensors", "truncated safetensors file (5 bytes"});
+}
+
+TEST_F(Cli, SafetensorsHeaderLengthBeyondFile) {
+    auto bytes = test::read_bytes(weights());
+    const uint64_t n = bytes.size();
+    std::memcpy(bytes.data(), &n, 8);
+    test::write_bytes(weights(), bytes);
+    expect_error(logits("1,2,3"), {"model.safetensors", fmt::format("header length {} runs past the end", n)});
+}
+
+TEST_F(Cli, SafetensorsHeaderNotJson) {
+    auto bytes = test::read_bytes(weights());
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    std::memset(bytes.data() + 8 + n / 2, 0, 16);  // NUL bytes in the middle of the header: never valid JSON
+    test::write_bytes(weights(), bytes);
+    expect_error(logits("1,2,3"), {"model.safetensors", "safetensors header is not valid JSON"});
+}
+
+TEST_F(Cli, SafetensorsDataOffsetsPastEnd) {
+    const uint64_t data_size = fs::file_size(weights());  // larger than the data section
+    edit_header(weights(), [&](json& h) { h["model.norm.weight"]["data_offsets"] = {data_size, data_size + 256}; });
+    expect_error(logits("1,2,3"), {"model.safetensors", "tensor 'model.norm.weight'",
+                                   fmt::format("data_offsets [{}, {}] out of range", data_size, data_size + 256)});
+}
+
+TEST_F(Cli, SafetensorsSpanDisagreesWithShape) {
+    edit_header(weights(), [](json& h) {
+        auto& off = h["model.norm.weight"]["data_offsets"];
+        off[1] = off[1].get<uint64_t>() - 4;
+    });
+    expect_error(logits("1,2,3"), {"model.safetensors", "tensor 'model.norm.weight'", "F32 [64] needs 256 bytes"});
+}
+
+// --- sharded checkpoints -----------------------------------------------------------------------------------
+
+class ShardedCli : public Cli {
+  protected:
+    void SetUp() override {
+        Cli::SetUp();
+        model_ = dir_ / "sharded";
+        gen_model(model_, "--shards 2");
+        index_ = json::parse(test::read_text(model_ + "/model.safetensors.index.json"));
+    }
+    void write_index() { test::write_text(model_ + "/model.safetensors.index.json", index_.dump(2)); }
+
+    static constexpr const char* kLate = "model.layers.5.self_attn.o_proj.weight";  // in the second shard
+    json index_;
+};
+
+TEST_F(ShardedCli, IndexNamesMissingShard) {
+    ASSERT_EQ(index_["weight_map"][kLate], kShard2);
+    index_["weight_map"][kLate] = "model-00003-of-00002.safetensors";
+    write_index();
+    expect_error(logits("1,2,3"), {model_ + "/model-00003-of-00002.safetensors", "cannot open"});
+}
+
+TEST_F(ShardedCli, ShardFileDeleted) {
+    fs::remove(model_ + "/" + kShard2);
+    expect_error(logits("1,2,3"), {kShard2, "cannot open safetensors file"});
+}
+
+TEST_F(ShardedCli, TensorMissingFromItsShard) {
+    ASSERT_EQ(index_["weight_map"][kLate], kShard2);
+    index_["weight_map"][kLate] = kShard1;
+    write_index();
+    expect_error(logits("1,2,3"), {kShard1, std::string("tensor '") + kLate + "'", "model.safetensors.index.json",
+                                   "missing from the shard"});
+}
+
+TEST_F(ShardedCli, TensorAbsentFromIndex) {
+    index_["weight_map"].erase(kLate);
+    write_index();
+    expect_error(logits("1,2,3"), {model_, std::string("missing tensor '") + kLate + "'"});
+}
+
+TEST_F(ShardedCli, IndexNotJson) {
+    test::write_text(model_ + "/model.safetensors.index.json", "{\"weight_map\": {");
+    expect_error(logits("1,2,3"), {"model.safetensors.index.json", "not valid JSON"});
+}
+
+TEST_F(ShardedCli, CorruptShard) {
+    auto bytes = test::read_bytes(model_ + "/" + kShard2);
+    bytes.resize(bytes.size() / 2);
+    test::write_bytes(model_ + "/" + kShard2, bytes);
+    expect_error(logits("1,2,3"), {kShard2, "out of range"});
+}
+
+// --- the request -------------------------------------------------------------------------------------------
+
+TEST_F(Cli, NonexistentModelDir) {
+    model_ = dir_ / "no-such-model";
+    expect_error(logits("1,2,3"), {"no-such-model", "missing config.json"});
+}
+
+TEST_F(Cli, TokenIdBeyondVocab) {
+    expect_error(logits("1,99999,3"), {"token id 99999 at index 1 is out of range (vocabulary size 512)"});
+    expect_error(logits("512"), {"token id 512 at index 0 is out of range"});
+}
+
+TEST_F(Cli, NegativeTokenId) { expect_error(logits("5,-1"), {"token id -1 at index 1 is out of range"}); }
+
+TEST_F(Cli, SequenceLongerThanMaxPositionEmbeddings) {
+    edit_config([](json& j) { j["max_position_embeddings"] = 8; });
+    expect_error(logits("1,2,3,4,5,6,7,8,9"),
+                 {"sequence of 9 tokens is longer than the model's context (max_position_embeddings = 8)"});
+    expect_error(logits("1,2,3,4,5,6,7,8,9", "--chunk 1"), {"max_position_embeddings = 8"});
+    const RunResult r = logits("1,2,3,4,5,6,7,8");  // exactly the limit is fine
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(read_npy_f32(out_).shape, (std::vector<int64_t>{8, 512}));
+}
+
+TEST_F(Cli, GenerateRejectsPromptPlusNewTokensBeyondContext) {
+    edit_config([](json& j) { j["max_position_embeddings"] = 8; });
+    const RunResult r = run("generate --model '" + model_ + "' --tokens 1,2,3,4,5 --max-new-tokens 4 --temperature 0");
+    expect_error(r, {"sequence of 9 tokens", "max_position_embeddings = 8"});
+    expect_error(run("generate --model '" + model_ + "' --tokens 1,600 --max-new-tokens 1"),
+                 {"token id 600 at index 1 is out of range"});
+}
+
+TEST_F(Cli, BadTokensSyntax) {
+    expect_error(logits("1,x"), {"--tokens: 'x' is not an integer token id"});
+    expect_error(logits("1,2x"), {"--tokens: '2x' is not an integer token id"});
+    expect_error(logits("1,,2"), {"--tokens: empty entry in '1,,2'"});
+    expect_error(logits("1,99999999999"), {"--tokens: '99999999999' is not an integer token id"});
+}
+
+TEST_F(Cli, TokensFileMalformedJson) {
+    const std::string tokens = dir_ / "tokens.json";
+    const auto run_file = [&] {
+        return run("logits --model '" + model_ + "' --tokens-file '" + tokens + "' --out '" + out_ + "'");
+    };
+    test::write_text(tokens, "[1, 2,");
+    expect_error(run_file(), {tokens, "not valid JSON"});
+    test::write_text(tokens, "[1, \"2\"]");
+    expect_error(run_file(), {tokens, "entry 1 (\"2\") is not an integer token id"});
+    test::write_text(tokens, R"({"ids": [1, 2]})");
+    expect_error(run_file(), {tokens, "'token_ids'"});
+    fs::remove(tokens);
+    expect_error(run_file(), {tokens, "cannot open tokens file"});
+    test::write_text(tokens, R"({"token_ids": [1, 2, 3]})");  // and the good form works
+    EXPECT_EQ(run_file().exit_code, 0);
+    EXPECT_EQ(read_npy_f32(out_).shape, (std::vector<int64_t>{3, 512}));
+}
+
+TEST_F(Cli, OutputWriteFailureLeavesNoFile) {
+    // A 2 KiB file-size limit (SIGXFSZ ignored, so writes fail with EFBIG) and 6 KiB of logits: the write fails
+    // part way, and neither out.npy nor out.npy.tmp may be left behind.
+    const RunResult r =
+        run("logits --model '" + model_ + "' --tokens 1,2,3 --out '" + out_ + "'", "ulimit -f 4; trap '' XFSZ; ");
+    expect_error(r, {out_, "write failed"});
+}
+
+TEST_F(Cli, UnwritableOutput) {
+    out_ = dir_ / "no-such-dir/out.npy";
+    expect_error(logits("1,2,3"), {"no-such-dir/out.npy", "cannot write"});
+}
+
+}  // namespace
+}  // namespace megactx
