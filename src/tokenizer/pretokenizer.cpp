@@ -1,4 +1,5 @@
 // Pre-tokenizers: Split, ByteLevel, Digits and Sequence, with the Rust tokenizers library's split behaviours.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -111,6 +112,23 @@ void PreTokenizer::split(const Step& s, std::string_view piece, std::vector<std:
     auto emit = [&](size_t from, size_t to) {
         if (to > from) out.push_back(piece.substr(from, to - from));
     };
+    // The Rust library's fold for the merging behaviours: a segment for which join(is_match, previous is_match)
+    // holds extends the last piece, any other starts a new one; MergedWithNext walks from the end.
+    auto fold = [&](bool backwards, auto join) {
+        std::vector<std::pair<size_t, size_t>> acc;
+        bool prev_match = false;
+        for (size_t k = 0; k < segs.size(); ++k) {
+            const Seg& g = segs[backwards ? segs.size() - 1 - k : k];
+            if (join(g.match, prev_match) && !acc.empty()) {
+                (backwards ? acc.back().first : acc.back().second) = backwards ? g.b : g.e;
+            } else {
+                acc.push_back({g.b, g.e});
+            }
+            prev_match = g.match;
+        }
+        if (backwards) std::reverse(acc.begin(), acc.end());
+        for (const auto& [x, y] : acc) emit(x, y);
+    };
     switch (s.behavior) {
         case Behavior::Isolated:
             for (const auto& g : segs) emit(g.b, g.e);
@@ -120,52 +138,18 @@ void PreTokenizer::split(const Step& s, std::string_view piece, std::vector<std:
                 if (!g.match) emit(g.b, g.e);
             }
             break;
-        case Behavior::MergedWithPrevious: {
+        case Behavior::MergedWithPrevious:
             // A delimiter joins the piece before it (unless that piece was itself a delimiter).
-            std::vector<std::pair<size_t, size_t>> acc;
-            bool prev_match = false;
-            for (const auto& g : segs) {
-                if (g.match && !prev_match && !acc.empty()) {
-                    acc.back().second = g.e;
-                } else {
-                    acc.push_back({g.b, g.e});
-                }
-                prev_match = g.match;
-            }
-            for (const auto& [x, y] : acc) emit(x, y);
+            fold(false, [](bool match, bool prev_match) { return match && !prev_match; });
             break;
-        }
-        case Behavior::MergedWithNext: {
-            // Mirror image: a delimiter joins the piece after it, scanning from the end.
-            std::vector<std::pair<size_t, size_t>> acc;
-            bool prev_match = false;
-            for (size_t i = segs.size(); i-- > 0;) {
-                const auto& g = segs[i];
-                if (g.match && !prev_match && !acc.empty()) {
-                    acc.back().first = g.b;
-                } else {
-                    acc.push_back({g.b, g.e});
-                }
-                prev_match = g.match;
-            }
-            for (size_t i = acc.size(); i-- > 0;) emit(acc[i].first, acc[i].second);
+        case Behavior::MergedWithNext:
+            // The mirror image: a delimiter joins the piece after it.
+            fold(true, [](bool match, bool prev_match) { return match && !prev_match; });
             break;
-        }
-        case Behavior::Contiguous: {
+        case Behavior::Contiguous:
             // Adjacent segments of the same kind join.
-            std::vector<std::pair<size_t, size_t>> acc;
-            bool prev_match = false;
-            for (const auto& g : segs) {
-                if (g.match == prev_match && !acc.empty()) {
-                    acc.back().second = g.e;
-                } else {
-                    acc.push_back({g.b, g.e});
-                }
-                prev_match = g.match;
-            }
-            for (const auto& [x, y] : acc) emit(x, y);
+            fold(false, [](bool match, bool prev_match) { return match == prev_match; });
             break;
-        }
     }
 }
 
