@@ -100,9 +100,8 @@ std::string json_ids(const std::vector<int32_t>& ids) { return "[" + join(ids) +
 
 // `megactx tokenize`: one JSON array of ids, or with --jsonl one array per input line (each a JSON string).
 void run_tokenize(const std::string& model, const std::string& text, const std::string& text_file,
-                  const std::string& jsonl, bool no_special) {
-    const int n_inputs = !text.empty() + !text_file.empty() + !jsonl.empty();
-    MEGACTX_CHECK(n_inputs <= 1, "tokenize: give only one of --text, --text-file, --jsonl");
+                  const std::string& jsonl, bool no_special, size_t n_inputs) {
+    MEGACTX_CHECK(n_inputs == 1, "tokenize: give exactly one of --text, --text-file, --jsonl");
     const Tokenizer tok = Tokenizer::load(model);
     if (jsonl.empty()) {
         const std::string input = text_file.empty() ? text : read_text_file(text_file);
@@ -172,9 +171,9 @@ int main(int argc, char** argv) {
     bool no_special = false, skip_special = false;
     auto* tokz = app.add_subcommand("tokenize", "Text → token ids (JSON array) with the model's tokenizer.json");
     tokz->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
-    tokz->add_option("--text", text, "Text to encode");
-    tokz->add_option("--text-file", text_file, "File whose whole contents are encoded");
-    tokz->add_option("--jsonl", jsonl, "One JSON string per line; prints one JSON array per line");
+    auto* text_opt = tokz->add_option("--text", text, "Text to encode");
+    auto* text_file_opt = tokz->add_option("--text-file", text_file, "File whose whole contents are encoded");
+    auto* jsonl_opt = tokz->add_option("--jsonl", jsonl, "One JSON string per line; prints one JSON array per line");
     tokz->add_flag("--no-special", no_special, "Like add_special_tokens=False: no BOS/EOS from the post-processor");
     auto* detok = app.add_subcommand("detokenize", "Token ids → text");
     detok->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
@@ -222,7 +221,8 @@ int main(int argc, char** argv) {
             generate_model(out, o);
             std::fprintf(stderr, "wrote %s model to %s\n", preset.c_str(), out.c_str());
         } else if (*tokz) {
-            run_tokenize(model, text, text_file, jsonl, no_special);
+            run_tokenize(model, text, text_file, jsonl, no_special,
+                         text_opt->count() + text_file_opt->count() + jsonl_opt->count());
         } else if (*detok) {
             const std::string out = Tokenizer::load(model).decode(parse_token_list(ids_arg, "--ids"), skip_special);
             std::fwrite(out.data(), 1, out.size(), stdout);

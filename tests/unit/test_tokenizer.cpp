@@ -1,6 +1,9 @@
 // Tokenizer unit tests on small tokenizer.json files built here, one component at a time.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -377,6 +380,46 @@ TEST(TokenizerGenModel, WritesAByteLevelTokenizerWithGlmSpecials) {
     EXPECT_LT(ids.size(), text.size() / 2);  // merges were learned
     EXPECT_EQ(t.decode(ids), text);
     EXPECT_EQ(t.eos_id(), t.token_id("<|endoftext|>"));
+    fs::remove_all(dir);
+}
+
+// Runs a shell command, returning its stdout and setting `status` to the exit code.
+std::string run(const std::string& cmd, int& status) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n = 0;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    status = WEXITSTATUS(pclose(p));
+    return out;
+}
+
+TEST(TokenizerCli, TokenizeAndDetokenize) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / "megactx_tok_cli";
+    fs::create_directories(dir);
+    json j = with_added(byte_level_tokenizer({"h i"}, {"hi"}),
+                        json::array({added_token(300, "<s>", true), added_token(301, "<x>", false)}));
+    j["post_processor"] = json::parse(R"({"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [300], "tokens": ["<s>"]}}})");
+    std::ofstream(dir / "tokenizer.json") << j.dump();
+    std::ofstream(dir / "lines.jsonl") << "\"hi\"\n\"<x>h\"\n";
+    const std::string bin = MEGACTX_BIN, model = (dir / "tokenizer.json").string();
+    int status = 0;
+    EXPECT_EQ(run(bin + " tokenize --model " + dir.string() + " --text hi", status), "[300,256]\n");
+    EXPECT_EQ(status, 0);
+    EXPECT_EQ(run(bin + " tokenize --model " + model + " --text hi --no-special", status), "[256]\n");
+    EXPECT_EQ(run(bin + " tokenize --model " + model + " --jsonl " + (dir / "lines.jsonl").string() + " --no-special",
+                  status),
+              "[256]\n[301,104]\n");
+    EXPECT_EQ(run(bin + " detokenize --model " + model + " --ids 300,256,301", status), "<s>hi<x>");
+    EXPECT_EQ(run(bin + " detokenize --model " + model + " --ids 300,256,301 --skip-special", status), "hi<x>");
+    EXPECT_EQ(run(bin + " detokenize --model " + model + " --ids 300,999 2>&1", status),
+              "megactx: error: " + model + ": token id 999 is not in the vocabulary (size 302)\n");
+    EXPECT_EQ(status, 1);
+    EXPECT_EQ(run(bin + " tokenize --model " + model + " 2>/dev/null", status), "");
+    EXPECT_EQ(status, 1);
     fs::remove_all(dir);
 }
 
