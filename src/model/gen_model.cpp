@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "model/gen_tokenizer.h"
 
 namespace megactx {
 
@@ -133,14 +134,14 @@ json preset_config(const std::string& preset) {
                   {"q_lora_rank", 48}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 24}, {"qk_rope_head_dim", 16},
                   {"v_head_dim", 32}, {"n_routed_experts", 8}, {"num_experts_per_tok", 2},
                   {"first_k_dense_replace", 1}, {"index_n_heads", 4}, {"index_head_dim", 32}, {"index_topk", 32},
-                  {"max_position_embeddings", 131072}, {"eos_token_id", json::array({1})}});
+                  {"max_position_embeddings", 131072}});
     } else if (preset == "small") {
         c.update({{"vocab_size", 4096}, {"hidden_size", 256}, {"intermediate_size", 512},
                   {"moe_intermediate_size", 64}, {"num_hidden_layers", 8}, {"num_attention_heads", 8},
                   {"num_key_value_heads", 8}, {"q_lora_rank", 128}, {"kv_lora_rank", 64}, {"qk_nope_head_dim", 32},
                   {"qk_rope_head_dim", 16}, {"v_head_dim", 32}, {"n_routed_experts", 16}, {"num_experts_per_tok", 4},
                   {"first_k_dense_replace", 1}, {"index_n_heads", 8}, {"index_head_dim", 64}, {"index_topk", 512},
-                  {"max_position_embeddings", 131072}, {"eos_token_id", json::array({1})}});
+                  {"max_position_embeddings", 131072}});
     } else if (preset == "glm52-shape") {
         // GLM-5.2's attention and indexer dimensions (model-spec §1.1); fewer layers, experts and vocab.
         c.update({{"vocab_size", 16384}, {"hidden_size", 6144}, {"intermediate_size", 12288},
@@ -149,10 +150,15 @@ json preset_config(const std::string& preset) {
                   {"qk_nope_head_dim", 192}, {"qk_rope_head_dim", 64}, {"v_head_dim", 256},
                   {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},
                   {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 2048},
-                  {"max_position_embeddings", 1048576}, {"eos_token_id", json::array({1})}});
+                  {"max_position_embeddings", 1048576}});
     } else {
         MEGACTX_FAIL("gen-model: unknown preset '{}' (expected tiny, small or glm52-shape)", preset);
     }
+    // Like GLM-5.2: generation stops at <|endoftext|>, <|user|> or <|observation|> (the tokenizer gen-model
+    // writes puts them at the top of the vocabulary).
+    const int64_t vocab = c["vocab_size"].get<int64_t>();
+    c["eos_token_id"] = {glm_special_id(vocab, "<|endoftext|>"), glm_special_id(vocab, "<|user|>"),
+                         glm_special_id(vocab, "<|observation|>")};
     return c;
 }
 
@@ -256,6 +262,7 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
         std::ofstream((fs::path(out_dir) / "model.safetensors.index.json").string()) << index.dump(2) << "\n";
     }
     std::ofstream((fs::path(out_dir) / "config.json").string()) << config.dump(2) << "\n";
+    write_glm_tokenizer(out_dir, c.vocab_size);
 }
 
 }  // namespace megactx

@@ -65,7 +65,8 @@ TEST(Config, TinyPresetValues) {
     EXPECT_EQ(c.index_topk, 32);
     EXPECT_EQ(c.n_mtp_layers, 1);
     EXPECT_EQ(c.n_layers_total(), 7);
-    EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{1}));
+    // <|endoftext|>, <|user|>, <|observation|>: the top 32 ids of the 512 hold gen-model's GLM special tokens.
+    EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{480, 487, 489}));
     EXPECT_EQ(pattern(c), "FFFSSS");
     EXPECT_EQ(c.n_full_layers(), 3);
     EXPECT_TRUE(c.is_full(6));  // the MTP layer always has its own indexer
