@@ -15,6 +15,7 @@
 #include "model/gen_model.h"
 #include "model/glm_dsa.h"
 #include "tokenizer/tokenizer.h"
+#include "server/serve.h"
 
 #ifndef MEGACTX_DEFAULT_MODEL_DIR
 #define MEGACTX_DEFAULT_MODEL_DIR ""
@@ -185,6 +186,27 @@ int main(int argc, char** argv) {
     cost->add_option("--context", context, "Context length L")->check(CLI::PositiveNumber);
     cost->add_flag("--json", as_json, "Print JSON");
 
+    ServeOptions so;
+    auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching, prefix caching)");
+    serve->add_option("--model", so.model_dir, "Model directory (default: the embedded tiny model)");
+    serve->add_option("--host", so.host, "Address to listen on")->capture_default_str();
+    serve->add_option("--port", so.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+    serve->add_option("--max-model-len,--max-context-len", so.max_model_len,
+                      "Maximum tokens per sequence, prompt plus output, up to 1048576 (default: the model's)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1048576}));
+    serve->add_option("--max-num-seqs", so.max_num_seqs, "Sequences in the running batch")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+    serve->add_option("--max-num-batched-tokens", so.max_num_batched_tokens, "Tokens per engine step")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    serve->add_option("--kv-cache-memory", so.kv_cache_memory, "KV cache size, e.g. 4GiB (default 2GiB on the CPU)");
+    serve->add_option("--served-model-name", so.served_model_name, "Model name in the API (default: directory name)");
+    serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
+    serve->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body")->capture_default_str();
+    bool no_prefix_caching = false;
+    serve->add_flag("--no-prefix-caching", no_prefix_caching, "Disable prefix caching");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -226,6 +248,11 @@ int main(int argc, char** argv) {
         } else if (*detok) {
             const std::string out = Tokenizer::load(model).decode(parse_token_list(ids_arg, "--ids"), skip_special);
             std::fwrite(out.data(), 1, out.size(), stdout);
+        } else if (*serve) {
+            so.model_dir = model_dir_or_default(so.model_dir);
+            if (so.served_model_name.empty() && so.model_dir == MEGACTX_DEFAULT_MODEL_DIR) so.served_model_name = "megactx-tiny";
+            so.prefix_caching = !no_prefix_caching;
+            return serve_main(so);
         } else if (*cost) {
             const ModelConfig c = load_config(config_path);
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());

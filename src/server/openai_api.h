@@ -1,0 +1,55 @@
+// The OpenAI-compatible API over the engine: request JSON → validated generation request (chat format
+// rendered, tokenized) → engine → response JSON or SSE chunks, with reasoning_content and tool_calls parsed
+// from the output. Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
+// HTTP-library-free: handlers take HttpRequest and return HttpResponse (server/http.h).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace megactx {
+
+struct ApiConfig {
+    std::string served_model_name = "megactx";
+    std::string api_key;  // empty: no authentication
+    chat::ChatFormat chat_format = chat::ChatFormat::kGlm5;
+    int64_t max_waiting = 1024;  // queued requests beyond this get 429
+};
+
+class OpenAiApi {
+public:
+    // `tokenizer` may be null: then only token-id prompts to /v1/completions are served.
+    OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig& config);
+
+    HttpResponse chat_completions(const HttpRequest& req);
+    HttpResponse completions(const HttpRequest& req);
+    HttpResponse models(const HttpRequest& req);
+    HttpResponse health(const HttpRequest& req);
+    HttpResponse metrics(const HttpRequest& req);
+
+    // Stops taking new requests (shutdown): they get 503.
+    void close() { closed_.store(true); }
+    Metrics& metrics_registry() { return metrics_; }
+
+    struct Pending;  // one request in flight (defined in the .cpp)
+
+private:
+    HttpResponse handle(const HttpRequest& req, bool chat);
+    void check_auth(const HttpRequest& req) const;
+
+    Engine& engine_;
+    const Tokenizer* tokenizer_;
+    ApiConfig config_;
+    Metrics metrics_;
+    std::atomic<bool> closed_{false};
+    std::atomic<int64_t> next_id_{1};
+};
+
+}  // namespace megactx

@@ -1,0 +1,30 @@
+// `megactx serve`: the OpenAI-compatible server process — HTTP up first (503 while loading), then the model,
+// tokenizer and engine; SIGINT/SIGTERM stop taking requests, abort the ones in flight and exit 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace megactx {
+
+struct ServeOptions {
+    std::string model_dir;
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+    int64_t max_num_seqs = 64;
+    int64_t max_num_batched_tokens = 2048;
+    std::string kv_cache_memory;  // e.g. "4GiB"; empty: the engine's default
+    std::string served_model_name;  // empty: the model directory's name
+    std::string api_key;
+    int64_t max_body_bytes = 32 << 20;
+    bool prefix_caching = true;
+};
+
+// Parses sizes like "512MiB", "4GiB", "2G", "1000000" (bytes); Error on anything else.
+int64_t parse_byte_size(const std::string& s, const std::string& flag);
+
+// Runs until SIGINT/SIGTERM; returns the process exit code.
+int serve_main(const ServeOptions& options);
+
+}  // namespace megactx
