@@ -12,3 +12,13 @@ echo "== megactx logits, one pass vs token-by-token =="
 ./build/megactx logits --tokens 11,22,33,44,55,66,77,88 --out build/demo_logits.npy
 ./build/megactx logits --tokens 11,22,33,44,55,66,77,88 --out build/demo_logits_chunk1.npy --chunk 1
 cmp build/demo_logits.npy build/demo_logits_chunk1.npy && echo "identical logits"
+echo "== megactx serve + one chat request =="
+./build/megactx serve --port 0 2> build/demo_serve.log &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q "ready in" build/demo_serve.log && break; sleep 0.1; done
+cat build/demo_serve.log
+url=$(grep -o "http://[^ ]*" build/demo_serve.log | head -1)
+curl -s "$url/v1/chat/completions" -H 'content-type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Hello!"}],"max_tokens":16,"temperature":0,"chat_template_kwargs":{"enable_thinking":false}}'
+echo

@@ -8,7 +8,7 @@ packages=(
     libgtest-dev libgmock-dev libbenchmark-dev
     nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libxxhash-dev libcpp-httplib-dev
     clang libclang-rt-dev libomp-dev
-    python3 python3-numpy
+    python3 curl
 )
 
 # Node.js + npm run the reference implementations the tests compare against (tokenizers, jinja, openai).
