@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace megactx {
 
@@ -20,10 +21,7 @@ void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape, c
     std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
     while ((10 + header.size() + 1) % 64) header.push_back(' ');
     header.push_back('\n');
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        MEGACTX_CHECK(out.good(), "{}: cannot write", path);
+    write_file_atomically(path, [&](std::ostream& out) {
         const char magic[] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
         out.write(magic, 8);
         const auto len = static_cast<uint16_t>(header.size());
@@ -31,19 +29,7 @@ void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape, c
         out.write(len_bytes, 2);
         out.write(header.data(), static_cast<std::streamsize>(header.size()));
         out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * 4));
-        out.close();  // flushes: a full disk shows up here, not in the destructor
-        if (!out.good()) {
-            std::error_code ec;
-            std::filesystem::remove(tmp, ec);
-            MEGACTX_FAIL("{}: write failed", path);
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        MEGACTX_FAIL("{}: cannot write", path);
-    }
+    });
 }
 
 NpyArray read_npy_f32(const std::string& path) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace megactx {
 
@@ -207,29 +208,16 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     }
     std::string h = header.dump();
     while (h.size() % 8) h.push_back(' ');
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        MEGACTX_CHECK(out.good(), "{}: cannot write", tmp);
+    write_file_atomically(path, [&](std::ostream& out) {
         const uint64_t n = h.size();
         uint8_t len[8];
         for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
         out.write(reinterpret_cast<const char*>(len), 8);
         out.write(h.data(), static_cast<std::streamsize>(h.size()));
-        for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-        out.close();  // flushes: a full disk shows up here, not in the destructor
-        if (!out.good()) {
-            std::error_code ec;
-            std::filesystem::remove(tmp, ec);
-            MEGACTX_FAIL("{}: write failed", path);
+        for (const auto& t : tensors) {
+            out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
         }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        MEGACTX_FAIL("{}: cannot write", path);
-    }
+    });
 }
 
 }  // namespace megactx
