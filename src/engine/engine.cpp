@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -212,6 +213,13 @@ bool Engine::step() {
 bool Engine::step_once() {
     drain_inbox();
     if (running_.empty() && waiting_.empty()) return false;
+    // Test hook (docs/testing.md): MEGACTX_FAULT_STEP=N makes step N fail as a backend fault would, so the
+    // tests can check that the server reports a dead engine instead of hanging.
+    static const int64_t fault_step = [] {
+        const char* v = std::getenv("MEGACTX_FAULT_STEP");
+        return v ? std::atoll(v) : int64_t{-1};
+    }();
+    if (counters_.steps == fault_step) MEGACTX_FAIL("fault injected at engine step {} (MEGACTX_FAULT_STEP)", fault_step);
     const SchedulePlan plan = schedule(config_.scheduler, running_, waiting_, kv_.blocks(),
                                        [&](const Sequence& s) { return match_prefix(s, nullptr, nullptr); });
 

@@ -129,7 +129,7 @@ test('tools are accepted and the response has the OpenAI shape', async () => {
 test('64 concurrent streams all complete, each identical to its run alone', async () => {
   const prompts = Array.from({ length: 64 }, (_, i) => `Request number ${i} says ${'abc'.repeat(i % 5)}`);
   const alone = [];
-  for (const p of prompts.slice(0, 8)) {
+  for (const p of prompts) {
     alone.push((await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 12, temperature: 0 })).choices[0].text);
   }
   const results = await Promise.all(prompts.map(async (p) => {
@@ -139,8 +139,7 @@ test('64 concurrent streams all complete, each identical to its run alone', asyn
     return text;
   }));
   assert.equal(results.length, 64);
-  for (let i = 0; i < 8; i++) assert.equal(results[i], alone[i], `request ${i} differs when batched`);
-  for (let i = 0; i < 64; i++) assert.equal(results[i], results[i % 8 === i ? i : i], 'completed');
+  for (let i = 0; i < 64; i++) assert.equal(results[i], alone[i], `request ${i} differs when batched`);
 });
 
 test('a client that disconnects mid-stream is cancelled and its KV freed', async () => {
