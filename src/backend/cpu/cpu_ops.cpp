@@ -188,17 +188,6 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
         const int32_t* table = m.tables + m.table_offset[seq];
         return static_cast<int64_t>(table[t / m.block_size]) * m.block_size + t % m.block_size;
     };
-    // score(i, t) = Σ_h w_h · head_scale · ReLU(q_h · k_t · softmax_scale), always in this order.
-    auto score = [&](int64_t i, const float* k) {
-        const float* qi = q + i * n_head * d;
-        const float* wi = w + i * n_head;
-        float s = 0.0f;
-        for (int64_t h = 0; h < n_head; ++h) {
-            const float qk = dot(qi + h * d, k, d) * p.softmax_scale;
-            s += wi[h] * p.head_scale * std::max(qk, 0.0f);
-        }
-        return s;
-    };
     // Queries are processed in tiles of consecutive tokens of one sequence, so each cached key is read once
     // per tile instead of once per query. Scratch is tile × context scores per thread, never n × context.
     constexpr int64_t kQueryTile = 16;
@@ -209,23 +198,48 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
         tiles.push_back({i, j});
         i = j;
     }
+    // score(i, t) = Σ_h (w_h · head_scale) · ReLU((Σ_c q_h[c] · k_t[c]) · softmax_scale): the inner sum runs
+    // over c in order for every (query, head) lane, vectorised across the lanes of a tile (queries × heads,
+    // transposed to [d][lanes]), so a score does not depend on the tile it was computed in.
     auto run_tile = [&](int64_t i0, int64_t i1, std::vector<float>& scores, std::vector<int32_t>& chosen,
                         bool parallel_inner) {
         const int32_t seq = m.seq[i0];
+        const int64_t n_lane = (i1 - i0) * n_head;
         int64_t n_cand = 0;
         for (int64_t i = i0; i < i1; ++i) n_cand = std::max<int64_t>(n_cand, m.pos[i] + 1);
         scores.resize(static_cast<size_t>((i1 - i0) * n_cand));
+        std::vector<float> qt(static_cast<size_t>(d * n_lane)), gate(static_cast<size_t>(n_lane));
+        for (int64_t l = 0; l < n_lane; ++l) {
+            const float* ql = q + (i0 * n_head + l) * d;
+            for (int64_t c = 0; c < d; ++c) qt[c * n_lane + l] = ql[c];
+            gate[l] = w[i0 * n_head + l] * p.head_scale;
+        }
         // Blocks of the sequence in order; within a block the slots (and keys) are contiguous.
         const int32_t* table = m.tables + m.table_offset[seq];
         const int64_t n_blk = (n_cand + m.block_size - 1) / m.block_size;
-#pragma omp parallel for schedule(static) if (parallel_inner && n_cand * (i1 - i0) * n_head * d >= kParallelMinWork)
+#pragma omp parallel for schedule(static) if (parallel_inner && n_cand * n_lane * d >= kParallelMinWork)
         for (int64_t b = 0; b < n_blk; ++b) {
+            std::vector<float> acc(static_cast<size_t>(n_lane));
             const float* kb = keys + static_cast<int64_t>(table[b]) * m.block_size * d;
             const int64_t t0 = b * m.block_size, t1 = std::min(n_cand, t0 + m.block_size);
-            for (int64_t i = i0; i < i1; ++i) {
-                float* si = scores.data() + (i - i0) * n_cand;
-                const int64_t t_end = std::min<int64_t>(t1, m.pos[i] + 1);
-                for (int64_t t = t0; t < t_end; ++t) si[t] = score(i, kb + (t - t0) * d);
+            for (int64_t t = t0; t < t1; ++t) {
+                const float* k = kb + (t - t0) * d;
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                for (int64_t c = 0; c < d; ++c) {
+                    const float kc = k[c];
+                    const float* qc = qt.data() + c * n_lane;
+#pragma omp simd
+                    for (int64_t l = 0; l < n_lane; ++l) acc[l] += qc[l] * kc;
+                }
+                for (int64_t i = i0; i < i1; ++i) {
+                    if (t > m.pos[i]) continue;
+                    float sc = 0.0f;
+                    for (int64_t h = 0; h < n_head; ++h) {
+                        const int64_t l = (i - i0) * n_head + h;
+                        sc += gate[l] * std::max(acc[l] * p.softmax_scale, 0.0f);
+                    }
+                    scores[static_cast<size_t>((i - i0) * n_cand + t)] = sc;
+                }
             }
         }
         for (int64_t i = i0; i < i1; ++i) {
