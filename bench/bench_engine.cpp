@@ -317,6 +317,7 @@ int run(const Options& o, const std::string& command) {
                 {"vocab_size", model.config().vocab_size},
                 {"tokenizer_decodable_ids", n_decodable},
                 {"omp_num_threads", env_threads ? json(env_threads) : json(nullptr)},
+                {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? json(std::getenv("OMP_WAIT_POLICY")) : json(nullptr)},
                 {"omp_max_threads_on_a_new_thread", omp_threads_engine_thread},
                 {"engine",
                  {{"max_num_seqs", o.max_num_seqs},

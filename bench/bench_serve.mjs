@@ -296,6 +296,7 @@ async function runAll(o) {
     bench: 'bench_serve', date: new Date().toISOString(), commit: gitCommit(), dirty: gitDirty(),
     device: { cpu: os.cpus()[0].model, logical_cores: os.cpus().length, mem_gib: os.totalmem() / 2 ** 30 },
     node: process.version, omp_num_threads: process.env.OMP_NUM_THREADS ?? null,
+    omp_wait_policy: process.env.OMP_WAIT_POLICY ?? null,
     command: 'node bench/bench_serve.mjs ' + process.argv.slice(2).join(' '),
     server_command: server ? [o.bin, ...server.args].join(' ') : null, url,
     workload: { endpoint: '/v1/completions', stream: true, prompts_file: o.prompts, n_prompts: prompts.length,

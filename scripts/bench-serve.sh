@@ -10,7 +10,7 @@
 # gives both sides the same background). Every run's JSON is kept under build/serve_bench/.
 #
 # Usage: scripts/bench-serve.sh            env: ROUNDS (2), LEVELS (1,8,32,64), MAX_TOKENS (64), WORDS (45),
-#        MIN_REQUESTS (16), PER_STREAM (1), LOGPROBS (0; "none" to not ask), THREADS (2), OUT (bench/results/serve-<date>.json)
+#        MIN_REQUESTS (16), PER_STREAM (1), LOGPROBS (0; "none" to not ask), THREADS (2), OMP_WAIT_POLICY (passive), OUT (bench/results/serve-<date>.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v node >/dev/null || { echo "bench-serve: node is required"; exit 1; }
@@ -22,6 +22,12 @@ min_requests=${MIN_REQUESTS:-16}
 per_stream=${PER_STREAM:-1}
 logprobs=${LOGPROBS:-0}
 export OMP_NUM_THREADS=${THREADS:-2}
+# Passive: an OpenMP thread that waits at a barrier sleeps instead of spinning. On this 2-core machine, shared
+# with other work, spinning made every step stall whenever another thread (the server's HTTP threads, the
+# client) took a core from one of the two OpenMP threads: 3-4x slower and most of the server's "overhead"
+# (docs/benchmarks.md). Set OMP_WAIT_POLICY=active (or unset it in the environment with '') to measure that.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY-passive}
+[ -n "$OMP_WAIT_POLICY" ] || unset OMP_WAIT_POLICY
 out=${OUT:-bench/results/serve-$(date -u +%Y-%m-%d).json}
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMEGACTX_TESTS=OFF -DMEGACTX_BENCH=ON >/dev/null
@@ -46,7 +52,7 @@ if [ "$logprobs" != none ]; then common+=(--logprobs "$logprobs"); fi
 server_args=()
 for a in "${engine_args[@]}" --no-prefix-caching; do server_args+=("--server-arg=$a"); done
 
-echo "bench-serve: OMP_NUM_THREADS=$OMP_NUM_THREADS, $rounds round(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench-serve: OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-(unset)}, $rounds round(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 run_engine() {
     ./build/bench/bench_engine --model "$model" "${common[@]}" --levels "$1" "${engine_args[@]}" --prefix-caching off \
         --out "$work/engine-$2-$1.json" >/dev/null
