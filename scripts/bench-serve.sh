@@ -7,7 +7,9 @@
 # The two programs alternate level by level (engine then server at each level in odd rounds, server then engine
 # in even ones), ROUNDS times; at each level the round with the highest throughput of each is reported (the
 # machine is shared: best-of-rounds is the run least disturbed by other work, and alternating at each level
-# gives both sides the same background). Every run's JSON is kept under build/serve_bench/.
+# gives both sides the same background). The overhead is reported both from those best rounds and as the median
+# over rounds of each round's back-to-back pair (engine tok/s / server tok/s − 1), the more robust of the two.
+# Every run's JSON is kept under build/serve_bench/.
 #
 # Usage: scripts/bench-serve.sh            env: ROUNDS (2), LEVELS (1,8,32,64), MAX_TOKENS (64), WORDS (45),
 #        MIN_REQUESTS (16), PER_STREAM (1), LOGPROBS (0; "none" to not ask), THREADS (2), OMP_WAIT_POLICY (passive), OUT (bench/results/serve-<date>.json)
@@ -79,6 +81,20 @@ for (const side of ["engine", "server"]) {
     return { ...rs[k].levels[0], round: k + 1, output_tok_s_all_rounds: rs.map((r) => r.levels[0].output_tok_s),
       loadavg_at_start: rs[k].loadavg_start };
   });
+  if (side === "server") {  // paired: in each round the engine and server runs were back to back at that level
+    best.levels.forEach((l, k) => {
+      const ratios = runs[k].map((r, i) => {
+        const e = JSON.parse(fs.readFileSync(`${work}/engine-${i + 1}-${levels[k]}.json`)).levels[0];
+        return { tok_s: e.output_tok_s / r.levels[0].output_tok_s - 1,
+                 cpu: r.levels[0].server_cpu_ms_per_token / e.cpu_ms_per_token - 1,
+                 client_cpu_vs_engine_time: (r.levels[0].client_cpu_s / r.levels[0].output_tokens) * e.output_tok_s };
+      });
+      const med = (v) => { const s = [...v].sort((a, b) => a - b), n = s.length; return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
+      l.paired_overhead = { per_round: ratios.map((x) => x.tok_s), median: med(ratios.map((x) => x.tok_s)),
+        cpu_per_round: ratios.map((x) => x.cpu), cpu_median: med(ratios.map((x) => x.cpu)),
+        client_cpu_vs_engine_time_median: med(ratios.map((x) => x.client_cpu_vs_engine_time)) };
+    });
+  }
   best.rounds = rounds;
   best.selection = "per level, the round with the highest output tokens/s";
   fs.writeFileSync(`${work}/${side}-best.json`, JSON.stringify(best, null, 2) + "\n");
