@@ -107,8 +107,8 @@ struct Parsed {
     std::string model;
 };
 
-std::string token_text(const Tokenizer* tok, int32_t id) {
-    if (!tok) return "";
+std::string token_text(const Tokenizer* tok, const std::vector<bool>& decodable, int32_t id) {
+    if (!tok || id < 0 || static_cast<size_t>(id) >= decodable.size() || !decodable[static_cast<size_t>(id)]) return "";
     const int32_t one[1] = {id};
     return tok->decode(std::span<const int32_t>(one, 1), false);
 }
@@ -119,11 +119,11 @@ Json bytes_of(const std::string& s) {
     return b;
 }
 
-Json chat_logprob_entry(const Tokenizer* tok, const Piece& p) {
-    const std::string t = token_text(tok, p.token);
+Json chat_logprob_entry(const Tokenizer* tok, const std::vector<bool>& decodable, const Piece& p) {
+    const std::string t = token_text(tok, decodable, p.token);
     Json top = Json::array();
     for (const auto& [id, lp] : p.logprobs.top) {
-        const std::string s = token_text(tok, id);
+        const std::string s = token_text(tok, decodable, id);
         top.push_back({{"token", s}, {"logprob", lp}, {"bytes", bytes_of(s)}});
     }
     return {{"token", t}, {"logprob", p.logprobs.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}};
@@ -157,6 +157,16 @@ struct OpenAiApi::Pending {
 
 OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig& config)
     : engine_(engine), tokenizer_(tokenizer), config_(config) {
+    if (tokenizer_) {
+        decodable_.assign(static_cast<size_t>(engine_.model().config().vocab_size), false);
+        for (size_t id = 0; id < decodable_.size() && id < tokenizer_->vocab_size(); ++id) {
+            try {
+                tokenizer_->token_str(static_cast<int32_t>(id));  // Error for an id the tokenizer lacks
+                decodable_[id] = true;
+            } catch (const Error&) {
+            }
+        }
+    }
     metrics_.counter("megactx_requests_total", "Finished HTTP API requests by status code");
     metrics_.counter("megactx_prompt_tokens_total", "Prompt tokens of finished requests");
     metrics_.counter("megactx_generation_tokens_total", "Generated tokens of finished requests");
@@ -392,7 +402,7 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
         // Submit
         auto pending = std::make_shared<Pending>(p.stop);
         if (tokenizer_) pending->decoder = std::make_unique<StreamDecoder>(*tokenizer_, true);
-        TokenSink sink = [pending](const TokenEvent& ev) -> bool {
+        TokenSink sink = [pending, decodable = &decodable_](const TokenEvent& ev) -> bool {
             std::lock_guard<std::mutex> lock(pending->mu);
             Pending& s = *pending;
             if (ev.token >= 0) {
@@ -405,7 +415,10 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                 piece.logprobs = ev.logprobs;
                 piece.has_logprobs = ev.has_logprobs;
                 bool matched = false;
-                if (s.decoder) piece.text = s.stop.push(s.decoder->push(ev.token), &matched);
+                // An id the tokenizer lacks adds no text (StreamDecoder would throw, on the engine thread).
+                if (s.decoder && (*decodable)[static_cast<size_t>(ev.token)]) {
+                    piece.text = s.stop.push(s.decoder->push(ev.token), &matched);
+                }
                 s.pieces.push_back(std::move(piece));
                 s.cv.notify_all();
                 if (matched) s.stopped = true;
@@ -470,12 +483,12 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                 text += pc.text;
                 if (pc.token < 0 || !pc.has_logprobs) continue;
                 if (is_chat) {
-                    lp_content.push_back(chat_logprob_entry(tokenizer_, pc));
+                    lp_content.push_back(chat_logprob_entry(tokenizer_, decodable_, pc));
                 } else {
-                    c_tokens.push_back(token_text(tokenizer_, pc.token));
+                    c_tokens.push_back(token_text(tokenizer_, decodable_, pc.token));
                     c_lps.push_back(pc.logprobs.logprob);
                     Json top = Json::object();
-                    for (const auto& [tid, l] : pc.logprobs.top) top[token_text(tokenizer_, tid)] = l;
+                    for (const auto& [tid, l] : pc.logprobs.top) top[token_text(tokenizer_, decodable_, tid)] = l;
                     c_top.push_back(top);
                 }
             }
@@ -554,11 +567,11 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                     Json lp = nullptr;
                     if (p.logprobs && pc.token >= 0 && pc.has_logprobs) {
                         if (p.chat) {
-                            lp = Json{{"content", Json::array({chat_logprob_entry(tokenizer_, pc)})}};
+                            lp = Json{{"content", Json::array({chat_logprob_entry(tokenizer_, decodable_, pc)})}};
                         } else {
                             Json top = Json::object();
-                            for (const auto& [tid, l] : pc.logprobs.top) top[token_text(tokenizer_, tid)] = l;
-                            lp = Json{{"tokens", Json::array({token_text(tokenizer_, pc.token)})},
+                            for (const auto& [tid, l] : pc.logprobs.top) top[token_text(tokenizer_, decodable_, tid)] = l;
+                            lp = Json{{"tokens", Json::array({token_text(tokenizer_, decodable_, pc.token)})},
                                       {"token_logprobs", Json::array({pc.logprobs.logprob})},
                                       {"top_logprobs", Json::array({top})}};
                         }

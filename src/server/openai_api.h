@@ -46,6 +46,9 @@ private:
 
     Engine& engine_;
     const Tokenizer* tokenizer_;
+    // Ids the tokenizer maps to text. A model's vocab_size can exceed its tokenizer's (padding rows, or
+    // gen-model's small preset: 516 of 4096 ids); such ids decode to no text, as in Hugging Face's decode().
+    std::vector<bool> decodable_;
     ApiConfig config_;
     Metrics metrics_;
     std::atomic<bool> closed_{false};

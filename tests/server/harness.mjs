@@ -5,9 +5,9 @@ export const BIN = process.env.MEGACTX_BIN;
 export const MODEL = process.env.MEGACTX_MODEL;
 export const API_KEY = 'test-key';
 
-export async function startServer(extra = []) {
+export async function startServer(extra = [], model = MODEL) {
   if (!BIN || !MODEL) throw new Error('set MEGACTX_BIN and MEGACTX_MODEL');
-  const args = ['serve', '--model', MODEL, '--port', '0', '--served-model-name', 'tiny', '--api-key', API_KEY, ...extra];
+  const args = ['serve', '--model', model, '--port', '0', '--served-model-name', 'tiny', '--api-key', API_KEY, ...extra];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const base = await new Promise((resolve, reject) => {

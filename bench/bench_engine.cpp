@@ -1,0 +1,430 @@
+// bench_engine: the serving workload of bench/bench_serve.mjs run in-process through Engine::submit with token
+// sinks — no HTTP, no JSON, no detokenization while running — so that the server's overhead per output token
+// can be measured against it (issue 4).
+//
+// Same workload as bench_serve: the prompts file's texts tokenized as /v1/completions does
+// (Tokenizer::encode(text, add_special_tokens = true)), max_tokens M, greedy, ignore_eos; at each concurrency
+// level C a closed loop keeps C requests in flight (a finished request is replaced by the next, submitted from
+// the main thread like a client would) until N = max(per_stream·C, min_requests) have finished; one untimed
+// warm-up request first. The engine runs on its own thread (Engine::start), as in `megactx serve`.
+//
+// Timestamps are taken in the sink, on the engine thread, when each token is sampled. So that the latencies
+// compare with what an HTTP client sees (a streamed chunk carries text only once a UTF-8 character is
+// complete), TTFT and ITL are computed over the tokens that yield text when the request's ids are replayed
+// through the same StreamDecoder the server uses (after the run, untimed; ids the tokenizer lacks give no text)
+// — with --logprobs every token has a chunk — and the per-token ITL is reported too.
+// The decoded text's FNV-1a hash is written per prompt so the server's outputs can be checked against it.
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/glm_dsa.h"
+#include "server/serve.h"
+#include "tokenizer/tokenizer.h"
+
+#ifndef MEGACTX_SOURCE_DIR
+#define MEGACTX_SOURCE_DIR "."
+#endif
+
+namespace megactx {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string run_command(const std::string& cmd) {
+    std::string out;
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) return out;
+    std::array<char, 256> buf;
+    while (fgets(buf.data(), static_cast<int>(buf.size()), f)) out += buf.data();
+    pclose(f);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+}
+
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    std::array<char, 32> buf;
+    std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf.data();
+}
+
+json device_info() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, model;
+    int64_t n_logical = 0;
+    while (std::getline(in, line)) {
+        if (line.rfind("processor", 0) == 0) ++n_logical;
+        if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
+    }
+    return {{"cpu", model}, {"logical_cores", n_logical}, {"omp_num_procs", omp_get_num_procs()}};
+}
+
+double process_cpu_seconds() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+    return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
+// Same rules as bench_serve.mjs: linear interpolation between order statistics; FNV-1a 64 over bytes.
+json percentile(std::vector<double> v, double q) {
+    if (v.empty()) return nullptr;
+    std::sort(v.begin(), v.end());
+    const double x = q * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(x), hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (x - static_cast<double>(lo));
+}
+json mean(const std::vector<double>& v) {
+    if (v.empty()) return nullptr;
+    double s = 0;
+    for (double x : v) s += x;
+    return s / static_cast<double>(v.size());
+}
+std::string fnv1a64(const std::string& s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    return fmt::format("{:016x}", h);
+}
+
+struct Options {
+    std::string model_dir, prompts_file, out;
+    std::vector<int64_t> levels{1, 8, 32, 64};
+    int64_t max_tokens = 64, min_requests = 16, per_stream = 2;
+    int64_t top_logprobs = -1;  // >= 0: what /v1/completions' `logprobs` asks of the engine
+    int64_t max_num_seqs = 64, max_num_batched_tokens = 2048, max_model_len = 1024;
+    std::string kv_cache_memory = "256MiB";
+    bool prefix_caching = false;
+};
+
+// One request: written by the sink on the engine thread until `done`, read by the main thread after.
+struct Request {
+    int prompt = 0;
+    Clock::time_point t_submit, t_end;
+    std::vector<Clock::time_point> times;
+    std::vector<int32_t> tokens;
+    FinishReason finish = FinishReason::kNone;
+    std::string error;
+};
+
+class Runner {
+public:
+    Runner(Engine& engine, const Options& o) : engine_(engine), o_(o) {}
+
+    void submit(Request* r, const std::vector<int32_t>& prompt) {
+        GenerationParams gp;
+        gp.max_tokens = o_.max_tokens;
+        gp.ignore_eos = true;
+        gp.top_logprobs = o_.top_logprobs;
+        gp.sampling.temperature = 0.0f;
+        r->times.reserve(static_cast<size_t>(o_.max_tokens));
+        r->tokens.reserve(static_cast<size_t>(o_.max_tokens));
+        r->t_submit = Clock::now();
+        engine_.submit(prompt, gp, [this, r](const TokenEvent& ev) {
+            if (ev.token >= 0) {
+                r->times.push_back(Clock::now());
+                r->tokens.push_back(ev.token);
+                return true;
+            }
+            r->t_end = Clock::now();
+            std::lock_guard<std::mutex> lock(mu_);
+            r->finish = ev.finish;
+            r->error = ev.error;
+            finished_.push_back(r);
+            cv_.notify_one();
+            return true;
+        });
+    }
+
+    // Blocks until at least one request finished; returns those that did.
+    std::vector<Request*> wait_finished() {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !finished_.empty(); });
+        std::vector<Request*> out;
+        out.swap(finished_);
+        return out;
+    }
+
+private:
+    Engine& engine_;
+    const Options& o_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<Request*> finished_;
+};
+
+// Ids the tokenizer maps to text; the server's sink gives the others no text (and so no chunk), as here.
+std::vector<bool> decodable_ids(const Tokenizer& tok, int64_t vocab_size) {
+    std::vector<bool> ok(static_cast<size_t>(vocab_size), false);
+    for (size_t id = 0; id < ok.size() && id < tok.vocab_size(); ++id) {
+        try {
+            tok.token_str(static_cast<int32_t>(id));
+            ok[id] = true;
+        } catch (const Error&) {
+        }
+    }
+    return ok;
+}
+
+json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std::vector<bool>& decodable,
+               const std::vector<std::vector<int32_t>>& prompts, int64_t C) {
+    const int64_t N = std::max(o.per_stream * C, o.min_requests);
+    std::vector<std::unique_ptr<Request>> reqs;
+    for (int64_t k = 0; k < N; ++k) {
+        reqs.push_back(std::make_unique<Request>());
+        reqs.back()->prompt = static_cast<int>(k % static_cast<int64_t>(prompts.size()));
+    }
+    Runner runner(engine, o);
+    const double cpu0 = process_cpu_seconds();
+    const auto t0 = Clock::now();
+    int64_t next = 0, done = 0;
+    for (; next < std::min(C, N); ++next) runner.submit(reqs[next].get(), prompts[reqs[next]->prompt]);
+    while (done < N) {
+        for (Request* r : runner.wait_finished()) {
+            ++done;
+            MEGACTX_CHECK(r->finish == FinishReason::kLength, "request finished with '{}' {}",
+                          finish_reason_name(r->finish), r->error);
+            if (next < N) {
+                runner.submit(reqs[next].get(), prompts[reqs[next]->prompt]);
+                ++next;
+            }
+        }
+    }
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double cpu = process_cpu_seconds() - cpu0;
+
+    std::vector<double> ttft, itl, ttft_tok, itl_tok, e2e;
+    int64_t out_tokens = 0, prompt_tokens = 0, chunks = 0;
+    json hashes = json::object();
+    for (const auto& rp : reqs) {
+        const Request& r = *rp;
+        MEGACTX_CHECK(static_cast<int64_t>(r.tokens.size()) == o.max_tokens, "expected {} tokens, got {}",
+                      o.max_tokens, r.tokens.size());
+        out_tokens += static_cast<int64_t>(r.tokens.size());
+        prompt_tokens += static_cast<int64_t>(prompts[r.prompt].size());
+        e2e.push_back(ms_between(r.t_submit, r.t_end));
+        ttft_tok.push_back(ms_between(r.t_submit, r.times.front()));
+        for (size_t i = 1; i < r.times.size(); ++i) itl_tok.push_back(ms_between(r.times[i - 1], r.times[i]));
+        // Replay through the server's StreamDecoder: which tokens produce a chunk with text.
+        StreamDecoder dec(tok, true);
+        std::string text;
+        bool first = true;
+        Clock::time_point prev;
+        for (size_t i = 0; i < r.tokens.size(); ++i) {
+            const std::string piece = decodable[static_cast<size_t>(r.tokens[i])] ? dec.push(r.tokens[i]) : "";
+            text += piece;
+            if (piece.empty() && o.top_logprobs < 0) continue;  // with logprobs every token has its chunk
+            ++chunks;
+            if (first) {
+                ttft.push_back(ms_between(r.t_submit, r.times[i]));
+                first = false;
+            } else {
+                itl.push_back(ms_between(prev, r.times[i]));
+            }
+            prev = r.times[i];
+        }
+        text += dec.flush();
+        hashes[std::to_string(r.prompt)] = fnv1a64(text);
+    }
+    json l = {{"concurrency", C},
+              {"requests", N},
+              {"wall_s", wall},
+              {"output_tokens", out_tokens},
+              {"prompt_tokens", prompt_tokens},
+              {"output_tok_s", static_cast<double>(out_tokens) / wall},
+              {"req_s", static_cast<double>(N) / wall},
+              {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p99", percentile(ttft, 0.99)}, {"mean", mean(ttft)}}},
+              {"itl_ms",
+               {{"p50", percentile(itl, 0.5)}, {"p99", percentile(itl, 0.99)}, {"mean", mean(itl)}, {"n", itl.size()}}},
+              {"ttft_first_token_ms",
+               {{"p50", percentile(ttft_tok, 0.5)}, {"p99", percentile(ttft_tok, 0.99)}, {"mean", mean(ttft_tok)}}},
+              {"itl_per_token_ms",
+               {{"p50", percentile(itl_tok, 0.5)},
+                {"p99", percentile(itl_tok, 0.99)},
+                {"mean", mean(itl_tok)},
+                {"n", itl_tok.size()}}},
+              {"e2e_ms", {{"p50", percentile(e2e, 0.5)}, {"p99", percentile(e2e, 0.99)}, {"mean", mean(e2e)}}},
+              {"text_chunks", chunks},
+              {"tokens_per_text_chunk", static_cast<double>(out_tokens) / static_cast<double>(chunks)},
+              {"cpu_s", cpu},
+              {"cpu_ms_per_token", 1e3 * cpu / static_cast<double>(out_tokens)},
+              {"output_hashes", hashes},
+              {"loadavg", run_command("cat /proc/loadavg")}};
+    return l;
+}
+
+int run(const Options& o, const std::string& command) {
+    std::ifstream pin(o.prompts_file);
+    MEGACTX_CHECK(pin.good(), "cannot read the prompts file {}", o.prompts_file);
+    const json pj = json::parse(pin);
+    const GlmDsaModel model(o.model_dir);
+    const Tokenizer tok = Tokenizer::load(o.model_dir);
+    std::vector<std::vector<int32_t>> prompts;
+    int64_t min_len = INT64_MAX, max_len = 0, sum_len = 0;
+    for (const auto& t : pj.at("prompts")) {
+        prompts.push_back(tok.encode(t.get<std::string>(), true));  // as /v1/completions encodes a text prompt
+        const auto n = static_cast<int64_t>(prompts.back().size());
+        min_len = std::min(min_len, n), max_len = std::max(max_len, n), sum_len += n;
+    }
+    MEGACTX_CHECK(!prompts.empty(), "{} has no prompts", o.prompts_file);
+
+    CpuOps ops;
+    EngineConfig ec;
+    ec.max_model_len = o.max_model_len;
+    ec.scheduler.max_num_seqs = o.max_num_seqs;
+    ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+    ec.prefix_caching = o.prefix_caching;
+    ec.kv_cache_bytes = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
+    Engine engine(model, ops, ec);
+    const std::vector<bool> decodable = decodable_ids(tok, model.config().vocab_size);
+    int64_t n_decodable = 0;
+    for (bool b : decodable) n_decodable += b;
+    int omp_threads_engine_thread = 0;
+    std::thread([&] { omp_threads_engine_thread = omp_get_max_threads(); }).join();
+
+    const char* env_threads = std::getenv("OMP_NUM_THREADS");
+    json out = {{"bench", "bench_engine"},
+                {"device", device_info()},
+                {"date", utc_now()},
+                {"commit", std::getenv("MEGACTX_COMMIT")
+                               ? std::string(std::getenv("MEGACTX_COMMIT"))
+                               : run_command("git -C '" MEGACTX_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null")},
+                {"dirty", !run_command("git -C '" MEGACTX_SOURCE_DIR
+                                       "' status --porcelain --untracked-files=no 2>/dev/null")
+                               .empty()},
+                {"command", command},
+                {"vocab_size", model.config().vocab_size},
+                {"tokenizer_decodable_ids", n_decodable},
+                {"omp_num_threads", env_threads ? json(env_threads) : json(nullptr)},
+                {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? json(std::getenv("OMP_WAIT_POLICY")) : json(nullptr)},
+                {"omp_max_threads_on_a_new_thread", omp_threads_engine_thread},
+                {"engine",
+                 {{"max_num_seqs", o.max_num_seqs},
+                  {"max_num_batched_tokens", o.max_num_batched_tokens},
+                  {"max_model_len", engine.max_model_len()},
+                  {"kv_cache_memory", o.kv_cache_memory},
+                  {"kv_capacity_tokens", engine.kv_capacity_tokens()},
+                  {"prefix_caching", o.prefix_caching}}},
+                {"workload",
+                 {{"prompts_file", o.prompts_file},
+                  {"n_prompts", prompts.size()},
+                  {"prompt_tokens_min", min_len},
+                  {"prompt_tokens_max", max_len},
+                  {"prompt_tokens_mean", static_cast<double>(sum_len) / static_cast<double>(prompts.size())},
+                  {"max_tokens", o.max_tokens},
+                  {"top_logprobs", o.top_logprobs},
+                  {"temperature", 0},
+                  {"ignore_eos", true},
+                  {"min_requests", o.min_requests},
+                  {"per_stream", o.per_stream}}},
+                {"loadavg_start", run_command("cat /proc/loadavg")},
+                {"levels", json::array()}};
+
+    engine.start();
+    {  // warm-up, untimed
+        Options one = o;
+        one.min_requests = 1;
+        one.per_stream = 1;
+        run_level(engine, one, tok, decodable, prompts, 1);
+    }
+    for (int64_t C : o.levels) {
+        std::cerr << fmt::format("bench_engine: C={} ... ", C) << std::flush;
+        json l = run_level(engine, o, tok, decodable, prompts, C);
+        std::cerr << fmt::format("{:.1f} tok/s, {:.1f} s\n", l["output_tok_s"].get<double>(), l["wall_s"].get<double>());
+        out["levels"].push_back(l);
+        if (!o.out.empty()) std::ofstream(o.out) << out.dump(2) << "\n";
+    }
+    engine.stop();
+    out["loadavg_end"] = run_command("cat /proc/loadavg");
+    if (!o.out.empty()) std::ofstream(o.out) << out.dump(2) << "\n";
+
+    auto num = [](const json& j, int prec) { return j.is_null() ? std::string("—") : fmt::format("{:.{}f}", j.get<double>(), prec); };
+    std::cout << fmt::format("\nengine direct — commit {}{}; prompts {}–{} tokens, max_tokens {}\n",
+                             out["commit"].get<std::string>(), out["dirty"].get<bool>() ? " (dirty)" : "", min_len,
+                             max_len, o.max_tokens);
+    std::cout << "    C  requests   tok/s   req/s  TTFT p50 ms  TTFT p99 ms  ITL p50 ms  ITL p99 ms  ITL mean ms\n";
+    for (const json& l : out["levels"]) {
+        std::cout << fmt::format("{:>5} {:>9} {:>7} {:>7} {:>12} {:>12} {:>11} {:>11} {:>12}\n",
+                                 l["concurrency"].get<int64_t>(), l["requests"].get<int64_t>(), num(l["output_tok_s"], 1),
+                                 num(l["req_s"], 2), num(l["ttft_ms"]["p50"], 1), num(l["ttft_ms"]["p99"], 1),
+                                 num(l["itl_ms"]["p50"], 2), num(l["itl_ms"]["p99"], 2), num(l["itl_ms"]["mean"], 2));
+    }
+    return 0;
+}
+
+std::vector<int64_t> parse_levels(const std::string& s) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        size_t used = 0;
+        int64_t v = 0;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        MEGACTX_CHECK(used == item.size() && v > 0, "--levels: '{}' is not a positive integer", item);
+        out.push_back(v);
+    }
+    return out;
+}
+
+}  // namespace
+}  // namespace megactx
+
+int main(int argc, char** argv) {
+    using namespace megactx;
+    Options o;
+    std::string levels, prefix = "off";
+    CLI::App app{"The serving workload of bench_serve.mjs, in-process through Engine::submit (no HTTP)"};
+    app.add_option("--model", o.model_dir, "model directory with tokenizer.json")->required();
+    app.add_option("--prompts", o.prompts_file, "prompts JSON (bench_serve.mjs --write-prompts)")->required();
+    app.add_option("--levels", levels, "concurrency levels (default 1,8,32,64)");
+    app.add_option("--max-tokens", o.max_tokens)->capture_default_str();
+    app.add_option("--min-requests", o.min_requests)->capture_default_str();
+    app.add_option("--per-stream", o.per_stream, "requests per level = max(per_stream * C, min_requests)")
+        ->capture_default_str();
+    app.add_option("--logprobs", o.top_logprobs, "request logprobs with N alternatives, as /v1/completions' logprobs")
+        ->check(CLI::Range(0, 20));
+    app.add_option("--max-num-seqs", o.max_num_seqs)->capture_default_str();
+    app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens)->capture_default_str();
+    app.add_option("--max-model-len", o.max_model_len)->capture_default_str();
+    app.add_option("--kv-cache-memory", o.kv_cache_memory)->capture_default_str();
+    app.add_option("--prefix-caching", prefix, "on | off")->capture_default_str();
+    app.add_option("--out", o.out, "write the results as JSON to this file");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        if (!levels.empty()) o.levels = parse_levels(levels);
+        MEGACTX_CHECK(prefix == "on" || prefix == "off", "--prefix-caching must be on or off");
+        o.prefix_caching = prefix == "on";
+        MEGACTX_CHECK(o.max_tokens > 0 && o.min_requests > 0 && o.per_stream > 0, "counts must be positive");
+        std::string command = "bench_engine";
+        for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+        return run(o, command);
+    } catch (const std::exception& e) {
+        std::cerr << "bench_engine: " << e.what() << "\n";
+        return 1;
+    }
+}
