@@ -1,6 +1,8 @@
 // megactx: the command-line entry point. Subcommands are thin: they parse flags and call the library.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -249,6 +251,13 @@ int main(int argc, char** argv) {
             const std::string out = Tokenizer::load(model).decode(parse_token_list(ids_arg, "--ids"), skip_special);
             std::fwrite(out.data(), 1, out.size(), stdout);
         } else if (*serve) {
+            // OpenMP threads that spin while waiting steal the cores the HTTP threads need (docs/server.md):
+            // the server runs with the passive wait policy unless the user chose one. libgomp reads it only
+            // when it loads, so the process re-executes itself once with the variable set.
+            if (!std::getenv("OMP_WAIT_POLICY")) {
+                setenv("OMP_WAIT_POLICY", "passive", 1);
+                execv("/proc/self/exe", argv);  // returns only on failure: then carry on with the default
+            }
             so.model_dir = model_dir_or_default(so.model_dir);
             if (so.served_model_name.empty() && so.model_dir == MEGACTX_DEFAULT_MODEL_DIR) so.served_model_name = "megactx-tiny";
             so.prefix_caching = !no_prefix_caching;
