@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_util.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "engine/runner.h"
@@ -45,53 +46,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string run_command(const std::string& cmd) {
-    std::string out;
-    FILE* f = popen(cmd.c_str(), "r");
-    if (!f) return out;
-    std::array<char, 256> buf;
-    while (fgets(buf.data(), static_cast<int>(buf.size()), f)) out += buf.data();
-    pclose(f);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out;
-}
-
-json device_info() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line, model;
-    int64_t n_logical = 0;
-    while (std::getline(in, line)) {
-        if (line.rfind("processor", 0) == 0) ++n_logical;
-        if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
-    }
-    return {{"cpu", model}, {"logical_cores", n_logical}, {"omp_num_procs", omp_get_num_procs()}};
-}
-
-std::string utc_now() {
-    const std::time_t t = std::time(nullptr);
-    std::array<char, 32> buf;
-    std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    return buf.data();
-}
-
-std::vector<int64_t> parse_int_list(const std::string& s) {
-    std::vector<int64_t> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        size_t used = 0;
-        int64_t v = 0;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        MEGACTX_CHECK(used == item.size() && v > 0, "--contexts: '{}' is not a positive integer", item);
-        out.push_back(v);
-    }
-    return out;
-}
 
 // FNV-1a over the bytes of the logits: equal across runs iff the results are bit-identical.
 std::string logits_hash(const std::vector<float>& v) {
@@ -225,22 +179,17 @@ int run(const Options& o, const std::string& command) {
     std::mt19937 rng(static_cast<uint32_t>(o.seed));
 
     json out = {{"bench", "bench_cpu"},
-                {"device", device_info()},
-                {"date", utc_now()},
-                // MEGACTX_COMMIT names the commit where the tree was copied without .git (the GPU machine).
-                {"commit", std::getenv("MEGACTX_COMMIT")
-                               ? std::string(std::getenv("MEGACTX_COMMIT"))
-                               : run_command("git -C '" MEGACTX_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null")},
-                {"dirty", !run_command("git -C '" MEGACTX_SOURCE_DIR
-                                       "' status --porcelain --untracked-files=no 2>/dev/null")
-                               .empty()},
+                {"device", bench::device_info()},
+                {"date", bench::utc_now()},
+                {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)},
+                {"dirty", bench::source_dirty(MEGACTX_SOURCE_DIR)},
                 {"command", command},
                 {"threads", o.threads},
                 {"decode_steps", o.decode_steps},
                 {"warmup_steps", o.warmup},
                 {"prefill_chunk", o.prefill_chunk},
                 {"seed", o.seed},
-                {"loadavg_start", run_command("cat /proc/loadavg")},
+                {"loadavg_start", bench::run_command("cat /proc/loadavg")},
                 {"results", json::array()}};
 
     for (const std::string& preset : o.presets) {
@@ -284,7 +233,7 @@ int run(const Options& o, const std::string& command) {
         }
     }
     out["checks"] = checks;
-    out["loadavg_end"] = run_command("cat /proc/loadavg");
+    out["loadavg_end"] = bench::run_command("cat /proc/loadavg");
     if (!o.out.empty()) std::ofstream(o.out) << out.dump(2) << "\n";
 
     std::cout << fmt::format("\ndecode: median over steps; {} threads, {} decode steps, prefill chunk {}, commit {}{}\n", o.threads,
@@ -333,7 +282,7 @@ int main(int argc, char** argv) {
             std::string p;
             while (std::getline(ss, p, ',')) o.presets.push_back(p);
         }
-        if (!contexts.empty()) o.contexts = parse_int_list(contexts);
+        if (!contexts.empty()) o.contexts = bench::parse_positive_list(contexts, "--contexts");
         MEGACTX_CHECK(o.threads > 0 && o.decode_steps > 0 && o.warmup >= 0 && o.prefill_chunk > 0,
                       "--threads, --decode-steps and --prefill-chunk must be positive, --warmup not negative");
         std::string command = "bench_cpu";

@@ -31,6 +31,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_util.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -50,35 +51,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-std::string run_command(const std::string& cmd) {
-    std::string out;
-    FILE* f = popen(cmd.c_str(), "r");
-    if (!f) return out;
-    std::array<char, 256> buf;
-    while (fgets(buf.data(), static_cast<int>(buf.size()), f)) out += buf.data();
-    pclose(f);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out;
-}
-
-std::string utc_now() {
-    const std::time_t t = std::time(nullptr);
-    std::array<char, 32> buf;
-    std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    return buf.data();
-}
-
-json device_info() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line, model;
-    int64_t n_logical = 0;
-    while (std::getline(in, line)) {
-        if (line.rfind("processor", 0) == 0) ++n_logical;
-        if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
-    }
-    return {{"cpu", model}, {"logical_cores", n_logical}, {"omp_num_procs", omp_get_num_procs()}};
 }
 
 double process_cpu_seconds() {
@@ -270,7 +242,7 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
               {"cpu_s", cpu},
               {"cpu_ms_per_token", 1e3 * cpu / static_cast<double>(out_tokens)},
               {"output_hashes", hashes},
-              {"loadavg", run_command("cat /proc/loadavg")}};
+              {"loadavg", bench::run_command("cat /proc/loadavg")}};
     return l;
 }
 
@@ -305,14 +277,10 @@ int run(const Options& o, const std::string& command) {
 
     const char* env_threads = std::getenv("OMP_NUM_THREADS");
     json out = {{"bench", "bench_engine"},
-                {"device", device_info()},
-                {"date", utc_now()},
-                {"commit", std::getenv("MEGACTX_COMMIT")
-                               ? std::string(std::getenv("MEGACTX_COMMIT"))
-                               : run_command("git -C '" MEGACTX_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null")},
-                {"dirty", !run_command("git -C '" MEGACTX_SOURCE_DIR
-                                       "' status --porcelain --untracked-files=no 2>/dev/null")
-                               .empty()},
+                {"device", bench::device_info()},
+                {"date", bench::utc_now()},
+                {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)},
+                {"dirty", bench::source_dirty(MEGACTX_SOURCE_DIR)},
                 {"command", command},
                 {"vocab_size", model.config().vocab_size},
                 {"tokenizer_decodable_ids", n_decodable},
@@ -338,7 +306,7 @@ int run(const Options& o, const std::string& command) {
                   {"ignore_eos", true},
                   {"min_requests", o.min_requests},
                   {"per_stream", o.per_stream}}},
-                {"loadavg_start", run_command("cat /proc/loadavg")},
+                {"loadavg_start", bench::run_command("cat /proc/loadavg")},
                 {"levels", json::array()}};
 
     engine.start();
@@ -356,7 +324,7 @@ int run(const Options& o, const std::string& command) {
         if (!o.out.empty()) std::ofstream(o.out) << out.dump(2) << "\n";
     }
     engine.stop();
-    out["loadavg_end"] = run_command("cat /proc/loadavg");
+    out["loadavg_end"] = bench::run_command("cat /proc/loadavg");
     if (!o.out.empty()) std::ofstream(o.out) << out.dump(2) << "\n";
 
     auto num = [](const json& j, int prec) { return j.is_null() ? std::string("—") : fmt::format("{:.{}f}", j.get<double>(), prec); };
@@ -371,24 +339,6 @@ int run(const Options& o, const std::string& command) {
                                  num(l["itl_ms"]["p50"], 2), num(l["itl_ms"]["p99"], 2), num(l["itl_ms"]["mean"], 2));
     }
     return 0;
-}
-
-std::vector<int64_t> parse_levels(const std::string& s) {
-    std::vector<int64_t> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        size_t used = 0;
-        int64_t v = 0;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        MEGACTX_CHECK(used == item.size() && v > 0, "--levels: '{}' is not a positive integer", item);
-        out.push_back(v);
-    }
-    return out;
 }
 
 }  // namespace
@@ -416,7 +366,7 @@ int main(int argc, char** argv) {
     app.add_option("--out", o.out, "write the results as JSON to this file");
     CLI11_PARSE(app, argc, argv);
     try {
-        if (!levels.empty()) o.levels = parse_levels(levels);
+        if (!levels.empty()) o.levels = bench::parse_positive_list(levels, "--levels");
         MEGACTX_CHECK(prefix == "on" || prefix == "off", "--prefix-caching must be on or off");
         o.prefix_caching = prefix == "on";
         MEGACTX_CHECK(o.max_tokens > 0 && o.min_requests > 0 && o.per_stream > 0, "counts must be positive");
