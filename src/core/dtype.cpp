@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace megactx {
@@ -82,19 +83,19 @@ uint16_t f32_to_f16(float f) {
 uint8_t f32_to_fp8e4m3(float f) {
     if (std::isnan(f)) return 0x7f;
     const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-    float a = std::fabs(f);
-    if (a >= 448.0f) return sign | 0x7e;
-    // Find the nearest representable magnitude (ties to even mantissa) by scanning the 127 finite codes.
-    uint8_t best = 0;
-    float best_err = INFINITY;
-    for (int c = 0; c <= 0x7e; ++c) {
-        const float err = std::fabs(fp8e4m3_to_f32(static_cast<uint8_t>(c)) - a);
-        if (err < best_err || (err == best_err && (c & 1) == 0)) {
-            best = static_cast<uint8_t>(c);
-            best_err = err;
-        }
+    const float a = std::fabs(f);
+    if (a >= 448.0f) return sign | 0x7e;  // saturate (e4m3fn has no infinity)
+    // Below the smallest normal (2^-6) the codes count units of 2^-9; code 8 is 2^-6 itself.
+    if (a < 0.015625f) return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+    int e;
+    const float m = std::frexp(a, &e);  // a = m · 2^e, m in [0.5, 1): biased exponent e + 6
+    int biased = e + 6;
+    int mant = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));  // 3 bits, ties to even
+    if (mant == 8) {
+        mant = 0;
+        ++biased;
     }
-    return sign | best;
+    return sign | static_cast<uint8_t>(std::min((biased << 3) | mant, 0x7e));
 }
 
 void convert_to_f32(DType t, const void* src, float* dst, size_t n) {

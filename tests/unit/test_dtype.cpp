@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -41,6 +42,33 @@ TEST(DType, Fp8E4M3Table) {
         const float v = fp8e4m3_to_f32(static_cast<uint8_t>(c));
         if (v == 0.0f) continue;
         EXPECT_EQ(f32_to_fp8e4m3(v), c) << c;
+    }
+}
+
+TEST(DType, Fp8E4M3RoundsToNearestEven) {
+    // Against a brute-force search over the 127 finite magnitudes, including every midpoint (ties → even).
+    std::vector<float> values;
+    for (int c = 0; c < 0x7e; ++c) {
+        values.push_back((fp8e4m3_to_f32(static_cast<uint8_t>(c)) + fp8e4m3_to_f32(static_cast<uint8_t>(c + 1))) / 2);
+    }
+    uint32_t x = 12345;
+    for (int i = 0; i < 20000; ++i) {
+        x = x * 1664525u + 1013904223u;
+        values.push_back((static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * (i % 2 ? 900.0f : 0.05f));
+    }
+    for (float v : values) {
+        const float a = std::fabs(v);
+        int best = 0;
+        float best_err = INFINITY;
+        for (int c = 0; c <= 0x7e; ++c) {
+            const float err = std::fabs(fp8e4m3_to_f32(static_cast<uint8_t>(c)) - a);
+            if (err < best_err || (err == best_err && (c & 1) == 0)) {
+                best = c;
+                best_err = err;
+            }
+        }
+        if (a >= 448.0f) best = 0x7e;
+        ASSERT_EQ(f32_to_fp8e4m3(v), (v < 0 ? 0x80 : 0) | best) << v;
     }
 }
 
