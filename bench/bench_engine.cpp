@@ -262,13 +262,13 @@ int run(const Options& o, const std::string& command) {
     MEGACTX_CHECK(!prompts.empty(), "{} has no prompts", o.prompts_file);
 
     CpuOps ops;
-    EngineConfig ec;
-    ec.max_model_len = o.max_model_len;
-    ec.scheduler.max_num_seqs = o.max_num_seqs;
-    ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-    ec.prefix_caching = o.prefix_caching;
-    ec.kv_cache_bytes = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
-    Engine engine(model, ops, ec);
+    ServeOptions so;  // the same engine settings `megactx serve` would use
+    so.max_model_len = o.max_model_len;
+    so.max_num_seqs = o.max_num_seqs;
+    so.max_num_batched_tokens = o.max_num_batched_tokens;
+    so.prefix_caching = o.prefix_caching;
+    so.kv_cache_memory = o.kv_cache_memory;
+    Engine engine(model, ops, engine_config(so));
     const std::vector<bool> decodable = decodable_ids(tok, model.config().vocab_size);
     int64_t n_decodable = 0;
     for (bool b : decodable) n_decodable += b;

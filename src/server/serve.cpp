@@ -43,6 +43,16 @@ int64_t parse_byte_size(const std::string& s, const std::string& flag) {
     return static_cast<int64_t>(v * mul);
 }
 
+EngineConfig engine_config(const ServeOptions& o) {
+    EngineConfig ec;
+    ec.max_model_len = o.max_model_len;
+    ec.scheduler.max_num_seqs = o.max_num_seqs;
+    ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+    ec.prefix_caching = o.prefix_caching;
+    if (!o.kv_cache_memory.empty()) ec.kv_cache_bytes = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
+    return ec;
+}
+
 int serve_main(const ServeOptions& o) {
     // Signals go to one waiting thread only: block them before any thread starts.
     sigset_t sigs;
@@ -102,13 +112,7 @@ int serve_main(const ServeOptions& o) {
             std::fprintf(stderr, "megactx serve: no tokenizer.json: only token-id prompts on /v1/completions\n");
         }
         CpuOps ops;
-        EngineConfig ec;
-        ec.max_model_len = o.max_model_len;
-        ec.scheduler.max_num_seqs = o.max_num_seqs;
-        ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-        ec.prefix_caching = o.prefix_caching;
-        if (!o.kv_cache_memory.empty()) ec.kv_cache_bytes = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
-        Engine engine(model, ops, ec);
+        Engine engine(model, ops, engine_config(o));
         std::fprintf(stderr,
                      "megactx serve: KV cache: %lld blocks of 64 tokens = %lld tokens; max context %lld tokens; up to "
                      "%lld sequences\n",

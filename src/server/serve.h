@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/engine.h"
+
 namespace megactx {
 
 struct ServeOptions {
@@ -23,6 +25,9 @@ struct ServeOptions {
 
 // Parses sizes like "512MiB", "4GiB", "2G", "1000000" (bytes); Error on anything else.
 int64_t parse_byte_size(const std::string& s, const std::string& flag);
+
+// The engine settings these options ask for (shared with bench_engine, so both run the same engine).
+EngineConfig engine_config(const ServeOptions& options);
 
 // Runs until SIGINT/SIGTERM; returns the process exit code.
 int serve_main(const ServeOptions& options);
