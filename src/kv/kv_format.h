@@ -7,6 +7,9 @@
 //   bytes 528..655  k_pe (64 values) as bf16, not quantised
 // FP8 indexer keys, 132 bytes per token, paged per 64-token block as [64 × 128 B e4m3][64 × 4 B fp32 scale]
 // (8448 B per block; DeepGEMM/SGLang paged layout). The slot of a token is block · 64 + offset, as everywhere.
+// Other geometries (the small test models) use the same layouts with their own sizes: the latent is quantised in
+// tiles of 128 values (or one tile when kv_lora_rank is not a multiple of 128), then the tile scales, then bf16 k_pe;
+// an indexer token is d_indexer e4m3 + one fp32 scale. The fast CUDA kernels take the GLM-5.2 geometry only.
 // Scales: s = 2^ceil(log2(max(amax, 1e-4) / 448)) (ue8m0, rounded up to a power of two, so dequantising is
 // exact scaling), stored as fp32; e4m3 codes are round-to-nearest-even, saturating (= cuda_fp8's satfinite).
 #pragma once
@@ -31,13 +34,21 @@ static_assert(kFp8IndexerBlockBytes == 8448);
 // ue8m0 scale for a group whose largest |value| is amax.
 float fp8_pow2_scale(float amax);
 
-// One latent row [c (512) | k_pe (64)] (fp32) ↔ its 656 bytes.
-void fp8_latent_pack(const float* row, uint8_t* out656);
-void fp8_latent_unpack(const uint8_t* in656, float* row);
+// Latent geometry: tile size and bytes per row for kv_lora_rank `rank` and `rope` RoPE dims.
+inline int64_t fp8_latent_tile(int64_t rank) { return rank % kFp8LatentTile == 0 ? kFp8LatentTile : rank; }
+inline int64_t fp8_latent_row_bytes(int64_t rank, int64_t rope) {
+    return rank + 4 * (rank / fp8_latent_tile(rank)) + 2 * rope;
+}
+// Indexer geometry: bytes per 64-token block for keys of `dim` values.
+inline int64_t fp8_indexer_block_bytes(int64_t dim) { return kFp8IndexerBlock * (dim + 4); }
 
-// One indexer key (128 fp32) ↔ its place in a paged FP8 block: the token at `slot` of a pool whose
-// blocks are kFp8IndexerBlockBytes apart.
-void fp8_indexer_pack(const float* key, int64_t slot, uint8_t* pool);
-void fp8_indexer_unpack(const uint8_t* pool, int64_t slot, float* key);
+// One latent row [c (rank) | k_pe (rope)] (fp32) ↔ its fp8_latent_row_bytes bytes.
+void fp8_latent_pack(const float* row, int64_t rank, int64_t rope, uint8_t* out);
+void fp8_latent_unpack(const uint8_t* in, int64_t rank, int64_t rope, float* row);
+
+// One indexer key (dim fp32) ↔ its place in a paged FP8 pool: the token at `slot`, in block slot / 64 whose
+// bytes are [64 × dim e4m3][64 × fp32 scale].
+void fp8_indexer_pack(const float* key, int64_t dim, int64_t slot, uint8_t* pool);
+void fp8_indexer_unpack(const uint8_t* pool, int64_t dim, int64_t slot, float* key);
 
 }  // namespace megactx
