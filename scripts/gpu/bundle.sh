@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run HERE (the Debian dev machine): builds the CUDA build (build-cuda: MEGACTX_CUDA=ON, no -march=native so it
+# runs on the GPU host's CPU) and packs what the GPU machine needs into .stage/gpu.tar.xz (git-ignored; name
+# `.stage` in the device tool's carry): stripped binaries (megactx, the cuda tests and benchmarks, bench_engine,
+# bench_cpu) at their build-cuda paths, the embedded default model, and the Debian shared libraries the GPU machine
+# lacks (fmt 9, xxhash, pcre2, ICU 72, cpp-httplib). scripts/gpu/cuda.sh unpacks and runs it there.
+# Building here instead of there saves device time (the lease is short; nvcc on 2 cores is not).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+jobs=${JOBS:-2}
+cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DMEGACTX_CUDA=ON -DMEGACTX_NATIVE=OFF \
+    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null
+cmake --build build-cuda -j"$jobs"
+stage=.stage/gpu
+rm -rf "$stage" && mkdir -p "$stage/build-cuda" "$stage/lib"
+bins=(megactx bench/bench_engine bench/bench_cpu)
+for f in build-cuda/tests/cuda/* build-cuda/bench/cuda/*; do
+    [ -f "$f" ] && [ -x "$f" ] && bins+=("${f#build-cuda/}")
+done
+for b in "${bins[@]}"; do
+    mkdir -p "$stage/build-cuda/$(dirname "$b")"
+    strip --strip-unneeded -o "$stage/build-cuda/$b" "build-cuda/$b"
+done
+cp -r build-cuda/models "$stage/build-cuda/"
+# The serving benchmark's prompts (scripts/gpu/serve-overhead.sh), made by the same generator as bench-serve.sh.
+node bench/bench_serve.mjs --write-prompts "$stage/prompts.json" --count 128 --words 45 --seed 1
+for l in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libicuuc.so.72 libicudata.so.72 libcpp-httplib.so.0.11; do
+    cp -L "/lib/x86_64-linux-gnu/$l" "$stage/lib/"
+done
+tar -C .stage -cf - gpu | xz -T"$jobs" -6 > .stage/gpu.tar.xz
+rm -rf "$stage"
+echo "bundle: .stage/gpu.tar.xz $(du -h .stage/gpu.tar.xz | cut -f1) (${#bins[@]} binaries)"

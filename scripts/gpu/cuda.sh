@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine), in the repo root, after scripts/gpu/bundle.sh ran here and `.stage` was carried:
+# unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
+# JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
+# a short summary last.
+#   scripts/gpu/cuda.sh [tests] [bench] [serve]   (default: tests bench)
+# The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
+# to point at the repo root here.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=gpu-out
+rm -rf "$out" && mkdir -p "$out"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(tests bench)
+tar -C .stage -xJf .stage/gpu.tar.xz
+mkdir -p build-cuda && cp -r .stage/gpu/build-cuda/. build-cuda/
+if [ "$(pwd)" != /work/main ]; then mkdir -p /work && ln -sfn "$(pwd)" /work/main; fi
+export LD_LIBRARY_PATH="$(pwd)/.stage/gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+echo "commit $commit, $(date -u +%FT%TZ)" | tee -a "$out/gpu.txt"
+summary=()
+has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+if has tests; then
+    for t in build-cuda/tests/cuda/*; do
+        [ -x "$t" ] || continue
+        name=$(basename "$t")
+        if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then r=PASS; else r=FAIL; fi
+        summary+=("$name: $r ($(grep -cE '^\[       OK|^\[  FAILED  \] [A-Z]' "$out/$name.log") lines)")
+        [ "$r" = FAIL ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
+    done
+fi
+if has bench; then
+    for b in build-cuda/bench/cuda/*; do
+        [ -x "$b" ] || continue
+        name=$(basename "$b")
+        "$b" --json "$out/$name.json" 2>&1 | tee "$out/$name.log" | tail -25
+        summary+=("$name: exit ${PIPESTATUS[0]}")
+    done
+fi
+if has serve; then
+    bash scripts/gpu/serve-overhead.sh "$out" 2>&1 | tee "$out/serve.log" | tail -20
+fi
+echo "== summary =="
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+[ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu-results.tar.gz" .
