@@ -18,9 +18,10 @@ namespace {
 
 // splitmix64: each tensor gets its own stream from (seed, name), so values do not depend on write order.
 struct Rng {
+    static constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
     uint64_t s;
     uint64_t next() {
-        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        uint64_t z = (s += kGamma);
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         return z ^ (z >> 31);
@@ -45,6 +46,7 @@ struct Writer {
 
     static std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
         std::vector<uint8_t> out(v.size() * dtype_size(t));
+#pragma omp parallel for schedule(static) if (v.size() >= (1u << 20))
         for (size_t i = 0; i < v.size(); ++i) {
             if (t == DType::F32) {
                 std::memcpy(out.data() + 4 * i, &v[i], 4);
@@ -55,10 +57,17 @@ struct Writer {
         }
         return out;
     }
+    // Value i uses draws 2i and 2i+1 of the tensor's stream; splitmix64's state after k draws is s0 + k·gamma,
+    // so chunks start their own generator at the right place and the result does not depend on the threads.
     std::vector<float> random(const std::string& name, int64_t n, float mean, float std) const {
-        Rng rng{hash_name(name, seed)};
+        const uint64_t s0 = hash_name(name, seed);
         std::vector<float> v(static_cast<size_t>(n));
-        for (auto& x : v) x = mean + std * rng.normal();
+        constexpr int64_t kChunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n >= 4 * kChunk)
+        for (int64_t c = 0; c < n; c += kChunk) {
+            Rng rng{s0 + static_cast<uint64_t>(2 * c) * Rng::kGamma};
+            for (int64_t i = c; i < std::min(n, c + kChunk); ++i) v[static_cast<size_t>(i)] = mean + std * rng.normal();
+        }
         return v;
     }
     // A vector (norm weight, bias) in bf16 unless the whole model is f32.
@@ -83,6 +92,7 @@ struct Writer {
         const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
         std::vector<float> scales(static_cast<size_t>(br * bc));
         std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+#pragma omp parallel for schedule(dynamic, 1) if (rows * cols >= (1 << 20))
         for (int64_t bi = 0; bi < br; ++bi) {
             for (int64_t bj = 0; bj < bc; ++bj) {
                 float amax = 0.0f;
