@@ -3,7 +3,7 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [bench] [serve]   (default: tests bench)
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [serve]   (default: tests bench)
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
 # to point at the repo root here.
 set -uo pipefail
@@ -28,6 +28,18 @@ if has tests; then
         if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then r=PASS; else r=FAIL; fi
         summary+=("$name: $r ($(grep -cE '^\[       OK|^\[  FAILED  \] [A-Z]' "$out/$name.log") lines)")
         [ "$r" = FAIL ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
+    done
+fi
+if has sanitize; then
+    # compute-sanitizer memcheck over the op tests (slow: it instruments every access), SANITIZE_FILTER narrows them.
+    san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for t in build-cuda/tests/cuda/*; do
+        [ -x "$t" ] || continue
+        name=$(basename "$t")
+        "$san" --tool memcheck --leak-check full --error-exitcode 3 "$t" --gtest_brief=1 \
+            --gtest_filter="${SANITIZE_FILTER:-*}" >"$out/memcheck-$name.log" 2>&1
+        rc=$?
+        summary+=("memcheck $name: exit $rc, $(grep -m1 -E 'ERROR SUMMARY' "$out/memcheck-$name.log")")
     done
 fi
 if has bench; then
