@@ -288,8 +288,9 @@ void run_case(const Case& c) {
         for (int k = 0; k < h * kDv; ++k) ASSERT_EQ(got[static_cast<size_t>(4) * h * kDv + k], 0.0f);
         std::printf("sparse_mla h=%d %s n_split=%d: max abs err %.3e, max|ref| %.3e (rel %.2e)\n", h,
                     c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", plan.n_split, err, ref_max, err / ref_max);
-        // P is rounded to bf16 before the PV product (relative 2^-9 per weight): measured ~1e-3 of max|ref|.
-        EXPECT_LE(err, 5e-3 * ref_max);
+        // P is rounded to bf16 before the PV product (relative 2^-9 per weight). Measured on the H200
+        // (2026-11-29): 7.4e-4 .. 1.04e-3 of max|ref| over all cases and splits.
+        EXPECT_LE(err, 3e-3 * ref_max);
     }
 }
 
