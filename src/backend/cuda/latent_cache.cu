@@ -1,0 +1,103 @@
+// latent_cache_write kernel (contract in latent_cache.h; model-spec §2.2/§2.4/§2.7, FP8 row layout kv/kv_format.h).
+// One CTA of 128 threads per token: thread t owns c[4t..4t+3]; warp w owns FP8 tile w (c[128w..128w+127]).
+//   c    = w ⊙ (c_raw · 1/sqrt(mean(c_raw²) + eps))                 fp32, as CpuOps::rms_norm
+//   k_pe = interleaved RoPE: pair (2j, 2j+1) rotates by pos · theta^(−2j/64) (fp32 angle, as CpuOps::rope;
+//          inv_freq from the host's std::pow so the angles are the oracle's bit for bit)
+//   BF16 row: [c | k_pe] as bf16 (RNE).  FP8 row: per tile s = 2^ceil(log2(max(amax,1e-4)/448)),
+//   codes = e4m3 satfinite RNE of c/s, then the 4 fp32 scales, then k_pe as bf16 (= fp8_latent_pack).
+#include "backend/cuda/latent_cache.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+
+namespace megactx::cuda {
+namespace {
+
+constexpr int kRank = 512, kRope = 64, kRow = kRank + kRope, kFp8RowBytes = 656;
+
+// ue8m0 power-of-two scale; exact (frexp) instead of log2 so no rounding can pick the wrong power.
+__device__ float pow2_scale(float amax) {
+    const float s = fmaxf(amax, 1e-4f) / 448.0f;
+    int e;
+    const float m = frexpf(s, &e);  // s = m · 2^e, m in [0.5, 1)
+    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+}
+
+// inv_freq is computed on the host with std::pow exactly as CpuOps::rope does: at positions ~1e6 one ulp of
+// inv_freq moves the fp32 angle by whole ulps, so a device powf could not match the oracle.
+struct RopeFreqs {
+    float inv_freq[kRope / 2];
+};
+
+__global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_constant__ LatentCacheWriteParams p,
+                                                                 const __grid_constant__ RopeFreqs f) {
+    const int64_t i = blockIdx.x;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int32_t slot = p.slots[i];
+    if (slot < 0) return;
+    const float* x = p.kv_raw + i * kRow;  // [576]
+    float4 v = reinterpret_cast<const float4*>(x)[t];
+    float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ float red[4];
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    const float ms = (red[0] + red[1] + red[2] + red[3]) / static_cast<float>(kRank);
+    const float r = 1.0f / sqrtf(ms + p.eps);
+    const float4 w = reinterpret_cast<const float4*>(p.norm_w)[t];
+    v.x = w.x * (v.x * r);
+    v.y = w.y * (v.y * r);
+    v.z = w.z * (v.z * r);
+    v.w = w.w * (v.w * r);
+
+    // RoPE on k_pe: threads 0..31 each rotate one pair.
+    float2 pe = make_float2(0.f, 0.f);
+    if (warp == 0) {
+        const float angle = static_cast<float>(p.pos[i]) * f.inv_freq[lane];
+        float sn, cs;
+        sincosf(angle, &sn, &cs);
+        const float x0 = x[kRank + 2 * lane], x1 = x[kRank + 2 * lane + 1];
+        pe = make_float2(x0 * cs - x1 * sn, x1 * cs + x0 * sn);
+    }
+
+    if (p.format == LatentCacheFormat::BF16) {
+        __nv_bfloat16* row = static_cast<__nv_bfloat16*>(p.cache) + static_cast<int64_t>(slot) * kRow;
+        __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        reinterpret_cast<__nv_bfloat162*>(row)[2 * t] = lo;
+        reinterpret_cast<__nv_bfloat162*>(row)[2 * t + 1] = hi;
+        if (warp == 0) reinterpret_cast<__nv_bfloat162*>(row + kRank)[lane] = __floats2bfloat162_rn(pe.x, pe.y);
+        return;
+    }
+    uint8_t* row = static_cast<uint8_t*>(p.cache) + static_cast<int64_t>(slot) * kFp8RowBytes;
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = pow2_scale(amax);
+    // x / s with a power-of-two s is exact, so the codes match the host pack bit for bit on equal inputs.
+    const uint32_t c0 = __nv_cvt_float_to_fp8(v.x / s, __NV_SATFINITE, __NV_E4M3);
+    const uint32_t c1 = __nv_cvt_float_to_fp8(v.y / s, __NV_SATFINITE, __NV_E4M3);
+    const uint32_t c2 = __nv_cvt_float_to_fp8(v.z / s, __NV_SATFINITE, __NV_E4M3);
+    const uint32_t c3 = __nv_cvt_float_to_fp8(v.w / s, __NV_SATFINITE, __NV_E4M3);
+    reinterpret_cast<uint32_t*>(row)[t] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
+    if (lane == 0) reinterpret_cast<float*>(row + kRank)[warp] = s;
+    if (warp == 0) reinterpret_cast<__nv_bfloat162*>(row + kRank + 16)[lane] = __floats2bfloat162_rn(pe.x, pe.y);
+}
+
+}  // namespace
+
+bool latent_cache_write_supported(const LatentCacheWriteParams& p) {
+    return p.kv_raw && p.norm_w && p.pos && p.slots && p.cache && p.n >= 0 && p.n <= 0x7fffffff;
+}
+
+cudaError_t launch_latent_cache_write(const LatentCacheWriteParams& p, cudaStream_t stream) {
+    if (!latent_cache_write_supported(p)) return cudaErrorInvalidValue;
+    if (p.n == 0) return cudaSuccess;
+    RopeFreqs f;
+    for (int j = 0; j < kRope / 2; ++j)
+        f.inv_freq[j] = 1.0f / std::pow(p.rope_theta, static_cast<float>(2 * j) / static_cast<float>(kRope));
+    latent_cache_write_kernel<<<static_cast<unsigned>(p.n), 128, 0, stream>>>(p, f);
+    return cudaGetLastError();
+}
+
+}  // namespace megactx::cuda

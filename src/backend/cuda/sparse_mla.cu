@@ -1,0 +1,405 @@
+// sparse_mla kernels (contract in sparse_mla.h; model-spec §2.5, FlashMLA "MQA mode" semantics).
+// Computes, per token i and head h, out[i,h,:] = Σ_j softmax_j(scale · q[i,h,:]·K[s_j,:]) · K[s_j, 0:512] over the
+// token's selected slots s_j = slots[i, j] (−1 = unused, skipped); shapes q [n, n_head, 576] fp32,
+// cache BF16 [n_slots, 576] or FP8 [n_slots, 656 B], slots [n, topk] int32, out [n, n_head, 512] fp32.
+//
+// One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host).
+// 8 warps: warp w owns head rows 16·(w%4).. and, for QK, slot columns 32·(w/4).. of the 64×64 score tile; for PV,
+// output columns 256·(w/4).. (128 fp32 accumulators per thread). Q is converted fp32 → bf16 into shared memory once
+// per CTA (this is the query conversion: no pre-kernel). Both products use mma.sync m16n8k16 bf16 → fp32 with
+// ldmatrix from XOR-swizzled shared memory; online softmax in fp32 (exp2 domain), row max exchanged between the two
+// warps of a row through shared memory, P stored as bf16 for the PV product.
+// BF16 cache: the next chunk's rows stream in with cp.async (double buffer) while the current one is computed.
+// FP8 cache: the next chunk's raw 656-B rows stream in with cp.async into a staging buffer; each chunk is
+// dequantised (e4m3 · pow2 tile scale is exact in bf16, k_pe copied) into the bf16 tile before its products.
+// Unused slots are zero-filled and masked to −inf; chunks with no valid slot are skipped.
+// n_split > 1: each CTA writes its normalised partial output and log2-sum-exp to scratch; a combine kernel merges.
+#include "backend/cuda/sparse_mla.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+
+namespace megactx::cuda {
+namespace {
+
+constexpr int kD = 576, kDv = 512, kHeads = 64, kChunk = 64, kThreads = 256;
+constexpr int kRowBytes = kD * 2;          // bf16 row in shared memory: 72 chunks of 16 B
+constexpr int kRowChunks = kRowBytes / 16; // 72
+constexpr int kFp8RowBytes = 656, kFp8RowChunks = 41;
+constexpr int kTileBytes = kChunk * kRowBytes;  // 73728: one 64-row bf16 tile (Q or K)
+constexpr int kPBytes = kHeads * kChunk * 2;    // 8192
+
+template <bool kFp8>
+struct Smem {
+    static constexpr int kKBufs = kFp8 ? 1 : 2;
+    static constexpr int q = 0;
+    static constexpr int k = q + kTileBytes;
+    static constexpr int raw = k + kKBufs * kTileBytes;
+    static constexpr int p = raw + (kFp8 ? kChunk * kFp8RowBytes : 0);
+    static constexpr int idx = p + kPBytes;            // [2][64] int32
+    static constexpr int red = idx + 2 * kChunk * 4;   // [2][64] fp32
+    static constexpr int total = red + 2 * kHeads * 4;
+};
+static_assert(Smem<false>::total <= 232448 && Smem<true>::total <= 232448);
+
+// Byte offset of 16-B chunk c of row r in a swizzled tile whose rows are `row_bytes` long (multiple of 128 B).
+__device__ __forceinline__ uint32_t swz(int r, int c, int row_bytes) {
+    return static_cast<uint32_t>(r * row_bytes + ((c ^ (r & 7)) << 4));
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Two e4m3 codes (low byte first) times a power-of-two scale → two bf16 (exact).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint16_t codes, float s) {
+    __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
+    return pack_bf16(f.x * s, f.y * s);
+}
+
+// Issues the cp.async loads of chunk `chunk` (64 rows) of token `tok`: bf16 rows into `dst_tile` (swizzled) or
+// raw FP8 rows into `dst_raw` (plain), and stores the chunk's slot ids into sidx. Thread t: row t/4, part t%4.
+template <bool kFp8>
+__device__ __forceinline__ void issue_chunk(const SparseMlaRunParams& p, const int32_t* tok_slots, int chunk,
+                                            uint8_t* smem, uint32_t dst, int32_t* sidx) {
+    const int t = threadIdx.x, row = t >> 2, part = t & 3;
+    const int32_t s = tok_slots[chunk * kChunk + row];
+    if (part == 0) sidx[row] = s;
+    const bool valid = s >= 0;
+    if constexpr (kFp8) {
+        const uint8_t* src = static_cast<const uint8_t*>(p.cache) + (valid ? static_cast<int64_t>(s) * kFp8RowBytes : 0);
+        for (int c = part; c < kFp8RowChunks; c += 4) cp_async16(dst + row * kFp8RowBytes + c * 16, src + c * 16, valid);
+    } else {
+        const uint8_t* src = static_cast<const uint8_t*>(p.cache) + (valid ? static_cast<int64_t>(s) * kRowBytes : 0);
+#pragma unroll
+        for (int c = part; c < kRowChunks; c += 4) cp_async16(dst + swz(row, c, kRowBytes), src + c * 16, valid);
+    }
+    (void)smem;
+    cp_async_commit();
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const SparseMlaRunParams p, int chunks_per_split) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    using L = Smem<kFp8>;
+    const int n_split = p.plan.n_split;
+    const int64_t i = blockIdx.x / n_split;
+    const int split = blockIdx.x % n_split, hg = blockIdx.y;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wr = warp & 3, wc = warp >> 2;
+    const int g = lane >> 2, qd = lane & 3;
+    const int n_chunks = p.topk / kChunk;
+    const int c_begin = split * chunks_per_split;
+    const int c_end = min(n_chunks, c_begin + chunks_per_split);
+    const int32_t* tok_slots = p.slots + i * p.topk;
+    const uint32_t sbase = smem_u32(smem);
+    int32_t* sidx = reinterpret_cast<int32_t*>(smem + L::idx);
+    float* sred = reinterpret_cast<float*>(smem + L::red);
+
+    if (c_begin < c_end) {
+        issue_chunk<kFp8>(p, tok_slots, c_begin, smem, sbase + (kFp8 ? L::raw : L::k), sidx);
+    }
+    // Q: fp32 → bf16, swizzled. Thread handles (row, chunk) pairs; a chunk is 8 values = two float4.
+    {
+        const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
+        for (int e = t; e < kHeads * kRowChunks; e += kThreads) {
+            const int r = e / kRowChunks, c = e % kRowChunks;
+            const float4 a = q[r * (kD / 4) + 2 * c], b = q[r * (kD / 4) + 2 * c + 1];
+            uint4 v;
+            v.x = pack_bf16(a.x, a.y);
+            v.y = pack_bf16(a.z, a.w);
+            v.z = pack_bf16(b.x, b.y);
+            v.w = pack_bf16(b.z, b.w);
+            *reinterpret_cast<uint4*>(smem + L::q + swz(r, c, kRowBytes)) = v;
+        }
+    }
+
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    float o[32][4];
+#pragma unroll
+    for (int a = 0; a < 32; ++a) o[a][0] = o[a][1] = o[a][2] = o[a][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+    for (int c = c_begin; c < c_end; ++c) {
+        const int it = c - c_begin, buf = it & 1;
+        const int32_t* cidx = sidx + buf * kChunk;
+        uint32_t ktile;
+        cp_async_wait_all();
+        __syncthreads();  // chunk c landed; every warp is done with chunk c-1
+        if constexpr (kFp8) {
+            // Dequantise raw rows → bf16 tile. Thread: row t/4, tile `part` of c (+ 2 of the 8 k_pe chunks).
+            const int row = t >> 2, part = t & 3;
+            const uint8_t* raw = smem + L::raw + row * kFp8RowBytes;
+            const float s = reinterpret_cast<const float*>(raw + 512)[part];
+            uint8_t* ktl = smem + L::k;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const uint4 codes = *reinterpret_cast<const uint4*>(raw + part * 128 + j * 16);
+                const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+                uint4 lo, hi;
+                lo.x = fp8x2_to_bf16x2(static_cast<uint16_t>(w[0]), s);
+                lo.y = fp8x2_to_bf16x2(static_cast<uint16_t>(w[0] >> 16), s);
+                lo.z = fp8x2_to_bf16x2(static_cast<uint16_t>(w[1]), s);
+                lo.w = fp8x2_to_bf16x2(static_cast<uint16_t>(w[1] >> 16), s);
+                hi.x = fp8x2_to_bf16x2(static_cast<uint16_t>(w[2]), s);
+                hi.y = fp8x2_to_bf16x2(static_cast<uint16_t>(w[2] >> 16), s);
+                hi.z = fp8x2_to_bf16x2(static_cast<uint16_t>(w[3]), s);
+                hi.w = fp8x2_to_bf16x2(static_cast<uint16_t>(w[3] >> 16), s);
+                const int oc = part * 16 + 2 * j;
+                *reinterpret_cast<uint4*>(ktl + swz(row, oc, kRowBytes)) = lo;
+                *reinterpret_cast<uint4*>(ktl + swz(row, oc + 1, kRowBytes)) = hi;
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int pc = 2 * part + j;
+                *reinterpret_cast<uint4*>(ktl + swz(row, 64 + pc, kRowBytes)) =
+                    *reinterpret_cast<const uint4*>(raw + 528 + pc * 16);
+            }
+            __syncthreads();  // bf16 tile ready; raw staging free
+            ktile = sbase + L::k;
+            if (c + 1 < c_end)
+                issue_chunk<kFp8>(p, tok_slots, c + 1, smem, sbase + L::raw, sidx + (buf ^ 1) * kChunk);
+        } else {
+            ktile = sbase + L::k + buf * kTileBytes;
+            if (c + 1 < c_end)
+                issue_chunk<kFp8>(p, tok_slots, c + 1, smem, sbase + L::k + (buf ^ 1) * kTileBytes,
+                                  sidx + (buf ^ 1) * kChunk);
+        }
+        // Chunk with no valid slot: nothing to add (uniform over the CTA: every warp reads the same ids).
+        const bool any = __any_sync(0xffffffffu, (cidx[lane] >= 0) || (cidx[lane + 32] >= 0));
+        if (!any) continue;
+
+        // S = Q · K^T for rows 16wr.., slot columns 32wc.. (4 n-tiles of 8).
+        float sacc[4][4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) sacc[a][0] = sacc[a][1] = sacc[a][2] = sacc[a][3] = 0.f;
+        const int qrow = 16 * wr + (lane & 15);
+        const int krow0 = 32 * wc + (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll 4
+        for (int kk = 0; kk < kD / 16; ++kk) {
+            uint32_t a0, a1, a2, a3;
+            ldsm_x4(sbase + L::q + swz(qrow, 2 * kk + (lane >> 4), kRowBytes), a0, a1, a2, a3);
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(ktile + swz(krow0 + 16 * np, 2 * kk + ((lane >> 3) & 1), kRowBytes), b0, b1, b2, b3);
+                mma_bf16(sacc[2 * np], a0, a1, a2, a3, b0, b1);
+                mma_bf16(sacc[2 * np + 1], a0, a1, a2, a3, b2, b3);
+            }
+        }
+        // Mask unused slots, row max over this warp's 32 columns, exchange with the partner warp.
+        float mloc[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            const int col = 32 * wc + 8 * nt + 2 * qd;
+            const bool v0 = cidx[col] >= 0, v1 = cidx[col + 1] >= 0;
+            if (!v0) sacc[nt][0] = sacc[nt][2] = -INFINITY;
+            if (!v1) sacc[nt][1] = sacc[nt][3] = -INFINITY;
+            mloc[0] = fmaxf(mloc[0], fmaxf(sacc[nt][0], sacc[nt][1]));
+            mloc[1] = fmaxf(mloc[1], fmaxf(sacc[nt][2], sacc[nt][3]));
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 1));
+            mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 2));
+        }
+        if (qd == 0) {
+            sred[wc * kHeads + 16 * wr + g] = mloc[0];
+            sred[wc * kHeads + 16 * wr + g + 8] = mloc[1];
+        }
+        __syncthreads();
+        float alpha[2], mref[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = 16 * wr + g + 8 * r;
+            const float m_new = fmaxf(m_run[r], fmaxf(sred[row], sred[kHeads + row]));
+            mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+            alpha[r] = exp2f(m_run[r] * scale_log2 - mref[r]);  // m_run = −inf → 0
+            m_run[r] = m_new;
+        }
+        // P = exp2(s·scale_log2 − m), row sums (thread-partial), P → shared memory as bf16.
+        uint8_t* sp = smem + L::p;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            const float p0 = exp2f(fmaf(sacc[nt][0], scale_log2, -mref[0]));
+            const float p1 = exp2f(fmaf(sacc[nt][1], scale_log2, -mref[0]));
+            const float p2 = exp2f(fmaf(sacc[nt][2], scale_log2, -mref[1]));
+            const float p3 = exp2f(fmaf(sacc[nt][3], scale_log2, -mref[1]));
+            l_run[0] = (nt == 0 ? l_run[0] * alpha[0] : l_run[0]) + p0 + p1;
+            l_run[1] = (nt == 0 ? l_run[1] * alpha[1] : l_run[1]) + p2 + p3;
+            const int ch = 4 * wc + nt;
+            *reinterpret_cast<uint32_t*>(sp + swz(16 * wr + g, ch, 128) + 4 * qd) = pack_bf16(p0, p1);
+            *reinterpret_cast<uint32_t*>(sp + swz(16 * wr + g + 8, ch, 128) + 4 * qd) = pack_bf16(p2, p3);
+        }
+#pragma unroll
+        for (int a = 0; a < 32; ++a) {
+            o[a][0] *= alpha[0];
+            o[a][1] *= alpha[0];
+            o[a][2] *= alpha[1];
+            o[a][3] *= alpha[1];
+        }
+        __syncthreads();  // P complete
+        // O[16wr.., 256wc..] += P[16wr.., 0:64] · V[0:64, 256wc..]
+#pragma unroll
+        for (int ks = 0; ks < kChunk / 16; ++ks) {
+            uint32_t a0, a1, a2, a3;
+            ldsm_x4(sbase + L::p + swz(16 * wr + (lane & 15), 2 * ks + (lane >> 4), 128), a0, a1, a2, a3);
+            const int vrow = 16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+            for (int np = 0; np < 16; ++np) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(ktile + swz(vrow, 32 * wc + 2 * np + (lane >> 4), kRowBytes), b0, b1, b2, b3);
+                mma_bf16(o[2 * np], a0, a1, a2, a3, b0, b1);
+                mma_bf16(o[2 * np + 1], a0, a1, a2, a3, b2, b3);
+            }
+        }
+    }
+
+    // Row sums: quad, then the partner warp.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+    __syncthreads();
+    if (qd == 0) {
+        sred[wc * kHeads + 16 * wr + g] = l_run[0];
+        sred[wc * kHeads + 16 * wr + g + 8] = l_run[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = 16 * wr + g + 8 * r;
+        const float l = sred[row] + sred[kHeads + row];
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
+        float* dst;
+        if (n_split == 1) {
+            dst = p.out + (i * p.n_head + h) * kDv;
+        } else {
+            dst = static_cast<float*>(p.scratch) + ((i * n_split + split) * p.n_head + h) * kDv;
+            if (wc == 0 && qd == 0) {
+                float* lse = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
+                lse[(i * n_split + split) * p.n_head + h] =
+                    l > 0.f ? m_run[r] * scale_log2 + log2f(l) : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 32; ++nt) {
+            const int col = 256 * wc + 8 * nt + 2 * qd;
+            *reinterpret_cast<float2*>(dst + col) = make_float2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+        }
+    }
+}
+
+// Merges the n_split normalised partials of each (token, head) by their log2-sum-exp. 128 threads × 4 columns.
+__global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMlaRunParams p) {
+    const int64_t ih = blockIdx.x, i = ih / p.n_head, h = ih % p.n_head;
+    const int n_split = p.plan.n_split;
+    const float* part = static_cast<const float*>(p.scratch);
+    const float* lse = part + p.n * n_split * p.n_head * kDv;
+    float m = -INFINITY;
+    for (int s = 0; s < n_split; ++s) m = fmaxf(m, lse[(i * n_split + s) * p.n_head + h]);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+    if (m != -INFINITY) {
+        for (int s = 0; s < n_split; ++s) {
+            const float w = exp2f(lse[(i * n_split + s) * p.n_head + h] - m);
+            if (w == 0.f) continue;
+            const float4 v = reinterpret_cast<const float4*>(part + ((i * n_split + s) * p.n_head + h) * kDv)[threadIdx.x];
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+            wsum += w;
+        }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    reinterpret_cast<float4*>(p.out + ih * kDv)[threadIdx.x] =
+        make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+}
+
+template <bool kFp8>
+cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
+    static bool configured = false;  // the attribute is per function; set it once (not a stream operation)
+    if (!configured) {
+        const cudaError_t e = cudaFuncSetAttribute(sparse_mla_kernel<kFp8>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<kFp8>::total);
+        if (e != cudaSuccess) return e;
+        configured = true;
+    }
+    const int n_chunks = p.topk / kChunk;
+    const int cps = (n_chunks + p.plan.n_split - 1) / p.plan.n_split;
+    const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split), static_cast<unsigned>(p.n_head / kHeads));
+    sparse_mla_kernel<kFp8><<<grid, kThreads, Smem<kFp8>::total, stream>>>(p, cps);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+bool sparse_mla_supported(int n_head, int topk) {
+    return (n_head == 64 || n_head == 128) && topk > 0 && topk % kChunk == 0;
+}
+
+SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm) {
+    SparseMlaPlan plan;
+    const int64_t base = n * (n_head / kHeads);
+    const int n_chunks = topk / kChunk;
+    if (base <= 0 || n_chunks <= 0 || base * 2 > n_sm) return plan;
+    int want = static_cast<int>(n_sm / base);
+    if (want > n_chunks) want = n_chunks;
+    const int cps = (n_chunks + want - 1) / want;
+    plan.n_split = (n_chunks + cps - 1) / cps;  // no empty splits
+    return plan;
+}
+
+size_t sparse_mla_scratch_bytes(int64_t n, int n_head, const SparseMlaPlan& plan) {
+    if (plan.n_split <= 1) return 0;
+    return static_cast<size_t>(n) * plan.n_split * n_head * (kDv + 1) * sizeof(float);
+}
+
+cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) {
+    if (!sparse_mla_supported(p.n_head, p.topk) || p.n < 0 || p.plan.n_split < 1 || !p.q || !p.cache || !p.slots ||
+        !p.out || (p.plan.n_split > 1 && !p.scratch))
+        return cudaErrorInvalidValue;
+    if (p.n == 0) return cudaSuccess;
+    const cudaError_t e = p.format == MlaCacheFormat::FP8 ? launch_main<true>(p, stream) : launch_main<false>(p, stream);
+    if (e != cudaSuccess || p.plan.n_split == 1) return e;
+    sparse_mla_combine_kernel<<<static_cast<unsigned>(p.n * p.n_head), 128, 0, stream>>>(p);
+    return cudaGetLastError();
+}
+
+}  // namespace megactx::cuda

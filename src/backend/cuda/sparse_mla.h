@@ -1,0 +1,43 @@
+// sparse_mla: absorbed ("MQA mode") sparse MLA attention over selected latent cache rows (model-spec §2.5).
+// For token i, head h:  out[i,h,:] = Σ_j softmax_j(scale · q[i,h,:]·K[s_ij,:]) · K[s_ij, 0:512]
+// over the token's selected slots s_ij = slots[i, j] (j < topk, -1 = unused). d_qk 576 = [q_abs 512 | q_pe 64],
+// d_v 512. Queries fp32 (converted to bf16 inside the kernel), cache BF16 rows [n_slots, 576] or FP8 656-B rows
+// (kv/kv_format.h), softmax and accumulation in fp32, out fp32. Decode and prefill are the same kernel.
+// Plan, then run: sparse_mla_plan() picks the split of each token's slots over CTAs on the host (from n and the
+// SM count); the run only launches (main kernel + a log-sum-exp combine when n_split > 1), so it can be captured
+// in a CUDA graph. Scratch for the split partials is passed in (sparse_mla_scratch_bytes).
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace megactx::cuda {
+
+enum class MlaCacheFormat { BF16, FP8 };
+
+struct SparseMlaPlan {
+    int n_split = 1;  // CTAs per (token, 64-head group); each takes a contiguous range of 64-slot chunks
+};
+
+struct SparseMlaRunParams {
+    const float* q = nullptr;        // [n, n_head, 576] fp32
+    const void* cache = nullptr;     // BF16: [n_slots, 576] bf16; FP8: [n_slots, 656] bytes
+    const int32_t* slots = nullptr;  // [n, topk] int32, -1 = unused
+    float* out = nullptr;            // [n, n_head, 512] fp32
+    void* scratch = nullptr;         // sparse_mla_scratch_bytes(n, n_head, plan) bytes (may be null when 0)
+    MlaCacheFormat format = MlaCacheFormat::FP8;
+    int64_t n = 0;
+    int n_head = 64;                 // 64 or 128
+    int topk = 2048;                 // multiple of 64
+    float scale = 0.0625f;
+    SparseMlaPlan plan;
+};
+
+bool sparse_mla_supported(int n_head, int topk);
+// Host-only planning: the split that fills n_sm SMs for n tokens.
+SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm);
+size_t sparse_mla_scratch_bytes(int64_t n, int n_head, const SparseMlaPlan& plan);
+// Launches on `stream` (no host sync); returns cudaErrorInvalidValue when unsupported, else the launch error.
+cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream);
+
+}  // namespace megactx::cuda
