@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
         {"decode 64 x 1M", 64, 1 << 20, 0},    {"decode 1 x 1M", 1, 1 << 20, 0},
         {"decode 1 x 128K", 1, 1 << 17, 0},    {"decode 64 x 128K", 64, 1 << 17, 0},
         {"prefill 4096 x 4K", 4096, 4096, 0},  {"prefill 1024 x 16K", 1024, 16384, 0},
-        {"64 x 1M uniform", 64, 1 << 20, 1},   {"64 x 128K relu 99.9% zeros", 64, 1 << 17, 2},
+        {"long-stride 512 x 64K", 512, 1 << 16, 0}, {"64 x 1M uniform", 64, 1 << 20, 1},   {"64 x 128K relu 99.9% zeros", 64, 1 << 17, 2},
     };
     std::printf("%-28s %8s %10s %10s %9s %7s %s\n", "shape", "rows", "len", "median_us", "min_us", "GB/s", "valid");
     std::string rows_json;

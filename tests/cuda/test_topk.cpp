@@ -65,7 +65,9 @@ std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false) {
     EXPECT_EQ(cudaMalloc(&d_values, std::max<size_t>(4, b.values.size() * sizeof(float))), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&d_len, b.lengths.size() * sizeof(int32_t)), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&d_out, out.size() * sizeof(int32_t)), cudaSuccess);
-    if (scratch) EXPECT_EQ(cudaMalloc(&d_scratch, scratch), cudaSuccess);
+    if (scratch) {
+        EXPECT_EQ(cudaMalloc(&d_scratch, scratch), cudaSuccess);
+    }
     EXPECT_EQ(cudaMemcpy(d_values, b.values.data(), b.values.size() * sizeof(float), cudaMemcpyHostToDevice),
               cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d_len, b.lengths.data(), b.lengths.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
@@ -132,7 +134,9 @@ void check_row(const Batch& b, int64_t r, int64_t k, const int32_t* got, bool ex
         else
             max_out = std::max(max_out, row[i]);
     }
-    if (m > 0 && m < len) ASSERT_GE(min_in, max_out) << "row " << r << " len " << len << " not a top-k set";
+    if (m > 0 && m < len) {
+        ASSERT_GE(min_in, max_out) << "row " << r << " len " << len << " not a top-k set";
+    }
     if (exact && m < len) {
         std::vector<int> idx(len);
         std::iota(idx.begin(), idx.end(), 0);

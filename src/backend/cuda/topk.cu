@@ -13,12 +13,15 @@
 // Long rows: reading a 1M row 4 times from HBM would cost 4x the bandwidth floor, so:
 //   1. sample kernel (CTA per row): 8192 strided samples -> an estimated threshold T_est, chosen so that
 //      about 2k row items are expected to be >= T_est;
-//   2. filter kernel (16K-element chunks, many CTAs per row): one streaming pass, appends (key, index) of
-//      every item >= T_est to a per-row candidate buffer (warp-aggregated atomics);
-//   3. select kernel (CTA per row): if k <= n_candidates <= capacity the exact top-k lies among the
-//      candidates (everything >= the true k-th value is >= T_est) and the CTA selects there, staged in
-//      shared memory; otherwise (bad sample, heavy ties) it falls back to the exact radix select over the
-//      whole row from global memory (correct, slower).
+//   2. filter kernel (4K..16K-element chunks, many CTAs per row): one streaming pass, appends (key, index)
+//      of every item > T_est to a per-row candidate buffer and the indices of up to k items == T_est to a
+//      tie buffer (warp-aggregated atomics);
+//   3. select kernel (CTA per row): with c items > T_est and e items == T_est:
+//      k <= c <= capacity: the k-th value is > T_est, so the top k lie among the candidates: radix select
+//        there, staged in shared memory;
+//      c < k <= c + e: the k-th value is T_est itself (e.g. ReLU zeros): all candidates + k - c ties;
+//      otherwise (a sample that misrepresents the row): the exact radix select over the whole row from
+//      global memory by this one CTA (correct, slower).
 #include "backend/cuda/topk.h"
 
 #include <cub/block/block_scan.cuh>
@@ -31,7 +34,8 @@ constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 512;
 constexpr int kSampleSize = 8192;
 constexpr int kFilterThreads = 256;
-constexpr int kFilterChunk = 16384;          // elements per filter CTA (multiple of 4 * kFilterThreads)
+constexpr int kFilterChunkMax = 16384;       // elements per filter CTA: 16K, fewer when the batch is small
+constexpr int kFilterChunkMin = 4096;
 constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;             // candidates staged in shared memory (8 B each)
 
@@ -234,13 +238,13 @@ template <bool kVec>
 __global__ void __launch_bounds__(kFilterThreads) topk_filter_kernel(
     const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
     const uint32_t* __restrict__ t_est, int* __restrict__ cand_count, uint32_t* __restrict__ cand_keys,
-    int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx, int cap) {
+    int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx, int cap, int chunk) {
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
     if (len <= k) return;
-    const int begin = blockIdx.y * kFilterChunk;
+    const int begin = static_cast<int>(blockIdx.y) * chunk;  // chunk: a multiple of 4
     if (begin >= len) return;
-    const int end = len - begin < kFilterChunk ? len : begin + kFilterChunk;
+    const int end = len - begin < chunk ? len : begin + chunk;
     const uint32_t thr = t_est[r];
     const float* row = values + r * row_stride;
     int* count = cand_count + 2 * r;  // [0]: items > T_est, [1]: items == T_est
@@ -417,14 +421,17 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     auto* eq_ids = reinterpret_cast<int32_t*>(base + l.eq_ids);
 
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);
-    const dim3 grid(rows, static_cast<unsigned>((p.row_stride + kFilterChunk - 1) / kFilterChunk));
+    // Enough CTAs to fill the GPU (~8 per SM of 132) also for one row; 16K elements each for big batches.
+    int chunk = kFilterChunkMin;
+    while (chunk < kFilterChunkMax && p.n_rows * p.row_stride / (2 * chunk) >= 1056) chunk *= 2;
+    const dim3 grid(rows, static_cast<unsigned>((p.row_stride + chunk - 1) / chunk));
     const bool vec = (reinterpret_cast<uintptr_t>(p.values) & 15) == 0 && (p.row_stride & 3) == 0;
     if (vec)
         topk_filter_kernel<true><<<grid, kFilterThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est,
-                                                                      count, keys, ids, eq_ids, cap);
+                                                                      count, keys, ids, eq_ids, cap, chunk);
     else
         topk_filter_kernel<false><<<grid, kFilterThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est,
-                                                                       count, keys, ids, eq_ids, cap);
+                                                                       count, keys, ids, eq_ids, cap, chunk);
     topk_select_kernel<<<rows, kSelectThreads, 2 * kStageCap * sizeof(uint32_t), stream>>>(
         p.values, p.lengths, p.row_stride, k, p.out_idx, count, keys, ids, eq_ids, cap);
 }
