@@ -243,15 +243,17 @@ TEST_F(Topk, TiesLong) {
 }
 
 // Adversarial for the strided sample (stride 128 for a 1M row): 64K big values all off the sampled
-// positions (candidates overflow), or 8K only on them (too few candidates): both take the fallback.
+// positions (candidates overflow), or 8K only on them (too few candidates): both take the fallback;
+// 16K big values off the sample: more candidates than shared memory holds (selected from global).
 TEST_F(Topk, SampleMissesOrOverestimates) {
     const int len = 1 << 20;
-    for (int mode = 0; mode < 2; ++mode) {
+    for (int mode = 0; mode < 3; ++mode) {
         Batch b = distinct_batch({len, len}, len, 81 + mode);
         for (int r = 0; r < 2; ++r) {
             float* row = b.values.data() + static_cast<int64_t>(r) * len;
             for (int i = 0; i < len; ++i) {
-                const bool big = mode == 0 ? (i % 128) >= 1 && (i % 128) <= 8 : (i % 128) == 0;
+                const int j = i % 128;
+                const bool big = mode == 0 ? j >= 1 && j <= 8 : (mode == 1 ? j == 0 : j >= 1 && j <= 2);
                 if (big) row[i] += 1000.f;  // shifts a distinct set upward, stays distinct (mostly); check exactness
             }
         }
