@@ -1,0 +1,30 @@
+// Exact batched top-k over fp32 score rows (DSA indexer selection, model-spec §3.2): for each row, the
+// indices of the k largest of its first lengths[r] values. Plain C++ contract; kernels in topk.cu.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace megactx::cuda {
+
+struct TopkParams {
+    const float* values = nullptr;     // [n_rows, row_stride] scores; row r's candidates are values[r*row_stride + 0 .. lengths[r])
+    const int32_t* lengths = nullptr;  // [n_rows] device, 0 <= length <= row_stride
+    int64_t n_rows = 0, row_stride = 0;
+    int64_t k = 0;                     // e.g. 2048
+    int32_t* out_idx = nullptr;        // [n_rows, k] device: indices into the row of the k largest values; when
+                                       // length < k, all candidates then -1 padding. Order within a row unspecified.
+    void* scratch = nullptr;           // >= topk_scratch_bytes(n_rows, row_stride, k) bytes, 256-B aligned
+    size_t scratch_bytes = 0;
+};
+
+// Scratch for launch_topk; 0 for short rows (row_stride <= 32768), which run one CTA per row in shared memory.
+size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k);
+// 1 <= k <= 16384, row_stride <= 1 << 24.
+bool topk_supported(int64_t k, int64_t row_stride);
+// No host sync, no allocation: CUDA-graph capturable (the first call sets kernel smem attributes; make it
+// outside capture). Ties at the k-th value resolve in any order; NaN is not supported.
+void launch_topk(const TopkParams& p, cudaStream_t stream);
+
+}  // namespace megactx::cuda
