@@ -10,7 +10,8 @@ cd "$(dirname "$0")/../.."
 jobs=${JOBS:-2}
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DMEGACTX_CUDA=ON -DMEGACTX_NATIVE=OFF \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null
-cmake --build build-cuda -j"$jobs"
+# TARGETS="megactx bench_engine ..." builds only those (default: everything).
+if [ -n "${TARGETS:-}" ]; then cmake --build build-cuda -j"$jobs" --target $TARGETS; else cmake --build build-cuda -j"$jobs"; fi
 stage=.stage/gpu
 rm -rf "$stage" && mkdir -p "$stage/build-cuda" "$stage/lib"
 bins=(megactx bench/bench_engine bench/bench_cpu)
@@ -18,6 +19,7 @@ for f in build-cuda/tests/cuda/* build-cuda/bench/cuda/*; do
     [ -f "$f" ] && [ -x "$f" ] && bins+=("${f#build-cuda/}")
 done
 for b in "${bins[@]}"; do
+    [ -f "build-cuda/$b" ] || continue
     mkdir -p "$stage/build-cuda/$(dirname "$b")"
     strip --strip-unneeded -o "$stage/build-cuda/$b" "build-cuda/$b"
 done
