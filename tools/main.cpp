@@ -169,6 +169,11 @@ int main(int argc, char** argv) {
     gm->add_option("--seed", seed, "Seed");
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
     gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)");
+    int64_t gm_layers = 0;
+    std::string index_pattern;
+    gm->add_option("--layers", gm_layers, "Decoder layers (default: the preset's)")->check(CLI::Range(1, 1024));
+    gm->add_option("--index-pattern", index_pattern,
+                   "Which layers run the indexer, F/S letters repeated over the layers (F: all full; FSSS: 1 in 4)");
 
     std::string text, text_file, jsonl, ids_arg;
     bool no_special = false, skip_special = false;
@@ -242,6 +247,8 @@ int main(int argc, char** argv) {
             o.seed = seed;
             o.dtype = dtype;
             o.shards = shards;
+            o.layers = gm_layers;
+            o.index_pattern = index_pattern;
             generate_model(out, o);
             std::fprintf(stderr, "wrote %s model to %s\n", preset.c_str(), out.c_str());
         } else if (*tokz) {

@@ -174,7 +174,20 @@ json preset_config(const std::string& preset) {
 
 void generate_model(const std::string& out_dir, const GenModelOptions& o) {
     namespace fs = std::filesystem;
-    const json cj = preset_config(o.preset);
+    json cj = preset_config(o.preset);
+    if (o.layers > 0) cj["num_hidden_layers"] = o.layers;
+    if (!o.index_pattern.empty()) {
+        const int64_t n = cj["num_hidden_layers"].get<int64_t>();
+        json types = json::array();
+        for (int64_t i = 0; i < n; ++i) {
+            const char ch = o.index_pattern[static_cast<size_t>(i) % o.index_pattern.size()];
+            MEGACTX_CHECK(ch == 'F' || ch == 'S', "gen-model: --index-pattern must be letters F and S, got '{}'",
+                          o.index_pattern);
+            types.push_back(ch == 'F' ? "full" : "shared");
+        }
+        MEGACTX_CHECK(types[0] == "full", "gen-model: --index-pattern must start with F (layer 0 runs the indexer)");
+        cj["indexer_types"] = types;
+    }
     const ModelConfig c = parse_config_json(cj.dump(), "preset " + o.preset);
     std::string dtype = o.dtype.empty() ? (o.preset == "tiny" ? "f32" : "bf16") : o.dtype;
     DType lt;

@@ -14,6 +14,9 @@ struct GenModelOptions {
     uint64_t seed = 0;
     std::string dtype;            // f32 | bf16 | fp8 (block-quantized linears); empty = the preset's default
     int64_t shards = 0;           // 0 = the preset's default; > 1 writes model.safetensors.index.json
+    int64_t layers = 0;           // > 0: this many decoder layers instead of the preset's
+    std::string index_pattern;    // non-empty: F/S letters repeated over the layers → explicit indexer_types
+                                  // ("F" = every layer full, "FSSS" = one in four)
 };
 
 // The preset's config.json contents.
