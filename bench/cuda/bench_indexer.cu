@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&d_w8, w8.size() * 4));
     CK(cudaMemcpy(d_q8, q8.data(), q8.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_w8, w8.data(), w8.size() * 4, cudaMemcpyHostToDevice));
-    const size_t out_bytes = static_cast<size_t>(max_batch * max_qps) * max_ctx * 4;
+    // Decode rows × context, or the prefill's 4096 rows × 64K scores, whichever is larger.
+    const size_t out_bytes = std::max(static_cast<size_t>(max_batch * max_qps) * max_ctx, size_t{4096} * 65536) * 4;
     float* d_out;
     CK(cudaMalloc(&d_out, out_bytes));
     int32_t *d_pos, *d_seq, *d_toff, *d_plan;
