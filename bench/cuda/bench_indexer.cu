@@ -77,13 +77,15 @@ int main(int argc, char** argv) {
     bool quick = false;
     for (int a = 1; a < argc; ++a) {
         const std::string s = argv[a];
-        if (s == "--json" && a + 1 < argc) json_path = argv[++a];
-        else if (s == "--quick") quick = true;
+        if (s == "--json" && a + 1 < argc)
+            json_path = argv[++a];
+        else if (s == "--quick")
+            quick = true;
     }
     cudaDeviceProp prop{};
     CK(cudaGetDeviceProperties(&prop, 0));
-    const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{131072} :
-                                                  std::vector<int64_t>{131072, 262144, 524288, 1048576};
+    const std::vector<int64_t> contexts =
+        quick ? std::vector<int64_t>{131072} : std::vector<int64_t>{131072, 262144, 524288, 1048576};
     const int64_t max_ctx = contexts.back(), max_pages = max_ctx / 64, max_batch = 64, max_qps = 4;
     const int64_t n_blocks = max_batch * max_pages;
     uint8_t* pool;
@@ -192,7 +194,8 @@ int main(int argc, char** argv) {
                 CK(cudaGraphDestroy(graph));
                 const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
                 const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
-                results.push_back({"decode_graph", 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+                results.push_back(
+                    {"decode_graph", 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
             }
             // Batch 64, plain launches.
             {
@@ -212,7 +215,8 @@ int main(int argc, char** argv) {
                 }
                 const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
                 const double tfl = 8192.0 * qps * L * batch / (us * 1e-6) / 1e12;
-                results.push_back({"decode", batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+                results.push_back(
+                    {"decode", batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
             }
             CK(cudaGetLastError());
         }
@@ -223,7 +227,8 @@ int main(int argc, char** argv) {
         const int64_t sq = 4096;
         std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
         double pairs = 0;
-        for (int64_t j = 0; j < sq; ++j) pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
+        for (int64_t j = 0; j < sq; ++j)
+            pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
         CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
         const int32_t toff0 = 0;
@@ -283,8 +288,9 @@ int main(int argc, char** argv) {
                      date);
         std::fprintf(f, "  \"commit\": \"%s\",\n  \"ceilings\": {\"copy_TBs\": %.2f, \"fp8_TFLOPs\": %.0f},\n",
                      MEGACTX_COMMIT_STR, kCopyTBs, kFp8Tflops);
-        std::fprintf(f, "  \"note\": \"decode bytes = 132*L*batch (keys read once per sequence); prefill FLOP = "
-                        "8192 per causal (query, key) pair\",\n  \"results\": [\n");
+        std::fprintf(f,
+                     "  \"note\": \"decode bytes = 132*L*batch (keys read once per sequence); prefill FLOP = "
+                     "8192 per causal (query, key) pair\",\n  \"results\": [\n");
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             std::fprintf(f,

@@ -170,9 +170,12 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
         const size_t base = static_cast<size_t>(blk * kFp8IndexerBlockBytes);
         for (int j = 0; j < 128; ++j) {
             const uint8_t a = got[base + off * 128 + j], e = ref[base + off * 128 + j];
-            if (a == e) ++same;
-            else if ((a & 0x80) == (e & 0x80) && std::abs((a & 0x7f) - (e & 0x7f)) == 1) ++off_by_one;
-            else ++bad;
+            if (a == e)
+                ++same;
+            else if ((a & 0x80) == (e & 0x80) && std::abs((a & 0x7f) - (e & 0x7f)) == 1)
+                ++off_by_one;
+            else
+                ++bad;
         }
         if (std::memcmp(&got[base + 64 * 128 + off * 4], &ref[base + 64 * 128 + off * 4], 4) != 0) ++scale_bad;
     }
@@ -275,7 +278,7 @@ struct Scenario {
     std::vector<int32_t> table_offset;  // [n_seq]
     std::vector<int32_t> tables;
     std::vector<uint8_t> pool;
-    std::vector<int32_t> pos, seq;      // [n] queries
+    std::vector<int32_t> pos, seq;  // [n] queries
     int64_t max_context = 0;
 };
 
@@ -318,12 +321,14 @@ Scenario make_scenario(const std::vector<int32_t>& lens, const std::vector<int32
 // Reference scores of row i over t ≤ pos[i] in double: k_scale(t) · Σ_h w8_h · relu(dq(q8_h) · dq(k8(t))), and
 // k_scale(t) · Σ_h |w8_h| · Σ_c |q8_hc · k8_c| (the conditioning scale: the tensor cores add FP8 products with
 // fewer than 24 mantissa bits, so the error is bounded relative to this sum, not to the score itself).
-void reference_row(const Scenario& sc, const QuantQ& qq, int64_t i, std::vector<double>& val, std::vector<double>& mag) {
+void reference_row(const Scenario& sc, const QuantQ& qq, int64_t i, std::vector<double>& val,
+                   std::vector<double>& mag) {
     const int32_t s = sc.seq[static_cast<size_t>(i)], n_t = sc.pos[static_cast<size_t>(i)] + 1;
     val.assign(static_cast<size_t>(n_t), 0.0);
     mag.assign(static_cast<size_t>(n_t), 0.0);
     std::vector<float> qd(32 * 128);
-    for (int e = 0; e < 32 * 128; ++e) qd[static_cast<size_t>(e)] = fp8e4m3_to_f32(qq.q8[static_cast<size_t>(i * 4096 + e)]);
+    for (int e = 0; e < 32 * 128; ++e)
+        qd[static_cast<size_t>(e)] = fp8e4m3_to_f32(qq.q8[static_cast<size_t>(i * 4096 + e)]);
     float kd[128];
     for (int32_t t = 0; t < n_t; ++t) {
         const int64_t blk = sc.tables[static_cast<size_t>(sc.table_offset[static_cast<size_t>(s)] + t / 64)];
@@ -355,8 +360,8 @@ struct DevScenario {
         : pool(sc.pool), pos(sc.pos), seq(sc.seq), table_offset(sc.table_offset), tables(sc.tables) {}
 };
 
-void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& qps, int64_t row_begin,
-                  int64_t row_end, uint32_t seed) {
+void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& qps, int64_t row_begin, int64_t row_end,
+                  uint32_t seed) {
     std::mt19937 rng(seed);
     const Scenario sc = make_scenario(lens, qps, rng);
     const auto n = static_cast<int64_t>(sc.pos.size());
@@ -415,8 +420,8 @@ void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& 
             ++checked;
         }
     }
-    std::printf("logits: %lld scores checked, worst error %.3g of the conditioning sum (tolerance 1e-3)\n", static_cast<long long>(checked),
-                worst);
+    std::printf("logits: %lld scores checked, worst error %.3g of the conditioning sum (tolerance 1e-3)\n",
+                static_cast<long long>(checked), worst);
     EXPECT_EQ(bad, 0);
 }
 
@@ -505,7 +510,8 @@ TEST(IndexerCuda, TopkCompositionSelectsReferenceTopk) {
         }
         for (int64_t r = 0; r < k; ++r) {  // everything clearly above the k-th must be picked
             const int32_t t = order[static_cast<size_t>(r)];
-            if (!picked[static_cast<size_t>(t)] && val[static_cast<size_t>(t)] > kth + 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth))
+            if (!picked[static_cast<size_t>(t)] &&
+                val[static_cast<size_t>(t)] > kth + 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth))
                 ok = false;
         }
         if (!ok) {

@@ -9,9 +9,9 @@
 
 namespace megactx::cuda_indexer {
 
-constexpr int kDim = 128;        // d_indexer
-constexpr int kHeads = 32;       // n_head_indexer
-constexpr int kBlock = 64;       // tokens per paged block
+constexpr int kDim = 128;                         // d_indexer
+constexpr int kHeads = 32;                        // n_head_indexer
+constexpr int kBlock = 64;                        // tokens per paged block
 constexpr int kBlockBytes = kBlock * (kDim + 4);  // 8448: [64 × 128 B e4m3][64 × fp32 scale]
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -42,8 +42,7 @@ __device__ __forceinline__ uint32_t fp8_code(float x) {
 
 // Four values → four e4m3 codes packed little-endian (element 0 in the low byte).
 __device__ __forceinline__ uint32_t fp8_pack4(float a, float b, float c, float d, float inv_s) {
-    return fp8_code(a * inv_s) | (fp8_code(b * inv_s) << 8) | (fp8_code(c * inv_s) << 16) |
-           (fp8_code(d * inv_s) << 24);
+    return fp8_code(a * inv_s) | (fp8_code(b * inv_s) << 8) | (fp8_code(c * inv_s) << 16) | (fp8_code(d * inv_s) << 24);
 }
 
 }  // namespace megactx::cuda_indexer

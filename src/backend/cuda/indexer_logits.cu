@@ -20,7 +20,7 @@ using namespace cuda_indexer;
 
 namespace {
 
-constexpr int kGroup = 16;   // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
+constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemQ = kGroup * kHeads * kDim;  // bytes
@@ -85,8 +85,8 @@ __device__ __forceinline__ uint4 ld_stream(const void* ptr) {
 }
 
 // d += A (16 keys × 32 dims, e4m3) · B (32 dims × 8 heads, e4m3), fp32 accumulate.
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
@@ -100,8 +100,8 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int j) {
 
 __global__ void __launch_bounds__(kThreads, 2) indexer_logits_kernel(IndexerLogitsParams p, int pages_per_item) {
     extern __shared__ __align__(16) uint8_t smem[];
-    uint8_t* s_q = smem;                                      // [kGroup, 32, 128] e4m3, 16-B chunks swizzled
-    float* s_w = reinterpret_cast<float*>(smem + kSmemQ);     // [kGroup, 32]
+    uint8_t* s_q = smem;                                         // [kGroup, 32, 128] e4m3, 16-B chunks swizzled
+    float* s_w = reinterpret_cast<float*>(smem + kSmemQ);        // [kGroup, 32]
     int* s_pos = reinterpret_cast<int*>(s_w + kGroup * kHeads);  // [kGroup]
 
     const int g_idx = static_cast<int>(blockIdx.y);
@@ -120,8 +120,8 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_logits_kernel(IndexerLogi
     // distinct banks), weights and positions.
     for (int c = threadIdx.x; c < nq * kHeads * 8; c += kThreads) {
         const int row = c >> 3, chunk = c & 7, head = row & (kHeads - 1);
-        const uint4 v = *reinterpret_cast<const uint4*>(p.q8 + (static_cast<int64_t>(r_a) * kHeads + row) * kDim +
-                                                        chunk * 16);
+        const uint4 v =
+            *reinterpret_cast<const uint4*>(p.q8 + (static_cast<int64_t>(r_a) * kHeads + row) * kDim + chunk * 16);
         *reinterpret_cast<uint4*>(s_q + row * kDim + ((chunk ^ ((head & 1) << 2)) * 16)) = v;
     }
     for (int c = threadIdx.x; c < nq * kHeads; c += kThreads) s_w[c] = p.w8[static_cast<int64_t>(r_a) * kHeads + c];

@@ -18,9 +18,9 @@
 namespace megactx {
 
 struct IndexerLogitsParams {
-    const uint8_t* q8 = nullptr;  // [n, 32, 128] e4m3 (batch rows, indexed by the absolute row i)
-    const float* w8 = nullptr;    // [n, 32] folded head weights
-    const uint8_t* pool = nullptr;  // [n_blocks, 8448] paged FP8 indexer cache
+    const uint8_t* q8 = nullptr;            // [n, 32, 128] e4m3 (batch rows, indexed by the absolute row i)
+    const float* w8 = nullptr;              // [n, 32] folded head weights
+    const uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer cache
     const int32_t* pos = nullptr;           // [n]
     const int32_t* seq = nullptr;           // [n]
     const int32_t* table_offset = nullptr;  // [n_seq]
@@ -37,8 +37,8 @@ struct IndexerPlanParams {
     const int32_t* pos = nullptr;  // [n]
     const int32_t* seq = nullptr;  // [n]
     int64_t row_begin = 0, row_end = 0;
-    int32_t* plan = nullptr;       // [indexer_plan_ints(row_end - row_begin)]
-    int32_t* lengths = nullptr;    // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
+    int32_t* plan = nullptr;     // [indexer_plan_ints(row_end - row_begin)]
+    int32_t* lengths = nullptr;  // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
 };
 
 // Number of int32 the plan of n_rows rows occupies.
