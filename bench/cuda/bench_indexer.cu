@@ -1,0 +1,307 @@
+// Benchmark of the DSA lightning-indexer logits kernel (indexer_logits.h) on GLM-5.2 shapes (32 heads × 128,
+// FP8 paged keys, 64-token blocks):
+//   decode: batch 1 (in a CUDA graph, 8 launches over 8 different sequences so the keys come from HBM, not L2) and
+//           batch 64, 1 or 4 queries per sequence (4 = MTP verification; keys are read once per sequence), at
+//           L = 128K, 256K, 512K, 1M: effective TB/s over 132 · L · batch bytes vs the 4.23 TB/s copy bandwidth;
+//   prefill: 4096 queries (positions L − 4096 .. L − 1) of one sequence over L = 16K, 32K, 64K keys:
+//           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
+// The plan (row grouping, once per batch for all indexer layers) is built before timing. CUDA events, median.
+// Usage: bench_indexer [--json PATH] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/indexer_logits.h"
+
+#ifndef MEGACTX_COMMIT_STR
+#define MEGACTX_COMMIT_STR "unknown"
+#endif
+
+namespace {
+
+constexpr double kCopyTBs = 4.23, kFp8Tflops = 1331.0;
+constexpr int64_t kBlockBytes = 8448;
+
+#define CK(call)                                                                                          \
+    do {                                                                                                  \
+        cudaError_t e_ = (call);                                                                          \
+        if (e_ != cudaSuccess) {                                                                          \
+            std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+            std::exit(1);                                                                                 \
+        }                                                                                                 \
+    } while (0)
+
+// Random finite e4m3 codes (no NaN 0x7f/0xff) and power-of-two scales.
+__global__ void fill_pool(uint8_t* pool, int64_t n_blocks) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n_blocks * (kBlockBytes / 4);
+         e += stride) {
+        const int64_t byte = e * 4, in_block = byte % kBlockBytes;
+        uint32_t h = static_cast<uint32_t>(e) * 2654435761u ^ static_cast<uint32_t>(e >> 32);
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        uint32_t v;
+        if (in_block < 64 * 128) {
+            v = h & 0xf6f6f6f6u;  // clears bit 0 and 3 of each byte: never 0x7f / 0xff
+        } else {
+            v = __float_as_uint(ldexpf(1.0f, static_cast<int>(h % 8) - 10));
+        }
+        reinterpret_cast<uint32_t*>(pool)[e] = v;
+    }
+}
+
+struct Result {
+    std::string kind;
+    int64_t batch, queries_per_seq, context;
+    double us, tbs, pct_copy, tflops, pct_fp8;
+};
+
+double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    using namespace megactx;
+    std::string json_path;
+    bool quick = false;
+    for (int a = 1; a < argc; ++a) {
+        const std::string s = argv[a];
+        if (s == "--json" && a + 1 < argc)
+            json_path = argv[++a];
+        else if (s == "--quick")
+            quick = true;
+    }
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const std::vector<int64_t> contexts =
+        quick ? std::vector<int64_t>{131072} : std::vector<int64_t>{131072, 262144, 524288, 1048576};
+    const int64_t max_ctx = contexts.back(), max_pages = max_ctx / 64, max_batch = 64, max_qps = 4;
+    const int64_t n_blocks = max_batch * max_pages;
+    uint8_t* pool;
+    CK(cudaMalloc(&pool, n_blocks * kBlockBytes));
+    fill_pool<<<4096, 256>>>(pool, n_blocks);
+    CK(cudaGetLastError());
+    // Block tables: a random permutation of the pool; sequence s owns tables[s · max_pages ...].
+    std::vector<int32_t> tables(static_cast<size_t>(n_blocks));
+    std::iota(tables.begin(), tables.end(), 0);
+    std::mt19937 rng(7);
+    std::shuffle(tables.begin(), tables.end(), rng);
+    int32_t* d_tables;
+    CK(cudaMalloc(&d_tables, tables.size() * 4));
+    CK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+    const int64_t max_rows = 4096;
+    std::vector<uint8_t> q8(static_cast<size_t>(max_rows * 4096));
+    std::vector<float> w8(static_cast<size_t>(max_rows * 32));
+    for (auto& b : q8) b = static_cast<uint8_t>(rng() & 0xf6);
+    for (auto& w : w8) w = std::uniform_real_distribution<float>(-1e-3f, 1e-3f)(rng);
+    uint8_t* d_q8;
+    float* d_w8;
+    CK(cudaMalloc(&d_q8, q8.size()));
+    CK(cudaMalloc(&d_w8, w8.size() * 4));
+    CK(cudaMemcpy(d_q8, q8.data(), q8.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_w8, w8.data(), w8.size() * 4, cudaMemcpyHostToDevice));
+    // Decode rows × context, or the prefill's 4096 rows × 64K scores, whichever is larger.
+    const size_t out_bytes = std::max(static_cast<size_t>(max_batch * max_qps) * max_ctx, size_t{4096} * 65536) * 4;
+    float* d_out;
+    CK(cudaMalloc(&d_out, out_bytes));
+    int32_t *d_pos, *d_seq, *d_toff, *d_plan;
+    CK(cudaMalloc(&d_pos, max_rows * 4));
+    CK(cudaMalloc(&d_seq, max_rows * 4));
+    CK(cudaMalloc(&d_toff, max_batch * 4 * 8));
+    CK(cudaMalloc(&d_plan, indexer_plan_ints(max_rows) * 4));
+    cudaStream_t stream;
+    CK(cudaStreamCreate(&stream));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<Result> results;
+
+    // Rows of `batch` sequences × qps queries at the last positions of context L; table offsets of rotation r.
+    auto setup = [&](int64_t batch, int64_t qps, int64_t L, int n_rot) {
+        std::vector<int32_t> pos, seq, toff;
+        for (int64_t s = 0; s < batch; ++s)
+            for (int64_t j = 0; j < qps; ++j) pos.push_back(static_cast<int32_t>(L - qps + j)), seq.push_back(s);
+        for (int r = 0; r < n_rot; ++r)
+            for (int64_t s = 0; s < batch; ++s) toff.push_back(static_cast<int32_t>((r * batch + s) * max_pages));
+        CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_toff, toff.data(), toff.size() * 4, cudaMemcpyHostToDevice));
+        IndexerPlanParams pp;
+        pp.pos = d_pos;
+        pp.seq = d_seq;
+        pp.row_begin = 0;
+        pp.row_end = batch * qps;
+        pp.plan = d_plan;
+        launch_indexer_plan(pp, stream);
+        CK(cudaStreamSynchronize(stream));
+    };
+    auto params = [&](int64_t batch, int64_t qps, int64_t L, int rot) {
+        IndexerLogitsParams p;
+        p.q8 = d_q8;
+        p.w8 = d_w8;
+        p.pool = pool;
+        p.pos = d_pos;
+        p.seq = d_seq;
+        p.table_offset = d_toff + rot * batch;
+        p.tables = d_tables;
+        p.row_begin = 0;
+        p.row_end = batch * qps;
+        p.n_seq = batch;
+        p.max_context = L;
+        p.out = d_out + static_cast<size_t>(rot) * batch * qps * L;
+        p.out_stride = L;
+        p.plan = d_plan;
+        return p;
+    };
+
+    for (int64_t L : contexts) {
+        for (int64_t qps : {int64_t{1}, max_qps}) {
+            // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2).
+            {
+                const int n_rot = 8;
+                setup(1, qps, L, n_rot);
+                for (int r = 0; r < n_rot; ++r) launch_indexer_logits(params(1, qps, L, r), stream);
+                CK(cudaStreamSynchronize(stream));
+                cudaGraph_t graph;
+                cudaGraphExec_t exec;
+                CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+                for (int r = 0; r < n_rot; ++r) launch_indexer_logits(params(1, qps, L, r), stream);
+                CK(cudaStreamEndCapture(stream, &graph));
+                CK(cudaGraphInstantiate(&exec, graph, 0));
+                for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+                std::vector<float> ms;
+                for (int it = 0; it < (quick ? 5 : 30); ++it) {
+                    CK(cudaEventRecord(e0, stream));
+                    CK(cudaGraphLaunch(exec, stream));
+                    CK(cudaEventRecord(e1, stream));
+                    CK(cudaEventSynchronize(e1));
+                    float m;
+                    CK(cudaEventElapsedTime(&m, e0, e1));
+                    ms.push_back(m / n_rot);
+                }
+                CK(cudaGraphExecDestroy(exec));
+                CK(cudaGraphDestroy(graph));
+                const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
+                const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
+                results.push_back(
+                    {"decode_graph", 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+            }
+            // Batch 64, plain launches.
+            {
+                const int64_t batch = 64;
+                setup(batch, qps, L, 1);
+                const auto p = params(batch, qps, L, 0);
+                for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+                std::vector<float> ms;
+                for (int it = 0; it < (quick ? 3 : 10); ++it) {
+                    CK(cudaEventRecord(e0, stream));
+                    launch_indexer_logits(p, stream);
+                    CK(cudaEventRecord(e1, stream));
+                    CK(cudaEventSynchronize(e1));
+                    float m;
+                    CK(cudaEventElapsedTime(&m, e0, e1));
+                    ms.push_back(m);
+                }
+                const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
+                const double tfl = 8192.0 * qps * L * batch / (us * 1e-6) / 1e12;
+                results.push_back(
+                    {"decode", batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+            }
+            CK(cudaGetLastError());
+        }
+    }
+    // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
+    // of scores ≤ 1 GiB at L = 64K).
+    for (int64_t L : {int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
+        const int64_t sq = 4096;
+        std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
+        double pairs = 0;
+        for (int64_t j = 0; j < sq; ++j)
+            pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
+        CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
+        const int32_t toff0 = 0;
+        CK(cudaMemcpy(d_toff, &toff0, 4, cudaMemcpyHostToDevice));
+        IndexerPlanParams pp;
+        pp.pos = d_pos;
+        pp.seq = d_seq;
+        pp.row_begin = 0;
+        pp.row_end = sq;
+        pp.plan = d_plan;
+        launch_indexer_plan(pp, stream);
+        IndexerLogitsParams p;
+        p.q8 = d_q8;
+        p.w8 = d_w8;
+        p.pool = pool;
+        p.pos = d_pos;
+        p.seq = d_seq;
+        p.table_offset = d_toff;
+        p.tables = d_tables;
+        p.row_begin = 0;
+        p.row_end = sq;
+        p.n_seq = 1;
+        p.max_context = L;
+        p.out = d_out;
+        p.out_stride = L;
+        p.plan = d_plan;
+        for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+        std::vector<float> ms;
+        for (int it = 0; it < (quick ? 3 : 10); ++it) {
+            CK(cudaEventRecord(e0, stream));
+            launch_indexer_logits(p, stream);
+            CK(cudaEventRecord(e1, stream));
+            CK(cudaEventSynchronize(e1));
+            float m;
+            CK(cudaEventElapsedTime(&m, e0, e1));
+            ms.push_back(m);
+        }
+        CK(cudaGetLastError());
+        const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
+        const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
+        results.push_back({"prefill", 1, sq, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+    }
+
+    std::printf("%-13s %6s %4s %8s %10s %8s %7s %9s %7s\n", "kind", "batch", "q/s", "L", "us", "TB/s", "%copy",
+                "TFLOP/s", "%fp8");
+    for (const auto& r : results)
+        std::printf("%-13s %6lld %4lld %8lld %10.2f %8.3f %6.1f%% %9.1f %6.1f%%\n", r.kind.c_str(),
+                    static_cast<long long>(r.batch), static_cast<long long>(r.queries_per_seq),
+                    static_cast<long long>(r.context), r.us, r.tbs, r.pct_copy, r.tflops, r.pct_fp8);
+    if (!json_path.empty()) {
+        FILE* f = std::fopen(json_path.c_str(), "w");
+        if (!f) return 1;
+        char date[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        std::fprintf(f, "{\n  \"bench\": \"indexer_logits\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n", prop.name,
+                     date);
+        std::fprintf(f, "  \"commit\": \"%s\",\n  \"ceilings\": {\"copy_TBs\": %.2f, \"fp8_TFLOPs\": %.0f},\n",
+                     MEGACTX_COMMIT_STR, kCopyTBs, kFp8Tflops);
+        std::fprintf(f,
+                     "  \"note\": \"decode bytes = 132*L*batch (keys read once per sequence); prefill FLOP = "
+                     "8192 per causal (query, key) pair\",\n  \"results\": [\n");
+        for (size_t i = 0; i < results.size(); ++i) {
+            const auto& r = results[i];
+            std::fprintf(f,
+                         "    {\"kind\": \"%s\", \"batch\": %lld, \"queries_per_seq\": %lld, \"context\": %lld, "
+                         "\"us\": %.3f, \"TBs\": %.4f, \"pct_copy\": %.2f, \"TFLOPs\": %.2f, \"pct_fp8\": %.2f}%s\n",
+                         r.kind.c_str(), static_cast<long long>(r.batch), static_cast<long long>(r.queries_per_seq),
+                         static_cast<long long>(r.context), r.us, r.tbs, r.pct_copy, r.tflops, r.pct_fp8,
+                         i + 1 < results.size() ? "," : "");
+        }
+        std::fprintf(f, "  ]\n}\n");
+        std::fclose(f);
+    }
+    return 0;
+}

@@ -1,0 +1,72 @@
+// indexer_cache_write kernel: one warp per token, 4 consecutive dims per lane.
+//   k_raw [n, 128] fp32 → LayerNorm → interleaved RoPE on dims [0, 64) → e4m3 codes + fp32 pow2 scale at slots[i]
+// Reference: CpuOps::layer_norm + CpuOps::rope + fp8_indexer_pack (kv_format.cpp). The LayerNorm sums run in a
+// different order (warp tree), so a code can differ by one step in rare rounding ties; the angle, sin/cos and
+// inv_freq are computed in double and rounded to fp32, matching glibc's correctly rounded float functions.
+#include "backend/cuda/indexer_cache_write.h"
+#include "backend/cuda/indexer_common.cuh"
+
+namespace megactx {
+
+using namespace cuda_indexer;
+
+namespace {
+
+__global__ void __launch_bounds__(256) indexer_cache_write_kernel(IndexerCacheWriteParams p) {
+    const int lane = threadIdx.x & 31;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (i >= p.n) return;
+    const float4 x4 = reinterpret_cast<const float4*>(p.k_raw + i * kDim)[lane];
+    float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    // LayerNorm: mean, then the mean of squared deviations, as the CPU reference (two passes, fp32).
+    const float mean = warp_sum((x[0] + x[1]) + (x[2] + x[3])) / static_cast<float>(kDim);
+    float d2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) d2 = __fadd_rn(d2, __fmul_rn(x[j] - mean, x[j] - mean));
+    const float var = warp_sum(d2) / static_cast<float>(kDim);
+    const float r = 1.0f / sqrtf(var + p.eps);
+    const float4 w4 = reinterpret_cast<const float4*>(p.ln_w)[lane];
+    const float4 b4 = reinterpret_cast<const float4*>(p.ln_b)[lane];
+    const float w[4] = {w4.x, w4.y, w4.z, w4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = __fadd_rn(__fmul_rn(__fmul_rn(x[j] - mean, r), w[j]), b[j]);
+    // Interleaved RoPE: this lane holds pairs j0 = 2·lane and j0 + 1 (dims 4·lane .. 4·lane + 3).
+    if (4 * lane < p.d_rope) {
+        const float fp = static_cast<float>(p.pos[i]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int jp = 2 * lane + h;
+            const float expo = static_cast<float>(2 * jp) / static_cast<float>(p.d_rope);
+            const float pw = static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(expo)));
+            const float inv_freq = 1.0f / pw;
+            const float angle = fp * inv_freq;
+            const float c = static_cast<float>(cos(static_cast<double>(angle)));
+            const float s = static_cast<float>(sin(static_cast<double>(angle)));
+            const float x0 = x[2 * h], x1 = x[2 * h + 1];
+            x[2 * h] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            x[2 * h + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        }
+    }
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3]))));
+    const float scale = fp8_pow2_scale(amax);
+    const int64_t slot = p.slots[i];
+    uint8_t* block = p.pool + (slot / kBlock) * kBlockBytes;
+    const int64_t off = slot % kBlock;
+    reinterpret_cast<uint32_t*>(block + off * kDim)[lane] = fp8_pack4(x[0], x[1], x[2], x[3], 1.0f / scale);
+    if (lane == 0) reinterpret_cast<float*>(block + kBlock * kDim)[off] = scale;
+}
+
+}  // namespace
+
+bool indexer_cache_write_supported(int64_t d_indexer, int64_t d_rope) {
+    return d_indexer == kDim && d_rope > 0 && d_rope <= kDim && d_rope % 4 == 0;
+}
+
+void launch_indexer_cache_write(const IndexerCacheWriteParams& p, cudaStream_t stream) {
+    if (p.n <= 0) return;
+    constexpr int kWarps = 8;
+    const auto grid = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
+    indexer_cache_write_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
+}
+
+}  // namespace megactx

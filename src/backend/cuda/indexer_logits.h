@@ -1,0 +1,50 @@
+// indexer_logits: DSA lightning-indexer scores over the paged FP8 key cache (model-spec §3.2–3.3).
+//   out[r, t] = k_scale(t) · Σ_h w8[i, h] · relu(q8[i, h, :] · k8(t, :))   for i = row_begin + r, t ≤ pos[i]
+// q8/w8 come from indexer_q_quant; keys are read through the sequence's block table (CacheMap in src/ops/ops.h):
+// slot(t) = tables[table_offset[seq[i]] + t / 64] · 64 + t % 64. Entries t > pos[i] of a row are NOT written:
+// pass lengths = pos + 1 to the top-k (indexer_logits writes them when `lengths` is set).
+//
+// Plan, then run: launch_indexer_plan groups the rows [row_begin, row_end) into runs of at most 16 consecutive
+// queries of one sequence (tokens of a sequence are contiguous in the batch); the plan depends only on seq, so
+// one plan serves every indexer layer of a step. launch_indexer_logits then reads each cached key once per group
+// (FP8 tensor-core mma.sync m16n8k32), so MTP verification (several queries per sequence) costs one pass.
+// GLM-5.2 geometry only: 32 heads × 128 dims, 64-token blocks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace megactx {
+
+struct IndexerLogitsParams {
+    const uint8_t* q8 = nullptr;            // [n, 32, 128] e4m3 (batch rows, indexed by the absolute row i)
+    const float* w8 = nullptr;              // [n, 32] folded head weights
+    const uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer cache
+    const int32_t* pos = nullptr;           // [n]
+    const int32_t* seq = nullptr;           // [n]
+    const int32_t* table_offset = nullptr;  // [n_seq]
+    const int32_t* tables = nullptr;        // concatenated block tables
+    int64_t row_begin = 0, row_end = 0;     // rows i0..i1 of the batch
+    int64_t n_seq = 0;                      // sequences in the batch (bounds the number of groups)
+    int64_t max_context = 0;                // ≥ pos[i] + 1 for every row in range
+    float* out = nullptr;                   // [row_end - row_begin, out_stride]
+    int64_t out_stride = 0;                 // ≥ max_context
+    const int32_t* plan = nullptr;          // from launch_indexer_plan for the same rows
+};
+
+struct IndexerPlanParams {
+    const int32_t* pos = nullptr;  // [n]
+    const int32_t* seq = nullptr;  // [n]
+    int64_t row_begin = 0, row_end = 0;
+    int32_t* plan = nullptr;     // [indexer_plan_ints(row_end - row_begin)]
+    int32_t* lengths = nullptr;  // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
+};
+
+// Number of int32 the plan of n_rows rows occupies.
+int64_t indexer_plan_ints(int64_t n_rows);
+bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_size);
+void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream);
+void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream);
+
+}  // namespace megactx

@@ -1,0 +1,35 @@
+// indexer_q_quant kernel: one warp per (token, head), 4 consecutive dims per lane.
+//   q [n, 32, 128] fp32, gates [n, 32] → q8 [n, 32, 128] e4m3, w8 [n, 32] fp32 (see indexer_q_quant.h)
+// Reference: fp8_pow2_scale + f32_to_fp8e4m3 (kv_format.cpp, core/dtype.cpp), model-spec §3.3.
+#include "backend/cuda/indexer_common.cuh"
+#include "backend/cuda/indexer_q_quant.h"
+
+namespace megactx {
+
+using namespace cuda_indexer;
+
+namespace {
+
+__global__ void __launch_bounds__(256) indexer_q_quant_kernel(IndexerQQuantParams p) {
+    const int lane = threadIdx.x & 31;
+    const int64_t ih = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // token · 32 + head
+    if (ih >= p.n * kHeads) return;
+    const float4 x = reinterpret_cast<const float4*>(p.q + ih * kDim)[lane];
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
+    const float scale = fp8_pow2_scale(amax);
+    reinterpret_cast<uint32_t*>(p.q8 + ih * kDim)[lane] = fp8_pack4(x.x, x.y, x.z, x.w, 1.0f / scale);
+    if (lane == 0) p.w8[ih] = p.gates[ih] * p.head_scale * p.softmax_scale * scale;
+}
+
+}  // namespace
+
+bool indexer_q_quant_supported(int64_t n_head, int64_t d_indexer) { return n_head == kHeads && d_indexer == kDim; }
+
+void launch_indexer_q_quant(const IndexerQQuantParams& p, cudaStream_t stream) {
+    if (p.n <= 0) return;
+    constexpr int kWarps = 8;
+    const auto grid = static_cast<unsigned>((p.n * kHeads + kWarps - 1) / kWarps);
+    indexer_q_quant_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
+}
+
+}  // namespace megactx

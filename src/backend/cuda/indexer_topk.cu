@@ -1,0 +1,151 @@
+// indexer_topk composition (see indexer_topk.h): q quantisation, plan, logits and top-k per row group under a
+// fixed scratch budget, then positions → slots. Shapes: q [n, 32, 128], gates [n, 32], out_slots [n, topk].
+// Reference: CpuOps::indexer_topk (the same selection, in fp32 without FP8).
+#include <algorithm>
+
+#include "backend/cuda/indexer_common.cuh"
+#include "backend/cuda/indexer_logits.h"
+#include "backend/cuda/indexer_q_quant.h"
+#include "backend/cuda/indexer_topk.h"
+
+#if __has_include("backend/cuda/topk.h")
+#include "backend/cuda/topk.h"
+#else
+// The exact top-k contract (src/backend/cuda/topk.h, implemented in topk.cu by its own kernel family); declared
+// here until that header is on this branch.
+namespace megactx {
+struct TopkParams {
+    const float* values;
+    const int32_t* lengths;  // [n_rows] device
+    int64_t n_rows, row_stride;
+    int64_t k;
+    int32_t* out_idx;  // [n_rows, k], -1 padded
+    void* scratch;
+    size_t scratch_bytes;
+};
+size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k);
+bool topk_supported(int64_t k, int64_t row_stride);
+void launch_topk(const TopkParams& p, cudaStream_t stream);
+}  // namespace megactx
+#endif
+
+namespace megactx {
+
+using namespace cuda_indexer;
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+int64_t score_stride(int64_t max_context) { return (max_context + kBlock - 1) / kBlock * kBlock; }
+
+// Scratch carve-up for one row group of `rows` rows.
+struct Layout {
+    size_t q8, w8, plan, lengths, scores, topk, total;
+};
+Layout layout(int64_t rows, int64_t max_context, int64_t topk) {
+    Layout l{};
+    size_t at = 0;
+    l.q8 = at, at += align_up(static_cast<size_t>(rows) * kHeads * kDim);
+    l.w8 = at, at += align_up(static_cast<size_t>(rows) * kHeads * 4);
+    l.plan = at, at += align_up(static_cast<size_t>(indexer_plan_ints(rows)) * 4);
+    l.lengths = at, at += align_up(static_cast<size_t>(rows) * 4);
+    l.scores = at, at += align_up(static_cast<size_t>(rows) * score_stride(max_context) * 4);
+    l.topk = at, at += align_up(topk_scratch_bytes(rows, score_stride(max_context), topk));
+    l.total = at;
+    return l;
+}
+
+// out[r, j] = position → slot through the row's sequence block table; −1 stays −1.
+__global__ void positions_to_slots_kernel(int32_t* out, int64_t rows, int64_t topk, int64_t row_begin,
+                                          const int32_t* seq, const int32_t* table_offset, const int32_t* tables) {
+    const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= rows * topk) return;
+    const int32_t t = out[e];
+    if (t < 0) return;
+    const int32_t* table = tables + table_offset[seq[row_begin + e / topk]];
+    out[e] = table[t / kBlock] * kBlock + t % kBlock;
+}
+
+}  // namespace
+
+size_t indexer_topk_scratch_bytes(int64_t max_rows_per_group, int64_t max_context, int64_t topk) {
+    return layout(max_rows_per_group, max_context, topk).total;
+}
+
+bool indexer_topk_supported(int64_t n_head, int64_t d_indexer, int64_t block_size, int64_t topk, int64_t max_context) {
+    return indexer_logits_supported(n_head, d_indexer, block_size) && indexer_q_quant_supported(n_head, d_indexer) &&
+           topk_supported(topk, score_stride(max_context));
+}
+
+bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
+    if (p.n <= 0) return true;
+    if (p.max_rows_per_group <= 0 || p.max_context <= 0 || !topk_supported(p.topk, score_stride(p.max_context)))
+        return false;
+    const Layout l = layout(p.max_rows_per_group, p.max_context, p.topk);
+    if (p.scratch_bytes < l.total) return false;
+    auto* base = static_cast<uint8_t*>(p.scratch);
+    auto* q8 = base + l.q8;
+    auto* w8 = reinterpret_cast<float*>(base + l.w8);
+    auto* plan = reinterpret_cast<int32_t*>(base + l.plan);
+    auto* lengths = reinterpret_cast<int32_t*>(base + l.lengths);
+    auto* scores = reinterpret_cast<float*>(base + l.scores);
+    const int64_t stride = score_stride(p.max_context);
+    for (int64_t r0 = 0; r0 < p.n; r0 += p.max_rows_per_group) {
+        const int64_t r1 = std::min(p.n, r0 + p.max_rows_per_group), rows = r1 - r0;
+        // q8/w8 hold only this group's rows; the logits kernel indexes them by absolute row, so shift the base.
+        IndexerQQuantParams qq;
+        qq.q = p.q + r0 * kHeads * kDim;
+        qq.gates = p.gates + r0 * kHeads;
+        qq.n = rows;
+        qq.head_scale = p.head_scale;
+        qq.softmax_scale = p.softmax_scale;
+        qq.q8 = q8;
+        qq.w8 = w8;
+        launch_indexer_q_quant(qq, stream);
+
+        IndexerPlanParams pp;
+        pp.pos = p.pos;
+        pp.seq = p.seq;
+        pp.row_begin = r0;
+        pp.row_end = r1;
+        pp.plan = plan;
+        pp.lengths = lengths;
+        launch_indexer_plan(pp, stream);
+
+        IndexerLogitsParams lp;
+        lp.q8 = q8 - r0 * kHeads * kDim;
+        lp.w8 = w8 - r0 * kHeads;
+        lp.pool = p.pool;
+        lp.pos = p.pos;
+        lp.seq = p.seq;
+        lp.table_offset = p.table_offset;
+        lp.tables = p.tables;
+        lp.row_begin = r0;
+        lp.row_end = r1;
+        lp.n_seq = p.n_seq;
+        lp.max_context = p.max_context;
+        lp.out = scores;
+        lp.out_stride = stride;
+        lp.plan = plan;
+        launch_indexer_logits(lp, stream);
+
+        TopkParams tp;
+        tp.values = scores;
+        tp.lengths = lengths;
+        tp.n_rows = rows;
+        tp.row_stride = stride;
+        tp.k = p.topk;
+        tp.out_idx = p.out_slots + r0 * p.topk;
+        tp.scratch = base + l.topk;
+        tp.scratch_bytes = l.total - l.topk;
+        launch_topk(tp, stream);
+
+        const int64_t total = rows * p.topk;
+        positions_to_slots_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+            p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq, p.table_offset, p.tables);
+    }
+    return cudaGetLastError() == cudaSuccess;
+}
+
+}  // namespace megactx

@@ -1,0 +1,39 @@
+// indexer_topk: the whole DSA lightning-indexer op on the GPU (model-spec §3.2–3.3; IndexerTopkParams in
+// src/ops/ops.h, here as raw device pointers over the paged FP8 key pool):
+//   for row groups of ≤ max_rows_per_group tokens: quantise q (indexer_q_quant) → plan + scores
+//   (indexer_logits) into scratch [rows, round_up(max_context, 64)] → top-k per row over t ≤ pos (topk.h)
+//   → positions to slots through the block table, −1 padded.  out_slots [n, topk] int32 (order unspecified).
+// Scratch is fixed by (max_rows_per_group, max_context, topk), never by chunk × context.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace megactx {
+
+struct IndexerTopkCudaParams {
+    const float* q = nullptr;               // [n, 32, 128] fp32, RoPE applied
+    const float* gates = nullptr;           // [n, 32] weights_proj output
+    const uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer keys
+    const int32_t* pos = nullptr;           // [n]
+    const int32_t* seq = nullptr;           // [n]
+    const int32_t* table_offset = nullptr;  // [n_seq]
+    const int32_t* tables = nullptr;        // concatenated block tables (64-token blocks)
+    int64_t n = 0, n_seq = 0;
+    int64_t max_context = 0;  // ≥ pos[i] + 1 for every token
+    float softmax_scale = 0;  // d_indexer^-0.5
+    float head_scale = 0;     // n_head_indexer^-0.5
+    int64_t topk = 2048;
+    int64_t max_rows_per_group = 0;  // rows scored at once (scratch grows with it)
+    int32_t* out_slots = nullptr;    // [n, topk]
+    void* scratch = nullptr;
+    size_t scratch_bytes = 0;
+};
+
+size_t indexer_topk_scratch_bytes(int64_t max_rows_per_group, int64_t max_context, int64_t topk = 2048);
+bool indexer_topk_supported(int64_t n_head, int64_t d_indexer, int64_t block_size, int64_t topk, int64_t max_context);
+// Returns false (launching nothing) when the scratch is too small or the shape is unsupported.
+bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream);
+
+}  // namespace megactx
