@@ -85,8 +85,11 @@ struct Result {
 
 int main(int argc, char** argv) {
     std::string json;
-    for (int a = 1; a < argc; ++a)
+    bool sweep = true;  // --no-sweep: only the decode/prefill table (e.g. to compare implementations quickly)
+    for (int a = 1; a < argc; ++a) {
         if (std::string(argv[a]) == "--json" && a + 1 < argc) json = argv[++a];
+        if (std::string(argv[a]) == "--no-sweep") sweep = false;
+    }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     const int n_sm = prop.multiProcessorCount;
@@ -191,7 +194,7 @@ int main(int argc, char** argv) {
     // Split sweep (FP8, h 64): how the host plan compares with other splits; mode "sweep".
     for (int n : {1, 16, 64, 128})
         for (int s : {1, 2, 4, 8, 16, 32})
-            if (n * s <= 8 * n_sm) bench("sweep", MlaCacheFormat::FP8, n, 64, s);
+            if (sweep && n * s <= 8 * n_sm) bench("sweep", MlaCacheFormat::FP8, n, 64, s);
 
     if (!json.empty()) {
         FILE* f = std::fopen(json.c_str(), "w");
@@ -201,6 +204,8 @@ int main(int argc, char** argv) {
         std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
         std::fprintf(f, "{\n  \"bench\": \"sparse_mla\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n",
                      prop.name, date, MEGACTX_COMMIT);
+        const char* impl = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
+        std::fprintf(f, "  \"impl\": \"%s\",\n", impl ? impl : "default");
         std::fprintf(f, "  \"topk\": %d,\n  \"cache_rows\": %lld,\n  \"ceilings\": {\"copy_TBps\": 4.23, \"bf16_TFLOPs\": 748, \"fp8_TFLOPs\": 1331},\n  \"results\": [\n",
                      topk, static_cast<long long>(n_rows));
         for (size_t k = 0; k < results.size(); ++k) {
