@@ -196,7 +196,9 @@ int run(const Options& o, const std::string& command) {
         const std::string dir = (std::filesystem::path(o.model_dir) / (preset + "-seed0")).string();
         if (!std::filesystem::exists(dir + "/config.json")) {
             std::cerr << "generating " << preset << " model into " << dir << "\n";
-            generate_model(dir, {preset, 0, "", 0});
+            GenModelOptions g;
+            g.preset = preset;
+            generate_model(dir, g);
         }
         const GlmDsaModel model(dir);
         const int64_t vocab = model.config().vocab_size;

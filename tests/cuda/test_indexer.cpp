@@ -22,42 +22,7 @@
 #include "core/dtype.h"
 #include "kv/kv_format.h"
 
-#if __has_include("backend/cuda/topk.h")
 #include "backend/cuda/topk.h"
-#else
-// Until the exact top-k kernel family (topk.h/.cu) is on this branch: a simple, correct host top-k behind the
-// same contract, so the composition can be tested. Ties: larger value first, then lower index.
-namespace megactx {
-struct TopkParams {
-    const float* values;
-    const int32_t* lengths;
-    int64_t n_rows, row_stride;
-    int64_t k;
-    int32_t* out_idx;
-    void* scratch;
-    size_t scratch_bytes;
-};
-size_t topk_scratch_bytes(int64_t, int64_t, int64_t) { return 0; }
-bool topk_supported(int64_t k, int64_t) { return k > 0; }
-void launch_topk(const TopkParams& p, cudaStream_t stream) {
-    cudaStreamSynchronize(stream);
-    std::vector<float> v(static_cast<size_t>(p.n_rows * p.row_stride));
-    std::vector<int32_t> len(static_cast<size_t>(p.n_rows)), out(static_cast<size_t>(p.n_rows * p.k), -1);
-    cudaMemcpy(v.data(), p.values, v.size() * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(len.data(), p.lengths, len.size() * 4, cudaMemcpyDeviceToHost);
-    for (int64_t r = 0; r < p.n_rows; ++r) {
-        const float* row = v.data() + r * p.row_stride;
-        std::vector<int32_t> idx(static_cast<size_t>(len[r]));
-        std::iota(idx.begin(), idx.end(), 0);
-        const auto k = std::min<int64_t>(p.k, len[r]);
-        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                          [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-        std::copy(idx.begin(), idx.begin() + k, out.begin() + r * p.k);
-    }
-    cudaMemcpy(p.out_idx, out.data(), out.size() * 4, cudaMemcpyHostToDevice);
-}
-}  // namespace megactx
-#endif
 
 namespace megactx {
 namespace {

@@ -8,30 +8,15 @@
 #include "backend/cuda/indexer_q_quant.h"
 #include "backend/cuda/indexer_topk.h"
 
-#if __has_include("backend/cuda/topk.h")
 #include "backend/cuda/topk.h"
-#else
-// The exact top-k contract (src/backend/cuda/topk.h, implemented in topk.cu by its own kernel family); declared
-// here until that header is on this branch.
-namespace megactx {
-struct TopkParams {
-    const float* values;
-    const int32_t* lengths;  // [n_rows] device
-    int64_t n_rows, row_stride;
-    int64_t k;
-    int32_t* out_idx;  // [n_rows, k], -1 padded
-    void* scratch;
-    size_t scratch_bytes;
-};
-size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k);
-bool topk_supported(int64_t k, int64_t row_stride);
-void launch_topk(const TopkParams& p, cudaStream_t stream);
-}  // namespace megactx
-#endif
 
 namespace megactx {
 
 using namespace cuda_indexer;
+using cuda::launch_topk;
+using cuda::topk_scratch_bytes;
+using cuda::topk_supported;
+using cuda::TopkParams;
 
 namespace {
 

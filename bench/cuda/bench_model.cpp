@@ -1,0 +1,137 @@
+// bench_model: model-level decode TPOT and prefill throughput of a GLM-DSA model on the CUDA backend at long
+// contexts (issue 5), e.g. the glm52-shape preset with IndexShare (FSSS) next to every layer full (F).
+//
+// A context of L tokens is made by filling the KV pools with random valid rows (kv_fill.h) instead of
+// prefilling L tokens; the sequence's block table then covers positions 0..L, and
+//   decode:  one token at position L (batch 1), forward + logits download, median over --steps steps;
+//   prefill: a chunk of --chunk tokens at positions L − chunk .. L − 1 (so the last query sees L keys),
+//            tokens/s = chunk / time, median over --prefill-reps runs.
+// Every step is a full `GlmDsaModel::forward` through CudaOps (plan upload, all layers, LM head, host sync),
+// without CUDA graphs: the CPU launch overhead is part of the figure.
+//
+//   bench_model --model DIR [--model DIR2 ...] [--contexts 8192,131072,1048576] [--kv fp8|bf16]
+//               [--steps 20] [--chunk 4096] [--prefill-reps 2] [--json PATH]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/kv_fill.h"
+#include "bench_util.h"
+#include "kv/kv_cache.h"
+#include "model/batch.h"
+#include "model/glm_dsa.h"
+
+using namespace megactx;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void fill_pools(KvCache& kv, const ModelConfig& c, KvFormat fmt) {
+    const auto f = fmt == KvFormat::FP8 ? cuda::KvFillFormat::kFp8 : cuda::KvFillFormat::kBf16;
+    const int64_t n_slots = kv.n_blocks() * kBlockSize;
+    for (int64_t l = 0; l < c.n_layers_total(); ++l) {
+        cuda::fill_kv_random(kv.latent(l).data, cuda::KvFillKind::kLatent, f, n_slots, c.kv_lora_rank,
+                             c.qk_rope_head_dim, 1000 + static_cast<uint64_t>(l));
+        if (c.is_full(l))
+            cuda::fill_kv_random(kv.indexer_keys(l).data, cuda::KvFillKind::kIndexer, f, n_slots, c.d_indexer, 0,
+                                 2000 + static_cast<uint64_t>(l));
+    }
+}
+
+double time_forward(const GlmDsaModel& model, Ops& ops, const Batch& b, KvCache& kv, std::vector<float>& host) {
+    const auto t0 = Clock::now();
+    const ForwardResult r = model.forward(ops, b, kv);
+    host.resize(static_cast<size_t>(r.logits.numel()));
+    ops.download(r.logits, host.data());  // synchronises the stream
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"bench_model: decode TPOT and prefill tokens/s at long contexts on the CUDA backend"};
+    std::vector<std::string> models;
+    std::string contexts_arg = "8192,131072,1048576", kv_arg = "fp8", json_path;
+    int64_t steps = 20, chunk = 4096, prefill_reps = 2;
+    app.add_option("--model", models, "model directories (gen-model output); repeat to compare")->required();
+    app.add_option("--contexts", contexts_arg, "context lengths L");
+    app.add_option("--kv", kv_arg, "KV format: fp8 | bf16");
+    app.add_option("--steps", steps, "timed decode steps per context")->check(CLI::Range(1, 10000));
+    app.add_option("--chunk", chunk, "prefill chunk (0: no prefill measurement)")->check(CLI::Range(0, 65536));
+    app.add_option("--prefill-reps", prefill_reps)->check(CLI::Range(1, 100));
+    app.add_option("--json", json_path, "write the results as JSON");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        const std::vector<int64_t> contexts = bench::parse_positive_list(contexts_arg, "--contexts");
+        MEGACTX_CHECK(kv_arg == "fp8" || kv_arg == "bf16", "--kv must be fp8 or bf16, got '{}'", kv_arg);
+        const KvFormat fmt = kv_arg == "fp8" ? KvFormat::FP8 : KvFormat::BF16;
+        const cuda::DeviceInfo dev = cuda::device_info(0);
+        nlohmann::json out = {{"bench", "bench_model"}, {"device", dev.name}, {"date", bench::utc_now()},
+                              {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)}, {"kv", kv_arg},
+                              {"steps", steps}, {"chunk", chunk}, {"cuda_graphs", false}, {"results", nlohmann::json::array()}};
+        std::printf("%-28s %9s %6s %12s %16s\n", "model", "L", "full", "decode ms", "prefill tok/s");
+        const int64_t max_l = *std::max_element(contexts.begin(), contexts.end());
+        for (const std::string& dir : models) {
+            const GlmDsaModel model(dir);
+            const ModelConfig& c = model.config();
+            int64_t n_full = 0;
+            for (int64_t l = 0; l < c.n_layers; ++l) n_full += c.is_full(l);
+            auto ops = make_cuda_ops(CudaOptions{});
+            KvCache kv(*ops, c, (max_l + kBlockSize - 1) / kBlockSize + 2, fmt);
+            fill_pools(kv, c, fmt);
+            std::vector<float> host;
+            for (const int64_t L : contexts) {
+                MEGACTX_CHECK(L < c.max_position_embeddings, "context {} exceeds the model's {}", L,
+                              c.max_position_embeddings);
+                SeqKv seq;
+                seq.reserve(kv.blocks(), L + 1);
+                const int32_t tok = 17;
+                Batch d;
+                d.add_sequence(&seq.blocks, &tok, 1, L, true);
+                for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host);
+                std::vector<double> ms;
+                for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, d, kv, host));
+                double prefill_tok_s = 0, prefill_ms = 0;
+                if (chunk > 0 && L >= chunk) {
+                    std::vector<int32_t> toks(static_cast<size_t>(chunk));
+                    for (int64_t i = 0; i < chunk; ++i) toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % c.vocab_size);
+                    Batch p;
+                    p.add_sequence(&seq.blocks, toks.data(), chunk, L - chunk, false);
+                    p.want_logits.back() = true;
+                    time_forward(model, *ops, p, kv, host);  // warm-up (allocator, cuBLASLt plans)
+                    std::vector<double> pms;
+                    for (int64_t i = 0; i < prefill_reps; ++i) pms.push_back(time_forward(model, *ops, p, kv, host));
+                    prefill_ms = median(pms);
+                    prefill_tok_s = 1e3 * static_cast<double>(chunk) / prefill_ms;
+                }
+                seq.free(kv.blocks());
+                const double dec = median(ms);
+                std::printf("%-28s %9lld %3lld/%-2lld %12.3f %16.0f\n", dir.substr(dir.find_last_of('/') + 1).c_str(),
+                            static_cast<long long>(L), static_cast<long long>(n_full),
+                            static_cast<long long>(c.n_layers), dec, prefill_tok_s);
+                std::fflush(stdout);
+                out["results"].push_back({{"model", dir}, {"n_layers", c.n_layers}, {"n_full", n_full}, {"context", L},
+                                          {"decode_ms_median", dec}, {"decode_ms_min", *std::min_element(ms.begin(), ms.end())},
+                                          {"prefill_chunk", chunk}, {"prefill_ms", prefill_ms},
+                                          {"prefill_tok_s", prefill_tok_s}});
+            }
+        }
+        if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_model: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
