@@ -7,7 +7,8 @@
 
 namespace megactx {
 
-class CpuOps final : public Ops {
+// Not final: tests derive reference variants (e.g. emulating a GPU KV format) from it.
+class CpuOps : public Ops {
 public:
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
