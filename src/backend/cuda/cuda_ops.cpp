@@ -165,7 +165,18 @@ void CudaOps::after_op(const char* name) {
     MEGACTX_CHECK(e == cudaSuccess, "CUDA op {} failed: {} ({})", name, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+// The current device is per host thread (serve runs the model on the engine's thread): every forward starts
+// with uploads and allocations, which bind the calling thread to this backend's device.
+void CudaOps::bind_thread() {
+    thread_local int bound = -1;
+    if (bound != options_.device) {
+        MEGACTX_CUDA_CHECK(cudaSetDevice(options_.device));
+        bound = options_.device;
+    }
+}
+
 Tensor CudaOps::alloc(DType dtype, std::vector<int64_t> shape) {
+    bind_thread();
     Tensor t;
     t.dtype = dtype;
     t.shape = std::move(shape);
@@ -179,6 +190,7 @@ Tensor CudaOps::alloc(DType dtype, std::vector<int64_t> shape) {
 }
 
 Tensor CudaOps::upload_i32(const std::vector<int32_t>& v) {
+    bind_thread();
     Tensor t = alloc(DType::I32, {static_cast<int64_t>(v.size())});
     if (!v.empty()) {
         MEGACTX_CUDA_CHECK(cudaMemcpyAsync(t.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_));

@@ -119,6 +119,7 @@ private:
     void gemm(const Gemm& g);
     Tensor to_bf16(const Tensor& x);
     void after_op(const char* name);
+    void bind_thread();
 
     CudaOptions options_;
     cudaStream_t stream_ = nullptr;
