@@ -335,7 +335,7 @@ int main(int argc, char** argv) {
             if (device != "cpu") {
                 // The KV pool gets what the budget leaves after the weights and an activation reserve, unless
                 // --kv-cache-memory names its size.
-                so.make_backend = [&, kv_format](const GlmDsaModel& m, EngineConfig& ec) {
+                so.make_backend = [&, kv_format]([[maybe_unused]] const GlmDsaModel& m, EngineConfig& ec) {
                     std::unique_ptr<Ops> ops = make_backend(device, gpu_memory_utilization);
 #ifdef MEGACTX_WITH_CUDA
                     const CudaMemoryStats st = cuda_memory_stats(*ops);
