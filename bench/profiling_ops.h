@@ -79,6 +79,17 @@ public:
         const Timer timer(stats_[kCacheWrite]);
         inner_.cache_write(rows, slots, cache);
     }
+    void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
+                            float rope_theta, const Tensor& slots, Tensor& cache) override {
+        const Timer timer(stats_[kLatentCacheWrite]);
+        inner_.latent_cache_write(kv_a, norm_w, eps, pos, rope_theta, slots, cache);
+    }
+    void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
+                             float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                             Tensor& cache) override {
+        const Timer timer(stats_[kIndexerCacheWrite]);
+        inner_.indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, d_rope, rope_theta, slots, cache);
+    }
     void indexer_topk(const IndexerTopkParams& p) override {
         const Timer timer(stats_[kIndexerTopk]);
         inner_.indexer_topk(p);
@@ -130,12 +141,12 @@ private:
     using Clock = std::chrono::steady_clock;
     enum OpId : size_t {
         kAlloc, kUploadI32, kDownload, kEmbedding, kRmsNorm, kLayerNorm, kLinear, kRope, kCacheWrite,
-        kIndexerTopk, kMlaAbsorbQ, kSparseMla, kMlaExpandV, kSwigluMlp, kMoeRoute, kMoeExperts, kGatherRows,
+        kLatentCacheWrite, kIndexerCacheWrite, kIndexerTopk, kMlaAbsorbQ, kSparseMla, kMlaExpandV, kSwigluMlp, kMoeRoute, kMoeExperts, kGatherRows,
         kAdd, kSliceCols, kConcatCols, kOpCount
     };
     static constexpr std::array<const char*, kOpCount> kNames = {
         "alloc", "upload_i32", "download", "embedding", "rms_norm", "layer_norm", "linear",
-        "rope", "cache_write", "indexer_topk", "mla_absorb_q", "sparse_mla", "mla_expand_v", "swiglu_mlp",
+        "rope", "cache_write", "latent_cache_write", "indexer_cache_write", "indexer_topk", "mla_absorb_q", "sparse_mla", "mla_expand_v", "swiglu_mlp",
         "moe_route", "moe_experts", "gather_rows", "add", "slice_cols", "concat_cols"};
 
     // Adds the wall time of its scope to one op's stat.

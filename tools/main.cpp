@@ -19,6 +19,11 @@
 #include "tokenizer/tokenizer.h"
 #include "server/serve.h"
 
+#ifdef MEGACTX_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_info.h"
+#endif
+
 #ifndef MEGACTX_DEFAULT_MODEL_DIR
 #define MEGACTX_DEFAULT_MODEL_DIR ""
 #endif
@@ -99,6 +104,55 @@ std::string read_text_file(const std::string& path) {
     return ss.str();
 }
 
+KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtype) {
+    KvFormat f = KvFormat::F32;
+    if (kv_dtype == "auto") {
+        f = device == "cuda" ? KvFormat::BF16 : KvFormat::F32;
+    } else if (kv_dtype == "f32") {
+        f = KvFormat::F32;
+    } else if (kv_dtype == "bf16") {
+        f = KvFormat::BF16;
+    } else if (kv_dtype == "fp8") {
+        f = KvFormat::FP8;
+    } else {
+        MEGACTX_FAIL("--kv-cache-dtype must be auto, f32, bf16 or fp8, got '{}'", kv_dtype);
+    }
+    MEGACTX_CHECK(device == "cuda" || f == KvFormat::F32,
+                  "--kv-cache-dtype {}: the CPU backend stores the KV cache in f32 only", kv_format_name(f));
+    return f;
+}
+
+// The op table for --device: the CPU oracle, or CudaOps on device 0 with `budget_fraction` of its free memory.
+std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fraction) {
+    if (device == "cpu") return std::make_unique<CpuOps>();
+    MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
+#ifdef MEGACTX_WITH_CUDA
+    MEGACTX_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
+    const cuda::DeviceInfo info = cuda::device_info(0);
+    CudaOptions o;
+    o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction);
+    std::fprintf(stderr, "megactx: CUDA device 0: %s (sm_%d%d, %d SMs), %.1f GiB free, budget %.1f GiB\n",
+                 info.name.c_str(), info.major, info.minor, info.n_sm, static_cast<double>(info.free_bytes) / (1 << 30),
+                 static_cast<double>(o.memory_budget_bytes) / (1 << 30));
+    return make_cuda_ops(o);
+#else
+    (void)budget_fraction;
+    MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
+#endif
+}
+
+#ifdef MEGACTX_WITH_CUDA
+// Bytes of the checkpoint's safetensors files: what uploading the weights will take (FP8 weights also get a bf16
+// copy for the GEMMs, not counted here).
+int64_t checkpoint_bytes(const std::string& dir) {
+    int64_t b = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        if (e.path().extension() == ".safetensors") b += static_cast<int64_t>(e.file_size());
+    }
+    return b;
+}
+#endif
+
 std::string json_ids(const std::vector<int32_t>& ids) { return "[" + join(ids) + "]"; }
 
 // `megactx tokenize`: one JSON array of ids, or with --jsonl one array per input line (each a JSON string).
@@ -141,6 +195,12 @@ int main(int argc, char** argv) {
     float temperature = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     bool ignore_eos = false, as_json = false;
+    std::string device = "cpu", kv_dtype = "auto";
+    const auto add_backend_options = [&](CLI::App* sub) {
+        sub->add_option("--device", device, "cpu | cuda")->capture_default_str();
+        sub->add_option("--kv-cache-dtype", kv_dtype, "auto | f32 | bf16 | fp8 (auto: f32 on cpu, bf16 on cuda)")
+            ->capture_default_str();
+    };
 
     auto* logits = app.add_subcommand("logits", "Logits at every position of a token sequence → .npy [n, vocab]");
     logits->add_option("--model", model, "Model directory (default: the embedded tiny model)");
@@ -150,6 +210,7 @@ int main(int argc, char** argv) {
     logits->add_option("--out", out, "Output .npy (float32 little-endian)")->required();
     logits->add_option("--chunk", chunk, "Feed N tokens per forward through the KV cache (1 = token by token)")
         ->check(CLI::NonNegativeNumber);
+    add_backend_options(logits);
 
     auto* gen = app.add_subcommand("generate", "Token ids in, token ids out");
     gen->add_option("--model", model, "Model directory (default: the embedded tiny model)");
@@ -162,6 +223,7 @@ int main(int argc, char** argv) {
     gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)");
     gen->add_option("--seed", seed, "RNG seed for sampling");
     gen->add_flag("--ignore-eos", ignore_eos, "Do not stop at the config's EOS ids");
+    add_backend_options(gen);
 
     auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
     gm->add_option("--out", out, "Output directory")->required();
@@ -212,6 +274,12 @@ int main(int argc, char** argv) {
     serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
     serve->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body")->capture_default_str();
     bool no_prefix_caching = false;
+    add_backend_options(serve);
+    double gpu_memory_utilization = 0.9;
+    serve->add_option("--gpu-memory-utilization", gpu_memory_utilization,
+                      "cuda: fraction of the free GPU memory for weights, KV cache and activations")
+        ->capture_default_str()
+        ->check(CLI::Range(0.01, 1.0));
     serve->add_flag("--no-prefix-caching", no_prefix_caching, "Disable prefix caching");
 
     try {
@@ -225,10 +293,12 @@ int main(int argc, char** argv) {
             if (tokens.empty() && tokens_file.empty()) MEGACTX_FAIL("one of --tokens or --tokens-file is required");
             const std::vector<int32_t> ids = tokens_file.empty() ? parse_token_list(tokens) : read_tokens_file(tokens_file);
             const GlmDsaModel m(model_dir_or_default(model));
-            CpuOps ops;
+            const KvFormat kv_format = resolve_kv_format(device, kv_dtype);
+            const std::unique_ptr<Ops> backend = make_backend(device, 0.9);
+            Ops& ops = *backend;
             if (*logits) {
                 validate_tokens(m.config(), ids);
-                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()));
+                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()), kv_format);
                 const std::vector<float> l = runner.feed(ids, chunk, true);
                 write_npy_f32(out, {static_cast<int64_t>(ids.size()), m.config().vocab_size}, l.data());
                 std::fprintf(stderr, "wrote %s [%zu, %lld]\n", out.c_str(), ids.size(),
@@ -237,7 +307,7 @@ int main(int argc, char** argv) {
                 SamplingParams sp{temperature, top_p, top_k, seed};
                 sp.validate();
                 validate_tokens(m.config(), ids, max_new);
-                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new);
+                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new, kv_format);
                 const std::vector<int32_t> all = runner.generate(ids, max_new, sp, !ignore_eos);
                 std::printf("%s\n", join(std::vector<int32_t>(all.begin() + static_cast<long>(ids.size()), all.end())).c_str());
             }
@@ -268,6 +338,32 @@ int main(int argc, char** argv) {
             so.model_dir = model_dir_or_default(so.model_dir);
             if (so.served_model_name.empty() && so.model_dir == MEGACTX_DEFAULT_MODEL_DIR) so.served_model_name = "megactx-tiny";
             so.prefix_caching = !no_prefix_caching;
+            const KvFormat kv_format = resolve_kv_format(device, kv_dtype);
+            if (device != "cpu") {
+                // The KV pool gets what the budget leaves after the weights and an activation reserve, unless
+                // --kv-cache-memory names its size.
+                so.make_backend = [&, kv_format]([[maybe_unused]] const GlmDsaModel& m, EngineConfig& ec) {
+                    std::unique_ptr<Ops> ops = make_backend(device, gpu_memory_utilization);
+#ifdef MEGACTX_WITH_CUDA
+                    const CudaMemoryStats st = cuda_memory_stats(*ops);
+                    const int64_t weights = checkpoint_bytes(so.model_dir);
+                    const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
+                    if (so.kv_cache_memory.empty()) ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
+                    MEGACTX_CHECK(ec.kv_cache_bytes > 0,
+                                  "--gpu-memory-utilization {}: {} bytes of budget leave no room for the KV cache "
+                                  "after {} bytes of weights and a {}-byte activation reserve",
+                                  gpu_memory_utilization, st.budget_bytes, weights, reserve);
+                    const int64_t per_token = kv_bytes_per_token(m.config(), kv_format);
+                    std::fprintf(stderr,
+                                 "megactx serve: KV cache %s: %.2f GiB at %lld bytes per token = %lld tokens fit\n",
+                                 kv_format_name(kv_format), static_cast<double>(ec.kv_cache_bytes) / (1 << 30),
+                                 static_cast<long long>(per_token),
+                                 static_cast<long long>(ec.kv_cache_bytes / per_token));
+#endif
+                    ec.kv_format = kv_format;
+                    return ops;
+                };
+            }
             return serve_main(so);
         } else if (*cost) {
             const ModelConfig c = load_config(config_path);

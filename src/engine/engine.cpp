@@ -20,12 +20,6 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-int64_t kv_bytes_per_token(const ModelConfig& c) {
-    int64_t b = 0;
-    for (int64_t l = 0; l < c.n_layers_total(); ++l) b += c.d_latent() * 4 + (c.is_full(l) ? c.d_indexer * 4 : 0);
-    return b;
-}
-
 int64_t resolve_max_model_len(const ModelConfig& c, const EngineConfig& e) {
     const int64_t len = e.max_model_len > 0 ? e.max_model_len : c.max_position_embeddings;
     MEGACTX_CHECK(len <= c.max_position_embeddings,
@@ -39,9 +33,10 @@ int64_t resolve_blocks(const ModelConfig& c, const EngineConfig& e) {
     const int64_t max_len = resolve_max_model_len(c, e);
     const int64_t want = e.scheduler.max_num_seqs * ((max_len + kBlockSize - 1) / kBlockSize);
     const int64_t bytes = e.kv_cache_bytes > 0 ? e.kv_cache_bytes : (int64_t{2} << 30);  // CPU default: 2 GiB
-    const int64_t fit = bytes / (kv_bytes_per_token(c) * kBlockSize);
+    const int64_t per_block = kv_bytes_per_token(c, e.kv_format) * kBlockSize;
+    const int64_t fit = bytes / per_block;
     MEGACTX_CHECK(fit >= 1, "KV cache budget of {} bytes holds no 64-token block ({} bytes per block)", bytes,
-                  kv_bytes_per_token(c) * kBlockSize);
+                  per_block);
     return std::min(want, fit);
 }
 
@@ -52,7 +47,7 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
       ops_(ops),
       config_(config),
       max_model_len_(resolve_max_model_len(model.config(), config)),
-      kv_(ops, model.config(), resolve_blocks(model.config(), config)) {
+      kv_(ops, model.config(), resolve_blocks(model.config(), config), config.kv_format) {
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");
     snapshot_.kv_blocks_total = kv_.n_blocks();

@@ -27,6 +27,7 @@ struct EngineConfig {
     int64_t kv_cache_bytes = 0;  // 0: no byte cap
     int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
     bool prefix_caching = true;
+    KvFormat kv_format = KvFormat::F32;  // the backend must support it (CpuOps: F32 only)
     SchedulerConfig scheduler;
 };
 

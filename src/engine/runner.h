@@ -13,8 +13,8 @@ namespace megactx {
 
 class SequenceRunner {
 public:
-    // Capacity: the KV cache holds max_tokens tokens.
-    SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_tokens);
+    // Capacity: the KV cache holds max_tokens tokens, stored in `kv_format`.
+    SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_tokens, KvFormat kv_format = KvFormat::F32);
 
     // Feeds `tokens` after what is already cached, `chunk` tokens per forward (0 = one pass). Returns
     // the logits of every fed token [n, vocab] when all_logits, else only of the last one [1, vocab].

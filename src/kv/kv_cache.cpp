@@ -4,18 +4,61 @@
 
 namespace megactx {
 
-KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks) : blocks_(n_blocks) {
+namespace {
+
+int64_t latent_row_bytes(const ModelConfig& c, KvFormat f) {
+    switch (f) {
+        case KvFormat::F32: return c.d_latent() * 4;
+        case KvFormat::BF16: return c.d_latent() * 2;
+        case KvFormat::FP8: return fp8_latent_row_bytes(c.kv_lora_rank, c.qk_rope_head_dim);
+    }
+    return 0;
+}
+
+int64_t indexer_token_bytes(const ModelConfig& c, KvFormat f) {
+    switch (f) {
+        case KvFormat::F32: return c.d_indexer * 4;
+        case KvFormat::BF16: return c.d_indexer * 2;
+        case KvFormat::FP8: return fp8_indexer_block_bytes(c.d_indexer) / kFp8IndexerBlock;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int64_t kv_bytes_per_token(const ModelConfig& c, KvFormat f) {
+    int64_t b = 0;
+    for (int64_t l = 0; l < c.n_layers_total(); ++l) {
+        b += latent_row_bytes(c, f) + (c.is_full(l) ? indexer_token_bytes(c, f) : 0);
+    }
+    return b;
+}
+
+KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat format)
+    : blocks_(n_blocks), format_(format) {
+    static_assert(kBlockSize == kFp8IndexerBlock, "the FP8 indexer pages are the cache's blocks");
     const int64_t n_slots = n_blocks * kBlockSize;
     for (int64_t l = 0; l < c.n_layers_total(); ++l) {
-        latent_.push_back(ops.alloc(DType::F32, {n_slots, c.d_latent()}));
-        bytes_per_token_ += c.d_latent() * 4;
+        switch (format) {
+            case KvFormat::F32: latent_.push_back(ops.alloc(DType::F32, {n_slots, c.d_latent()})); break;
+            case KvFormat::BF16: latent_.push_back(ops.alloc(DType::BF16, {n_slots, c.d_latent()})); break;
+            case KvFormat::FP8:
+                latent_.push_back(ops.alloc(DType::F8_E4M3, {n_slots, latent_row_bytes(c, format)}));
+                break;
+        }
         if (c.is_full(l)) {
-            indexer_.push_back(ops.alloc(DType::F32, {n_slots, c.d_indexer}));
-            bytes_per_token_ += c.d_indexer * 4;
+            switch (format) {
+                case KvFormat::F32: indexer_.push_back(ops.alloc(DType::F32, {n_slots, c.d_indexer})); break;
+                case KvFormat::BF16: indexer_.push_back(ops.alloc(DType::BF16, {n_slots, c.d_indexer})); break;
+                case KvFormat::FP8:
+                    indexer_.push_back(ops.alloc(DType::F8_E4M3, {n_blocks, fp8_indexer_block_bytes(c.d_indexer)}));
+                    break;
+            }
         } else {
             indexer_.emplace_back();
         }
     }
+    bytes_per_token_ = kv_bytes_per_token(c, format);
 }
 
 Tensor& KvCache::indexer_keys(int64_t i_layer) {

@@ -1,5 +1,9 @@
-// The KV pools of every layer (design.md §5): MLA latent rows [n_slots, kv_lora_rank + qk_rope_head_dim]
-// for every layer, indexer keys [n_slots, index_head_dim] only for full layers and the MTP layers.
+// The KV pools of every layer (design.md §5): MLA latent rows for every layer, indexer keys only for full layers
+// and the MTP layers, stored in one KvFormat (kv_format.h):
+//   F32   latent [n_slots, d_latent] F32,  indexer [n_slots, d_indexer] F32
+//   BF16  latent [n_slots, d_latent] BF16, indexer [n_slots, d_indexer] BF16
+//   FP8   latent [n_slots, fp8_latent_row_bytes] F8_E4M3 (bytes), indexer [n_blocks, fp8_indexer_block_bytes]
+//         F8_E4M3 (bytes, paged per 64-token block)
 // slot = block_id · 64 + offset. A sequence's KV is its block table plus its token count.
 #pragma once
 
@@ -8,6 +12,7 @@
 
 #include "io/config.h"
 #include "kv/block_allocator.h"
+#include "kv/kv_format.h"
 #include "ops/ops.h"
 
 namespace megactx {
@@ -16,12 +21,13 @@ constexpr int64_t kBlockSize = 64;
 
 class KvCache {
 public:
-    KvCache(Ops& ops, const ModelConfig& config, int64_t n_blocks);
+    KvCache(Ops& ops, const ModelConfig& config, int64_t n_blocks, KvFormat format = KvFormat::F32);
 
     Tensor& latent(int64_t i_layer) { return latent_.at(static_cast<size_t>(i_layer)); }
     Tensor& indexer_keys(int64_t i_layer);
     BlockAllocator& blocks() { return blocks_; }
     int64_t n_blocks() const { return blocks_.n_blocks(); }
+    KvFormat format() const { return format_; }
     // Bytes of KV per token across all layers (latent rows plus indexer keys where present).
     int64_t bytes_per_token() const { return bytes_per_token_; }
 
@@ -30,7 +36,11 @@ private:
     std::vector<Tensor> latent_;   // per layer (decoder then MTP)
     std::vector<Tensor> indexer_;  // per layer; empty on shared layers
     int64_t bytes_per_token_ = 0;
+    KvFormat format_ = KvFormat::F32;
 };
+
+// Bytes of KV per token across all layers of `config` in `format`.
+int64_t kv_bytes_per_token(const ModelConfig& config, KvFormat format);
 
 // One sequence's view of the cache.
 struct SeqKv {

@@ -133,20 +133,12 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     tap(ops, qr, "q_latent", i_layer);
     tap(ops, q, "q", i_layer);
 
-    // the token's cache row [c | k_pe]
-    Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope]
+    // the token's cache row [RMSNorm(c) | RoPE(k_pe)], normalised, rotated and stored in one fused op
+    Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope] raw
     ops.linear(xn, L.kv_a, kv_a);
-    Tensor c_raw = ops.alloc(DType::F32, {n, r});
-    ops.slice_cols(kv_a, 0, c_raw);
-    Tensor c_kv = ops.alloc(DType::F32, {n, r});
-    ops.rms_norm(c_raw, L.kv_a_norm, kLatentNormEps, c_kv);
-    Tensor k_pe = ops.alloc(DType::F32, {n, 1, d_rope});
-    ops.slice_cols(kv_a, r, k_pe);
-    ops.rope(k_pe, 0, d_rope, plan.pos, c.rope_theta);
-    Tensor row = ops.alloc(DType::F32, {n, c.d_latent()});
-    ops.concat_cols(c_kv, k_pe, row);
-    ops.cache_write(row, plan.write_slots, kv.latent(i_layer));
-    tap(ops, row, "kv_latent_row", i_layer);
+    ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, plan.write_slots,
+                           kv.latent(i_layer));
+    tap(ops, kv_a, "kv_a_raw", i_layer);
 
     // DSA indexer on full layers; shared layers keep `topk` from the last full layer
     if (run_indexer) {
@@ -154,12 +146,10 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         Tensor iq = ops.alloc(DType::F32, {n, c.n_head_indexer, c.d_indexer});  // [n, n_head_indexer, d_indexer]
         ops.linear(qr, X.wq_b, iq);
         ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);  // RoPE on the first d_rope dims
-        Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});
+        Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});  // [n, d_indexer] before LayerNorm and RoPE
         ops.linear(xn, X.wk, ik_raw);
-        Tensor ik = ops.alloc(DType::F32, {n, 1, c.d_indexer});  // [n, 1, d_indexer]
-        ops.layer_norm(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, ik);
-        ops.rope(ik, 0, d_rope, plan.pos, c.rope_theta);
-        ops.cache_write(ik, plan.write_slots, kv.indexer_keys(i_layer));
+        ops.indexer_cache_write(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, plan.pos, d_rope, c.rope_theta,
+                                plan.write_slots, kv.indexer_keys(i_layer));
         Tensor gates = ops.alloc(DType::F32, {n, c.n_head_indexer});  // [n, n_head_indexer]
         ops.linear(xn, X.weights_proj, gates);
         IndexerTopkParams ip;
@@ -173,7 +163,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         ip.out_slots = &topk;
         ops.indexer_topk(ip);
         tap(ops, iq, "indexer_q", i_layer);
-        tap(ops, ik, "indexer_k", i_layer);
+        tap(ops, ik_raw, "indexer_k_raw", i_layer);
         tap(ops, gates, "indexer_gates", i_layer);
     }
 

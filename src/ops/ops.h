@@ -75,6 +75,17 @@ public:
     virtual void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) = 0;
     // cache[slots[i]] = rows[i]                                  rows [n, d], cache [n_slots, d]
     virtual void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) = 0;
+    // The token's MLA cache row, fused: [RMSNorm(kv_a[:, :r]) · norm_w | RoPE(kv_a[:, r:])] stored at slots[i]
+    // in the cache's format (F32 / BF16 rows, FP8 656-B-style rows: kv_format.h).
+    //   kv_a [n, r + d_rope] raw kv_a_proj output, norm_w [r], pos/slots [n] int32, cache: KvCache::latent
+    virtual void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
+                                    float rope_theta, const Tensor& slots, Tensor& cache) = 0;
+    // The token's indexer key, fused: LayerNorm(k_raw) · ln_w + ln_b, interleaved RoPE on dims [0, d_rope),
+    // stored at slots[i] in the cache's format (FP8: the paged layout).
+    //   k_raw [n, d_indexer], pos/slots [n] int32, cache: KvCache::indexer_keys
+    virtual void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
+                                     float eps, const Tensor& pos, int64_t d_rope, float rope_theta,
+                                     const Tensor& slots, Tensor& cache) = 0;
     // DSA lightning indexer: per token, scores over its candidates, top-k slots (model-spec §3.2).
     virtual void indexer_topk(const IndexerTopkParams& p) = 0;
     // q_out[i, h] = [q_nope[i, h] · W_UK_h | q_pe[i, h]]

@@ -111,8 +111,9 @@ int serve_main(const ServeOptions& o) {
         } else {
             std::fprintf(stderr, "megactx serve: no tokenizer.json: only token-id prompts on /v1/completions\n");
         }
-        CpuOps ops;
-        Engine engine(model, ops, engine_config(o));
+        EngineConfig ec = engine_config(o);
+        std::unique_ptr<Ops> ops = o.make_backend ? o.make_backend(model, ec) : std::make_unique<CpuOps>();
+        Engine engine(model, *ops, ec);
         std::fprintf(stderr,
                      "megactx serve: KV cache: %lld blocks of 64 tokens = %lld tokens; max context %lld tokens; up to "
                      "%lld sequences\n",

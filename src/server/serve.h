@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "engine/engine.h"
@@ -21,6 +23,9 @@ struct ServeOptions {
     std::string api_key;
     int64_t max_body_bytes = 32 << 20;
     bool prefix_caching = true;
+    // Creates the op table once the model is loaded and may adjust the engine settings (KV format and size);
+    // empty: the CPU backend with an f32 KV cache.
+    std::function<std::unique_ptr<Ops>(const GlmDsaModel&, EngineConfig&)> make_backend;
 };
 
 // Parses sizes like "512MiB", "4GiB", "2G", "1000000" (bytes); Error on anything else.

@@ -122,6 +122,17 @@ TEST_F(Cli, ValidModelWritesLogits) {
     EXPECT_GT(hi - lo, 1e-3f);  // real logits, not a zero-filled buffer
 }
 
+// Without a usable GPU (a CPU build, or no device here) `--device cuda` is one clear error; the CPU stores f32 KV.
+TEST_F(Cli, DeviceAndKvDtypeErrors) {
+    const RunResult cuda = logits("1,2,3", "--device cuda");
+    if (cuda.exit_code != 0) expect_error(cuda, {"--device cuda"});  // exit 0: a CUDA build on a GPU machine
+    fs::remove(out_);
+    expect_error(logits("1,2,3", "--kv-cache-dtype fp8"), {"--kv-cache-dtype fp8", "f32 only"});
+    expect_error(logits("1,2,3", "--kv-cache-dtype f16"), {"--kv-cache-dtype", "'f16'"});
+    const RunResult r = logits("1,2,3", "--device cpu --kv-cache-dtype f32");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST_F(Cli, ValidShardedModelGivesTheSameLogits) {
     ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
     const NpyArray single = read_npy_f32(out_);

@@ -31,6 +31,12 @@ int64_t rows_of(const Tensor& t) { return t.numel() / t.shape.back(); }
 // free cores, far more): small ops run on the calling thread. Results are identical either way.
 constexpr int64_t kParallelMinWork = 1 << 16;
 
+void check_f32_cache(const Tensor& cache, const char* op) {
+    MEGACTX_CHECK(cache.dtype == DType::F32,
+                  "{}: the CPU backend supports only F32 KV caches (this one holds {}); use --kv-cache-dtype f32",
+                  op, dtype_name(cache.dtype));
+}
+
 }  // namespace
 
 Tensor CpuOps::alloc(DType dtype, std::vector<int64_t> shape) {
@@ -156,6 +162,7 @@ void CpuOps::rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, flo
 }
 
 void CpuOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) {
+    check_f32_cache(cache, "cache_write");
     const int64_t d = rows.shape.back(), n = rows_of(rows), n_slots = cache.dim(0);
     const int32_t* s = slots.i32();
     for (int64_t i = 0; i < n; ++i) {
@@ -163,6 +170,34 @@ void CpuOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache)
                       n_slots);
         std::memcpy(cache.f32() + s[i] * d, rows.f32() + i * d, static_cast<size_t>(d) * 4);
     }
+}
+
+// Composed from the unfused ops so the CPU results stay bit-identical to the unfused sequence.
+void CpuOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
+                                float rope_theta, const Tensor& slots, Tensor& cache) {
+    check_f32_cache(cache, "latent_cache_write");
+    const int64_t n = kv_a.dim(0), r = static_cast<int64_t>(norm_w.size()), d_rope = kv_a.shape.back() - r;
+    Tensor c_raw = alloc(DType::F32, {n, r});  // [n, r]
+    slice_cols(kv_a, 0, c_raw);
+    Tensor c_kv = alloc(DType::F32, {n, r});  // [n, r]
+    rms_norm(c_raw, norm_w, eps, c_kv);
+    Tensor k_pe = alloc(DType::F32, {n, 1, d_rope});  // [n, 1, d_rope]
+    slice_cols(kv_a, r, k_pe);
+    rope(k_pe, 0, d_rope, pos, rope_theta);
+    Tensor row = alloc(DType::F32, {n, r + d_rope});  // [n, r + d_rope]
+    concat_cols(c_kv, k_pe, row);
+    cache_write(row, slots, cache);
+}
+
+void CpuOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
+                                 float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                                 Tensor& cache) {
+    check_f32_cache(cache, "indexer_cache_write");
+    const int64_t n = k_raw.dim(0), d = k_raw.shape.back();
+    Tensor k = alloc(DType::F32, {n, 1, d});  // [n, 1, d_indexer]
+    layer_norm(k_raw, ln_w, ln_b, eps, k);
+    rope(k, 0, d_rope, pos, rope_theta);
+    cache_write(k, slots, cache);
 }
 
 void topk_indices(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& out) {
@@ -178,6 +213,7 @@ void topk_indices(const float* scores, int64_t n, int64_t k, std::vector<int32_t
 }
 
 void CpuOps::indexer_topk(const IndexerTopkParams& p) {
+    check_f32_cache(*p.keys, "indexer_topk");
     const int64_t n = p.q->dim(0), n_head = p.q->dim(1), d = p.q->dim(2), topk = p.topk;
     const float* q = p.q->f32();
     const float* w = p.weights->f32();
@@ -294,6 +330,7 @@ void CpuOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, i
 }
 
 void CpuOps::sparse_mla(const SparseMlaParams& p) {
+    check_f32_cache(*p.cache, "sparse_mla");
     const int64_t n = p.q->dim(0), n_head = p.q->dim(1), d = p.q->dim(2), topk = p.slots->dim(1), d_v = p.d_v;
     const float* q = p.q->f32();
     const float* cache = p.cache->f32();

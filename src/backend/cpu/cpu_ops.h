@@ -1,4 +1,4 @@
-// The CPU backend: the numerical oracle. Plain loops, fp32 accumulation, OpenMP across tokens, heads or
+// The CPU backend: the numerical oracle (F32 KV caches only). Plain loops, fp32 accumulation, OpenMP across tokens, heads or
 // output rows. Every output element is computed by one thread in a fixed order, so results do not depend
 // on the thread count or on which other tokens share the batch.
 #pragma once
@@ -7,7 +7,8 @@
 
 namespace megactx {
 
-class CpuOps final : public Ops {
+// Not final: tests derive reference variants (e.g. emulating a GPU KV format) from it.
+class CpuOps : public Ops {
 public:
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
@@ -20,6 +21,11 @@ public:
     void linear(const Tensor& x, const Weight& w, Tensor& y) override;
     void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) override;
     void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override;
+    void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
+                            float rope_theta, const Tensor& slots, Tensor& cache) override;
+    void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
+                             float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                             Tensor& cache) override;
     void indexer_topk(const IndexerTopkParams& p) override;
     void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) override;
     void sparse_mla(const SparseMlaParams& p) override;

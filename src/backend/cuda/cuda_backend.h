@@ -1,0 +1,29 @@
+// The CUDA backend's entry point as plain C++ (no CUDA headers): code built without nvcc-only headers (the CLI,
+// tests) creates CudaOps through this factory. Only available when MEGACTX_CUDA=ON (target megactx_cuda).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace megactx {
+
+struct CudaOptions {
+    int device = 0;
+    int64_t memory_budget_bytes = 0;  // all device memory CudaOps may hold (weights, KV, activations); 0: no cap
+};
+
+struct CudaMemoryStats {
+    int64_t reserved_bytes = 0;  // obtained from cudaMalloc (in use + cached free blocks)
+    int64_t in_use_bytes = 0;    // held by live tensors and uploaded weights
+    int64_t weight_bytes = 0;    // uploaded weights and norm vectors
+    int64_t budget_bytes = 0;
+    int64_t n_cuda_malloc = 0;   // cudaMalloc calls so far (flat in steady state)
+};
+
+std::unique_ptr<Ops> make_cuda_ops(const CudaOptions& options);
+// Memory of an Ops made by make_cuda_ops (Error for any other backend).
+CudaMemoryStats cuda_memory_stats(const Ops& ops);
+
+}  // namespace megactx

@@ -1,0 +1,738 @@
+#include "backend/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/attention_ref.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/kv_write.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/rope.h"
+#include "kv/kv_format.h"
+
+namespace megactx {
+
+namespace cuda {
+
+namespace {
+
+constexpr size_t kSmallMax = size_t{1} << 20, kLargeGranule = size_t{2} << 20;
+constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+constexpr int64_t kIndexerScratchBytes = int64_t{256} << 20;
+
+size_t round_size(size_t bytes) {
+    if (bytes <= kSmallMax) {
+        size_t c = 512;
+        while (c < bytes) c <<= 1;
+        return c;
+    }
+    return (bytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+}
+
+int64_t rows_of(const Tensor& t) { return t.shape.empty() ? 1 : t.numel() / t.shape.back(); }
+
+// KV pool element kind from its dtype (kv_cache.h).
+int kv_elem(const Tensor& pool, const char* op) {
+    switch (pool.dtype) {
+        case DType::F32: return 0;
+        case DType::BF16: return 1;
+        case DType::F8_E4M3: return 2;
+        default: MEGACTX_FAIL("{}: KV pool of dtype {} is not F32, BF16 or FP8", op, dtype_name(pool.dtype));
+    }
+}
+
+uint32_t ptr_alignment(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    uint32_t al = 256;
+    while (al > 1 && a % al != 0) al >>= 1;
+    return al;
+}
+
+}  // namespace
+
+DeviceAllocator::DeviceAllocator(int device, int64_t budget_bytes, cudaStream_t stream)
+    : device_(device), budget_(budget_bytes), stream_(stream) {}
+
+DeviceAllocator::~DeviceAllocator() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cudaSetDevice(device_);
+    for (auto& [size, p] : free_) cudaFree(p);
+}
+
+void DeviceAllocator::trim_locked() {
+    if (free_.empty()) return;
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (auto& [size, p] : free_) {
+        MEGACTX_CUDA_CHECK(cudaFree(p));
+        reserved_ -= static_cast<int64_t>(size);
+    }
+    free_.clear();
+}
+
+void* DeviceAllocator::allocate(size_t bytes, size_t* capacity) {
+    const size_t size = round_size(std::max<size_t>(bytes, 1));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && (it->first == size || (size > kSmallMax && it->first <= 2 * size))) {
+        void* p = it->second;
+        *capacity = it->first;
+        free_.erase(it);
+        in_use_ += static_cast<int64_t>(*capacity);
+        return p;
+    }
+    if (budget_ > 0 && reserved_ + static_cast<int64_t>(size) > budget_) trim_locked();
+    MEGACTX_CHECK(budget_ <= 0 || reserved_ + static_cast<int64_t>(size) <= budget_,
+                  "CUDA memory budget exceeded: allocating {} bytes with {} bytes in use ({} of them weights) and "
+                  "a budget of {} bytes (raise --gpu-memory-utilization or lower --kv-cache-memory)",
+                  size, in_use_, weight_bytes_, budget_);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        trim_locked();
+        e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        MEGACTX_FAIL("cudaMalloc of {} bytes failed ({}) with {} bytes reserved by megactx", size,
+                     cudaGetErrorString(e), reserved_);
+    }
+    ++n_malloc_;
+    reserved_ += static_cast<int64_t>(size);
+    in_use_ += static_cast<int64_t>(size);
+    *capacity = size;
+    return p;
+}
+
+void DeviceAllocator::release(void* p, size_t capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_ -= static_cast<int64_t>(capacity);
+    free_.emplace(capacity, p);
+}
+
+CudaMemoryStats DeviceAllocator::stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    CudaMemoryStats s;
+    s.reserved_bytes = reserved_;
+    s.in_use_bytes = in_use_;
+    s.weight_bytes = weight_bytes_;
+    s.budget_bytes = budget_;
+    s.n_cuda_malloc = n_malloc_;
+    return s;
+}
+
+CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
+    int n = 0;
+    MEGACTX_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0, "--device cuda: no CUDA device is available");
+    MEGACTX_CHECK(options.device >= 0 && options.device < n, "CUDA device {} does not exist ({} present)",
+                  options.device, n);
+    MEGACTX_CUDA_CHECK(cudaSetDevice(options.device));
+    MEGACTX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MEGACTX_CUBLAS_CHECK(cublasLtCreate(&lt_));
+    int optin = 0;
+    MEGACTX_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, options.device));
+    smem_optin_ = optin;
+    alloc_ = std::make_shared<DeviceAllocator>(options.device, options.memory_budget_bytes, stream_);
+    workspace_ = alloc(DType::F32, {kWorkspaceBytes / 4});
+    const char* sync = std::getenv("MEGACTX_CUDA_SYNC");
+    sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
+}
+
+CudaOps::~CudaOps() {
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, p] : plans_) {
+        cublasLtMatrixLayoutDestroy(p.a);
+        cublasLtMatrixLayoutDestroy(p.b);
+        cublasLtMatrixLayoutDestroy(p.c);
+        cublasLtMatmulDescDestroy(p.op);
+    }
+    weights_.clear();
+    vectors_.clear();
+    workspace_ = Tensor();
+    cublasLtDestroy(lt_);
+    cudaStreamDestroy(stream_);
+}
+
+// With MEGACTX_CUDA_SYNC=1 every op waits for its kernels, so an asynchronous fault names the op that caused it.
+void CudaOps::after_op(const char* name) {
+    if (!sync_each_op_) return;
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    MEGACTX_CHECK(e == cudaSuccess, "CUDA op {} failed: {} ({})", name, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+// The current device is per host thread (serve runs the model on the engine's thread): every forward starts
+// with uploads and allocations, which bind the calling thread to this backend's device.
+void CudaOps::bind_thread() {
+    thread_local int bound = -1;
+    if (bound != options_.device) {
+        MEGACTX_CUDA_CHECK(cudaSetDevice(options_.device));
+        bound = options_.device;
+    }
+}
+
+Tensor CudaOps::alloc(DType dtype, std::vector<int64_t> shape) {
+    bind_thread();
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * dtype_size(dtype);
+    size_t cap = 0;
+    void* p = alloc_->allocate(bytes, &cap);
+    std::shared_ptr<DeviceAllocator> a = alloc_;
+    t.storage = std::shared_ptr<void>(p, [a, cap](void* q) { a->release(q, cap); });
+    t.data = p;
+    return t;
+}
+
+Tensor CudaOps::upload_i32(const std::vector<int32_t>& v) {
+    bind_thread();
+    Tensor t = alloc(DType::I32, {static_cast<int64_t>(v.size())});
+    if (!v.empty()) {
+        MEGACTX_CUDA_CHECK(cudaMemcpyAsync(t.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_));
+        MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    return t;
+}
+
+void CudaOps::download(const Tensor& t, void* host) {
+    const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
+    if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(host, t.data, bytes, cudaMemcpyDeviceToHost, stream_));
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaOps::DeviceWeight& CudaOps::weight(const Weight& w) {
+    MEGACTX_CHECK(!w.empty(), "weight {} is empty", w.name);
+    auto it = weights_.find(w.data);
+    if (it != weights_.end()) return it->second;
+    DeviceWeight dw;
+    dw.rows = w.rows;
+    dw.cols = w.cols;
+    dw.block = w.block;
+    const int64_t n = w.rows * w.cols;
+    auto upload = [&](DType t, const void* src, int64_t count) {
+        Tensor d = alloc(t, {count});
+        const size_t bytes = static_cast<size_t>(count) * dtype_size(t);
+        MEGACTX_CUDA_CHECK(cudaMemcpyAsync(d.data, src, bytes, cudaMemcpyHostToDevice, stream_));
+        MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        alloc_->add_weight_bytes(static_cast<int64_t>(bytes));
+        return d;
+    };
+    switch (w.dtype) {
+        case DType::F32:
+        case DType::BF16:
+            dw.dtype = w.dtype;
+            dw.data = upload(w.dtype, w.data, n);
+            break;
+        case DType::F8_E4M3:
+            dw.dtype = w.dtype;
+            dw.data = upload(DType::F8_E4M3, w.data, n);
+            dw.scales = upload(DType::F32, w.scale_inv.data(), static_cast<int64_t>(w.scale_inv.size()));
+            break;
+        default: {  // F16: widened to fp32 on the host once
+            std::vector<float> f(static_cast<size_t>(n));
+            w.rows_f32(0, w.rows, f.data());
+            dw.dtype = DType::F32;
+            dw.data = upload(DType::F32, f.data(), n);
+        }
+    }
+    return weights_.emplace(w.data, std::move(dw)).first->second;
+}
+
+const Tensor& CudaOps::gemm_operand(DeviceWeight& dw) {
+    if (dw.dtype != DType::F8_E4M3) return dw.data;
+    if (dw.bf16.data == nullptr) {
+        // FP8 weights run as bf16 GEMMs: the weight is dequantised once (W8 · scale_inv, rounded to bf16).
+        dw.bf16 = alloc(DType::BF16, {dw.rows * dw.cols});
+        MEGACTX_CUDA_CHECK(launch_fp8_weight_to_bf16(static_cast<uint16_t*>(dw.bf16.data),
+                                                     static_cast<const uint8_t*>(dw.data.data), dw.scales.f32(),
+                                                     dw.rows, dw.cols, dw.block, stream_));
+        alloc_->add_weight_bytes(dw.rows * dw.cols * 2);
+    }
+    return dw.bf16;
+}
+
+void CudaOps::linear_f32(const Tensor& x, const Weight& w, Tensor& y) {
+    DeviceWeight& dw = weight(w);
+    const Tensor* wt = &dw.data;
+    if (dw.dtype != DType::F32) {
+        if (dw.f32.data == nullptr) {
+            dw.f32 = alloc(DType::F32, {dw.rows * dw.cols});
+            MEGACTX_CUDA_CHECK(launch_weight_to_f32(dw.f32.f32(), dw.data.data, dw.dtype == DType::BF16 ? 1 : 2,
+                                                    dw.dtype == DType::BF16 ? nullptr : dw.scales.f32(), dw.rows,
+                                                    dw.cols, dw.block, stream_));
+            alloc_->add_weight_bytes(dw.rows * dw.cols * 4);
+        }
+        wt = &dw.f32;
+    }
+    Gemm g;
+    g.trans_a = true;
+    g.m = w.rows;
+    g.n = rows_of(x);
+    g.k = w.cols;
+    g.lda = w.cols;
+    g.ldb = w.cols;
+    g.ldc = w.rows;
+    g.a = wt->data;
+    g.b = x.data;
+    g.c = y.f32();
+    gemm(g);
+}
+
+const float* CudaOps::vec(const std::vector<float>& v) {
+    auto it = vectors_.find(v.data());
+    if (it != vectors_.end() && it->second.first == v.size()) return it->second.second.f32();
+    Tensor d = alloc(DType::F32, {static_cast<int64_t>(v.size())});
+    if (!v.empty()) {
+        MEGACTX_CUDA_CHECK(cudaMemcpyAsync(d.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_));
+        MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    alloc_->add_weight_bytes(static_cast<int64_t>(v.size()) * 4);
+    vectors_[v.data()] = {v.size(), d};
+    return d.f32();
+}
+
+const float* CudaOps::inv_freq(float theta, int64_t dim) {
+    auto it = inv_freq_.find({theta, dim});
+    if (it != inv_freq_.end()) return it->second.f32();
+    std::vector<float> f(static_cast<size_t>(std::max<int64_t>(dim / 2, 1)));
+    for (int64_t i = 0; i < dim / 2; ++i) {
+        f[static_cast<size_t>(i)] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
+    }
+    Tensor d = alloc(DType::F32, {static_cast<int64_t>(f.size())});
+    MEGACTX_CUDA_CHECK(cudaMemcpyAsync(d.data, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return inv_freq_.emplace(std::make_pair(theta, dim), d).first->second.f32();
+}
+
+Tensor CudaOps::to_bf16(const Tensor& x) {
+    Tensor b = alloc(DType::BF16, x.shape);
+    MEGACTX_CUDA_CHECK(launch_f32_to_bf16(static_cast<uint16_t*>(b.data), x.f32(), x.numel(), stream_));
+    return b;
+}
+
+void CudaOps::gemm(const Gemm& g) {
+    if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+    // cuBLASLt picks kernels by operand alignment; with batches every batch's start counts, not only the first.
+    const int64_t esize = g.bf16 ? 2 : 4;
+    auto align_of = [&](const void* p, int64_t stride_bytes) {
+        const uint32_t a = ptr_alignment(p);
+        return g.batch > 1 ? std::min(a, ptr_alignment(reinterpret_cast<const void*>(stride_bytes))) : a;
+    };
+    const uint32_t al_a = align_of(g.a, g.stride_a * esize), al_b = align_of(g.b, g.stride_b * esize),
+                   al_c = align_of(g.c, g.stride_c * 4);
+    char key[320];
+    std::snprintf(key, sizeof key, "%d/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%d/%u/%u/%u", g.trans_a ? 1 : 0,
+                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                  static_cast<long long>(g.lda), static_cast<long long>(g.ldb), static_cast<long long>(g.ldc),
+                  static_cast<long long>(g.stride_a), static_cast<long long>(g.stride_b),
+                  static_cast<long long>(g.stride_c), static_cast<long long>(g.batch), g.bf16 ? 1 : 0, al_a, al_b,
+                  al_c);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+        GemmPlan p;
+        const cudaDataType ab = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+        MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+        MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        const auto rows_a = static_cast<uint64_t>(g.trans_a ? g.k : g.m), cols_a = static_cast<uint64_t>(g.trans_a ? g.m : g.k);
+        MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, rows_a, cols_a, g.lda));
+        MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, static_cast<uint64_t>(g.k),
+                                                        static_cast<uint64_t>(g.n), g.ldb));
+        MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, static_cast<uint64_t>(g.m),
+                                                        static_cast<uint64_t>(g.n), g.ldc));
+        if (g.batch > 1) {
+            const auto batch = static_cast<int32_t>(g.batch);
+            const cublasLtMatrixLayout_t layouts[3] = {p.a, p.b, p.c};
+            const int64_t strides[3] = {g.stride_a, g.stride_b, g.stride_c};
+            for (int i = 0; i < 3; ++i) {
+                MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                                      &batch, sizeof batch));
+                MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+                    layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof strides[i]));
+            }
+        }
+        cublasLtMatmulPreference_t pref = nullptr;
+        MEGACTX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        const uint64_t ws = kWorkspaceBytes;
+        MEGACTX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                                  sizeof ws));
+        const uint32_t al[4] = {al_a, al_b, al_c, al_c};
+        const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; ++i) {
+            MEGACTX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]));
+        }
+        cublasLtMatmulHeuristicResult_t res{};
+        int n_res = 0;
+        const cublasStatus_t st =
+            cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &n_res);
+        cublasLtMatmulPreferenceDestroy(pref);
+        MEGACTX_CHECK(st == CUBLAS_STATUS_SUCCESS && n_res > 0,
+                      "cuBLASLt has no algorithm for GEMM {} (status {}, {} results)", key, static_cast<int>(st),
+                      n_res);
+        p.algo = res.algo;
+        it = plans_.emplace(key, p).first;
+    }
+    const GemmPlan& p = it->second;
+    const float alpha = 1.0f, beta = 0.0f;
+    MEGACTX_CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, g.a, p.a, g.b, p.b, &beta, g.c, p.c, g.c, p.c, &p.algo,
+                                        workspace_.data, kWorkspaceBytes, stream_));
+}
+
+void CudaOps::embedding(const Tensor& tokens, const Weight& table, Tensor& out) {
+    DeviceWeight& dw = weight(table);
+    const int elem = dw.dtype == DType::F32 ? 0 : dw.dtype == DType::BF16 ? 1 : 2;
+    MEGACTX_CUDA_CHECK(launch_embedding(out.f32(), tokens.i32(), dw.data.data, elem,
+                                        elem == 2 ? dw.scales.f32() : nullptr, dw.block, dw.cols, tokens.numel(),
+                                        stream_));
+    after_op("embedding");
+}
+
+void CudaOps::rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) {
+    MEGACTX_CUDA_CHECK(launch_rms_norm(x.f32(), vec(w), eps, rows_of(x), x.shape.back(), y.f32(), stream_));
+    after_op("rms_norm");
+}
+
+void CudaOps::layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
+                         Tensor& y) {
+    const float* pw = vec(w);
+    const float* pb = vec(b);
+    MEGACTX_CUDA_CHECK(launch_layer_norm(x.f32(), pw, pb, eps, rows_of(x), x.shape.back(), y.f32(), stream_));
+    after_op("layer_norm");
+}
+
+void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
+    const int64_t n = rows_of(x), in = w.cols, out = w.rows;
+    MEGACTX_CHECK(x.shape.back() == in, "linear {}: input has {} columns, weight expects {}", w.name, x.shape.back(),
+                  in);
+    DeviceWeight& dw = weight(w);
+    const Tensor& wt = gemm_operand(dw);
+    Gemm g;
+    g.trans_a = true;
+    g.m = out;
+    g.n = n;
+    g.k = in;
+    g.lda = in;
+    g.ldb = in;
+    g.ldc = out;
+    g.a = wt.data;
+    g.c = y.f32();
+    Tensor xb;
+    if (wt.dtype == DType::BF16) {
+        xb = to_bf16(x);
+        g.bf16 = true;
+        g.b = xb.data;
+    } else {
+        g.b = x.data;
+    }
+    gemm(g);
+    after_op("linear");
+}
+
+void CudaOps::rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) {
+    const int64_t n = x.dim(0), n_head = x.shape.size() == 3 ? x.dim(1) : 1, d_head = x.shape.back();
+    MEGACTX_CUDA_CHECK(launch_rope(x.f32(), n, n_head, d_head, offset, dim, pos.i32(), inv_freq(theta, dim), stream_));
+    after_op("rope");
+}
+
+void CudaOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) {
+    const int elem = kv_elem(cache, "cache_write");
+    MEGACTX_CHECK(elem != 2, "cache_write: FP8 pools are written by latent_cache_write / indexer_cache_write");
+    MEGACTX_CHECK(rows.shape.back() == cache.shape.back(), "cache_write: rows of {} values, cache rows of {}",
+                  rows.shape.back(), cache.shape.back());
+    MEGACTX_CUDA_CHECK(
+        launch_cache_copy(cache.data, elem, rows.f32(), slots.i32(), rows_of(rows), rows.shape.back(), stream_));
+    after_op("cache_write");
+}
+
+void CudaOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
+                                 float rope_theta, const Tensor& slots, Tensor& cache) {
+    LatentWriteParams p;
+    p.elem = kv_elem(cache, "latent_cache_write");
+    p.n = kv_a.dim(0);
+    p.rank = static_cast<int64_t>(norm_w.size());
+    p.rope = kv_a.shape.back() - p.rank;
+    const int64_t want = p.elem == 2 ? fp8_latent_row_bytes(p.rank, p.rope) : p.rank + p.rope;
+    MEGACTX_CHECK(p.elem != 2 || (p.rank % 4 == 0 && p.rope % 2 == 0),
+                  "latent_cache_write: FP8 rows need kv_lora_rank % 4 == 0 and an even RoPE dim (got {}, {})", p.rank,
+                  p.rope);
+    MEGACTX_CHECK(cache.shape.size() == 2 && cache.dim(1) == want,
+                  "latent_cache_write: cache rows hold {} elements, the {} format needs {}", cache.shape.back(),
+                  dtype_name(cache.dtype), want);
+    p.kv_a = kv_a.f32();
+    p.norm_w = vec(norm_w);
+    p.pos = pos.i32();
+    p.slots = slots.i32();
+    p.cache = cache.data;
+    p.eps = eps;
+    p.inv_freq = inv_freq(rope_theta, p.rope);
+    MEGACTX_CUDA_CHECK(launch_latent_write(p, stream_));
+    after_op("latent_cache_write");
+}
+
+void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
+                                  float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                                  Tensor& cache) {
+    IndexerWriteParams p;
+    p.elem = kv_elem(cache, "indexer_cache_write");
+    p.n = k_raw.dim(0);
+    p.dim = k_raw.shape.back();
+    const int64_t want = p.elem == 2 ? fp8_indexer_block_bytes(p.dim) : p.dim;
+    MEGACTX_CHECK(cache.shape.size() == 2 && cache.dim(1) == want,
+                  "indexer_cache_write: cache rows hold {} elements, the {} format needs {}", cache.shape.back(),
+                  dtype_name(cache.dtype), want);
+    p.k = k_raw.f32();
+    p.ln_w = vec(ln_w);
+    p.ln_b = vec(ln_b);
+    p.pos = pos.i32();
+    p.slots = slots.i32();
+    p.cache = cache.data;
+    p.d_rope = d_rope;
+    p.eps = eps;
+    p.inv_freq = inv_freq(rope_theta, d_rope);
+    MEGACTX_CUDA_CHECK(launch_indexer_write(p, stream_));
+    after_op("indexer_cache_write");
+}
+
+void CudaOps::indexer_topk(const IndexerTopkParams& p) {
+    const int64_t n = p.q->dim(0), n_head = p.q->dim(1), d = p.q->dim(2);
+    if (n == 0) return;
+    const int elem = kv_elem(*p.keys, "indexer_topk");
+    const int64_t smem = indexer_scores_smem_bytes(n_head, d);
+    MEGACTX_CHECK(smem <= smem_optin_, "indexer_topk: {} heads × {} dims need {} B of shared memory (device: {})",
+                  n_head, d, smem, smem_optin_);
+    // The score rows are sized by the longest context in the batch, read back from the positions (a host sync).
+    std::vector<int32_t> pos(static_cast<size_t>(n));  // [n]
+    MEGACTX_CUDA_CHECK(cudaMemcpyAsync(pos.data(), p.map.pos, pos.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const int64_t n_cand_max = *std::max_element(pos.begin(), pos.end()) + 1;
+    // grid.y of the scores kernel is the chunk's token count: at most 65535
+    const int64_t chunk = std::clamp<int64_t>(kIndexerScratchBytes / (n_cand_max * 4), 1, std::min<int64_t>(n, 65535));
+    Tensor scores = alloc(DType::F32, {chunk, n_cand_max});
+    IndexerMapView m;
+    m.pos = p.map.pos;
+    m.seq = p.map.seq;
+    m.table_offset = p.map.table_offset;
+    m.tables = p.map.tables;
+    m.block_size = p.map.block_size;
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+        IndexerScoresParams sp;
+        sp.q = p.q->f32();
+        sp.w = p.weights->f32();
+        sp.keys = p.keys->data;
+        sp.elem = elem;
+        sp.map = m;
+        sp.n_head = n_head;
+        sp.dim = d;
+        sp.i0 = i0;
+        sp.i1 = std::min(n, i0 + chunk);
+        sp.n_cand_max = n_cand_max;
+        sp.softmax_scale = p.softmax_scale;
+        sp.head_scale = p.head_scale;
+        sp.scores = scores.f32();
+        MEGACTX_CUDA_CHECK(launch_indexer_scores(sp, stream_));
+        TopkRowsParams tp;
+        tp.scores = scores.f32();
+        tp.map = m;
+        tp.i0 = sp.i0;
+        tp.i1 = sp.i1;
+        tp.n_cand_max = n_cand_max;
+        tp.topk = p.topk;
+        tp.out = p.out_slots->i32();
+        MEGACTX_CUDA_CHECK(launch_topk_rows(tp, stream_));
+    }
+    after_op("indexer_topk");
+}
+
+void CudaOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) {
+    const int64_t n = q.dim(0), n_head = q.dim(1), d_qk = q.dim(2), r = kv_b.cols, d_out = q_out.dim(2);
+    DeviceWeight& dw = weight(kv_b);
+    const Tensor& wt = gemm_operand(dw);
+    const bool bf16 = wt.dtype == DType::BF16;
+    Tensor qb;
+    if (bf16) qb = to_bf16(q);
+    const char* qsrc = static_cast<const char*>(bf16 ? qb.data : q.data);
+    // Per head: q_abs[:, h] (r × n, column-major) = W_UK_h (r × d_nope) · q_nope[:, h] (d_nope × n).
+    Gemm g;
+    g.trans_a = false;
+    g.m = r;
+    g.n = n;
+    g.k = d_nope;
+    g.lda = r;
+    g.stride_a = (d_nope + d_v) * r;
+    g.ldb = n_head * d_qk;
+    g.stride_b = d_qk;
+    g.ldc = n_head * d_out;
+    g.stride_c = d_out;
+    g.batch = n_head;
+    g.bf16 = bf16;
+    g.a = wt.data;
+    g.b = qsrc;
+    g.c = q_out.f32();
+    gemm(g);
+    // q_out[:, h, r:] = q_pe[:, h]
+    MEGACTX_CUDA_CHECK(launch_copy_2d(q_out.f32() + r, d_out, q.f32() + d_nope, d_qk, n * n_head, d_qk - d_nope,
+                                      stream_));
+    after_op("mla_absorb_q");
+}
+
+void CudaOps::sparse_mla(const SparseMlaParams& p) {
+    SparseMlaRefParams s;
+    s.elem = kv_elem(*p.cache, "sparse_mla");
+    s.n = p.q->dim(0);
+    s.n_head = p.q->dim(1);
+    s.d = p.q->dim(2);
+    s.d_v = p.d_v;
+    s.topk = p.slots->dim(1);
+    const int64_t smem = sparse_mla_ref_smem_bytes(s.d, s.topk);
+    MEGACTX_CHECK(smem <= smem_optin_, "sparse_mla: top-k {} with rows of {} needs {} B of shared memory", s.topk,
+                  s.d, smem);
+    s.q = p.q->f32();
+    s.cache = p.cache->data;
+    s.slots = p.slots->i32();
+    s.scale = p.scale;
+    s.out = p.out->f32();
+    MEGACTX_CUDA_CHECK(launch_sparse_mla_ref(s, stream_));
+    after_op("sparse_mla");
+}
+
+void CudaOps::mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) {
+    const int64_t n = lat.dim(0), n_head = lat.dim(1), r = lat.dim(2);
+    DeviceWeight& dw = weight(kv_b);
+    const Tensor& wt = gemm_operand(dw);
+    const bool bf16 = wt.dtype == DType::BF16;
+    Tensor lb;
+    if (bf16) lb = to_bf16(lat);
+    // Per head: out[:, h] (d_v × n, column-major) = op(W_UV_h) · lat[:, h] (r × n), where W_UV_h [d_v, r]
+    // row-major is (r × d_v) column-major and op transposes it.
+    Gemm g;
+    g.trans_a = true;
+    g.m = d_v;
+    g.n = n;
+    g.k = r;
+    g.lda = r;
+    g.stride_a = (d_nope + d_v) * r;
+    g.ldb = n_head * r;
+    g.stride_b = r;
+    g.ldc = n_head * d_v;
+    g.stride_c = d_v;
+    g.batch = n_head;
+    g.bf16 = bf16;
+    g.a = static_cast<const char*>(wt.data) + d_nope * r * static_cast<int64_t>(bf16 ? 2 : 4);
+    g.b = bf16 ? lb.data : lat.data;
+    g.c = out.f32();
+    gemm(g);
+    after_op("mla_expand_v");
+}
+
+void CudaOps::swiglu_mlp(const Tensor& x, const MlpWeights& w, Tensor& y) {
+    const int64_t n = rows_of(x), d_ff = w.gate.rows;
+    Tensor g = alloc(DType::F32, {n, d_ff});  // [n, d_ff]
+    Tensor u = alloc(DType::F32, {n, d_ff});  // [n, d_ff]
+    linear(x, w.gate, g);
+    linear(x, w.up, u);
+    MEGACTX_CUDA_CHECK(launch_silu_mul(g.f32(), u.f32(), n * d_ff, stream_));
+    linear(g, w.down, y);
+}
+
+void CudaOps::moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias, const MoeRouteParams& p,
+                        Tensor& ids, Tensor& weights) {
+    const int64_t n = rows_of(x), n_exp = gate.rows;
+    Tensor logits = alloc(DType::F32, {n, n_exp});  // [n, n_exp]
+    linear_f32(x, gate, logits);
+    MoeRouteKernelParams k;
+    k.logits = logits.f32();
+    k.bias = vec(bias);
+    k.ids = ids.i32();
+    k.weights = weights.f32();
+    k.n = n;
+    k.n_exp = n_exp;
+    k.n_group = p.n_group;
+    k.topk_group = p.topk_group;
+    k.top_k = p.top_k;
+    k.norm_topk_prob = p.norm_topk_prob;
+    k.routed_scaling_factor = p.routed_scaling_factor;
+    MEGACTX_CUDA_CHECK(launch_moe_route(k, stream_));
+    after_op("moe_route");
+}
+
+// Tokens are grouped per expert on the host (one sync to read the ids), gathered into one sorted buffer, each
+// expert runs its SwiGLU on its contiguous rows, and a combine kernel sums the k outputs per token in k order.
+void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const std::vector<MlpWeights>& experts, Tensor& y) {
+    const int64_t n = rows_of(x), d = x.shape.back(), k = ids.dim(1);
+    std::vector<int32_t> hid(static_cast<size_t>(n * k));
+    download(ids, hid.data());
+    std::vector<int64_t> count(experts.size() + 1, 0);
+    for (int32_t e : hid) {
+        MEGACTX_CHECK(e >= 0 && static_cast<size_t>(e) < experts.size(), "moe_experts: expert id {} out of range", e);
+        ++count[static_cast<size_t>(e) + 1];
+    }
+    for (size_t e = 0; e < experts.size(); ++e) count[e + 1] += count[e];  // offsets
+    std::vector<int32_t> sorted_rows(hid.size()), inv(hid.size());
+    std::vector<int64_t> fill(count.begin(), count.end() - 1);
+    for (int64_t i = 0; i < n * k; ++i) {
+        const int64_t at = fill[static_cast<size_t>(hid[i])]++;
+        sorted_rows[static_cast<size_t>(at)] = static_cast<int32_t>(i / k);
+        inv[static_cast<size_t>(i)] = static_cast<int32_t>(at);
+    }
+    Tensor rows_dev = upload_i32(sorted_rows);
+    Tensor inv_dev = upload_i32(inv);
+    Tensor xs = alloc(DType::F32, {n * k, d});  // [n · k, d] token rows grouped by expert
+    Tensor ys = alloc(DType::F32, {n * k, d});  // [n · k, d] expert outputs, same order
+    MEGACTX_CUDA_CHECK(launch_gather_rows(xs.f32(), x.f32(), rows_dev.i32(), n * k, d, stream_));
+    for (size_t e = 0; e < experts.size(); ++e) {
+        const int64_t r0 = count[e], m = count[e + 1] - count[e];
+        if (m == 0) continue;
+        Tensor xe = xs, ye = ys;
+        xe.data = xs.f32() + r0 * d;
+        xe.shape = {m, d};
+        ye.data = ys.f32() + r0 * d;
+        ye.shape = {m, d};
+        swiglu_mlp(xe, experts[e], ye);
+    }
+    MEGACTX_CUDA_CHECK(launch_moe_combine(y.f32(), ys.f32(), inv_dev.i32(), weights.f32(), n, k, d, stream_));
+    after_op("moe_experts");
+}
+
+void CudaOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
+    MEGACTX_CUDA_CHECK(launch_gather_rows(out.f32(), x.f32(), rows.i32(), rows.numel(), x.shape.back(), stream_));
+    after_op("gather_rows");
+}
+
+void CudaOps::add(Tensor& y, const Tensor& x) {
+    MEGACTX_CUDA_CHECK(launch_add(y.f32(), x.f32(), y.numel(), stream_));
+    after_op("add");
+}
+
+void CudaOps::slice_cols(const Tensor& x, int64_t c0, Tensor& out) {
+    const int64_t d = x.shape.back(), d_out = out.shape.back();
+    MEGACTX_CUDA_CHECK(launch_copy_2d(out.f32(), d_out, x.f32() + c0, d, rows_of(x), d_out, stream_));
+    after_op("slice_cols");
+}
+
+void CudaOps::concat_cols(const Tensor& a, const Tensor& b, Tensor& out) {
+    const int64_t n = rows_of(a), da = a.shape.back(), db = b.shape.back();
+    MEGACTX_CUDA_CHECK(launch_copy_2d(out.f32(), da + db, a.f32(), da, n, da, stream_));
+    MEGACTX_CUDA_CHECK(launch_copy_2d(out.f32() + da, da + db, b.f32(), db, n, db, stream_));
+    after_op("concat_cols");
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Ops> make_cuda_ops(const CudaOptions& options) { return std::make_unique<cuda::CudaOps>(options); }
+
+CudaMemoryStats cuda_memory_stats(const Ops& ops) {
+    const auto* c = dynamic_cast<const cuda::CudaOps*>(&ops);
+    MEGACTX_CHECK(c != nullptr, "cuda_memory_stats: not a CUDA backend");
+    return c->memory_stats();
+}
+
+}  // namespace megactx

@@ -1,0 +1,137 @@
+// CudaOps: the op table on one CUDA device (design.md §6). Host glue only: device memory comes from a caching
+// allocator with a budget, checkpoint weights are uploaded once (lazily, keyed by their host pointer), GEMMs go
+// to cuBLASLt (fp32 weights: fp32 GEMM, no TF32; bf16 weights: bf16 × bf16 → fp32; FP8 weights: dequantised to
+// bf16 once at upload), every other op is a kernel family of this folder. Activations are fp32, indices int32.
+// KV pools may be F32, BF16 or FP8 (kv_format.h); the cache ops read and write all three. One stream; host
+// transfers (upload_i32, download) are synchronous.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/cuda/cuda_backend.h"
+#include "ops/ops.h"
+
+namespace megactx::cuda {
+
+// Size-class caching allocator: freed blocks go to free lists and are reused; cudaMalloc only on a miss.
+// Small requests round up to powers of two (≥ 512 B) and reuse exact classes; requests above 1 MiB round up to
+// 2 MiB and reuse any cached block up to twice their size. Exceeding the budget first returns the cached blocks
+// to the driver, then fails with an Error naming the request and the budget.
+class DeviceAllocator {
+public:
+    DeviceAllocator(int device, int64_t budget_bytes, cudaStream_t stream);
+    ~DeviceAllocator();
+    void* allocate(size_t bytes, size_t* capacity);
+    void release(void* p, size_t capacity);
+    CudaMemoryStats stats() const;
+    void add_weight_bytes(int64_t b) {
+        std::lock_guard<std::mutex> lock(mu_);
+        weight_bytes_ += b;
+    }
+
+private:
+    void trim_locked();
+
+    int device_;
+    int64_t budget_;
+    cudaStream_t stream_;
+    mutable std::mutex mu_;
+    std::multimap<size_t, void*> free_;
+    int64_t reserved_ = 0, in_use_ = 0, weight_bytes_ = 0, n_malloc_ = 0;
+};
+
+class CudaOps final : public Ops {
+public:
+    explicit CudaOps(const CudaOptions& options);
+    ~CudaOps() override;
+
+    CudaMemoryStats memory_stats() const { return alloc_->stats(); }
+
+    Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
+    Tensor upload_i32(const std::vector<int32_t>& v) override;
+    void download(const Tensor& t, void* host) override;
+
+    void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override;
+    void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) override;
+    void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
+                    Tensor& y) override;
+    void linear(const Tensor& x, const Weight& w, Tensor& y) override;
+    void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) override;
+    void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override;
+    void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
+                            float rope_theta, const Tensor& slots, Tensor& cache) override;
+    void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
+                             float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                             Tensor& cache) override;
+    void indexer_topk(const IndexerTopkParams& p) override;
+    void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) override;
+    void sparse_mla(const SparseMlaParams& p) override;
+    void mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) override;
+    void swiglu_mlp(const Tensor& x, const MlpWeights& w, Tensor& y) override;
+    void moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias, const MoeRouteParams& p,
+                   Tensor& ids, Tensor& weights) override;
+    void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
+                     Tensor& y) override;
+    void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+    void add(Tensor& y, const Tensor& x) override;
+    void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;
+    void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;
+
+private:
+    // A checkpoint weight on the device: fp32, bf16 or e4m3 (+ fp32 block scales and, for GEMMs, a bf16 copy).
+    struct DeviceWeight {
+        DType dtype = DType::F32;  // F32, BF16 or F8_E4M3 (F16 checkpoints are widened to F32)
+        Tensor data, scales, bf16, f32;
+        int64_t rows = 0, cols = 0, block = 128;
+    };
+    // One GEMM in cuBLASLt's column-major terms: C[m, n] = op(A)[m, k] · B[k, n], batched with strides.
+    struct Gemm {
+        bool trans_a = false;
+        int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+        int64_t stride_a = 0, stride_b = 0, stride_c = 0, batch = 1;
+        bool bf16 = false;  // A and B bf16 (else fp32); C always fp32
+        const void* a = nullptr;
+        const void* b = nullptr;
+        float* c = nullptr;
+    };
+    struct GemmPlan {
+        cublasLtMatmulDesc_t op = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+        cublasLtMatmulAlgo_t algo{};
+    };
+
+    DeviceWeight& weight(const Weight& w);
+    // The weight as a GEMM operand: fp32 or bf16 data (FP8: its bf16 copy, made on first use).
+    const Tensor& gemm_operand(DeviceWeight& dw);
+    // y = x · Wᵀ in fp32 whatever the weight's dtype (an fp32 copy is made once): the MoE router, whose choices
+    // must not move with bf16 rounding of its inputs.
+    void linear_f32(const Tensor& x, const Weight& w, Tensor& y);
+    const float* vec(const std::vector<float>& v);
+    // RoPE inverse frequencies [dim / 2] for (theta, dim), computed on the host like CpuOps::rope, cached.
+    const float* inv_freq(float theta, int64_t dim);
+    void gemm(const Gemm& g);
+    Tensor to_bf16(const Tensor& x);
+    void after_op(const char* name);
+    void bind_thread();
+
+    CudaOptions options_;
+    cudaStream_t stream_ = nullptr;
+    cublasLtHandle_t lt_ = nullptr;
+    std::shared_ptr<DeviceAllocator> alloc_;
+    Tensor workspace_;
+    bool sync_each_op_ = false;
+    int64_t smem_optin_ = 0;
+    std::unordered_map<const void*, DeviceWeight> weights_;
+    std::unordered_map<const float*, std::pair<size_t, Tensor>> vectors_;
+    std::map<std::string, GemmPlan> plans_;
+    std::map<std::pair<float, int64_t>, Tensor> inv_freq_;
+};
+
+}  // namespace megactx::cuda
