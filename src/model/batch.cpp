@@ -1,5 +1,7 @@
 #include "model/batch.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kv/kv_cache.h"
 
@@ -46,6 +48,8 @@ BatchPlan::BatchPlan(Ops& ops, const Batch& b) {
     map.seq = seq.i32();
     map.table_offset = table_offset.i32();
     map.tables = tables.i32();
+    map.n_seq = static_cast<int64_t>(b.block_tables.size());
+    for (const int32_t p : b.pos) map.max_context = std::max<int64_t>(map.max_context, p + 1);
 }
 
 }  // namespace megactx

@@ -9,10 +9,14 @@
 #include "backend/cuda/attention_ref.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/indexer_cache_write.h"
+#include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/kv_write.h"
+#include "backend/cuda/latent_cache.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/rope.h"
+#include "backend/cuda/sparse_mla.h"
 #include "kv/kv_format.h"
 
 namespace megactx {
@@ -137,6 +141,9 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     int optin = 0;
     MEGACTX_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, options.device));
     smem_optin_ = optin;
+    MEGACTX_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, options.device));
+    const char* ref = std::getenv("MEGACTX_CUDA_REFERENCE");
+    fast_ = ref == nullptr || std::strcmp(ref, "0") == 0;
     alloc_ = std::make_shared<DeviceAllocator>(options.device, options.memory_budget_bytes, stream_);
     workspace_ = alloc(DType::F32, {kWorkspaceBytes / 4});
     const char* sync = std::getenv("MEGACTX_CUDA_SYNC");
@@ -466,6 +473,23 @@ void CudaOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& n
     MEGACTX_CHECK(cache.shape.size() == 2 && cache.dim(1) == want,
                   "latent_cache_write: cache rows hold {} elements, the {} format needs {}", cache.shape.back(),
                   dtype_name(cache.dtype), want);
+    if (fast_ && p.elem != 0 && p.rank == 512 && p.rope == 64) {  // GLM-5.2 geometry: latent_cache.cu
+        LatentCacheWriteParams f;
+        f.kv_raw = kv_a.f32();
+        f.norm_w = vec(norm_w);
+        f.pos = pos.i32();
+        f.slots = slots.i32();
+        f.cache = cache.data;
+        f.format = p.elem == 2 ? LatentCacheFormat::FP8 : LatentCacheFormat::BF16;
+        f.n = p.n;
+        f.eps = eps;
+        f.rope_theta = rope_theta;
+        if (latent_cache_write_supported(f)) {
+            MEGACTX_CUDA_CHECK(launch_latent_cache_write(f, stream_));
+            after_op("latent_cache_write");
+            return;
+        }
+    }
     p.kv_a = kv_a.f32();
     p.norm_w = vec(norm_w);
     p.pos = pos.i32();
@@ -488,6 +512,23 @@ void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>&
     MEGACTX_CHECK(cache.shape.size() == 2 && cache.dim(1) == want,
                   "indexer_cache_write: cache rows hold {} elements, the {} format needs {}", cache.shape.back(),
                   dtype_name(cache.dtype), want);
+    if (fast_ && p.elem == 2 && indexer_cache_write_supported(p.dim, d_rope)) {  // indexer_cache_write.cu
+        IndexerCacheWriteParams f;
+        f.k_raw = k_raw.f32();
+        f.ln_w = vec(ln_w);
+        f.ln_b = vec(ln_b);
+        f.eps = eps;
+        f.pos = pos.i32();
+        f.slots = slots.i32();
+        f.n = p.n;
+        f.d_rope = d_rope;
+        f.theta = rope_theta;
+        f.pool = static_cast<uint8_t*>(cache.data);
+        launch_indexer_cache_write(f, stream_);
+        MEGACTX_CUDA_CHECK(cudaGetLastError());
+        after_op("indexer_cache_write");
+        return;
+    }
     p.k = k_raw.f32();
     p.ln_w = vec(ln_w);
     p.ln_b = vec(ln_b);
@@ -505,14 +546,51 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     const int64_t n = p.q->dim(0), n_head = p.q->dim(1), d = p.q->dim(2);
     if (n == 0) return;
     const int elem = kv_elem(*p.keys, "indexer_topk");
+    if (fast_ && elem == 2 && p.map.max_context > 0 &&
+        indexer_topk_supported(n_head, d, p.map.block_size, p.topk, p.map.max_context)) {
+        // indexer_topk.cu: FP8 MMA scores + exact top-k, row groups under the fixed scratch budget.
+        const int64_t ctx = p.map.max_context;
+        int64_t rows = std::clamp<int64_t>(kIndexerScratchBytes / (ctx * 4 + 64 * 1024), 1, n);
+        while (rows > 1 && indexer_topk_scratch_bytes(rows, ctx, p.topk) > static_cast<size_t>(kIndexerScratchBytes))
+            rows /= 2;
+        const size_t bytes = indexer_topk_scratch_bytes(rows, ctx, p.topk);
+        Tensor scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+        IndexerTopkCudaParams f;
+        f.q = p.q->f32();
+        f.gates = p.weights->f32();
+        f.pool = static_cast<const uint8_t*>(p.keys->data);
+        f.pos = p.map.pos;
+        f.seq = p.map.seq;
+        f.table_offset = p.map.table_offset;
+        f.tables = p.map.tables;
+        f.n = n;
+        f.n_seq = p.map.n_seq;
+        f.max_context = ctx;
+        f.softmax_scale = p.softmax_scale;
+        f.head_scale = p.head_scale;
+        f.topk = p.topk;
+        f.max_rows_per_group = rows;
+        f.out_slots = p.out_slots->i32();
+        f.scratch = scratch.data;
+        f.scratch_bytes = bytes;
+        MEGACTX_CHECK(launch_indexer_topk(f, stream_), "indexer_topk: the FP8 kernel refused {} rows × {} keys", n,
+                      ctx);
+        MEGACTX_CUDA_CHECK(cudaGetLastError());
+        after_op("indexer_topk");
+        return;
+    }
     const int64_t smem = indexer_scores_smem_bytes(n_head, d);
     MEGACTX_CHECK(smem <= smem_optin_, "indexer_topk: {} heads × {} dims need {} B of shared memory (device: {})",
                   n_head, d, smem, smem_optin_);
-    // The score rows are sized by the longest context in the batch, read back from the positions (a host sync).
-    std::vector<int32_t> pos(static_cast<size_t>(n));  // [n]
-    MEGACTX_CUDA_CHECK(cudaMemcpyAsync(pos.data(), p.map.pos, pos.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const int64_t n_cand_max = *std::max_element(pos.begin(), pos.end()) + 1;
+    // The score rows are sized by the longest context in the batch (the plan's host-side max_context; read back
+    // from the positions, a host sync, when a caller built the map by hand).
+    int64_t n_cand_max = p.map.max_context;
+    if (n_cand_max <= 0) {
+        std::vector<int32_t> pos(static_cast<size_t>(n));  // [n]
+        MEGACTX_CUDA_CHECK(cudaMemcpyAsync(pos.data(), p.map.pos, pos.size() * 4, cudaMemcpyDeviceToHost, stream_));
+        MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        n_cand_max = *std::max_element(pos.begin(), pos.end()) + 1;
+    }
     // grid.y of the scores kernel is the chunk's token count: at most 65535
     const int64_t chunk = std::clamp<int64_t>(kIndexerScratchBytes / (n_cand_max * 4), 1, std::min<int64_t>(n, 65535));
     Tensor scores = alloc(DType::F32, {chunk, n_cand_max});
@@ -584,8 +662,35 @@ void CudaOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, 
 }
 
 void CudaOps::sparse_mla(const SparseMlaParams& p) {
+    const int elem = kv_elem(*p.cache, "sparse_mla");
+    const int64_t n = p.q->dim(0), n_head = p.q->dim(1), topk = p.slots->dim(1);
+    if (fast_ && elem != 0 && p.q->dim(2) == 576 && p.d_v == 512 &&
+        sparse_mla_supported(static_cast<int>(n_head), static_cast<int>(topk))) {
+        // sparse_mla.cu: wgmma over the selected rows, split-KV planned here.
+        if (n == 0) return;
+        SparseMlaRunParams f;
+        f.q = p.q->f32();
+        f.cache = p.cache->data;
+        f.slots = p.slots->i32();
+        f.out = p.out->f32();
+        f.format = elem == 2 ? MlaCacheFormat::FP8 : MlaCacheFormat::BF16;
+        f.n = n;
+        f.n_head = static_cast<int>(n_head);
+        f.topk = static_cast<int>(topk);
+        f.scale = p.scale;
+        f.plan = sparse_mla_plan(n, f.n_head, f.topk, n_sm_);
+        Tensor scratch;
+        const size_t bytes = sparse_mla_scratch_bytes(n, f.n_head, f.plan);
+        if (bytes > 0) {
+            scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+            f.scratch = scratch.data;
+        }
+        MEGACTX_CUDA_CHECK(launch_sparse_mla(f, stream_));
+        after_op("sparse_mla");
+        return;
+    }
     SparseMlaRefParams s;
-    s.elem = kv_elem(*p.cache, "sparse_mla");
+    s.elem = elem;
     s.n = p.q->dim(0);
     s.n_head = p.q->dim(1);
     s.d = p.q->dim(2);

@@ -128,6 +128,10 @@ private:
     Tensor workspace_;
     bool sync_each_op_ = false;
     int64_t smem_optin_ = 0;
+    int n_sm_ = 0;
+    // The fast DSA kernels (latent_cache, indexer_*, sparse_mla .cu) where the shapes are GLM-5.2's; false
+    // (MEGACTX_CUDA_REFERENCE=1) keeps the reference kernels everywhere, for A/B tests.
+    bool fast_ = true;
     std::unordered_map<const void*, DeviceWeight> weights_;
     std::unordered_map<const float*, std::pair<size_t, Tensor>> vectors_;
     std::map<std::string, GemmPlan> plans_;
