@@ -19,7 +19,9 @@ namespace {
 using megactx::cuda::launch_topk;
 using megactx::cuda::topk_scratch_bytes;
 using megactx::cuda::topk_supported;
+using megactx::cuda::topk_set_tuning;
 using megactx::cuda::TopkParams;
+using megactx::cuda::TopkTuning;
 
 #define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
@@ -264,6 +266,46 @@ TEST_F(Topk, SampleMissesOrOverestimates) {
 TEST_F(Topk, InsideCudaGraph) {  // both paths captured and replayed
     check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 91), 2048, true, true);
     check_batch(distinct_batch({5000, 30000, 1000}, 30000, 92), 2048, true, true);
+}
+
+// Decode shapes: one long row (the filter spreads it over 1K-element work items), just above the short limit.
+TEST_F(Topk, SingleLongRow) {
+    check_batch(distinct_batch({131072}, 131072, 101), 2048, true);
+    check_batch(distinct_batch({131072 - 5}, 131072, 102), 2048, true);
+    check_batch(distinct_batch({40000}, 40000, 103), 2048, true);
+    check_batch(distinct_batch({32769}, 32772, 104), 2048, true);
+}
+
+// Key-range extremes for the range-relative radix: ±inf, ±FLT_MAX, denormals, ±0 (span up to 2^32 - 1).
+TEST_F(Topk, ExtremeValues) {
+    for (int64_t stride : {int64_t{9000}, int64_t{200000}}) {
+        Batch b = distinct_batch({static_cast<int>(stride), 5000}, stride, 111);
+        std::mt19937 rng(112);
+        const float specials[] = {INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1e-40f, 0.f, -0.f};
+        for (int64_t r = 0; r < b.n_rows; ++r)
+            for (int i = 0; i < b.lengths[r]; i += 3) b.values[r * stride + i] = specials[rng() % 9];
+        check_batch(b, 2048, false);
+        check_batch(b, 1, false);
+    }
+}
+
+// Every filter variant the benchmark sweeps (PDL off/on, work-item sizes, persistent grid) is exact.
+TEST_F(Topk, TuningVariantsLong) {
+    const Batch b = distinct_batch({1 << 20, 131072, 70001, 5}, 1 << 20, 121);
+    const Batch tied = tied_batch({1 << 20, 131072}, 1 << 20, 122, 3, 0.999f);
+    for (int pdl : {0, 1})
+        for (int chunk : {0, 1024, 4096, 32768})
+            for (int cps : {0, 1, 8}) {
+                TopkTuning t;
+                t.pdl = pdl;
+                t.filter_chunk = chunk;
+                t.filter_ctas_per_sm = cps;
+                topk_set_tuning(t);
+                check_batch(b, 2048, true, pdl == 1 && cps == 8);
+                check_batch(tied, 2048, false);
+                topk_set_tuning(TopkTuning{});
+                if (HasFatalFailure()) return;
+            }
 }
 
 }  // namespace

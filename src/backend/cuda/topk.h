@@ -27,4 +27,14 @@ bool topk_supported(int64_t k, int64_t row_stride);
 // outside capture). Ties at the k-th value resolve in any order; NaN is not supported.
 void launch_topk(const TopkParams& p, cudaStream_t stream);
 
+// Benchmark/profiling knobs (bench/cuda/bench_topk.cu); production callers leave the defaults.
+struct TopkTuning {
+    int pdl = 1;                        // long rows: programmatic dependent launch between the three kernels
+    int filter_chunk = 0;               // elements per filter work item (multiple of 1024); 0: automatic
+    int filter_ctas_per_sm = 0;         // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
+    cudaEvent_t* step_events = nullptr; // long rows: when set, events [0..3] recorded around sample/filter/select
+                                        // (PDL then off)
+};
+void topk_set_tuning(const TopkTuning& t);
+
 }  // namespace megactx::cuda
