@@ -3,8 +3,8 @@
 // small shapes do not sit in the 50 MB L2. Reports µs and effective GB/s of the score bytes read
 // (vs the 4.23 TB/s copy ceiling), validates the first result (chosen >= unchosen), writes --json PATH.
 // Long-row shapes also get a per-kernel breakdown (sample / filter / select, plain stream launches with
-// events between the kernels, PDL off) and --sweep times filter variants (PDL, work-item size, persistent
-// grid) through TopkTuning.
+// events between the kernels, PDL off, cluster path off) and --sweep times variants (PDL, filter work-item
+// size, persistent filter grid, cluster path) through TopkTuning.
 // Standalone (no megactx_core): nvcc -O3 -std=c++20 -arch=sm_90a -Isrc bench/cuda/bench_topk.cu
 //   src/backend/cuda/topk.cu.
 #include <algorithm>
@@ -220,18 +220,23 @@ int main(int argc, char** argv) {
             steps_json = b2;
             for (auto& e : se) BCK(cudaEventDestroy(e));
             if (sweep && std::strncmp(s.name, "decode", 6) == 0) {
-                for (int pdl : {0, 1})
-                    for (int chunk : {0, 2048, 4096, 8192, 16384, 32768})
-                        for (int cps : {0, 4, 8}) {
-                            TopkTuning v;
-                            v.pdl = pdl;
-                            v.filter_chunk = chunk;
-                            v.filter_ctas_per_sm = cps;
-                            double vm = 0, vn = 0;
-                            time_graph(v, vm, vn);
-                            std::printf("    sweep pdl=%d chunk=%5d ctas/sm=%d: %8.1f us (min %.1f)\n", pdl, chunk, cps,
-                                        vm, vn);
-                        }
+                struct V {
+                    int pdl, chunk, cps, cluster;
+                };
+                std::vector<V> vs = {{0, 0, 0, -1}, {1, 0, 0, 0}, {1, 0, 0, 1}};
+                for (int chunk : {0, 2048, 4096, 8192, 16384})
+                    for (int cps : {0, 8}) vs.push_back({1, chunk, cps, 0});
+                for (const V& x : vs) {
+                    TopkTuning v;
+                    v.pdl = x.pdl;
+                    v.filter_chunk = x.chunk;
+                    v.filter_ctas_per_sm = x.cps;
+                    v.cluster = x.cluster;
+                    double vm = 0, vn = 0;
+                    time_graph(v, vm, vn);
+                    std::printf("    sweep pdl=%d chunk=%5d ctas/sm=%d cluster=%2d: %8.1f us (min %.1f)\n", x.pdl,
+                                x.chunk, x.cps, x.cluster, vm, vn);
+                }
             }
         }
         const double gbps = double(bytes) / (med * 1e-6) / 1e9;

@@ -276,6 +276,27 @@ TEST_F(Topk, SingleLongRow) {
     check_batch(distinct_batch({32769}, 32772, 104), 2048, true);
 }
 
+// Rows of 32K..128K in small batches run one CTA cluster per row: ties, zeros, graphs, mixed lengths.
+TEST_F(Topk, ClusterPathTiesAndGraph) {
+    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
+    check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
+    check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);          // all equal
+    check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
+    check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
+    for (int64_t k : {1, 100, 16384}) check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
+}
+
+// The sample -> filter -> select path on small inputs (racecheck-sized): scalar and 16-B filter loads.
+TEST_F(Topk, ThreeKernelPathSmall) {
+    TopkTuning t;
+    t.cluster = 0;
+    topk_set_tuning(t);
+    check_batch(distinct_batch({65539, 40000, 3}, 65539, 141), 2048, true);
+    check_batch(distinct_batch({40000, 33001}, 40000, 142), 2048, true);
+    check_batch(tied_batch({40000, 36000}, 40000, 143, 3, 0.99f), 2048, false);
+    topk_set_tuning(TopkTuning{});
+}
+
 // Key-range extremes for the range-relative radix: ±inf, ±FLT_MAX, denormals, ±0 (span up to 2^32 - 1).
 TEST_F(Topk, ExtremeValues) {
     for (int64_t stride : {int64_t{9000}, int64_t{200000}}) {
@@ -293,6 +314,16 @@ TEST_F(Topk, ExtremeValues) {
 TEST_F(Topk, TuningVariantsLong) {
     const Batch b = distinct_batch({1 << 20, 131072, 70001, 5}, 1 << 20, 121);
     const Batch tied = tied_batch({1 << 20, 131072}, 1 << 20, 122, 3, 0.999f);
+    const Batch mid = distinct_batch({131072, 131000, 40000, 2500}, 131072, 123);
+    for (int cl : {0, 1}) {  // medium rows: cluster path forced on and off
+        TopkTuning t;
+        t.cluster = cl;
+        topk_set_tuning(t);
+        check_batch(mid, 2048, true);
+        check_batch(distinct_batch({131072}, 131072, 124), 2048, true);
+        topk_set_tuning(TopkTuning{});
+        if (HasFatalFailure()) return;
+    }
     for (int pdl : {0, 1})
         for (int chunk : {0, 1024, 4096, 32768})
             for (int cps : {0, 1, 8}) {

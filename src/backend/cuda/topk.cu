@@ -14,29 +14,35 @@
 //
 // Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory.
 // Long rows: reading a 1M row 4 times from HBM would cost 4x the bandwidth floor, so:
-//   1. sample kernel (CTA per row): 8192 strided samples -> an estimated threshold T_est, chosen so that
-//      about 2k row items are expected to be >= T_est (a 2-level radix on the sample: bin floor);
-//   2. filter kernel (1K..16K-element work items, many CTAs per row): one streaming pass with 16-B loads,
-//      appends (key, index) of every item > T_est to a per-row candidate buffer and the indices of up to k
-//      items == T_est to a tie buffer (warp-aggregated atomics; a warp skips a batch with no item >= T_est);
+//   1. sample kernel (CTA per row): 8192 samples (groups of 4 neighbours at 2048 strided positions) -> an
+//      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a 2-level
+//      radix on the sample: bin floor);
+//   2. filter kernel (1K..16K-element work items, many CTAs per row): one streaming pass with 16-B loads;
+//      items > T_est gather in shared memory (one shared atomic per warp) and reach the per-row candidate
+//      buffer with ONE global atomic per work item — per-warp global atomics on the few per-row counters
+//      serialized in L2 and held the pass to ~0.85 TB/s; up to k indices of items == T_est go to a tie
+//      buffer (warp-aggregated, stops once k are counted); a warp skips a batch with no item >= T_est;
 //   3. select kernel (CTA per row): with c items > T_est and e items == T_est:
 //      k <= c <= capacity: the k-th value is > T_est, so the top k lie among the candidates: radix select
 //        there, staged in shared memory;
 //      c < k <= c + e: the k-th value is T_est itself (e.g. ReLU zeros): all candidates + k - c ties;
 //      otherwise (a sample that misrepresents the row): the exact radix select over the whole row from
 //      global memory by this one CTA (correct, slower).
+//   Rows of 32K..128K in batches of <= 16 rows skip all this: one CTA cluster (<= 8 CTAs of 16K keys) per
+//   row runs the exact radix select over distributed shared memory in a single kernel (decode latency).
 //   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
 #include "backend/cuda/topk.h"
 
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 namespace megactx::cuda {
 namespace {
 
 constexpr int64_t kShortMaxStride = 32768;  // rows up to this stride run one CTA each in shared memory
-constexpr int64_t kShortSmallStride = 8192; // short rows up to this stride: 256 threads, else 512
+constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = 8192;
 constexpr int kFilterThreads = 256;
@@ -45,6 +51,12 @@ constexpr int kFilterChunkMax = 16384;       // elements per filter work item: 1
 constexpr int kFilterChunkMin = 1024;
 constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;             // candidates staged in shared memory (8 B each)
+constexpr int kLocalCap = 2048;              // candidates a filter CTA gathers in shared memory per work item
+constexpr int kCountStride = 32;             // per-row counters 128 B apart (different L2 lines/slices)
+constexpr int kClusterThreads = 1024;
+constexpr int kClusterSliceMax = 16384;      // row elements per CTA of a cluster (64 KB of keys)
+constexpr int kClusterMax = 8;               // portable cluster size: rows up to 8 x 16K = 128K
+constexpr int kClusterAutoRows = 16;         // auto: cluster path up to this many rows (about one wave)
 
 TopkTuning g_tuning;
 
@@ -129,10 +141,12 @@ __device__ void key_range(const L& ld, int n, SelectSmem<NT>& sm, uint32_t& lo_o
 // The exact k-th largest key among n items (1 <= k <= n). All NT threads of the CTA call it.
 // approx: stop after two digit levels once at most 10 bits remain and return the floor of the bin
 // (a key <= the k-th largest; n_eq then meaningless) — for the sample's estimate.
-template <int NT, class L>
+// kRange = false: absolute digits (11, 11, 10 bits) without the min/max pass — cheaper where the items
+// spread over many binades (whole rows in the short path).
+template <int NT, class L, bool kRange = true>
 __device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& sm, bool approx = false) {
-    uint32_t base, top;
-    key_range<NT>(ld, n, sm, base, top);
+    uint32_t base = 0, top = 0xffffffffu;
+    if constexpr (kRange) key_range<NT>(ld, n, sm, base, top);
     const uint32_t span = top - base;
     int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;  // bits of d = key - base still undecided
     uint32_t prefix = 0;
@@ -218,6 +232,27 @@ __device__ void emit_topk(const L& ld, int n, int k, Threshold t, int32_t* out, 
     }
 }
 
+// Per-item shared atomics (no ballots): cheaper when most items are not emitted (short rows).
+template <int NT, class L>
+__device__ void emit_topk_atomic(const L& ld, int n, int k, Threshold t, int32_t* out, SelectSmem<NT>& sm) {
+    if (threadIdx.x == 0) {
+        sm.n_gt = 0;
+        sm.n_eq = 0;
+    }
+    __syncthreads();
+    const int eq_base = k - t.n_eq;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NT) {
+        const uint32_t key = ld.key(i);
+        if (key > t.key) {
+            out[atomicAdd(&sm.n_gt, 1)] = ld.idx(i);
+        } else if (key == t.key) {
+            const int e = atomicAdd(&sm.n_eq, 1);
+            if (e < t.n_eq) out[eq_base + e] = ld.idx(i);
+        }
+    }
+}
+
 template <int NT>
 __device__ void write_all_padded(int len, int k, int32_t* out) {
     for (int i = threadIdx.x; i < k; i += NT) out[i] = i < len ? i : -1;
@@ -242,8 +277,103 @@ __global__ void __launch_bounds__(NT) topk_short_kernel(const float* __restrict_
     for (int i = threadIdx.x; i < len; i += NT) keys[i] = float_key(__ldg(row + i));
     __syncthreads();
     const KeysLoader ld{keys};
-    const Threshold t = find_threshold<NT>(ld, len, k, sm);
-    emit_topk<NT>(ld, len, k, t, out, sm);
+    const Threshold t = find_threshold<NT, KeysLoader, false>(ld, len, k, sm);
+    emit_topk_atomic<NT>(ld, len, k, t, out, sm);
+}
+
+
+// ---- medium rows of small batches (decode): a cluster of CS CTAs per row, one kernel ----
+// CTA q of the cluster stages keys of row elements [q*slice, (q+1)*slice) in shared memory; each radix
+// level builds a local histogram, every CTA sums the CS histograms over distributed shared memory and
+// scans the merged one (all reach the same digit); emission allocates output slots with warp-aggregated
+// atomics on CTA 0's counters. No sample, no candidate buffer, no HBM traffic beyond one read of the row.
+__global__ void __launch_bounds__(kClusterThreads, 1) topk_cluster_kernel(const float* __restrict__ values,
+                                                                        const int32_t* __restrict__ lengths,
+                                                                        int64_t row_stride, int k, int slice,
+                                                                        int32_t* __restrict__ out_idx) {
+    namespace cg = cooperative_groups;
+    constexpr int NT = kClusterThreads;
+    __shared__ SelectSmem<NT> sm;
+    __shared__ int merged[2048];
+    extern __shared__ uint32_t keys[];  // [slice]
+    cg::cluster_group cluster = cg::this_cluster();
+    const int cs = static_cast<int>(cluster.num_blocks());
+    const int q = static_cast<int>(cluster.block_rank());
+    const int64_t r = blockIdx.x / cs;
+    const int len = lengths[r];
+    int32_t* out = out_idx + r * k;
+    if (len <= k) {  // the same for the whole cluster: all return
+        if (q == 0) write_all_padded<NT>(len, k, out);
+        return;
+    }
+    if (threadIdx.x == 0) {
+        sm.n_gt = 0;
+        sm.n_eq = 0;
+    }
+    const int begin = q * slice;
+    const int n = max(0, min(len - begin, slice));
+    const float* row = values + r * row_stride + begin;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NT) keys[i] = float_key(__ldg(row + i));
+    uint32_t prefix = 0;
+    int kk = k;
+    int rem = 32;
+#pragma unroll 1
+    for (int level = 0; level < 3; ++level) {
+        const int w = level == 2 ? 10 : 11;
+        const int shift = rem - w;
+        const int nb = 1 << w;
+        for (int b = threadIdx.x; b < 2048; b += NT) sm.hist[b] = 0;
+        __syncthreads();
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n; i += NT) {
+            const uint32_t key = keys[i];
+            if (level == 0 || (key >> rem) == prefix) atomicAdd(&sm.hist[(key >> shift) & (nb - 1)], 1);
+        }
+        cluster.sync();  // every CTA's histogram complete (and, at level 0, CTA 0's counters zeroed)
+        for (int b = threadIdx.x; b < nb; b += NT) {
+            int sum = 0;
+            for (int c = 0; c < cs; ++c) sum += cluster.map_shared_rank(sm.hist, c)[b];
+            merged[b] = sum;
+        }
+        __syncthreads();
+        const int per = (nb + NT - 1) / NT;
+        const int tb = nb - 1 - static_cast<int>(threadIdx.x) * per;
+        int local = 0;
+        for (int j = 0; j < per; ++j)
+            if (tb - j >= 0) local += merged[tb - j];
+        int acc = 0;
+        cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(local, acc);
+        for (int j = 0; j < per; ++j) {
+            if (tb - j < 0) break;
+            const int h = merged[tb - j];
+            if (acc < kk && acc + h >= kk) {
+                sm.digit = tb - j;
+                sm.above = acc;
+            }
+            acc += h;
+        }
+        cluster.sync();  // remote histograms read before anyone clears them; sm.digit visible
+        prefix = (prefix << w) | static_cast<uint32_t>(sm.digit);
+        kk -= sm.above;
+        rem = shift;
+        __syncthreads();  // sm.digit/above are rewritten by the next level
+    }
+    const uint32_t tkey = prefix;  // the k-th largest key of the row; kk of its copies belong to the top k
+    int* n_gt = cluster.map_shared_rank(&sm.n_gt, 0);
+    int* n_eq = cluster.map_shared_rank(&sm.n_eq, 0);
+    const int eq_base = k - kk;
+    for (int i0 = 0; i0 < n; i0 += NT) {
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const bool ok = i < n;
+        const uint32_t key = ok ? keys[i] : 0u;
+        const bool gt = ok && key > tkey, eq = ok && key == tkey;
+        const int sg = warp_slot(gt, n_gt);
+        const int se = warp_slot(eq, n_eq);
+        if (gt) out[sg] = begin + i;
+        if (eq && se < kk) out[eq_base + se] = begin + i;
+    }
+    cluster.sync();  // CTA 0's counters stay alive until every CTA has allocated
 }
 
 // ---- long rows, step 1: estimated threshold from a strided sample ----
@@ -258,8 +388,8 @@ __global__ void __launch_bounds__(kSampleThreads) topk_sample_kernel(const float
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
     if (threadIdx.x == 0) {
-        cand_count[2 * r] = 0;
-        cand_count[2 * r + 1] = 0;
+        cand_count[kCountStride * r] = 0;
+        cand_count[kCountStride * r + 1] = 0;
     }
     if (len <= k) return;
     const float* row = values + r * row_stride;
@@ -276,7 +406,9 @@ __global__ void __launch_bounds__(kSampleThreads) topk_sample_kernel(const float
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
         const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        v[u] = j < s ? __ldg(row + static_cast<int64_t>(j) * len / s) : 0.f;
+        // Groups of 4 neighbours at s/4 strided positions: 4x fewer DRAM sectors than 1-element gathers.
+        const int64_t pos = s < len ? static_cast<int64_t>(j >> 2) * (len - 3) / (s >> 2) + (j & 3) : j;
+        v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
@@ -284,7 +416,8 @@ __global__ void __launch_bounds__(kSampleThreads) topk_sample_kernel(const float
         if (j < s) keys[j] = float_key(v[u]);
     }
     __syncthreads();
-    const Threshold t = find_threshold<kSampleThreads>(KeysLoader{keys}, s, m, sm, /*approx=*/s < len);
+    // Absolute digits (no min/max pass): 2 levels give the threshold to 2^10 keys, plenty for an estimate.
+    const Threshold t = find_threshold<kSampleThreads, KeysLoader, false>(KeysLoader{keys}, s, m, sm, s < len);
     if (threadIdx.x == 0) t_est[r] = t.key;
 }
 
@@ -330,6 +463,9 @@ __global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
         const int i = begin + static_cast<int>(threadIdx.x) * 32;
         if (len > k && i < len && i < begin + pre) prefetch_l2(values + r * row_stride + i);
     }
+    __shared__ uint32_t s_keys[kLocalCap];
+    __shared__ int32_t s_ids[kLocalCap];
+    __shared__ int s_n, s_base;
     pdl_wait();
 #pragma unroll 1
     for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
@@ -341,16 +477,33 @@ __global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
         const int end = len - begin < chunk ? len : begin + chunk;
         const uint32_t thr = t_est[r];
         const float* row = values + r * row_stride;
-        int* count = cand_count + 2 * r;  // [0]: items > T_est, [1]: items == T_est
+        int* count = cand_count + kCountStride * r;  // [0]: items > T_est, [1]: items == T_est
         uint32_t* keys = cand_keys + r * cap;
         int32_t* ids = cand_idx + r * cap;
         int32_t* eq_ids = eq_idx + r * k;
-        // Items > T_est go to the candidate buffer; items == T_est only need indices, at most k of them: once
-        // a warp sees k of them counted it stops appending ties (select only needs count[1] >= k then; this
-        // keeps a row of ReLU zeros from turning into one atomic per warp per element).
+        // Items > T_est gather in shared memory (a shared atomic per warp) and go out with one global atomic
+        // per work item; past kLocalCap they append to the global buffer directly (per warp). Items == T_est
+        // only need indices, at most k of them: once a warp sees k counted it stops appending ties (select
+        // only needs count[1] >= k then; keeps a row of ReLU zeros from costing an atomic per warp per item).
         bool eq_full = false;  // warp-uniform
+        if (threadIdx.x == 0) s_n = 0;
+        __syncthreads();
         auto append = [&](bool ok, uint32_t key, int32_t i) {
-            warp_append(ok && key > thr, key, i, count, keys, ids, cap);
+            const bool gt = ok && key > thr;
+            const unsigned ballot = __ballot_sync(0xffffffffu, gt);
+            if (ballot != 0) {
+                const int lane = threadIdx.x & 31;
+                const int leader = __ffs(ballot) - 1;
+                int b = 0;
+                if (lane == leader) b = atomicAdd(&s_n, __popc(ballot));
+                b = __shfl_sync(0xffffffffu, b, leader);
+                const int pos = b + __popc(ballot & ((1u << lane) - 1u));
+                if (gt && pos < kLocalCap) {
+                    s_keys[pos] = key;
+                    s_ids[pos] = i;
+                }
+                if (b + __popc(ballot) > kLocalCap) warp_append(gt && pos >= kLocalCap, key, i, count, keys, ids, cap);
+            }
             if (!eq_full) eq_full = warp_append(ok && key == thr, key, i, count + 1, nullptr, eq_ids, k) >= k;
         };
         if constexpr (kVec) {
@@ -406,6 +559,22 @@ __global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
                 }
             }
         }
+        // Flush the work item's gathered candidates: one global atomic reserves their slots.
+        __syncthreads();
+        const int n_local = min(s_n, kLocalCap);
+        if (n_local > 0) {
+            if (threadIdx.x == 0) s_base = atomicAdd(count, n_local);
+            __syncthreads();
+            const int gb = s_base;
+            for (int j = threadIdx.x; j < n_local; j += kFilterThreads) {
+                const int pos = gb + j;
+                if (pos < cap) {
+                    keys[pos] = s_keys[j];
+                    ids[pos] = s_ids[j];
+                }
+            }
+        }
+        __syncthreads();  // s_n, s_keys are reused by the next work item
     }
     pdl_trigger();  // the select grid may become resident as this grid drains
 }
@@ -425,8 +594,8 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(
         write_all_padded<kSelectThreads>(len, k, out);
         return;
     }
-    const int c = cand_count[2 * r];       // items > T_est
-    const int c_eq = cand_count[2 * r + 1];  // items == T_est
+    const int c = cand_count[kCountStride * r];       // items > T_est
+    const int c_eq = cand_count[kCountStride * r + 1];  // items == T_est
     if (c < k && c + c_eq >= k) {
         // The k-th value is T_est itself: every item > T_est, then any k - c of the ties.
         const int32_t* gi = cand_idx + r * cap;
@@ -477,7 +646,7 @@ LongLayout long_layout(int64_t n_rows, int64_t row_stride, int64_t k) {
     LongLayout l;
     l.t_est = 0;
     l.count = align256(n * sizeof(uint32_t));
-    l.keys = l.count + align256(2 * n * sizeof(int));
+    l.keys = l.count + align256(kCountStride * n * sizeof(int));
     l.ids = l.keys + align256(n * cap * sizeof(uint32_t));
     l.eq_ids = l.ids + align256(n * cap * sizeof(int32_t));
     l.total = l.eq_ids + align256(n * static_cast<size_t>(k) * sizeof(int32_t));
@@ -529,16 +698,39 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (p.row_stride <= kShortMaxStride) {
         static const bool attr_short = [] {
             const int bytes = static_cast<int>(kShortMaxStride * sizeof(uint32_t));
-            cudaFuncSetAttribute(topk_short_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-            cudaFuncSetAttribute(topk_short_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+            cudaFuncSetAttribute(topk_short_kernel<kShortThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
             return true;
         }();
         (void)attr_short;
         const size_t smem = static_cast<size_t>(p.row_stride > 0 ? p.row_stride : 1) * sizeof(uint32_t);
-        if (p.row_stride <= kShortSmallStride)
-            topk_short_kernel<256><<<rows, 256, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx);
-        else
-            topk_short_kernel<512><<<rows, 512, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx);
+        topk_short_kernel<kShortThreads><<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k,
+                                                                                p.out_idx);
+        return;
+    }
+    // Medium rows, few of them: one cluster per row (a single kernel, latency-bound decode shapes).
+    const int cs = static_cast<int>((p.row_stride + kClusterSliceMax - 1) / kClusterSliceMax);
+    const bool cluster_ok = cs <= kClusterMax && g_tuning.step_events == nullptr;
+    if (cluster_ok && (g_tuning.cluster > 0 || (g_tuning.cluster < 0 && p.n_rows <= kClusterAutoRows))) {
+        static const bool attr_cluster = [] {
+            cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kClusterSliceMax * sizeof(uint32_t)));
+            return true;
+        }();
+        (void)attr_cluster;
+        const int slice = static_cast<int>((p.row_stride + cs - 1) / cs);
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(rows * static_cast<unsigned>(cs));
+        cfg.blockDim = dim3(kClusterThreads);
+        cfg.dynamicSmemBytes = static_cast<size_t>(slice) * sizeof(uint32_t);
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, topk_cluster_kernel, p.values, p.lengths, p.row_stride, k, slice, p.out_idx);
         return;
     }
     static const bool attr_select = [] {
@@ -562,11 +754,10 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (ev) cudaEventRecord(ev[0], stream);
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);
     if (ev) cudaEventRecord(ev[1], stream);
-    // Work items: 16K elements for big batches, down to 1K so that one row still spreads over ~4 CTAs/SM.
+    // Work items: the smallest of 1K..16K elements that gives at most one wave (4 CTAs/SM), 16K for big batches.
     int chunk = kFilterChunkMin;
     const int64_t want_items = 4 * static_cast<int64_t>(sm_count());
-    while (chunk < kFilterChunkMax && p.n_rows * ((p.row_stride + 2 * chunk - 1) / (2 * chunk)) >= want_items)
-        chunk *= 2;
+    while (chunk < kFilterChunkMax && p.n_rows * ((p.row_stride + chunk - 1) / chunk) > want_items) chunk *= 2;
     if (tu.filter_chunk >= kFilterChunkMin && tu.filter_chunk % kFilterChunkMin == 0) chunk = tu.filter_chunk;
     const int chunks_per_row = static_cast<int>((p.row_stride + chunk - 1) / chunk);
     const int64_t n_work64 = p.n_rows * chunks_per_row;
