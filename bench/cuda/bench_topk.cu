@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     BCK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = std::getenv("MEGACTX_COMMIT");
+    // MEGACTX_TOPK_CLUSTER=0: time with the cluster path off (default tuning otherwise).
+    TopkTuning base;
+    if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
     const std::vector<Shape> shapes = {
         {"decode 64 x 1M", 64, 1 << 20, 0},    {"decode 1 x 1M", 1, 1 << 20, 0},
         {"decode 1 x 128K", 1, 1 << 17, 0},    {"decode 64 x 128K", 64, 1 << 17, 0},
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
         p.scratch_bytes = scratch;
         // Warm-up outside capture (sets smem attributes), then validate buffer 0.
         p.values = d_v;
+        topk_set_tuning(base);
         launch_topk(p, stream);
         BCK(cudaGetLastError());
         BCK(cudaStreamSynchronize(stream));
@@ -181,17 +185,17 @@ int main(int argc, char** argv) {
             min_out = t[0];
             for (auto& e : ev) BCK(cudaEventDestroy(e));
             for (auto& g : graphs) BCK(cudaGraphExecDestroy(g));
-            topk_set_tuning(TopkTuning{});
+            topk_set_tuning(base);
         };
         double med = 0, mn = 0;
-        time_graph(TopkTuning{}, med, mn);
+        time_graph(base, med, mn);
         BCK(cudaGetLastError());
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.
         std::string steps_json;
         if (scratch) {
             cudaEvent_t se[4];
             for (auto& e : se) BCK(cudaEventCreate(&e));
-            TopkTuning tu;
+            TopkTuning tu = base;
             tu.step_events = se;
             topk_set_tuning(tu);
             const int n_it = std::max(20, iters / 4);
@@ -206,7 +210,7 @@ int main(int argc, char** argv) {
                     st[j].push_back(ms * 1000.f);
                 }
             }
-            topk_set_tuning(TopkTuning{});
+            topk_set_tuning(base);
             double sm[3];
             for (int j = 0; j < 3; ++j) {
                 std::sort(st[j].begin(), st[j].end());
