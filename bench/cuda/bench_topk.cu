@@ -85,9 +85,10 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     BCK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = std::getenv("MEGACTX_COMMIT");
-    // MEGACTX_TOPK_CLUSTER=0: time with the cluster path off (default tuning otherwise).
+    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT override those TopkTuning defaults for the whole run.
     TopkTuning base;
     if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
     const std::vector<Shape> shapes = {
         {"decode 64 x 1M", 64, 1 << 20, 0},    {"decode 1 x 1M", 1, 1 << 20, 0},
         {"decode 1 x 128K", 1, 1 << 17, 0},    {"decode 64 x 128K", 64, 1 << 17, 0},
@@ -225,21 +226,23 @@ int main(int argc, char** argv) {
             for (auto& e : se) BCK(cudaEventDestroy(e));
             if (sweep && std::strncmp(s.name, "decode", 6) == 0) {
                 struct V {
-                    int pdl, chunk, cps, cluster;
+                    int pdl, chunk, cps, cluster, variant;
                 };
-                std::vector<V> vs = {{0, 0, 0, -1}, {1, 0, 0, 0}, {1, 0, 0, 1}};
-                for (int chunk : {0, 2048, 4096, 8192, 16384})
-                    for (int cps : {0, 8}) vs.push_back({1, chunk, cps, 0});
+                std::vector<V> vs = {{0, 0, 0, 0, 0}, {1, 0, 0, 1, 0}};
+                for (int variant : {0, 1})
+                    for (int chunk : {0, 2048, 4096, 8192, 16384})
+                        for (int cps : {0, 8}) vs.push_back({1, chunk, cps, 0, variant});
                 for (const V& x : vs) {
                     TopkTuning v;
                     v.pdl = x.pdl;
                     v.filter_chunk = x.chunk;
                     v.filter_ctas_per_sm = x.cps;
                     v.cluster = x.cluster;
+                    v.filter_variant = x.variant;
                     double vm = 0, vn = 0;
                     time_graph(v, vm, vn);
-                    std::printf("    sweep pdl=%d chunk=%5d ctas/sm=%d cluster=%2d: %8.1f us (min %.1f)\n", x.pdl,
-                                x.chunk, x.cps, x.cluster, vm, vn);
+                    std::printf("    sweep pdl=%d chunk=%5d ctas/sm=%d cluster=%2d filter_variant=%d: %8.1f us (min %.1f)\n",
+                                x.pdl, x.chunk, x.cps, x.cluster, x.variant, vm, vn);
                 }
             }
         }

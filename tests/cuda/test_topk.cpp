@@ -276,25 +276,39 @@ TEST_F(Topk, SingleLongRow) {
     check_batch(distinct_batch({32769}, 32772, 104), 2048, true);
 }
 
-// Rows of 32K..128K in small batches run one CTA cluster per row: ties, zeros, graphs, mixed lengths.
+// Rows of 32K..128K in small batches, on the opt-in cluster path (one CTA cluster per row) and on the
+// default three-kernel path: ties, zeros, graphs, mixed lengths.
 TEST_F(Topk, ClusterPathTiesAndGraph) {
-    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
-    check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
-    check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);          // all equal
-    check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
-    check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
-    for (int64_t k : {1, 100, 16384}) check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
+    for (int cl : {1, 0}) {
+        TopkTuning t;
+        t.cluster = cl;
+        topk_set_tuning(t);
+        check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
+        check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
+        check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);          // all equal
+        check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
+        check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
+        for (int64_t k : {1, 100, 16384})
+            check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
+        topk_set_tuning(TopkTuning{});
+        if (HasFatalFailure()) return;
+    }
 }
 
 // The sample -> filter -> select path on small inputs (racecheck-sized): scalar and 16-B filter loads.
 TEST_F(Topk, ThreeKernelPathSmall) {
-    TopkTuning t;
-    t.cluster = 0;
-    topk_set_tuning(t);
-    check_batch(distinct_batch({65539, 40000, 3}, 65539, 141), 2048, true);
-    check_batch(distinct_batch({40000, 33001}, 40000, 142), 2048, true);
-    check_batch(tied_batch({40000, 36000}, 40000, 143, 3, 0.99f), 2048, false);
-    topk_set_tuning(TopkTuning{});
+    for (int fv : {0, 1}) {
+        TopkTuning t;
+        t.cluster = 0;
+        t.filter_variant = fv;
+        topk_set_tuning(t);
+        check_batch(distinct_batch({65539, 40000, 3}, 65539, 141), 2048, true);
+        check_batch(distinct_batch({40000, 33001}, 40000, 142), 2048, true);
+        check_batch(tied_batch({40000, 36000}, 40000, 143, 3, 0.99f), 2048, false);
+        check_batch(distinct_batch({40000, 40000}, 40000, 144 + fv), 2048, true, true);
+        topk_set_tuning(TopkTuning{});
+        if (HasFatalFailure()) return;
+    }
 }
 
 // Key-range extremes for the range-relative radix: ±inf, ±FLT_MAX, denormals, ±0 (span up to 2^32 - 1).
@@ -331,6 +345,7 @@ TEST_F(Topk, TuningVariantsLong) {
                 t.pdl = pdl;
                 t.filter_chunk = chunk;
                 t.filter_ctas_per_sm = cps;
+                t.filter_variant = (chunk / 1024 + cps) & 1;  // both filter bodies over the grid shapes
                 topk_set_tuning(t);
                 check_batch(b, 2048, true, pdl == 1 && cps == 8);
                 check_batch(tied, 2048, false);

@@ -28,8 +28,10 @@
 //      c < k <= c + e: the k-th value is T_est itself (e.g. ReLU zeros): all candidates + k - c ties;
 //      otherwise (a sample that misrepresents the row): the exact radix select over the whole row from
 //      global memory by this one CTA (correct, slower).
-//   Rows of 32K..128K in batches of <= 16 rows skip all this: one CTA cluster (<= 8 CTAs of 16K keys) per
-//   row runs the exact radix select over distributed shared memory in a single kernel (decode latency).
+//   Opt-in (TopkTuning::cluster): rows of 32K..128K run one CTA cluster (<= 8 CTAs of 16K keys) per row, the
+//   exact radix select over distributed shared memory in a single kernel. Off by default: measured slower
+//   on the H200 (1 x 128K 24.4 vs 22.7 us, 64 x 128K 112 vs 57 us) — the per-level cluster barriers and
+//   the shared-histogram atomics (absolute digits) cost more than the three-kernel chain.
 //   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
@@ -47,7 +49,9 @@ constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = 8192;
 constexpr int kFilterThreads = 256;
 constexpr int kFilterUnroll = 8;             // float4 loads in flight per thread
-constexpr int kFilterChunkMax = 16384;       // elements per filter work item: 16K, fewer when the batch is small
+// Elements per filter work item: 4K, fewer when the batch is small. Measured on the H200 (b935d1e, 64 x 1M
+// normal, whole call): 2K 214 us, 4K 199 us, 8K 291 us, 16K 311 us — longer work items stream worse.
+constexpr int kFilterChunkMax = 4096;
 constexpr int kFilterChunkMin = 1024;
 constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;             // candidates staged in shared memory (8 B each)
@@ -448,7 +452,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 
 // ---- long rows, step 2: one streaming pass, candidates >= T_est into a compact buffer ----
 // Work item w: row w / chunks_per_row, elements [c * chunk, (c + 1) * chunk) with c = w % chunks_per_row.
-template <bool kVec>
+// kMask (opt-in, TopkTuning::filter_variant = 1, not yet measured): the unrolled part only builds a per-thread
+// bit mask of the batch's items >= T_est; a compact loop then appends one flagged item per lane per step,
+// re-reading its value. Keeps the hot code small (the inlined append path per slot is ~32 copies).
+template <bool kVec, bool kMask>
 __global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
     const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
     const uint32_t* __restrict__ t_est, int* __restrict__ cand_count, uint32_t* __restrict__ cand_keys,
@@ -517,19 +524,48 @@ __global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
                     const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
                     v[u] = i < e4 ? __ldcs(row4 + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
                 }
+                if constexpr (kMask) {
+                    // Bit 4u+e: element e of slot u is > T_est, or == T_est while ties are still wanted.
+                    static_assert(kFilterUnroll * 4 <= 32, "mask bits");
+                    uint32_t mask = 0;
 #pragma unroll
-                for (int u = 0; u < kFilterUnroll; ++u) {
-                    if (i0 + u * kFilterThreads >= e4) break;  // uniform
-                    const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
-                    const bool ok = i < e4;
-                    const uint32_t k0 = float_key(v[u].x), k1 = float_key(v[u].y), k2 = float_key(v[u].z),
-                                   k3 = float_key(v[u].w);
-                    const bool any = ok && max(max(k0, k1), max(k2, k3)) >= thr;
-                    if (!__any_sync(0xffffffffu, any)) continue;
-                    append(ok, k0, 4 * i + 0);
-                    append(ok, k1, 4 * i + 1);
-                    append(ok, k2, 4 * i + 2);
-                    append(ok, k3, 4 * i + 3);
+                    for (int u = 0; u < kFilterUnroll; ++u) {
+                        const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
+                        if (i < e4) {
+                            const uint32_t kx[4] = {float_key(v[u].x), float_key(v[u].y), float_key(v[u].z),
+                                                    float_key(v[u].w)};
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                if (kx[e] > thr || (kx[e] == thr && !eq_full)) mask |= 1u << (4 * u + e);
+                        }
+                    }
+                    while (__any_sync(0xffffffffu, mask != 0)) {
+                        const int b = mask ? __ffs(mask) - 1 : -1;
+                        mask &= mask - 1;
+                        int32_t idx = 0;
+                        uint32_t key = 0;
+                        if (b >= 0) {
+                            const int i = i0 + (b >> 2) * kFilterThreads + static_cast<int>(threadIdx.x);
+                            idx = 4 * i + (b & 3);
+                            key = float_key(row[idx]);
+                        }
+                        append(b >= 0, key, idx);
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < kFilterUnroll; ++u) {
+                        if (i0 + u * kFilterThreads >= e4) break;  // uniform
+                        const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
+                        const bool ok = i < e4;
+                        const uint32_t k0 = float_key(v[u].x), k1 = float_key(v[u].y), k2 = float_key(v[u].z),
+                                       k3 = float_key(v[u].w);
+                        const bool any = ok && max(max(k0, k1), max(k2, k3)) >= thr;
+                        if (!__any_sync(0xffffffffu, any)) continue;
+                        append(ok, k0, 4 * i + 0);
+                        append(ok, k1, 4 * i + 1);
+                        append(ok, k2, 4 * i + 2);
+                        append(ok, k3, 4 * i + 3);
+                    }
                 }
             }
             // Tail of the row (len % 4 items), in the work item that holds the row's end.
@@ -754,7 +790,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (ev) cudaEventRecord(ev[0], stream);
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);
     if (ev) cudaEventRecord(ev[1], stream);
-    // Work items: the smallest of 1K..16K elements that gives at most one wave (4 CTAs/SM), 16K for big batches.
+    // Work items: the smallest of 1K..4K elements that gives at most one wave (4 CTAs/SM), 4K for big batches.
     int chunk = kFilterChunkMin;
     const int64_t want_items = 4 * static_cast<int64_t>(sm_count());
     while (chunk < kFilterChunkMax && p.n_rows * ((p.row_stride + chunk - 1) / chunk) > want_items) chunk *= 2;
@@ -768,12 +804,16 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         grid = static_cast<int>(g < n_work64 ? g : n_work64);
     }
     const bool vec = (reinterpret_cast<uintptr_t>(p.values) & 15) == 0 && (p.row_stride & 3) == 0;
-    if (vec)
-        launch_ex(topk_filter_kernel<true>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
+    if (vec && tu.filter_variant == 1)
+        launch_ex(topk_filter_kernel<true, true>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values,
+                  p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap,
+                  chunk, chunks_per_row, n_work);
+    else if (vec)
+        launch_ex(topk_filter_kernel<true, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
                   p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
                   chunks_per_row, n_work);
     else
-        launch_ex(topk_filter_kernel<false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
+        launch_ex(topk_filter_kernel<false, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
                   p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
                   chunks_per_row, n_work);
     if (ev) cudaEventRecord(ev[2], stream);
