@@ -19,9 +19,13 @@
 //      radix on the sample: bin floor);
 //   2. filter kernel (1K..16K-element work items, many CTAs per row): one streaming pass with 16-B loads;
 //      items > T_est gather in shared memory (one shared atomic per warp) and reach the per-row candidate
-//      buffer with ONE global atomic per work item — per-warp global atomics on the few per-row counters
-//      serialized in L2 and held the pass to ~0.85 TB/s; up to k indices of items == T_est go to a tie
-//      buffer (warp-aggregated, stops once k are counted); a warp skips a batch with no item >= T_est;
+//      buffer with ONE global atomic per work item (H200, 64 x 1M with 4K work items: per-warp global
+//      atomics 293 us, this 199 us); up to k indices of items == T_est go to a tie buffer (warp-aggregated,
+//      stops once k are counted); a warp skips a batch with no item >= T_est. The pass still streams at only
+//      ~1.5 TB/s, and worse with longer work items (16K: 311 us). Suspect: code size — this kernel's 16-B
+//      body is 88 KB of SASS (8 unrolled slots x 4 inlined appends), so executing all 8 slots (work items
+//      >= 8K) thrashes the instruction cache; filter_variant = 1 (mask, then a compact append loop) is the
+//      candidate fix, not yet measured;
 //   3. select kernel (CTA per row): with c items > T_est and e items == T_est:
 //      k <= c <= capacity: the k-th value is > T_est, so the top k lie among the candidates: radix select
 //        there, staged in shared memory;
