@@ -2,6 +2,9 @@
 // alone inside a CUDA graph (CUDA events, median of many), inputs rotated over >= 128 MB so that
 // small shapes do not sit in the 50 MB L2. Reports µs and effective GB/s of the score bytes read
 // (vs the 4.23 TB/s copy ceiling), validates the first result (chosen >= unchosen), writes --json PATH.
+// Long-row shapes also get a per-kernel breakdown (sample / filter / select, plain stream launches with
+// events between the kernels, PDL off, cluster path off) and --sweep times variants (PDL, filter work-item
+// size, persistent filter grid, cluster path) through TopkTuning.
 // Standalone (no megactx_core): nvcc -O3 -std=c++20 -arch=sm_90a -Isrc bench/cuda/bench_topk.cu
 //   src/backend/cuda/topk.cu.
 #include <algorithm>
@@ -71,14 +74,21 @@ int main(int argc, char** argv) {
     std::string json_path;
     int64_t k = 2048;
     int iters = 200;
+    bool sweep = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
         else if (!std::strcmp(argv[i], "--k") && i + 1 < argc) k = std::atoll(argv[++i]);
         else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+        else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     }
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout
     cudaDeviceProp prop{};
     BCK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = std::getenv("MEGACTX_COMMIT");
+    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT override those TopkTuning defaults for the whole run.
+    TopkTuning base;
+    if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
     const std::vector<Shape> shapes = {
         {"decode 64 x 1M", 64, 1 << 20, 0},    {"decode 1 x 1M", 1, 1 << 20, 0},
         {"decode 1 x 128K", 1, 1 << 17, 0},    {"decode 64 x 128K", 64, 1 << 17, 0},
@@ -114,6 +124,7 @@ int main(int argc, char** argv) {
         p.scratch_bytes = scratch;
         // Warm-up outside capture (sets smem attributes), then validate buffer 0.
         p.values = d_v;
+        topk_set_tuning(base);
         launch_topk(p, stream);
         BCK(cudaGetLastError());
         BCK(cudaStreamSynchronize(stream));
@@ -141,45 +152,110 @@ int main(int argc, char** argv) {
                 if (mn < mx) valid = false;
             }
         }
-        std::vector<cudaGraphExec_t> graphs(n_buf);
-        for (int64_t b = 0; b < n_buf; ++b) {
-            p.values = d_v + b * elems;
-            cudaGraph_t g;
-            BCK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-            launch_topk(p, stream);
-            BCK(cudaStreamEndCapture(stream, &g));
-            BCK(cudaGraphInstantiate(&graphs[b], g, 0));
-            BCK(cudaGraphDestroy(g));
+        // Median / min µs of launch_topk inside CUDA graphs (one per rotated buffer) under tuning tu.
+        auto time_graph = [&](const TopkTuning& tu, double& med_out, double& min_out) {
+            topk_set_tuning(tu);
+            std::vector<cudaGraphExec_t> graphs(n_buf);
+            for (int64_t b = 0; b < n_buf; ++b) {
+                p.values = d_v + b * elems;
+                launch_topk(p, stream);  // outside capture first
+                cudaGraph_t g;
+                BCK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+                launch_topk(p, stream);
+                BCK(cudaStreamEndCapture(stream, &g));
+                BCK(cudaGraphInstantiate(&graphs[b], g, 0));
+                BCK(cudaGraphDestroy(g));
+            }
+            for (int64_t i = 0; i < std::min<int64_t>(n_buf, 20); ++i) BCK(cudaGraphLaunch(graphs[i], stream));
+            std::vector<cudaEvent_t> ev(2 * iters);
+            for (auto& e : ev) BCK(cudaEventCreate(&e));
+            for (int i = 0; i < iters; ++i) {
+                BCK(cudaEventRecord(ev[2 * i], stream));
+                BCK(cudaGraphLaunch(graphs[i % n_buf], stream));
+                BCK(cudaEventRecord(ev[2 * i + 1], stream));
+            }
+            BCK(cudaStreamSynchronize(stream));
+            std::vector<float> t(iters);
+            for (int i = 0; i < iters; ++i) {
+                float ms = 0;
+                BCK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+                t[i] = ms * 1000.f;
+            }
+            std::sort(t.begin(), t.end());
+            med_out = t[iters / 2];
+            min_out = t[0];
+            for (auto& e : ev) BCK(cudaEventDestroy(e));
+            for (auto& g : graphs) BCK(cudaGraphExecDestroy(g));
+            topk_set_tuning(base);
+        };
+        double med = 0, mn = 0;
+        time_graph(base, med, mn);
+        BCK(cudaGetLastError());
+        // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.
+        std::string steps_json;
+        if (scratch) {
+            cudaEvent_t se[4];
+            for (auto& e : se) BCK(cudaEventCreate(&e));
+            TopkTuning tu = base;
+            tu.step_events = se;
+            topk_set_tuning(tu);
+            const int n_it = std::max(20, iters / 4);
+            std::vector<float> st[3];
+            for (int i = 0; i < n_it; ++i) {
+                p.values = d_v + (i % n_buf) * elems;
+                launch_topk(p, stream);
+                BCK(cudaStreamSynchronize(stream));
+                for (int j = 0; j < 3; ++j) {
+                    float ms = 0;
+                    BCK(cudaEventElapsedTime(&ms, se[j], se[j + 1]));
+                    st[j].push_back(ms * 1000.f);
+                }
+            }
+            topk_set_tuning(base);
+            double sm[3];
+            for (int j = 0; j < 3; ++j) {
+                std::sort(st[j].begin(), st[j].end());
+                sm[j] = st[j][n_it / 2];
+            }
+            std::printf("    steps (stream, no PDL): sample %.1f  filter %.1f (%.0f GB/s)  select %.1f us\n", sm[0],
+                        sm[1], double(bytes) / (sm[1] * 1e-6) / 1e9, sm[2]);
+            char b2[256];
+            std::snprintf(b2, sizeof b2, ", \"steps_us\": {\"sample\": %.2f, \"filter\": %.2f, \"select\": %.2f}",
+                          sm[0], sm[1], sm[2]);
+            steps_json = b2;
+            for (auto& e : se) BCK(cudaEventDestroy(e));
+            if (sweep && std::strncmp(s.name, "decode", 6) == 0) {
+                struct V {
+                    int pdl, chunk, cps, cluster, variant;
+                };
+                std::vector<V> vs = {{0, 0, 0, 0, 0}, {1, 0, 0, 1, 0}};
+                for (int variant : {0, 1})
+                    for (int chunk : {0, 2048, 4096, 8192, 16384})
+                        for (int cps : {0, 8}) vs.push_back({1, chunk, cps, 0, variant});
+                for (const V& x : vs) {
+                    TopkTuning v;
+                    v.pdl = x.pdl;
+                    v.filter_chunk = x.chunk;
+                    v.filter_ctas_per_sm = x.cps;
+                    v.cluster = x.cluster;
+                    v.filter_variant = x.variant;
+                    double vm = 0, vn = 0;
+                    time_graph(v, vm, vn);
+                    std::printf("    sweep pdl=%d chunk=%5d ctas/sm=%d cluster=%2d filter_variant=%d: %8.1f us (min %.1f)\n",
+                                x.pdl, x.chunk, x.cps, x.cluster, x.variant, vm, vn);
+                }
+            }
         }
-        for (int64_t i = 0; i < std::min<int64_t>(n_buf, 20); ++i) BCK(cudaGraphLaunch(graphs[i], stream));
-        std::vector<cudaEvent_t> ev(2 * iters);
-        for (auto& e : ev) BCK(cudaEventCreate(&e));
-        for (int i = 0; i < iters; ++i) {
-            BCK(cudaEventRecord(ev[2 * i], stream));
-            BCK(cudaGraphLaunch(graphs[i % n_buf], stream));
-            BCK(cudaEventRecord(ev[2 * i + 1], stream));
-        }
-        BCK(cudaStreamSynchronize(stream));
-        std::vector<float> us(iters);
-        for (int i = 0; i < iters; ++i) {
-            float ms = 0;
-            BCK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-            us[i] = ms * 1000.f;
-        }
-        std::sort(us.begin(), us.end());
-        const double med = us[iters / 2], mn = us[0];
         const double gbps = double(bytes) / (med * 1e-6) / 1e9;
         std::printf("%-28s %8lld %10lld %10.1f %9.1f %7.0f %s\n", s.name, (long long)s.n_rows, (long long)s.len, med,
                     mn, gbps, valid ? "ok" : "INVALID");
-        char buf[512];
+        char buf[768];
         std::snprintf(buf, sizeof buf,
                       "%s    {\"shape\": \"%s\", \"n_rows\": %lld, \"len\": %lld, \"k\": %lld, \"median_us\": %.2f, "
-                      "\"min_us\": %.2f, \"gb_per_s\": %.1f, \"frac_of_copy_bw\": %.3f, \"valid\": %s}",
+                      "\"min_us\": %.2f, \"gb_per_s\": %.1f, \"frac_of_copy_bw\": %.3f, \"valid\": %s%s}",
                       rows_json.empty() ? "" : ",\n", s.name, (long long)s.n_rows, (long long)s.len, (long long)k,
-                      med, mn, gbps, gbps / 4230.0, valid ? "true" : "false");
+                      med, mn, gbps, gbps / 4230.0, valid ? "true" : "false", steps_json.c_str());
         rows_json += buf;
-        for (auto& e : ev) BCK(cudaEventDestroy(e));
-        for (auto& g : graphs) BCK(cudaGraphExecDestroy(g));
         BCK(cudaFree(d_v));
         BCK(cudaFree(d_len));
         BCK(cudaFree(d_out));

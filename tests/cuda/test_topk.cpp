@@ -19,7 +19,9 @@ namespace {
 using megactx::cuda::launch_topk;
 using megactx::cuda::topk_scratch_bytes;
 using megactx::cuda::topk_supported;
+using megactx::cuda::topk_set_tuning;
 using megactx::cuda::TopkParams;
+using megactx::cuda::TopkTuning;
 
 #define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
@@ -264,6 +266,92 @@ TEST_F(Topk, SampleMissesOrOverestimates) {
 TEST_F(Topk, InsideCudaGraph) {  // both paths captured and replayed
     check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 91), 2048, true, true);
     check_batch(distinct_batch({5000, 30000, 1000}, 30000, 92), 2048, true, true);
+}
+
+// Decode shapes: one long row (the filter spreads it over 1K-element work items), just above the short limit.
+TEST_F(Topk, SingleLongRow) {
+    check_batch(distinct_batch({131072}, 131072, 101), 2048, true);
+    check_batch(distinct_batch({131072 - 5}, 131072, 102), 2048, true);
+    check_batch(distinct_batch({40000}, 40000, 103), 2048, true);
+    check_batch(distinct_batch({32769}, 32772, 104), 2048, true);
+}
+
+// Rows of 32K..128K in small batches, on the opt-in cluster path (one CTA cluster per row) and on the
+// default three-kernel path: ties, zeros, graphs, mixed lengths.
+TEST_F(Topk, ClusterPathTiesAndGraph) {
+    for (int cl : {1, 0}) {
+        TopkTuning t;
+        t.cluster = cl;
+        topk_set_tuning(t);
+        check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
+        check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
+        check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);          // all equal
+        check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
+        check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
+        for (int64_t k : {1, 100, 16384})
+            check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
+        topk_set_tuning(TopkTuning{});
+        if (HasFatalFailure()) return;
+    }
+}
+
+// The sample -> filter -> select path on small inputs (racecheck-sized): scalar and 16-B filter loads.
+TEST_F(Topk, ThreeKernelPathSmall) {
+    for (int fv : {0, 1}) {
+        TopkTuning t;
+        t.cluster = 0;
+        t.filter_variant = fv;
+        topk_set_tuning(t);
+        check_batch(distinct_batch({65539, 40000, 3}, 65539, 141), 2048, true);
+        check_batch(distinct_batch({40000, 33001}, 40000, 142), 2048, true);
+        check_batch(tied_batch({40000, 36000}, 40000, 143, 3, 0.99f), 2048, false);
+        check_batch(distinct_batch({40000, 40000}, 40000, 144 + fv), 2048, true, true);
+        topk_set_tuning(TopkTuning{});
+        if (HasFatalFailure()) return;
+    }
+}
+
+// Key-range extremes for the range-relative radix: ±inf, ±FLT_MAX, denormals, ±0 (span up to 2^32 - 1).
+TEST_F(Topk, ExtremeValues) {
+    for (int64_t stride : {int64_t{9000}, int64_t{200000}}) {
+        Batch b = distinct_batch({static_cast<int>(stride), 5000}, stride, 111);
+        std::mt19937 rng(112);
+        const float specials[] = {INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1e-40f, 0.f, -0.f};
+        for (int64_t r = 0; r < b.n_rows; ++r)
+            for (int i = 0; i < b.lengths[r]; i += 3) b.values[r * stride + i] = specials[rng() % 9];
+        check_batch(b, 2048, false);
+        check_batch(b, 1, false);
+    }
+}
+
+// Every filter variant the benchmark sweeps (PDL off/on, work-item sizes, persistent grid) is exact.
+TEST_F(Topk, TuningVariantsLong) {
+    const Batch b = distinct_batch({1 << 20, 131072, 70001, 5}, 1 << 20, 121);
+    const Batch tied = tied_batch({1 << 20, 131072}, 1 << 20, 122, 3, 0.999f);
+    const Batch mid = distinct_batch({131072, 131000, 40000, 2500}, 131072, 123);
+    for (int cl : {0, 1}) {  // medium rows: cluster path forced on and off
+        TopkTuning t;
+        t.cluster = cl;
+        topk_set_tuning(t);
+        check_batch(mid, 2048, true);
+        check_batch(distinct_batch({131072}, 131072, 124), 2048, true);
+        topk_set_tuning(TopkTuning{});
+        if (HasFatalFailure()) return;
+    }
+    for (int pdl : {0, 1})
+        for (int chunk : {0, 1024, 4096, 32768})
+            for (int cps : {0, 1, 8}) {
+                TopkTuning t;
+                t.pdl = pdl;
+                t.filter_chunk = chunk;
+                t.filter_ctas_per_sm = cps;
+                t.filter_variant = (chunk / 1024 + cps) & 1;  // both filter bodies over the grid shapes
+                topk_set_tuning(t);
+                check_batch(b, 2048, true, pdl == 1 && cps == 8);
+                check_batch(tied, 2048, false);
+                topk_set_tuning(TopkTuning{});
+                if (HasFatalFailure()) return;
+            }
 }
 
 }  // namespace

@@ -5,25 +5,43 @@
 // Reference: std::nth_element on the row (tests/cuda/test_topk.cpp).
 //
 // Floats become order-preserving uint32 keys (flip all bits of negatives, set the sign bit of the rest),
-// and one CTA finds the exact k-th key by radix select: digits of 11, 11 and 10 bits, each a shared-memory
-// histogram over the items whose higher digits match, then a block scan from the top bin. Emission writes
-// every item with key > T and the first (k - count_gt) items with key == T.
+// and one CTA finds the exact k-th key by radix select over the key RANGE of its items: d = key - min,
+// digits of up to 11 bits from the top bit of (max - min) down. Range-relative digits matter: the top
+// 11 bits of a float key are sign, exponent and 2 mantissa bits, so e.g. the candidates of a normal row
+// (all in [2.9, 5.5]) fall in 2-3 absolute bins and the shared-memory histogram atomics serialize.
+// Emission writes every item with key > T and the first (k - count_gt) items with key == T, with
+// warp-aggregated slot allocation (one shared atomic per warp, not per item).
 //
 // Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory.
 // Long rows: reading a 1M row 4 times from HBM would cost 4x the bandwidth floor, so:
-//   1. sample kernel (CTA per row): 8192 strided samples -> an estimated threshold T_est, chosen so that
-//      about 2k row items are expected to be >= T_est;
-//   2. filter kernel (4K..16K-element chunks, many CTAs per row): one streaming pass, appends (key, index)
-//      of every item > T_est to a per-row candidate buffer and the indices of up to k items == T_est to a
-//      tie buffer (warp-aggregated atomics);
+//   1. sample kernel (CTA per row): 8192 samples (groups of 4 neighbours at 2048 strided positions) -> an
+//      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a 2-level
+//      radix on the sample: bin floor);
+//   2. filter kernel (1K..16K-element work items, many CTAs per row): one streaming pass with 16-B loads;
+//      items > T_est gather in shared memory (one shared atomic per warp) and reach the per-row candidate
+//      buffer with ONE global atomic per work item (H200, 64 x 1M with 4K work items: per-warp global
+//      atomics 293 us, this 199 us); up to k indices of items == T_est go to a tie buffer (warp-aggregated,
+//      stops once k are counted); a warp skips a batch with no item >= T_est. The pass still streams at only
+//      ~1.5 TB/s, and worse with longer work items (16K: 311 us). Suspect: code size — this kernel's 16-B
+//      body is 88 KB of SASS (8 unrolled slots x 4 inlined appends), so executing all 8 slots (work items
+//      >= 8K) thrashes the instruction cache; filter_variant = 1 (mask, then a compact append loop) is the
+//      candidate fix, not yet measured;
 //   3. select kernel (CTA per row): with c items > T_est and e items == T_est:
 //      k <= c <= capacity: the k-th value is > T_est, so the top k lie among the candidates: radix select
 //        there, staged in shared memory;
 //      c < k <= c + e: the k-th value is T_est itself (e.g. ReLU zeros): all candidates + k - c ties;
 //      otherwise (a sample that misrepresents the row): the exact radix select over the whole row from
 //      global memory by this one CTA (correct, slower).
+//   Opt-in (TopkTuning::cluster): rows of 32K..128K run one CTA cluster (<= 8 CTAs of 16K keys) per row, the
+//   exact radix select over distributed shared memory in a single kernel. Off by default: measured slower
+//   on the H200 (1 x 128K 24.4 vs 22.7 us, 64 x 128K 112 vs 57 us) — the per-level cluster barriers and
+//   the shared-histogram atomics (absolute digits) cost more than the three-kernel chain.
+//   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
+//   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
+//   filter drains; no launch gap between them.
 #include "backend/cuda/topk.h"
 
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 namespace megactx::cuda {
@@ -31,13 +49,24 @@ namespace {
 
 constexpr int64_t kShortMaxStride = 32768;  // rows up to this stride run one CTA each in shared memory
 constexpr int kShortThreads = 512;
-constexpr int kSampleThreads = 512;
+constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = 8192;
 constexpr int kFilterThreads = 256;
-constexpr int kFilterChunkMax = 16384;       // elements per filter CTA: 16K, fewer when the batch is small
-constexpr int kFilterChunkMin = 4096;
+constexpr int kFilterUnroll = 8;             // float4 loads in flight per thread
+// Elements per filter work item: 4K, fewer when the batch is small. Measured on the H200 (b935d1e, 64 x 1M
+// normal, whole call): 2K 214 us, 4K 199 us, 8K 291 us, 16K 311 us — longer work items stream worse.
+constexpr int kFilterChunkMax = 4096;
+constexpr int kFilterChunkMin = 1024;
 constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;             // candidates staged in shared memory (8 B each)
+constexpr int kLocalCap = 2048;              // candidates a filter CTA gathers in shared memory per work item
+constexpr int kCountStride = 32;             // per-row counters 128 B apart (different L2 lines/slices)
+constexpr int kClusterThreads = 1024;
+constexpr int kClusterSliceMax = 16384;      // row elements per CTA of a cluster (64 KB of keys)
+constexpr int kClusterMax = 8;               // portable cluster size: rows up to 8 x 16K = 128K
+constexpr int kClusterAutoRows = 16;         // auto: cluster path up to this many rows (about one wave)
+
+TopkTuning g_tuning;
 
 __device__ __forceinline__ uint32_t float_key(float f) {
     uint32_t u = __float_as_uint(f);
@@ -45,10 +74,16 @@ __device__ __forceinline__ uint32_t float_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// Programmatic dependent launch (no-ops when the kernel was launched without the attribute).
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 template <int NT>
 struct SelectSmem {
     int hist[2048];
     typename cub::BlockScan<int, NT>::TempStorage scan;
+    uint32_t red_lo[NT / 32], red_hi[NT / 32];
+    uint32_t lo, hi;
     int digit;
     int above;
     int n_gt;
@@ -78,56 +113,136 @@ struct Threshold {
     int n_eq;      // how many items equal to key belong to the top k (>= 1)
 };
 
-// The exact k-th largest key among n items (1 <= k <= n). All NT threads of the CTA call it.
+// Min and max key of the n items (all threads get them).
 template <int NT, class L>
-__device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& sm) {
+__device__ void key_range(const L& ld, int n, SelectSmem<NT>& sm, uint32_t& lo_out, uint32_t& hi_out) {
+    uint32_t lo = 0xffffffffu, hi = 0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NT) {
+        const uint32_t key = ld.key(i);
+        lo = min(lo, key);
+        hi = max(hi, key);
+    }
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        sm.red_lo[warp] = lo;
+        sm.red_hi[warp] = hi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        lo = lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu;
+        hi = lane < NT / 32 ? sm.red_hi[lane] : 0u;
+        lo = __reduce_min_sync(0xffffffffu, lo);
+        hi = __reduce_max_sync(0xffffffffu, hi);
+        if (lane == 0) {
+            sm.lo = lo;
+            sm.hi = hi;
+        }
+    }
+    __syncthreads();
+    lo_out = sm.lo;
+    hi_out = sm.hi;
+}
+
+// The exact k-th largest key among n items (1 <= k <= n). All NT threads of the CTA call it.
+// approx: stop after two digit levels once at most 10 bits remain and return the floor of the bin
+// (a key <= the k-th largest; n_eq then meaningless) — for the sample's estimate.
+// kRange = false: absolute digits (11, 11, 10 bits) without the min/max pass — cheaper where the items
+// spread over many binades (whole rows in the short path).
+template <int NT, class L, bool kRange = true>
+__device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& sm, bool approx = false) {
+    uint32_t base = 0, top = 0xffffffffu;
+    if constexpr (kRange) key_range<NT>(ld, n, sm, base, top);
+    const uint32_t span = top - base;
+    int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;  // bits of d = key - base still undecided
     uint32_t prefix = 0;
     int kk = k;
+    int level = 0;
 #pragma unroll 1
-    for (int level = 0; level < 3; ++level) {
-        // Digits: bits 31..21, 20..10, 9..0.
-        const int shift = level == 0 ? 21 : (level == 1 ? 10 : 0);
-        const int nb = level == 2 ? 1024 : 2048;
-        const int hi_shift = shift + (level == 2 ? 10 : 11);  // items must match the prefix above the digit
+    while (rem > 0 && !(approx && level >= 2 && rem <= 10)) {
+        const int w = rem < 11 ? rem : 11;
+        const int shift = rem - w;
+        const int nb = 1 << w;
         for (int b = threadIdx.x; b < nb; b += NT) sm.hist[b] = 0;
         __syncthreads();
         if (level == 0) {
 #pragma unroll 8
-            for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&sm.hist[ld.key(i) >> 21], 1);
+            for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&sm.hist[(ld.key(i) - base) >> shift], 1);
         } else {
 #pragma unroll 8
             for (int i = threadIdx.x; i < n; i += NT) {
-                const uint32_t key = ld.key(i);
-                if ((key >> hi_shift) == prefix) atomicAdd(&sm.hist[(key >> shift) & (nb - 1)], 1);
+                const uint32_t d = ld.key(i) - base;
+                if ((static_cast<uint64_t>(d) >> rem) == prefix) atomicAdd(&sm.hist[(d >> shift) & (nb - 1)], 1);
             }
         }
         __syncthreads();
         // Thread t owns `per` bins going down from nb-1-t*per; an exclusive scan gives the count above them.
-        const int per = nb / NT;
-        const int top = nb - 1 - static_cast<int>(threadIdx.x) * per;
+        const int per = (nb + NT - 1) / NT;
+        const int tb = nb - 1 - static_cast<int>(threadIdx.x) * per;
         int local = 0;
-        for (int j = 0; j < per; ++j) local += sm.hist[top - j];
+        for (int j = 0; j < per; ++j)
+            if (tb - j >= 0) local += sm.hist[tb - j];
         int acc = 0;
         cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(local, acc);
         for (int j = 0; j < per; ++j) {
-            const int h = sm.hist[top - j];
+            if (tb - j < 0) break;
+            const int h = sm.hist[tb - j];
             if (acc < kk && acc + h >= kk) {
-                sm.digit = top - j;
+                sm.digit = tb - j;
                 sm.above = acc;
             }
             acc += h;
         }
         __syncthreads();
-        prefix = (prefix << (level == 2 ? 10 : 11)) | static_cast<uint32_t>(sm.digit);
+        prefix = (prefix << w) | static_cast<uint32_t>(sm.digit);
         kk -= sm.above;
+        rem = shift;
+        ++level;
         __syncthreads();  // sm.digit/above are rewritten by the next level
     }
-    return {prefix, kk};
+    const uint32_t low = rem >= 32 ? 0u : (prefix << rem);
+    return {base + low, kk};
+}
+
+// Warp-aggregated slot allocation: returns this lane's slot (base + rank among the warp's set lanes).
+// All 32 lanes call it.
+__device__ __forceinline__ int warp_slot(bool pred, int* counter) {
+    const unsigned ballot = __ballot_sync(0xffffffffu, pred);
+    if (ballot == 0) return 0;
+    const int lane = threadIdx.x & 31;
+    const int leader = __ffs(ballot) - 1;
+    int base = 0;
+    if (lane == leader) base = atomicAdd(counter, __popc(ballot));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    return base + __popc(ballot & ((1u << lane) - 1u));
 }
 
 // Writes the indices of the top k (threshold t) to out[0, k).
 template <int NT, class L>
 __device__ void emit_topk(const L& ld, int n, int k, Threshold t, int32_t* out, SelectSmem<NT>& sm) {
+    if (threadIdx.x == 0) {
+        sm.n_gt = 0;
+        sm.n_eq = 0;
+    }
+    __syncthreads();
+    const int eq_base = k - t.n_eq;
+    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps take part in the ballots
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const bool ok = i < n;
+        const uint32_t key = ok ? ld.key(i) : 0u;
+        const bool gt = ok && key > t.key, eq = ok && key == t.key;
+        const int sg = warp_slot(gt, &sm.n_gt);
+        const int se = warp_slot(eq, &sm.n_eq);
+        if (gt) out[sg] = ld.idx(i);
+        if (eq && se < t.n_eq) out[eq_base + se] = ld.idx(i);
+    }
+}
+
+// Per-item shared atomics (no ballots): cheaper when most items are not emitted (short rows).
+template <int NT, class L>
+__device__ void emit_topk_atomic(const L& ld, int n, int k, Threshold t, int32_t* out, SelectSmem<NT>& sm) {
     if (threadIdx.x == 0) {
         sm.n_gt = 0;
         sm.n_eq = 0;
@@ -152,25 +267,121 @@ __device__ void write_all_padded(int len, int k, int32_t* out) {
 }
 
 // ---- short rows: one CTA per row, keys staged in shared memory ----
-__global__ void __launch_bounds__(kShortThreads) topk_short_kernel(const float* __restrict__ values,
-                                                                  const int32_t* __restrict__ lengths,
-                                                                  int64_t row_stride, int k,
-                                                                  int32_t* __restrict__ out_idx) {
-    __shared__ SelectSmem<kShortThreads> sm;
+template <int NT>
+__global__ void __launch_bounds__(NT) topk_short_kernel(const float* __restrict__ values,
+                                                       const int32_t* __restrict__ lengths, int64_t row_stride,
+                                                       int k, int32_t* __restrict__ out_idx) {
+    __shared__ SelectSmem<NT> sm;
     extern __shared__ uint32_t keys[];  // [row_stride]
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
     int32_t* out = out_idx + r * k;
     if (len <= k) {
-        write_all_padded<kShortThreads>(len, k, out);
+        write_all_padded<NT>(len, k, out);
         return;
     }
     const float* row = values + r * row_stride;
-    for (int i = threadIdx.x; i < len; i += kShortThreads) keys[i] = float_key(__ldg(row + i));
+#pragma unroll 4
+    for (int i = threadIdx.x; i < len; i += NT) keys[i] = float_key(__ldg(row + i));
     __syncthreads();
     const KeysLoader ld{keys};
-    const Threshold t = find_threshold<kShortThreads>(ld, len, k, sm);
-    emit_topk<kShortThreads>(ld, len, k, t, out, sm);
+    const Threshold t = find_threshold<NT, KeysLoader, false>(ld, len, k, sm);
+    emit_topk_atomic<NT>(ld, len, k, t, out, sm);
+}
+
+
+// ---- medium rows of small batches (decode): a cluster of CS CTAs per row, one kernel ----
+// CTA q of the cluster stages keys of row elements [q*slice, (q+1)*slice) in shared memory; each radix
+// level builds a local histogram, every CTA sums the CS histograms over distributed shared memory and
+// scans the merged one (all reach the same digit); emission allocates output slots with warp-aggregated
+// atomics on CTA 0's counters. No sample, no candidate buffer, no HBM traffic beyond one read of the row.
+__global__ void __launch_bounds__(kClusterThreads, 1) topk_cluster_kernel(const float* __restrict__ values,
+                                                                        const int32_t* __restrict__ lengths,
+                                                                        int64_t row_stride, int k, int slice,
+                                                                        int32_t* __restrict__ out_idx) {
+    namespace cg = cooperative_groups;
+    constexpr int NT = kClusterThreads;
+    __shared__ SelectSmem<NT> sm;
+    __shared__ int merged[2048];
+    extern __shared__ uint32_t keys[];  // [slice]
+    cg::cluster_group cluster = cg::this_cluster();
+    const int cs = static_cast<int>(cluster.num_blocks());
+    const int q = static_cast<int>(cluster.block_rank());
+    const int64_t r = blockIdx.x / cs;
+    const int len = lengths[r];
+    int32_t* out = out_idx + r * k;
+    if (len <= k) {  // the same for the whole cluster: all return
+        if (q == 0) write_all_padded<NT>(len, k, out);
+        return;
+    }
+    if (threadIdx.x == 0) {
+        sm.n_gt = 0;
+        sm.n_eq = 0;
+    }
+    const int begin = q * slice;
+    const int n = max(0, min(len - begin, slice));
+    const float* row = values + r * row_stride + begin;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NT) keys[i] = float_key(__ldg(row + i));
+    uint32_t prefix = 0;
+    int kk = k;
+    int rem = 32;
+#pragma unroll 1
+    for (int level = 0; level < 3; ++level) {
+        const int w = level == 2 ? 10 : 11;
+        const int shift = rem - w;
+        const int nb = 1 << w;
+        for (int b = threadIdx.x; b < 2048; b += NT) sm.hist[b] = 0;
+        __syncthreads();
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n; i += NT) {
+            const uint32_t key = keys[i];
+            if (level == 0 || (key >> rem) == prefix) atomicAdd(&sm.hist[(key >> shift) & (nb - 1)], 1);
+        }
+        cluster.sync();  // every CTA's histogram complete (and, at level 0, CTA 0's counters zeroed)
+        for (int b = threadIdx.x; b < nb; b += NT) {
+            int sum = 0;
+            for (int c = 0; c < cs; ++c) sum += cluster.map_shared_rank(sm.hist, c)[b];
+            merged[b] = sum;
+        }
+        __syncthreads();
+        const int per = (nb + NT - 1) / NT;
+        const int tb = nb - 1 - static_cast<int>(threadIdx.x) * per;
+        int local = 0;
+        for (int j = 0; j < per; ++j)
+            if (tb - j >= 0) local += merged[tb - j];
+        int acc = 0;
+        cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(local, acc);
+        for (int j = 0; j < per; ++j) {
+            if (tb - j < 0) break;
+            const int h = merged[tb - j];
+            if (acc < kk && acc + h >= kk) {
+                sm.digit = tb - j;
+                sm.above = acc;
+            }
+            acc += h;
+        }
+        cluster.sync();  // remote histograms read before anyone clears them; sm.digit visible
+        prefix = (prefix << w) | static_cast<uint32_t>(sm.digit);
+        kk -= sm.above;
+        rem = shift;
+        __syncthreads();  // sm.digit/above are rewritten by the next level
+    }
+    const uint32_t tkey = prefix;  // the k-th largest key of the row; kk of its copies belong to the top k
+    int* n_gt = cluster.map_shared_rank(&sm.n_gt, 0);
+    int* n_eq = cluster.map_shared_rank(&sm.n_eq, 0);
+    const int eq_base = k - kk;
+    for (int i0 = 0; i0 < n; i0 += NT) {
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const bool ok = i < n;
+        const uint32_t key = ok ? keys[i] : 0u;
+        const bool gt = ok && key > tkey, eq = ok && key == tkey;
+        const int sg = warp_slot(gt, n_gt);
+        const int se = warp_slot(eq, n_eq);
+        if (gt) out[sg] = begin + i;
+        if (eq && se < kk) out[eq_base + se] = begin + i;
+    }
+    cluster.sync();  // CTA 0's counters stay alive until every CTA has allocated
 }
 
 // ---- long rows, step 1: estimated threshold from a strided sample ----
@@ -179,13 +390,14 @@ __global__ void __launch_bounds__(kSampleThreads) topk_sample_kernel(const float
                                                                     int64_t row_stride, int k,
                                                                     uint32_t* __restrict__ t_est,
                                                                     int* __restrict__ cand_count) {
+    pdl_trigger();  // the filter grid may become resident now (it waits for this grid's results)
     __shared__ SelectSmem<kSampleThreads> sm;
     __shared__ uint32_t keys[kSampleSize];
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
     if (threadIdx.x == 0) {
-        cand_count[2 * r] = 0;
-        cand_count[2 * r + 1] = 0;
+        cand_count[kCountStride * r] = 0;
+        cand_count[kCountStride * r + 1] = 0;
     }
     if (len <= k) return;
     const float* row = values + r * row_stride;
@@ -202,7 +414,9 @@ __global__ void __launch_bounds__(kSampleThreads) topk_sample_kernel(const float
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
         const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        v[u] = j < s ? __ldg(row + static_cast<int64_t>(j) * len / s) : 0.f;
+        // Groups of 4 neighbours at s/4 strided positions: 4x fewer DRAM sectors than 1-element gathers.
+        const int64_t pos = s < len ? static_cast<int64_t>(j >> 2) * (len - 3) / (s >> 2) + (j & 3) : j;
+        v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
@@ -210,15 +424,17 @@ __global__ void __launch_bounds__(kSampleThreads) topk_sample_kernel(const float
         if (j < s) keys[j] = float_key(v[u]);
     }
     __syncthreads();
-    const Threshold t = find_threshold<kSampleThreads>(KeysLoader{keys}, s, m, sm);
+    // Absolute digits (no min/max pass): 2 levels give the threshold to 2^10 keys, plenty for an estimate.
+    const Threshold t = find_threshold<kSampleThreads, KeysLoader, false>(KeysLoader{keys}, s, m, sm, s < len);
     if (threadIdx.x == 0) t_est[r] = t.key;
 }
 
-// Appends (key, idx) for lanes with pred set; called by all 32 lanes of a warp.
-__device__ __forceinline__ void warp_append(bool pred, uint32_t key, int32_t idx, int* count, uint32_t* keys,
-                                            int32_t* ids, int cap) {
+// Appends (key, idx) for lanes with pred set; called by all 32 lanes of a warp. Returns the counter's
+// value after this warp's items (0 when none), warp-uniform.
+__device__ __forceinline__ int warp_append(bool pred, uint32_t key, int32_t idx, int* count, uint32_t* keys,
+                                           int32_t* ids, int cap) {
     const unsigned ballot = __ballot_sync(0xffffffffu, pred);
-    if (ballot == 0) return;
+    if (ballot == 0) return 0;
     const int lane = threadIdx.x & 31;
     const int leader = __ffs(ballot) - 1;
     int base = 0;
@@ -231,80 +447,176 @@ __device__ __forceinline__ void warp_append(bool pred, uint32_t key, int32_t idx
             ids[pos] = idx;
         }
     }
+    return base + __popc(ballot);
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // ---- long rows, step 2: one streaming pass, candidates >= T_est into a compact buffer ----
-template <bool kVec>
-__global__ void __launch_bounds__(kFilterThreads) topk_filter_kernel(
+// Work item w: row w / chunks_per_row, elements [c * chunk, (c + 1) * chunk) with c = w % chunks_per_row.
+// kMask (opt-in, TopkTuning::filter_variant = 1, not yet measured): the unrolled part only builds a per-thread
+// bit mask of the batch's items >= T_est; a compact loop then appends one flagged item per lane per step,
+// re-reading its value. Keeps the hot code small (the inlined append path per slot is ~32 copies).
+template <bool kVec, bool kMask>
+__global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
     const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
     const uint32_t* __restrict__ t_est, int* __restrict__ cand_count, uint32_t* __restrict__ cand_keys,
-    int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx, int cap, int chunk) {
-    const int64_t r = blockIdx.x;
-    const int len = lengths[r];
-    if (len <= k) return;
-    const int begin = static_cast<int>(blockIdx.y) * chunk;  // chunk: a multiple of 4
-    if (begin >= len) return;
-    const int end = len - begin < chunk ? len : begin + chunk;
-    const uint32_t thr = t_est[r];
-    const float* row = values + r * row_stride;
-    int* count = cand_count + 2 * r;  // [0]: items > T_est, [1]: items == T_est
-    uint32_t* keys = cand_keys + r * cap;
-    int32_t* ids = cand_idx + r * cap;
-    int32_t* eq_ids = eq_idx + r * k;
-    // Items > T_est go to the candidate buffer; items == T_est only need indices, at most k of them.
-    auto append = [&](bool ok, uint32_t key, int32_t i) {
-        warp_append(ok && key > thr, key, i, count, keys, ids, cap);
-        warp_append(ok && key == thr, key, i, count + 1, nullptr, eq_ids, k);
-    };
-    if constexpr (kVec) {
-        const float4* row4 = reinterpret_cast<const float4*>(row);
-        const int b4 = begin >> 2, e4 = end >> 2;
-        constexpr int kUnroll = 4;
-        for (int i0 = b4; i0 < e4; i0 += kFilterThreads * kUnroll) {
-            float4 v[kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
-                v[u] = i < e4 ? __ldcs(row4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
-                const bool ok = i < e4;
-                const uint32_t k0 = float_key(v[u].x), k1 = float_key(v[u].y), k2 = float_key(v[u].z),
-                               k3 = float_key(v[u].w);
-                const bool any = ok && (k0 >= thr || k1 >= thr || k2 >= thr || k3 >= thr);
-                if (!__any_sync(0xffffffffu, any)) continue;
-                append(ok, k0, 4 * i + 0);
-                append(ok, k1, 4 * i + 1);
-                append(ok, k2, 4 * i + 2);
-                append(ok, k3, 4 * i + 3);
-            }
-        }
-        // Tail of the row (len % 4 items), in the chunk that holds the row's end.
-        if (end == len && (len & 3) != 0 && threadIdx.x < 32) {
-            const int i = (e4 << 2) + static_cast<int>(threadIdx.x);
-            const bool ok = i < len;
-            const uint32_t key = ok ? float_key(row[i]) : 0u;
-            append(ok, key, i);
-        }
-    } else {
-        constexpr int kUnroll = 8;
-        for (int i0 = begin; i0 < end; i0 += kFilterThreads * kUnroll) {
-            float v[kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
-                v[u] = i < end ? __ldcs(row + i) : 0.f;
-            }
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
-                const uint32_t key = float_key(v[u]);
-                append(i < end, key, i);
-            }
-        }
+    int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx, int cap, int chunk, int chunks_per_row,
+    int n_work) {
+    // Before waiting for the sample grid: pull the start of the first work item towards L2.
+    if (static_cast<int>(blockIdx.x) < n_work) {
+        const int64_t r = blockIdx.x / chunks_per_row;
+        const int begin = static_cast<int>(blockIdx.x % chunks_per_row) * chunk;
+        const int len = lengths[r];
+        const int pre = chunk < kFilterThreads * 32 ? chunk : kFilterThreads * 32;  // <= one 128-B line per thread
+        const int i = begin + static_cast<int>(threadIdx.x) * 32;
+        if (len > k && i < len && i < begin + pre) prefetch_l2(values + r * row_stride + i);
     }
+    __shared__ uint32_t s_keys[kLocalCap];
+    __shared__ int32_t s_ids[kLocalCap];
+    __shared__ int s_n, s_base;
+    pdl_wait();
+#pragma unroll 1
+    for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
+        const int64_t r = w / chunks_per_row;
+        const int len = lengths[r];
+        if (len <= k) continue;
+        const int begin = (w % chunks_per_row) * chunk;  // chunk: a multiple of 1024
+        if (begin >= len) continue;
+        const int end = len - begin < chunk ? len : begin + chunk;
+        const uint32_t thr = t_est[r];
+        const float* row = values + r * row_stride;
+        int* count = cand_count + kCountStride * r;  // [0]: items > T_est, [1]: items == T_est
+        uint32_t* keys = cand_keys + r * cap;
+        int32_t* ids = cand_idx + r * cap;
+        int32_t* eq_ids = eq_idx + r * k;
+        // Items > T_est gather in shared memory (a shared atomic per warp) and go out with one global atomic
+        // per work item; past kLocalCap they append to the global buffer directly (per warp). Items == T_est
+        // only need indices, at most k of them: once a warp sees k counted it stops appending ties (select
+        // only needs count[1] >= k then; keeps a row of ReLU zeros from costing an atomic per warp per item).
+        bool eq_full = false;  // warp-uniform
+        if (threadIdx.x == 0) s_n = 0;
+        __syncthreads();
+        auto append = [&](bool ok, uint32_t key, int32_t i) {
+            const bool gt = ok && key > thr;
+            const unsigned ballot = __ballot_sync(0xffffffffu, gt);
+            if (ballot != 0) {
+                const int lane = threadIdx.x & 31;
+                const int leader = __ffs(ballot) - 1;
+                int b = 0;
+                if (lane == leader) b = atomicAdd(&s_n, __popc(ballot));
+                b = __shfl_sync(0xffffffffu, b, leader);
+                const int pos = b + __popc(ballot & ((1u << lane) - 1u));
+                if (gt && pos < kLocalCap) {
+                    s_keys[pos] = key;
+                    s_ids[pos] = i;
+                }
+                if (b + __popc(ballot) > kLocalCap) warp_append(gt && pos >= kLocalCap, key, i, count, keys, ids, cap);
+            }
+            if (!eq_full) eq_full = warp_append(ok && key == thr, key, i, count + 1, nullptr, eq_ids, k) >= k;
+        };
+        if constexpr (kVec) {
+            const float4* row4 = reinterpret_cast<const float4*>(row);
+            const int b4 = begin >> 2, e4 = end >> 2;
+#pragma unroll 1
+            for (int i0 = b4; i0 < e4; i0 += kFilterThreads * kFilterUnroll) {
+                float4 v[kFilterUnroll];
+#pragma unroll
+                for (int u = 0; u < kFilterUnroll; ++u) {
+                    const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
+                    v[u] = i < e4 ? __ldcs(row4 + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+                }
+                if constexpr (kMask) {
+                    // Bit 4u+e: element e of slot u is > T_est, or == T_est while ties are still wanted.
+                    static_assert(kFilterUnroll * 4 <= 32, "mask bits");
+                    uint32_t mask = 0;
+#pragma unroll
+                    for (int u = 0; u < kFilterUnroll; ++u) {
+                        const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
+                        if (i < e4) {
+                            const uint32_t kx[4] = {float_key(v[u].x), float_key(v[u].y), float_key(v[u].z),
+                                                    float_key(v[u].w)};
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                if (kx[e] > thr || (kx[e] == thr && !eq_full)) mask |= 1u << (4 * u + e);
+                        }
+                    }
+                    while (__any_sync(0xffffffffu, mask != 0)) {
+                        const int b = mask ? __ffs(mask) - 1 : -1;
+                        mask &= mask - 1;
+                        int32_t idx = 0;
+                        uint32_t key = 0;
+                        if (b >= 0) {
+                            const int i = i0 + (b >> 2) * kFilterThreads + static_cast<int>(threadIdx.x);
+                            idx = 4 * i + (b & 3);
+                            key = float_key(row[idx]);
+                        }
+                        append(b >= 0, key, idx);
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < kFilterUnroll; ++u) {
+                        if (i0 + u * kFilterThreads >= e4) break;  // uniform
+                        const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
+                        const bool ok = i < e4;
+                        const uint32_t k0 = float_key(v[u].x), k1 = float_key(v[u].y), k2 = float_key(v[u].z),
+                                       k3 = float_key(v[u].w);
+                        const bool any = ok && max(max(k0, k1), max(k2, k3)) >= thr;
+                        if (!__any_sync(0xffffffffu, any)) continue;
+                        append(ok, k0, 4 * i + 0);
+                        append(ok, k1, 4 * i + 1);
+                        append(ok, k2, 4 * i + 2);
+                        append(ok, k3, 4 * i + 3);
+                    }
+                }
+            }
+            // Tail of the row (len % 4 items), in the work item that holds the row's end.
+            if (end == len && (len & 3) != 0 && threadIdx.x < 32) {
+                const int i = (e4 << 2) + static_cast<int>(threadIdx.x);
+                const bool ok = i < len;
+                const uint32_t key = ok ? float_key(row[i]) : 0u;
+                append(ok, key, i);
+            }
+        } else {
+            constexpr int kUnroll = 8;
+#pragma unroll 1
+            for (int i0 = begin; i0 < end; i0 += kFilterThreads * kUnroll) {
+                float v[kUnroll];
+#pragma unroll
+                for (int u = 0; u < kUnroll; ++u) {
+                    const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
+                    v[u] = i < end ? __ldcs(row + i) : 0.f;
+                }
+#pragma unroll
+                for (int u = 0; u < kUnroll; ++u) {
+                    const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
+                    const uint32_t key = float_key(v[u]);
+                    const bool ok = i < end;
+                    if (!__any_sync(0xffffffffu, ok && key >= thr)) continue;
+                    append(ok, key, i);
+                }
+            }
+        }
+        // Flush the work item's gathered candidates: one global atomic reserves their slots.
+        __syncthreads();
+        const int n_local = min(s_n, kLocalCap);
+        if (n_local > 0) {
+            if (threadIdx.x == 0) s_base = atomicAdd(count, n_local);
+            __syncthreads();
+            const int gb = s_base;
+            for (int j = threadIdx.x; j < n_local; j += kFilterThreads) {
+                const int pos = gb + j;
+                if (pos < cap) {
+                    keys[pos] = s_keys[j];
+                    ids[pos] = s_ids[j];
+                }
+            }
+        }
+        __syncthreads();  // s_n, s_keys are reused by the next work item
+    }
+    pdl_trigger();  // the select grid may become resident as this grid drains
 }
 
 // ---- long rows, step 3: exact select among the candidates, or over the whole row as fallback ----
@@ -317,12 +629,13 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
     int32_t* out = out_idx + r * k;
+    pdl_wait();
     if (len <= k) {
         write_all_padded<kSelectThreads>(len, k, out);
         return;
     }
-    const int c = cand_count[2 * r];       // items > T_est
-    const int c_eq = cand_count[2 * r + 1];  // items == T_est
+    const int c = cand_count[kCountStride * r];       // items > T_est
+    const int c_eq = cand_count[kCountStride * r + 1];  // items == T_est
     if (c < k && c + c_eq >= k) {
         // The k-th value is T_est itself: every item > T_est, then any k - c of the ties.
         const int32_t* gi = cand_idx + r * cap;
@@ -335,6 +648,7 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(
         if (c <= kStageCap) {
             uint32_t* sk = stage;
             int32_t* si = reinterpret_cast<int32_t*>(stage + kStageCap);
+#pragma unroll 4
             for (int i = threadIdx.x; i < c; i += kSelectThreads) {
                 sk[i] = gk[i];
                 si[i] = gi[i];
@@ -372,14 +686,41 @@ LongLayout long_layout(int64_t n_rows, int64_t row_stride, int64_t k) {
     LongLayout l;
     l.t_est = 0;
     l.count = align256(n * sizeof(uint32_t));
-    l.keys = l.count + align256(2 * n * sizeof(int));
+    l.keys = l.count + align256(kCountStride * n * sizeof(int));
     l.ids = l.keys + align256(n * cap * sizeof(uint32_t));
     l.eq_ids = l.ids + align256(n * cap * sizeof(int32_t));
     l.total = l.eq_ids + align256(n * static_cast<size_t>(k) * sizeof(int32_t));
     return l;
 }
 
+template <class Kern, class... Args>
+void launch_ex(Kern kern, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, Args... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
+int sm_count() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+        return v > 0 ? v : 132;
+    }();
+    return n;
+}
+
 }  // namespace
+
+void topk_set_tuning(const TopkTuning& t) { g_tuning = t; }
 
 size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k) {
     if (row_stride <= kShortMaxStride || n_rows <= 0) return 0;
@@ -396,13 +737,40 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     const unsigned rows = static_cast<unsigned>(p.n_rows);
     if (p.row_stride <= kShortMaxStride) {
         static const bool attr_short = [] {
-            cudaFuncSetAttribute(topk_short_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kShortMaxStride * sizeof(uint32_t)));
+            const int bytes = static_cast<int>(kShortMaxStride * sizeof(uint32_t));
+            cudaFuncSetAttribute(topk_short_kernel<kShortThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
             return true;
         }();
         (void)attr_short;
         const size_t smem = static_cast<size_t>(p.row_stride > 0 ? p.row_stride : 1) * sizeof(uint32_t);
-        topk_short_kernel<<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx);
+        topk_short_kernel<kShortThreads><<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k,
+                                                                                p.out_idx);
+        return;
+    }
+    // Medium rows, few of them: one cluster per row (a single kernel, latency-bound decode shapes).
+    const int cs = static_cast<int>((p.row_stride + kClusterSliceMax - 1) / kClusterSliceMax);
+    const bool cluster_ok = cs <= kClusterMax && g_tuning.step_events == nullptr;
+    if (cluster_ok && (g_tuning.cluster > 0 || (g_tuning.cluster < 0 && p.n_rows <= kClusterAutoRows))) {
+        static const bool attr_cluster = [] {
+            cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kClusterSliceMax * sizeof(uint32_t)));
+            return true;
+        }();
+        (void)attr_cluster;
+        const int slice = static_cast<int>((p.row_stride + cs - 1) / cs);
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(rows * static_cast<unsigned>(cs));
+        cfg.blockDim = dim3(kClusterThreads);
+        cfg.dynamicSmemBytes = static_cast<size_t>(slice) * sizeof(uint32_t);
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, topk_cluster_kernel, p.values, p.lengths, p.row_stride, k, slice, p.out_idx);
         return;
     }
     static const bool attr_select = [] {
@@ -419,21 +787,45 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     auto* keys = reinterpret_cast<uint32_t*>(base + l.keys);
     auto* ids = reinterpret_cast<int32_t*>(base + l.ids);
     auto* eq_ids = reinterpret_cast<int32_t*>(base + l.eq_ids);
+    const TopkTuning& tu = g_tuning;
+    cudaEvent_t* ev = tu.step_events;
+    const bool pdl = tu.pdl != 0 && ev == nullptr;
 
+    if (ev) cudaEventRecord(ev[0], stream);
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);
-    // Enough CTAs to fill the GPU (~8 per SM of 132) also for one row; 16K elements each for big batches.
+    if (ev) cudaEventRecord(ev[1], stream);
+    // Work items: the smallest of 1K..4K elements that gives at most one wave (4 CTAs/SM), 4K for big batches.
     int chunk = kFilterChunkMin;
-    while (chunk < kFilterChunkMax && p.n_rows * p.row_stride / (2 * chunk) >= 1056) chunk *= 2;
-    const dim3 grid(rows, static_cast<unsigned>((p.row_stride + chunk - 1) / chunk));
+    const int64_t want_items = 4 * static_cast<int64_t>(sm_count());
+    while (chunk < kFilterChunkMax && p.n_rows * ((p.row_stride + chunk - 1) / chunk) > want_items) chunk *= 2;
+    if (tu.filter_chunk >= kFilterChunkMin && tu.filter_chunk % kFilterChunkMin == 0) chunk = tu.filter_chunk;
+    const int chunks_per_row = static_cast<int>((p.row_stride + chunk - 1) / chunk);
+    const int64_t n_work64 = p.n_rows * chunks_per_row;
+    const int n_work = static_cast<int>(n_work64);
+    int grid = n_work;
+    if (tu.filter_ctas_per_sm > 0) {
+        const int64_t g = static_cast<int64_t>(tu.filter_ctas_per_sm) * sm_count();
+        grid = static_cast<int>(g < n_work64 ? g : n_work64);
+    }
     const bool vec = (reinterpret_cast<uintptr_t>(p.values) & 15) == 0 && (p.row_stride & 3) == 0;
-    if (vec)
-        topk_filter_kernel<true><<<grid, kFilterThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est,
-                                                                      count, keys, ids, eq_ids, cap, chunk);
+    if (vec && tu.filter_variant == 1)
+        launch_ex(topk_filter_kernel<true, true>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values,
+                  p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap,
+                  chunk, chunks_per_row, n_work);
+    else if (vec)
+        launch_ex(topk_filter_kernel<true, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
+                  p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
+                  chunks_per_row, n_work);
     else
-        topk_filter_kernel<false><<<grid, kFilterThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est,
-                                                                       count, keys, ids, eq_ids, cap, chunk);
-    topk_select_kernel<<<rows, kSelectThreads, 2 * kStageCap * sizeof(uint32_t), stream>>>(
-        p.values, p.lengths, p.row_stride, k, p.out_idx, count, keys, ids, eq_ids, cap);
+        launch_ex(topk_filter_kernel<false, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
+                  p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
+                  chunks_per_row, n_work);
+    if (ev) cudaEventRecord(ev[2], stream);
+    launch_ex(topk_select_kernel, dim3(rows), dim3(kSelectThreads), 2 * kStageCap * sizeof(uint32_t), stream, pdl,
+              p.values, p.lengths, p.row_stride, k, p.out_idx, static_cast<const int*>(count),
+              static_cast<const uint32_t*>(keys), static_cast<const int32_t*>(ids),
+              static_cast<const int32_t*>(eq_ids), cap);
+    if (ev) cudaEventRecord(ev[3], stream);
 }
 
 }  // namespace megactx::cuda

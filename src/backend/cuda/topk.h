@@ -20,11 +20,24 @@ struct TopkParams {
 };
 
 // Scratch for launch_topk; 0 for short rows (row_stride <= 32768), which run one CTA per row in shared memory.
+// (With TopkTuning::cluster, rows of up to 128K run one CTA cluster per row without scratch.)
 size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k);
 // 1 <= k <= 16384, row_stride <= 1 << 24.
 bool topk_supported(int64_t k, int64_t row_stride);
 // No host sync, no allocation: CUDA-graph capturable (the first call sets kernel smem attributes; make it
 // outside capture). Ties at the k-th value resolve in any order; NaN is not supported.
 void launch_topk(const TopkParams& p, cudaStream_t stream);
+
+// Benchmark/profiling knobs (bench/cuda/bench_topk.cu); production callers leave the defaults.
+struct TopkTuning {
+    int pdl = 1;                        // long rows: programmatic dependent launch between the three kernels
+    int filter_chunk = 0;               // elements per filter work item (multiple of 1024); 0: automatic
+    int filter_ctas_per_sm = 0;         // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
+    int filter_variant = 0;             // 1: mask-then-compact-loop filter (16-B path; opt-in, not yet measured)
+    int cluster = 0;                    // rows of 32K..128K: one cluster per row; -1: when <= 16 rows, 0: never, 1: always
+    cudaEvent_t* step_events = nullptr; // long rows: when set, events [0..3] recorded around sample/filter/select
+                                        // (PDL then off)
+};
+void topk_set_tuning(const TopkTuning& t);
 
 }  // namespace megactx::cuda
