@@ -10,6 +10,12 @@
 
 #if __has_include("backend/cuda/topk.h")
 #include "backend/cuda/topk.h"
+namespace megactx {
+using cuda::launch_topk;  // the merged top-k family lives in megactx::cuda
+using cuda::topk_scratch_bytes;
+using cuda::topk_supported;
+using cuda::TopkParams;
+}  // namespace megactx
 #else
 // The exact top-k contract (src/backend/cuda/topk.h, implemented in topk.cu by its own kernel family); declared
 // here until that header is on this branch.
@@ -111,6 +117,7 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         pp.row_end = r1;
         pp.plan = plan;
         pp.lengths = lengths;
+        pp.table_offset = p.table_offset;
         launch_indexer_plan(pp, stream);
 
         IndexerLogitsParams lp;
