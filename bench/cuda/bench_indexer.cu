@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     constexpr int kRot = 8;
     const int64_t plan_ints = indexer_plan_ints(max_rows);
     CK(cudaMalloc(&d_plan, plan_ints * 4 * kRot));  // one plan per rotation (a plan records its table offsets)
-    int32_t* d_len;  // [kRot, max_rows] top-k row lengths
+    int32_t* d_len;                                 // [kRot, max_rows] top-k row lengths
     CK(cudaMalloc(&d_len, max_rows * 4 * kRot));
     cudaStream_t stream;
     CK(cudaStreamCreate(&stream));
@@ -200,123 +200,124 @@ int main(int argc, char** argv) {
     };
 
     for (int kernel : {1, 2})
-    for (int64_t L : contexts) {
-        for (int64_t qps : {int64_t{1}, max_qps}) {
-            // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2); with_topk
-            // adds the exact top-2048 of each launch's scores (the whole decode selection).
-            for (int with_topk = 0; with_topk < 2; ++with_topk) {
-                const int n_rot = kRot;
-                setup(1, qps, L, n_rot);
-                auto enqueue = [&]() {
-                    for (int r = 0; r < n_rot; ++r) {
-                        launch_indexer_logits(params(1, qps, L, r, kernel), stream);
-                        if (with_topk) cuda::launch_topk(topk_params(qps, L, r), stream);
+        for (int64_t L : contexts) {
+            for (int64_t qps : {int64_t{1}, max_qps}) {
+                // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2); with_topk
+                // adds the exact top-2048 of each launch's scores (the whole decode selection).
+                for (int with_topk = 0; with_topk < 2; ++with_topk) {
+                    const int n_rot = kRot;
+                    setup(1, qps, L, n_rot);
+                    auto enqueue = [&]() {
+                        for (int r = 0; r < n_rot; ++r) {
+                            launch_indexer_logits(params(1, qps, L, r, kernel), stream);
+                            if (with_topk) cuda::launch_topk(topk_params(qps, L, r), stream);
+                        }
+                    };
+                    enqueue();
+                    CK(cudaStreamSynchronize(stream));
+                    CK(cudaGetLastError());
+                    cudaGraph_t graph;
+                    cudaGraphExec_t exec;
+                    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+                    enqueue();
+                    CK(cudaStreamEndCapture(stream, &graph));
+                    CK(cudaGraphInstantiate(&exec, graph, 0));
+                    for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+                    std::vector<float> ms;
+                    for (int it = 0; it < (quick ? 5 : 30); ++it) {
+                        CK(cudaEventRecord(e0, stream));
+                        CK(cudaGraphLaunch(exec, stream));
+                        CK(cudaEventRecord(e1, stream));
+                        CK(cudaEventSynchronize(e1));
+                        float m;
+                        CK(cudaEventElapsedTime(&m, e0, e1));
+                        ms.push_back(m / n_rot);
                     }
-                };
-                enqueue();
-                CK(cudaStreamSynchronize(stream));
+                    CK(cudaGraphExecDestroy(exec));
+                    CK(cudaGraphDestroy(graph));
+                    const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
+                    const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
+                    results.push_back({with_topk ? "decode_topk_graph" : "decode_graph", kernel, 1, qps, L, us, tbs,
+                                       100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+                }
+                // Batch 64, plain launches.
+                {
+                    const int64_t batch = 64;
+                    setup(batch, qps, L, 1);
+                    const auto p = params(batch, qps, L, 0, kernel);
+                    for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+                    std::vector<float> ms;
+                    for (int it = 0; it < (quick ? 3 : 10); ++it) {
+                        CK(cudaEventRecord(e0, stream));
+                        launch_indexer_logits(p, stream);
+                        CK(cudaEventRecord(e1, stream));
+                        CK(cudaEventSynchronize(e1));
+                        float m;
+                        CK(cudaEventElapsedTime(&m, e0, e1));
+                        ms.push_back(m);
+                    }
+                    const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
+                    const double tfl = 8192.0 * qps * L * batch / (us * 1e-6) / 1e12;
+                    results.push_back(
+                        {"decode", kernel, batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+                }
                 CK(cudaGetLastError());
-                cudaGraph_t graph;
-                cudaGraphExec_t exec;
-                CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-                enqueue();
-                CK(cudaStreamEndCapture(stream, &graph));
-                CK(cudaGraphInstantiate(&exec, graph, 0));
-                for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
-                std::vector<float> ms;
-                for (int it = 0; it < (quick ? 5 : 30); ++it) {
-                    CK(cudaEventRecord(e0, stream));
-                    CK(cudaGraphLaunch(exec, stream));
-                    CK(cudaEventRecord(e1, stream));
-                    CK(cudaEventSynchronize(e1));
-                    float m;
-                    CK(cudaEventElapsedTime(&m, e0, e1));
-                    ms.push_back(m / n_rot);
-                }
-                CK(cudaGraphExecDestroy(exec));
-                CK(cudaGraphDestroy(graph));
-                const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
-                const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
-                results.push_back({with_topk ? "decode_topk_graph" : "decode_graph", kernel, 1, qps, L, us, tbs,
-                                   100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
             }
-            // Batch 64, plain launches.
-            {
-                const int64_t batch = 64;
-                setup(batch, qps, L, 1);
-                const auto p = params(batch, qps, L, 0, kernel);
-                for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
-                std::vector<float> ms;
-                for (int it = 0; it < (quick ? 3 : 10); ++it) {
-                    CK(cudaEventRecord(e0, stream));
-                    launch_indexer_logits(p, stream);
-                    CK(cudaEventRecord(e1, stream));
-                    CK(cudaEventSynchronize(e1));
-                    float m;
-                    CK(cudaEventElapsedTime(&m, e0, e1));
-                    ms.push_back(m);
-                }
-                const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
-                const double tfl = 8192.0 * qps * L * batch / (us * 1e-6) / 1e12;
-                results.push_back(
-                    {"decode", kernel, batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
-            }
-            CK(cudaGetLastError());
         }
-    }
     // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
     // of scores ≤ 1 GiB at L = 64K).
     for (int kernel : {1, 2})
-    for (int64_t L : {int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
-        const int64_t sq = 4096;
-        std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
-        double pairs = 0;
-        for (int64_t j = 0; j < sq; ++j)
-            pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
-        CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
-        const int32_t toff0 = 0;
-        CK(cudaMemcpy(d_toff, &toff0, 4, cudaMemcpyHostToDevice));
-        IndexerPlanParams pp;
-        pp.pos = d_pos;
-        pp.seq = d_seq;
-        pp.row_begin = 0;
-        pp.row_end = sq;
-        pp.plan = d_plan;
-        pp.table_offset = d_toff;
-        launch_indexer_plan(pp, stream);
-        IndexerLogitsParams p;
-        p.kernel = kernel;
-        p.q8 = d_q8;
-        p.w8 = d_w8;
-        p.pool = pool;
-        p.pos = d_pos;
-        p.seq = d_seq;
-        p.table_offset = d_toff;
-        p.tables = d_tables;
-        p.row_begin = 0;
-        p.row_end = sq;
-        p.n_seq = 1;
-        p.max_context = L;
-        p.out = d_out;
-        p.out_stride = L;
-        p.plan = d_plan;
-        for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
-        std::vector<float> ms;
-        for (int it = 0; it < (quick ? 3 : 10); ++it) {
-            CK(cudaEventRecord(e0, stream));
-            launch_indexer_logits(p, stream);
-            CK(cudaEventRecord(e1, stream));
-            CK(cudaEventSynchronize(e1));
-            float m;
-            CK(cudaEventElapsedTime(&m, e0, e1));
-            ms.push_back(m);
+        for (int64_t L : {int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
+            const int64_t sq = 4096;
+            std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
+            double pairs = 0;
+            for (int64_t j = 0; j < sq; ++j)
+                pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
+            CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
+            const int32_t toff0 = 0;
+            CK(cudaMemcpy(d_toff, &toff0, 4, cudaMemcpyHostToDevice));
+            IndexerPlanParams pp;
+            pp.pos = d_pos;
+            pp.seq = d_seq;
+            pp.row_begin = 0;
+            pp.row_end = sq;
+            pp.plan = d_plan;
+            pp.table_offset = d_toff;
+            launch_indexer_plan(pp, stream);
+            IndexerLogitsParams p;
+            p.kernel = kernel;
+            p.q8 = d_q8;
+            p.w8 = d_w8;
+            p.pool = pool;
+            p.pos = d_pos;
+            p.seq = d_seq;
+            p.table_offset = d_toff;
+            p.tables = d_tables;
+            p.row_begin = 0;
+            p.row_end = sq;
+            p.n_seq = 1;
+            p.max_context = L;
+            p.out = d_out;
+            p.out_stride = L;
+            p.plan = d_plan;
+            for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+            std::vector<float> ms;
+            for (int it = 0; it < (quick ? 3 : 10); ++it) {
+                CK(cudaEventRecord(e0, stream));
+                launch_indexer_logits(p, stream);
+                CK(cudaEventRecord(e1, stream));
+                CK(cudaEventSynchronize(e1));
+                float m;
+                CK(cudaEventElapsedTime(&m, e0, e1));
+                ms.push_back(m);
+            }
+            CK(cudaGetLastError());
+            const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
+            const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
+            results.push_back(
+                {"prefill", kernel, 1, sq, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
         }
-        CK(cudaGetLastError());
-        const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
-        const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
-        results.push_back({"prefill", kernel, 1, sq, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
-    }
 
     std::printf("%-18s %3s %6s %4s %8s %10s %8s %7s %9s %7s\n", "kind", "krn", "batch", "q/s", "L", "us", "TB/s",
                 "%copy", "TFLOP/s", "%fp8");
@@ -340,13 +341,13 @@ int main(int argc, char** argv) {
                      "key) pair\",\n  \"results\": [\n");
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
-            std::fprintf(f,
-                         "    {\"kind\": \"%s\", \"kernel\": %d, \"batch\": %lld, \"queries_per_seq\": %lld, \"context\": %lld, "
-                         "\"us\": %.3f, \"TBs\": %.4f, \"pct_copy\": %.2f, \"TFLOPs\": %.2f, \"pct_fp8\": %.2f}%s\n",
-                         r.kind.c_str(), r.kernel, static_cast<long long>(r.batch),
-                         static_cast<long long>(r.queries_per_seq),
-                         static_cast<long long>(r.context), r.us, r.tbs, r.pct_copy, r.tflops, r.pct_fp8,
-                         i + 1 < results.size() ? "," : "");
+            std::fprintf(
+                f,
+                "    {\"kind\": \"%s\", \"kernel\": %d, \"batch\": %lld, \"queries_per_seq\": %lld, \"context\": %lld, "
+                "\"us\": %.3f, \"TBs\": %.4f, \"pct_copy\": %.2f, \"TFLOPs\": %.2f, \"pct_fp8\": %.2f}%s\n",
+                r.kind.c_str(), r.kernel, static_cast<long long>(r.batch), static_cast<long long>(r.queries_per_seq),
+                static_cast<long long>(r.context), r.us, r.tbs, r.pct_copy, r.tflops, r.pct_fp8,
+                i + 1 < results.size() ? "," : "");
         }
         std::fprintf(f, "  ]\n}\n");
         std::fclose(f);

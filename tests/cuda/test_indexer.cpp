@@ -240,11 +240,12 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
         }
         if (std::memcmp(&got[base + 64 * 128 + off * 4], &ref[base + 64 * 128 + off * 4], 4) != 0) ++scale_bad;
     }
-    std::printf("cache_write: %lld identical codes, %lld one e4m3 step apart, %lld wrong, %lld scales differ; vs the "
-                "sequential-order reference %lld differ (%lld by more than one step, worst %.3g of 448)\n",
-                static_cast<long long>(same), static_cast<long long>(off_by_one), static_cast<long long>(bad),
-                static_cast<long long>(scale_bad), static_cast<long long>(seq_diff), static_cast<long long>(seq_far),
-                seq_worst);
+    std::printf(
+        "cache_write: %lld identical codes, %lld one e4m3 step apart, %lld wrong, %lld scales differ; vs the "
+        "sequential-order reference %lld differ (%lld by more than one step, worst %.3g of 448)\n",
+        static_cast<long long>(same), static_cast<long long>(off_by_one), static_cast<long long>(bad),
+        static_cast<long long>(scale_bad), static_cast<long long>(seq_diff), static_cast<long long>(seq_far),
+        seq_worst);
     EXPECT_EQ(bad, 0);
     EXPECT_EQ(scale_bad, 0);
     EXPECT_GE(static_cast<double>(same), 0.999 * static_cast<double>(n * 128));
@@ -496,7 +497,8 @@ void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& 
 TEST(IndexerCuda, LogitsDecodeSeveralSequences) {
     SKIP_WITHOUT_GPU();
     // Lengths below, at and above 2048, not multiples of 64; 1–4 queries per sequence (MTP verification).
-    for (int kernel : {1, 2}) check_logits({1, 63, 64, 65, 2048, 3001, 100003}, {1, 2, 1, 4, 3, 1, 4}, 0, -1, 3, kernel);
+    for (int kernel : {1, 2})
+        check_logits({1, 63, 64, 65, 2048, 3001, 100003}, {1, 2, 1, 4, 3, 1, 4}, 0, -1, 3, kernel);
     // One query per sequence (the single-query decode path), several lengths.
     for (int kernel : {1, 2}) check_logits({5000, 130, 64, 70003}, {1, 1, 1, 1}, 0, -1, 6, kernel);
     // Rows per sequence estimated at 4 (13 rows, 4 sequences) while one group has 10: kernel 2 stages the

@@ -2,17 +2,21 @@
 //   q8 [n, 32, 128] e4m3, w8 [n, 32], pool [n_blocks, 64 × 132 B] → out [rows, out_stride] fp32
 // Reference: model-spec §3.3 kernel form; CpuOps::indexer_topk computes the same scores in fp32 without FP8.
 //
-// Work item = (query group of ≤ 16 rows of one sequence, range of 64-token pages). A CTA stages the group's q8
-// (≤ 64 KB) and weights in shared memory; each warp owns one page at a time: the 64 keys go straight from global
-// memory into mma A fragments (64 registers, every key byte read once per group), then for every query and every
+// Two kernels behind one launch (IndexerLogitsParams::kernel): kernel 2 (wgmma, default on sm_90a, `namespace wg`
+// below) and kernel 1 (mma.sync, any sm_89+), described here. H200 (bench/results/*-038676e-indexer.json):
+// kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch 64 (1 query/seq), 45% (128K) – 82% (1M) at batch 1 in a
+// CUDA graph, ~640 TFLOP/s FP8 in prefill; kernel 1: 67–70%, 33–52%, ~230 TFLOP/s.
+//
+// Kernel 1. Work item = (query group of ≤ 16 rows of one sequence, range of 64-token pages). A CTA stages the
+// group's q8 (≤ 64 KB) and weights in shared memory; each warp owns one page at a time: the 64 keys go straight from
+// global memory into mma A fragments (64 registers, every key byte read once per group), then for every query and every
 // 8-head tile the warp runs 4 k-steps × 4 key tiles of mma.sync.m16n8k32 e4m3 (M = keys, N = heads, K = dims),
 // applies relu · w8 per head in registers, sums the heads across the quad and scales by the key's fp32 scale.
 // The dot product is over dims in any order, so the dims are permuted so that each lane loads 2 × 16 contiguous
 // bytes per key row (and the same 2 × 16 bytes per head row of q8): fully coalesced 64-byte row segments.
-#include <cub/block/block_scan.cuh>
-
 #include <algorithm>
 #include <cstdlib>
+#include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/indexer_logits.h"
@@ -24,7 +28,7 @@ using namespace cuda_indexer;
 namespace {
 
 constexpr int kDefaultKernel = 2;  // wgmma where the device has it (sm_90a)
-constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
+constexpr int kGroup = 16;         // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemQ = kGroup * kHeads * kDim;  // bytes
@@ -236,9 +240,9 @@ constexpr int kMaxPages = 64;             // pages per work item (s_tab)
 
 template <int QT, int SUB>
 struct Cfg {
-    static constexpr int kCap = QT * SUB;                // queries staged at once
-    static constexpr int kKeys = 0;                      // [kStages][64 × 128 B] swizzled
-    static constexpr int kQ = kStages * kPageKeys;       // [kCap · 32 × 128 B] swizzled
+    static constexpr int kCap = QT * SUB;                      // queries staged at once
+    static constexpr int kKeys = 0;                            // [kStages][64 × 128 B] swizzled
+    static constexpr int kQ = kStages * kPageKeys;             // [kCap · 32 × 128 B] swizzled
     static constexpr int kScales = kQ + kCap * kHeads * kDim;  // [kStages][64] fp32
     static constexpr int kW = kScales + kStages * kBlock * 4;  // [kCap][32] fp32
     static constexpr int kTab = kW + kCap * kHeads * 4;        // [kMaxPages] int32
@@ -274,10 +278,14 @@ __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 }
 template <int QT>
 __device__ __forceinline__ void wgmma_tile(float (&d)[QT * 16], uint64_t da, uint64_t db) {
-    if constexpr (QT == 1) wgmma_e4m3_m64n32(d, da, db);
-    else if constexpr (QT == 2) wgmma_e4m3_m64n64(d, da, db);
-    else if constexpr (QT == 4) wgmma_e4m3_m64n128(d, da, db);
-    else wgmma_e4m3_m64n256(d, da, db);
+    if constexpr (QT == 1)
+        wgmma_e4m3_m64n32(d, da, db);
+    else if constexpr (QT == 2)
+        wgmma_e4m3_m64n64(d, da, db);
+    else if constexpr (QT == 4)
+        wgmma_e4m3_m64n128(d, da, db);
+    else
+        wgmma_e4m3_m64n256(d, da, db);
 }
 #endif
 
@@ -497,7 +505,8 @@ void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
     if (kernel != 1 && major < 9) kernel = 1;
     if (kernel == 1) return launch_mma_sync(p, stream, n_sm);
     // Queries per group, estimated from rows per sequence (exact for decode and prefill); more is still correct.
-    const int64_t est = std::min<int64_t>(kGroup, (n_rows + std::max<int64_t>(p.n_seq, 1) - 1) / std::max<int64_t>(p.n_seq, 1));
+    const int64_t est =
+        std::min<int64_t>(kGroup, (n_rows + std::max<int64_t>(p.n_seq, 1) - 1) / std::max<int64_t>(p.n_seq, 1));
     if (est <= 1) return launch_wgmma<1, 1>(p, stream, n_sm);
     if (est <= 2) return launch_wgmma<2, 1>(p, stream, n_sm);
     if (est <= 4) return launch_wgmma<4, 1>(p, stream, n_sm);

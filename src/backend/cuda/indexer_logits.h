@@ -42,8 +42,8 @@ struct IndexerPlanParams {
     const int32_t* pos = nullptr;  // [n]
     const int32_t* seq = nullptr;  // [n]
     int64_t row_begin = 0, row_end = 0;
-    int32_t* plan = nullptr;     // [indexer_plan_ints(row_end - row_begin)]
-    int32_t* lengths = nullptr;  // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
+    int32_t* plan = nullptr;                // [indexer_plan_ints(row_end - row_begin)]
+    int32_t* lengths = nullptr;             // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
     const int32_t* table_offset = nullptr;  // optional [n_seq]: recorded per group (else the logits look it up)
 };
 
