@@ -3,6 +3,8 @@
 //   decode: batch 1 (in a CUDA graph, 8 launches over 8 different sequences so the keys come from HBM, not L2) and
 //           batch 64, 1 or 4 queries per sequence (4 = MTP verification; keys are read once per sequence), at
 //           L = 128K, 256K, 512K, 1M: effective TB/s over 132 · L · batch bytes vs the 4.23 TB/s copy bandwidth;
+//           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph);
+//   each for kernel 1 (mma.sync) and kernel 2 (wgmma) of indexer_logits;
 //   prefill: 4096 queries (positions L − 4096 .. L − 1) of one sequence over L = 16K, 32K, 64K keys:
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
 // The plan (row grouping, once per batch for all indexer layers) is built before timing. CUDA events, median.
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/indexer_logits.h"
+#include "backend/cuda/topk.h"
 
 #ifndef MEGACTX_COMMIT_STR
 #define MEGACTX_COMMIT_STR "unknown"
@@ -60,6 +63,7 @@ __global__ void fill_pool(uint8_t* pool, int64_t n_blocks) {
 
 struct Result {
     std::string kind;
+    int kernel;
     int64_t batch, queries_per_seq, context;
     double us, tbs, pct_copy, tflops, pct_fp8;
 };
@@ -119,7 +123,11 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&d_pos, max_rows * 4));
     CK(cudaMalloc(&d_seq, max_rows * 4));
     CK(cudaMalloc(&d_toff, max_batch * 4 * 8));
-    CK(cudaMalloc(&d_plan, indexer_plan_ints(max_rows) * 4));
+    constexpr int kRot = 8;
+    const int64_t plan_ints = indexer_plan_ints(max_rows);
+    CK(cudaMalloc(&d_plan, plan_ints * 4 * kRot));  // one plan per rotation (a plan records its table offsets)
+    int32_t* d_len;                                 // [kRot, max_rows] top-k row lengths
+    CK(cudaMalloc(&d_len, max_rows * 4 * kRot));
     cudaStream_t stream;
     CK(cudaStreamCreate(&stream));
     cudaEvent_t e0, e1;
@@ -137,17 +145,22 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(d_toff, toff.data(), toff.size() * 4, cudaMemcpyHostToDevice));
-        IndexerPlanParams pp;
-        pp.pos = d_pos;
-        pp.seq = d_seq;
-        pp.row_begin = 0;
-        pp.row_end = batch * qps;
-        pp.plan = d_plan;
-        launch_indexer_plan(pp, stream);
+        for (int r = 0; r < n_rot; ++r) {
+            IndexerPlanParams pp;
+            pp.pos = d_pos;
+            pp.seq = d_seq;
+            pp.row_begin = 0;
+            pp.row_end = batch * qps;
+            pp.plan = d_plan + r * plan_ints;
+            pp.lengths = d_len + r * max_rows;
+            pp.table_offset = d_toff + r * batch;
+            launch_indexer_plan(pp, stream);
+        }
         CK(cudaStreamSynchronize(stream));
     };
-    auto params = [&](int64_t batch, int64_t qps, int64_t L, int rot) {
+    auto params = [&](int64_t batch, int64_t qps, int64_t L, int rot, int kernel) {
         IndexerLogitsParams p;
+        p.kernel = kernel;
         p.q8 = d_q8;
         p.w8 = d_w8;
         p.pool = pool;
@@ -161,121 +174,155 @@ int main(int argc, char** argv) {
         p.max_context = L;
         p.out = d_out + static_cast<size_t>(rot) * batch * qps * L;
         p.out_stride = L;
-        p.plan = d_plan;
+        p.plan = d_plan + rot * plan_ints;
         return p;
     };
+    // Exact top-k (k = 2048) of the scores of rotation r (decode + top-k rows).
+    size_t topk_scratch_max = 256;
+    for (int64_t L : contexts)
+        for (int64_t qps : {int64_t{1}, max_qps})
+            topk_scratch_max = std::max(topk_scratch_max, (cuda::topk_scratch_bytes(qps, L, 2048) + 255) / 256 * 256);
+    void* d_topk_scratch;
+    int32_t* d_topk_idx;
+    CK(cudaMalloc(&d_topk_scratch, topk_scratch_max * kRot));
+    CK(cudaMalloc(&d_topk_idx, max_qps * 2048 * 4 * kRot));
+    auto topk_params = [&](int64_t qps, int64_t L, int rot) {
+        cuda::TopkParams tp;
+        tp.values = d_out + static_cast<size_t>(rot) * qps * L;
+        tp.lengths = d_len + rot * max_rows;
+        tp.n_rows = qps;
+        tp.row_stride = L;
+        tp.k = 2048;
+        tp.out_idx = d_topk_idx + rot * max_qps * 2048;
+        tp.scratch_bytes = cuda::topk_scratch_bytes(qps, L, 2048);
+        tp.scratch = static_cast<uint8_t*>(d_topk_scratch) + rot * topk_scratch_max;
+        return tp;
+    };
 
-    for (int64_t L : contexts) {
-        for (int64_t qps : {int64_t{1}, max_qps}) {
-            // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2).
-            {
-                const int n_rot = 8;
-                setup(1, qps, L, n_rot);
-                for (int r = 0; r < n_rot; ++r) launch_indexer_logits(params(1, qps, L, r), stream);
-                CK(cudaStreamSynchronize(stream));
-                cudaGraph_t graph;
-                cudaGraphExec_t exec;
-                CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-                for (int r = 0; r < n_rot; ++r) launch_indexer_logits(params(1, qps, L, r), stream);
-                CK(cudaStreamEndCapture(stream, &graph));
-                CK(cudaGraphInstantiate(&exec, graph, 0));
-                for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
-                std::vector<float> ms;
-                for (int it = 0; it < (quick ? 5 : 30); ++it) {
-                    CK(cudaEventRecord(e0, stream));
-                    CK(cudaGraphLaunch(exec, stream));
-                    CK(cudaEventRecord(e1, stream));
-                    CK(cudaEventSynchronize(e1));
-                    float m;
-                    CK(cudaEventElapsedTime(&m, e0, e1));
-                    ms.push_back(m / n_rot);
+    for (int kernel : {1, 2})
+        for (int64_t L : contexts) {
+            for (int64_t qps : {int64_t{1}, max_qps}) {
+                // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2); with_topk
+                // adds the exact top-2048 of each launch's scores (the whole decode selection).
+                for (int with_topk = 0; with_topk < 2; ++with_topk) {
+                    const int n_rot = kRot;
+                    setup(1, qps, L, n_rot);
+                    auto enqueue = [&]() {
+                        for (int r = 0; r < n_rot; ++r) {
+                            launch_indexer_logits(params(1, qps, L, r, kernel), stream);
+                            if (with_topk) cuda::launch_topk(topk_params(qps, L, r), stream);
+                        }
+                    };
+                    enqueue();
+                    CK(cudaStreamSynchronize(stream));
+                    CK(cudaGetLastError());
+                    cudaGraph_t graph;
+                    cudaGraphExec_t exec;
+                    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+                    enqueue();
+                    CK(cudaStreamEndCapture(stream, &graph));
+                    CK(cudaGraphInstantiate(&exec, graph, 0));
+                    for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+                    std::vector<float> ms;
+                    for (int it = 0; it < (quick ? 5 : 30); ++it) {
+                        CK(cudaEventRecord(e0, stream));
+                        CK(cudaGraphLaunch(exec, stream));
+                        CK(cudaEventRecord(e1, stream));
+                        CK(cudaEventSynchronize(e1));
+                        float m;
+                        CK(cudaEventElapsedTime(&m, e0, e1));
+                        ms.push_back(m / n_rot);
+                    }
+                    CK(cudaGraphExecDestroy(exec));
+                    CK(cudaGraphDestroy(graph));
+                    const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
+                    const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
+                    results.push_back({with_topk ? "decode_topk_graph" : "decode_graph", kernel, 1, qps, L, us, tbs,
+                                       100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }
-                CK(cudaGraphExecDestroy(exec));
-                CK(cudaGraphDestroy(graph));
-                const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
-                const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
-                results.push_back(
-                    {"decode_graph", 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
-            }
-            // Batch 64, plain launches.
-            {
-                const int64_t batch = 64;
-                setup(batch, qps, L, 1);
-                const auto p = params(batch, qps, L, 0);
-                for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
-                std::vector<float> ms;
-                for (int it = 0; it < (quick ? 3 : 10); ++it) {
-                    CK(cudaEventRecord(e0, stream));
-                    launch_indexer_logits(p, stream);
-                    CK(cudaEventRecord(e1, stream));
-                    CK(cudaEventSynchronize(e1));
-                    float m;
-                    CK(cudaEventElapsedTime(&m, e0, e1));
-                    ms.push_back(m);
+                // Batch 64, plain launches.
+                {
+                    const int64_t batch = 64;
+                    setup(batch, qps, L, 1);
+                    const auto p = params(batch, qps, L, 0, kernel);
+                    for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+                    std::vector<float> ms;
+                    for (int it = 0; it < (quick ? 3 : 10); ++it) {
+                        CK(cudaEventRecord(e0, stream));
+                        launch_indexer_logits(p, stream);
+                        CK(cudaEventRecord(e1, stream));
+                        CK(cudaEventSynchronize(e1));
+                        float m;
+                        CK(cudaEventElapsedTime(&m, e0, e1));
+                        ms.push_back(m);
+                    }
+                    const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
+                    const double tfl = 8192.0 * qps * L * batch / (us * 1e-6) / 1e12;
+                    results.push_back(
+                        {"decode", kernel, batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }
-                const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
-                const double tfl = 8192.0 * qps * L * batch / (us * 1e-6) / 1e12;
-                results.push_back(
-                    {"decode", batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+                CK(cudaGetLastError());
             }
-            CK(cudaGetLastError());
         }
-    }
     // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
     // of scores ≤ 1 GiB at L = 64K).
-    for (int64_t L : {int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
-        const int64_t sq = 4096;
-        std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
-        double pairs = 0;
-        for (int64_t j = 0; j < sq; ++j)
-            pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
-        CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
-        const int32_t toff0 = 0;
-        CK(cudaMemcpy(d_toff, &toff0, 4, cudaMemcpyHostToDevice));
-        IndexerPlanParams pp;
-        pp.pos = d_pos;
-        pp.seq = d_seq;
-        pp.row_begin = 0;
-        pp.row_end = sq;
-        pp.plan = d_plan;
-        launch_indexer_plan(pp, stream);
-        IndexerLogitsParams p;
-        p.q8 = d_q8;
-        p.w8 = d_w8;
-        p.pool = pool;
-        p.pos = d_pos;
-        p.seq = d_seq;
-        p.table_offset = d_toff;
-        p.tables = d_tables;
-        p.row_begin = 0;
-        p.row_end = sq;
-        p.n_seq = 1;
-        p.max_context = L;
-        p.out = d_out;
-        p.out_stride = L;
-        p.plan = d_plan;
-        for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
-        std::vector<float> ms;
-        for (int it = 0; it < (quick ? 3 : 10); ++it) {
-            CK(cudaEventRecord(e0, stream));
-            launch_indexer_logits(p, stream);
-            CK(cudaEventRecord(e1, stream));
-            CK(cudaEventSynchronize(e1));
-            float m;
-            CK(cudaEventElapsedTime(&m, e0, e1));
-            ms.push_back(m);
+    for (int kernel : {1, 2})
+        for (int64_t L : {int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
+            const int64_t sq = 4096;
+            std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
+            double pairs = 0;
+            for (int64_t j = 0; j < sq; ++j)
+                pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
+            CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
+            const int32_t toff0 = 0;
+            CK(cudaMemcpy(d_toff, &toff0, 4, cudaMemcpyHostToDevice));
+            IndexerPlanParams pp;
+            pp.pos = d_pos;
+            pp.seq = d_seq;
+            pp.row_begin = 0;
+            pp.row_end = sq;
+            pp.plan = d_plan;
+            pp.table_offset = d_toff;
+            launch_indexer_plan(pp, stream);
+            IndexerLogitsParams p;
+            p.kernel = kernel;
+            p.q8 = d_q8;
+            p.w8 = d_w8;
+            p.pool = pool;
+            p.pos = d_pos;
+            p.seq = d_seq;
+            p.table_offset = d_toff;
+            p.tables = d_tables;
+            p.row_begin = 0;
+            p.row_end = sq;
+            p.n_seq = 1;
+            p.max_context = L;
+            p.out = d_out;
+            p.out_stride = L;
+            p.plan = d_plan;
+            for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+            std::vector<float> ms;
+            for (int it = 0; it < (quick ? 3 : 10); ++it) {
+                CK(cudaEventRecord(e0, stream));
+                launch_indexer_logits(p, stream);
+                CK(cudaEventRecord(e1, stream));
+                CK(cudaEventSynchronize(e1));
+                float m;
+                CK(cudaEventElapsedTime(&m, e0, e1));
+                ms.push_back(m);
+            }
+            CK(cudaGetLastError());
+            const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
+            const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
+            results.push_back(
+                {"prefill", kernel, 1, sq, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
         }
-        CK(cudaGetLastError());
-        const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
-        const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
-        results.push_back({"prefill", 1, sq, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
-    }
 
-    std::printf("%-13s %6s %4s %8s %10s %8s %7s %9s %7s\n", "kind", "batch", "q/s", "L", "us", "TB/s", "%copy",
-                "TFLOP/s", "%fp8");
+    std::printf("%-18s %3s %6s %4s %8s %10s %8s %7s %9s %7s\n", "kind", "krn", "batch", "q/s", "L", "us", "TB/s",
+                "%copy", "TFLOP/s", "%fp8");
     for (const auto& r : results)
-        std::printf("%-13s %6lld %4lld %8lld %10.2f %8.3f %6.1f%% %9.1f %6.1f%%\n", r.kind.c_str(),
+        std::printf("%-18s %3d %6lld %4lld %8lld %10.2f %8.3f %6.1f%% %9.1f %6.1f%%\n", r.kind.c_str(), r.kernel,
                     static_cast<long long>(r.batch), static_cast<long long>(r.queries_per_seq),
                     static_cast<long long>(r.context), r.us, r.tbs, r.pct_copy, r.tflops, r.pct_fp8);
     if (!json_path.empty()) {
@@ -289,16 +336,18 @@ int main(int argc, char** argv) {
         std::fprintf(f, "  \"commit\": \"%s\",\n  \"ceilings\": {\"copy_TBs\": %.2f, \"fp8_TFLOPs\": %.0f},\n",
                      MEGACTX_COMMIT_STR, kCopyTBs, kFp8Tflops);
         std::fprintf(f,
-                     "  \"note\": \"decode bytes = 132*L*batch (keys read once per sequence); prefill FLOP = "
-                     "8192 per causal (query, key) pair\",\n  \"results\": [\n");
+                     "  \"note\": \"kernel 1 = mma.sync, 2 = wgmma; decode bytes = 132*L*batch (keys read once per "
+                     "sequence; decode_topk adds the top-2048 of the scores); prefill FLOP = 8192 per causal (query, "
+                     "key) pair\",\n  \"results\": [\n");
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
-            std::fprintf(f,
-                         "    {\"kind\": \"%s\", \"batch\": %lld, \"queries_per_seq\": %lld, \"context\": %lld, "
-                         "\"us\": %.3f, \"TBs\": %.4f, \"pct_copy\": %.2f, \"TFLOPs\": %.2f, \"pct_fp8\": %.2f}%s\n",
-                         r.kind.c_str(), static_cast<long long>(r.batch), static_cast<long long>(r.queries_per_seq),
-                         static_cast<long long>(r.context), r.us, r.tbs, r.pct_copy, r.tflops, r.pct_fp8,
-                         i + 1 < results.size() ? "," : "");
+            std::fprintf(
+                f,
+                "    {\"kind\": \"%s\", \"kernel\": %d, \"batch\": %lld, \"queries_per_seq\": %lld, \"context\": %lld, "
+                "\"us\": %.3f, \"TBs\": %.4f, \"pct_copy\": %.2f, \"TFLOPs\": %.2f, \"pct_fp8\": %.2f}%s\n",
+                r.kind.c_str(), r.kernel, static_cast<long long>(r.batch), static_cast<long long>(r.queries_per_seq),
+                static_cast<long long>(r.context), r.us, r.tbs, r.pct_copy, r.tflops, r.pct_fp8,
+                i + 1 < results.size() ? "," : "");
         }
         std::fprintf(f, "  ]\n}\n");
         std::fclose(f);

@@ -2,13 +2,20 @@
 //   q8 [n, 32, 128] e4m3, w8 [n, 32], pool [n_blocks, 64 × 132 B] → out [rows, out_stride] fp32
 // Reference: model-spec §3.3 kernel form; CpuOps::indexer_topk computes the same scores in fp32 without FP8.
 //
-// Work item = (query group of ≤ 16 rows of one sequence, range of 64-token pages). A CTA stages the group's q8
-// (≤ 64 KB) and weights in shared memory; each warp owns one page at a time: the 64 keys go straight from global
-// memory into mma A fragments (64 registers, every key byte read once per group), then for every query and every
+// Two kernels behind one launch (IndexerLogitsParams::kernel): kernel 2 (wgmma, default on sm_90a, `namespace wg`
+// below) and kernel 1 (mma.sync, any sm_89+), described here. H200 (bench/results/*-038676e-indexer.json):
+// kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch 64 (1 query/seq), 45% (128K) – 82% (1M) at batch 1 in a
+// CUDA graph, ~640 TFLOP/s FP8 in prefill; kernel 1: 67–70%, 33–52%, ~230 TFLOP/s.
+//
+// Kernel 1. Work item = (query group of ≤ 16 rows of one sequence, range of 64-token pages). A CTA stages the
+// group's q8 (≤ 64 KB) and weights in shared memory; each warp owns one page at a time: the 64 keys go straight from
+// global memory into mma A fragments (64 registers, every key byte read once per group), then for every query and every
 // 8-head tile the warp runs 4 k-steps × 4 key tiles of mma.sync.m16n8k32 e4m3 (M = keys, N = heads, K = dims),
 // applies relu · w8 per head in registers, sums the heads across the quad and scales by the key's fp32 scale.
 // The dot product is over dims in any order, so the dims are permuted so that each lane loads 2 × 16 contiguous
 // bytes per key row (and the same 2 × 16 bytes per head row of q8): fully coalesced 64-byte row segments.
+#include <algorithm>
+#include <cstdlib>
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/indexer_common.cuh"
@@ -20,14 +27,16 @@ using namespace cuda_indexer;
 
 namespace {
 
-constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
+constexpr int kDefaultKernel = 2;  // wgmma where the device has it (sm_90a)
+constexpr int kGroup = 16;         // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemQ = kGroup * kHeads * kDim;  // bytes
 constexpr int kSmemBytes = kSmemQ + kGroup * kHeads * 4 + kGroup * 4;
 
 // ---- plan: group starts of runs of ≤ kGroup rows of one sequence --------------------------------------------
-// plan[0] = n_groups, plan[1 + g] = first (absolute) row of group g, plan[1 + n_groups] = row_end.
+// plan[0] = n_groups, plan[1 + g] = first (absolute) row of group g, plan[1 + n_groups] = row_end;
+// from plan[n_rows + 2]: per group g, [2g] = table_offset[seq] (−1 without table_offset), [2g + 1] = max pos.
 constexpr int kPlanThreads = 1024;
 
 struct MaxOp {
@@ -60,7 +69,15 @@ __global__ void __launch_bounds__(kPlanThreads) indexer_plan_kernel(IndexerPlanP
         const int leader = valid && (i - run_start) % kGroup == 0 ? 1 : 0;
         int idx, total;
         Scan(tmp).ExclusiveSum(leader, idx, total);
-        if (leader) p.plan[1 + carry_groups + idx] = i;
+        if (leader) {
+            const int gi = carry_groups + idx, s = p.seq[i];
+            int max_pos = p.pos[i];
+            for (int j = i + 1; j < i1 && j < i + kGroup && p.seq[j] == s; ++j) max_pos = max(max_pos, p.pos[j]);
+            p.plan[1 + gi] = i;
+            int32_t* ext = p.plan + (i1 - i0) + 2;
+            ext[2 * gi] = p.table_offset ? p.table_offset[s] : -1;
+            ext[2 * gi + 1] = max_pos;
+        }
         __syncthreads();
         if (threadIdx.x == 0) {
             if (max_start >= 0) s_run_start = max_start;
@@ -203,9 +220,203 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_logits_kernel(IndexerLogi
     }
 }
 
+// ---- kernel 2: wgmma (sm_90a) ------------------------------------------------------------------------------------
+// Work item = (query group, range of ≤ kMaxPages pages); one warpgroup (128 threads) per CTA, several CTAs per SM.
+// The group's q8 is staged once per CTA in shared memory as the wgmma B operand: rows (query, head), 128 B each,
+// K-major with the 128-B swizzle (16-B chunk c of row r at r·128 + (c ^ (r & 7))·16). The CTA's pages stream
+// through a kStages-deep cp.async ring in the same layout (64 keys = the M = 64 of wgmma), with the 64 fp32 key
+// scales beside them, so kStages − 1 pages (~25 KB) per CTA are always in flight while one is multiplied.
+// Per page and sub-tile of QT queries: 4 × wgmma m64n(32·QT)k32 (M = 64 keys, N = QT·32 (query, head), K = 32
+// dims); the accumulator of thread (warp w, lane 4g + t) holds keys 16w + g and 16w + g + 8 × heads 8j + 2t, +1,
+// so relu · w8 · sum over the 32 heads is 8 multiply-adds and two quad shuffles per key and query, in registers.
+// Groups of more than QT·SUB queries (possible when the host's queries-per-sequence estimate is low) are
+// handled in chunks, re-streaming the pages (correct, slower).
+namespace wg {
+
+constexpr int kStages = 4;
+constexpr int kWgThreads = 128;
+constexpr int kPageKeys = kBlock * kDim;  // 8192 B of e4m3 per page
+constexpr int kMaxPages = 64;             // pages per work item (s_tab)
+
+template <int QT, int SUB>
+struct Cfg {
+    static constexpr int kCap = QT * SUB;                      // queries staged at once
+    static constexpr int kKeys = 0;                            // [kStages][64 × 128 B] swizzled
+    static constexpr int kQ = kStages * kPageKeys;             // [kCap · 32 × 128 B] swizzled
+    static constexpr int kScales = kQ + kCap * kHeads * kDim;  // [kStages][64] fp32
+    static constexpr int kW = kScales + kStages * kBlock * 4;  // [kCap][32] fp32
+    static constexpr int kTab = kW + kCap * kHeads * 4;        // [kMaxPages] int32
+    static constexpr int kPos = kTab + kMaxPages * 4;          // [kCap] int32
+    static constexpr int kUsed = kPos + kCap * 4;
+    static constexpr int kSmem = kUsed + 1024;  // + slack for the 1024-B alignment the swizzle needs
+};
+
+__device__ __forceinline__ uint64_t desc(uint32_t addr) {  // K-major, 128-B swizzle, 8-row groups 1024 B apart
+    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
+           (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "backend/cuda/indexer_logits_wgmma.inc"
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) asm volatile("" : "+f"(r[k])::"memory");
+}
+template <int QT>
+__device__ __forceinline__ void wgmma_tile(float (&d)[QT * 16], uint64_t da, uint64_t db) {
+    if constexpr (QT == 1)
+        wgmma_e4m3_m64n32(d, da, db);
+    else if constexpr (QT == 2)
+        wgmma_e4m3_m64n64(d, da, db);
+    else if constexpr (QT == 4)
+        wgmma_e4m3_m64n128(d, da, db);
+    else
+        wgmma_e4m3_m64n256(d, da, db);
+}
+#endif
+
+template <int QT, int SUB>
+__global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams p, int pages_per_item) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using C = Cfg<QT, SUB>;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    const uint32_t sb = (raw + 1023u) & ~1023u;
+    uint8_t* sm = smem_raw + (sb - raw);
+    const float* s_scales = reinterpret_cast<const float*>(sm + C::kScales);
+    float* s_w = reinterpret_cast<float*>(sm + C::kW);
+    int* s_tab = reinterpret_cast<int*>(sm + C::kTab);
+    int* s_pos = reinterpret_cast<int*>(sm + C::kPos);
+
+    // Programmatic dependent launch: wait for the producers of q8 / plan / pool, let the next kernel's CTAs in.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+
+    const int g_idx = static_cast<int>(blockIdx.y);
+    const int n_rows = static_cast<int>(p.row_end - p.row_begin);
+    const int32_t* ext = p.plan + n_rows + 2;
+    const int n_groups = p.plan[0];
+    if (g_idx >= n_groups) return;
+    const int r_a = p.plan[1 + g_idx], r_b = p.plan[2 + g_idx];
+    int toff = ext[2 * g_idx];
+    const int max_pos = ext[2 * g_idx + 1];
+    if (toff < 0) toff = p.table_offset[p.seq[r_a]];
+    const int n_pages = max_pos / kBlock + 1;
+    const int page0 = static_cast<int>(blockIdx.x) * pages_per_item;
+    const int np = min(page0 + pages_per_item, n_pages) - page0;
+    if (np <= 0) return;
+
+    const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
+    const int key0 = 16 * warp + g, key1 = key0 + 8;
+
+    for (int qc = r_a; qc < r_b; qc += C::kCap) {
+        const int nq = min(C::kCap, r_b - qc), nsub = (nq + QT - 1) / QT;
+        // Stage the chunk's q8 (zero rows pad the last sub-tile), weights and positions.
+        for (int c = tid; c < nsub * QT * kHeads * 8; c += kWgThreads) {
+            const int row = c >> 3, chunk = c & 7;
+            const uint32_t dst = sb + C::kQ + row * 128 + ((chunk ^ (row & 7)) << 4);
+            if (row < nq * kHeads)
+                cp_async16(dst, p.q8 + (static_cast<int64_t>(qc) * kHeads + row) * kDim + chunk * 16);
+            else
+                *reinterpret_cast<uint4*>(sm + (dst - sb)) = make_uint4(0, 0, 0, 0);
+        }
+        cp_async_commit();
+        for (int c = tid; c < nq * kHeads; c += kWgThreads) s_w[c] = p.w8[static_cast<int64_t>(qc) * kHeads + c];
+        if (tid < nq) s_pos[tid] = p.pos[qc + tid];
+        __syncthreads();  // s_tab (and, for a later chunk, the end of the previous chunk's reads)
+
+        auto issue = [&](int i) {  // page i of the item → ring stage i % kStages
+            const int stage = i % kStages;
+            const uint8_t* src = p.pool + static_cast<int64_t>(s_tab[i]) * kBlockBytes;
+            for (int c = tid; c < kBlockBytes / 16; c += kWgThreads) {
+                uint32_t dst;
+                if (c < kPageKeys / 16) {
+                    const int r = c >> 3, k = c & 7;
+                    dst = sb + C::kKeys + stage * kPageKeys + r * 128 + ((k ^ (r & 7)) << 4);
+                } else {
+                    dst = sb + C::kScales + stage * kBlock * 4 + (c - kPageKeys / 16) * 16;
+                }
+                cp_async16(dst, src + c * 16);
+            }
+        };
+#pragma unroll
+        for (int i = 0; i < kStages - 1; ++i) {
+            if (i < np) issue(i);
+            cp_async_commit();
+        }
+        for (int i = 0; i < np; ++i) {
+            cp_async_wait<kStages - 2>();  // this thread's copies of q (group 0) and pages ≤ i have landed
+            proxy_fence();                 // make them (and the zero rows) visible to the async proxy (wgmma)
+            __syncthreads();               // everyone's copies; every warp is done with page i − 1's stage
+            if (i + kStages - 1 < np) issue(i + kStages - 1);
+            cp_async_commit();
+
+            const int stage = i % kStages;
+            const uint32_t a_base = sb + C::kKeys + stage * kPageKeys;
+            const float ks0 = s_scales[stage * kBlock + key0], ks1 = s_scales[stage * kBlock + key1];
+            const int t0 = (page0 + i) * kBlock;
+            for (int sub = 0; sub < nsub; ++sub) {
+                float acc[QT * 16];
+#pragma unroll
+                for (int k = 0; k < QT * 16; ++k) acc[k] = 0.0f;
+                reg_fence(acc);
+                wg_fence();
+                const uint32_t b_base = sb + C::kQ + sub * QT * kHeads * 128;
+#pragma unroll
+                for (int s = 0; s < 4; ++s) wgmma_tile<QT>(acc, desc(a_base + s * 32), desc(b_base + s * 32));
+                wg_commit();
+                wg_wait0();
+                reg_fence(acc);
+#pragma unroll
+                for (int qq = 0; qq < QT; ++qq) {
+                    const int q = sub * QT + qq;
+                    if (q >= nq) break;
+                    float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+                    for (int jj = 0; jj < 4; ++jj) {
+                        const int j = qq * 4 + jj;
+                        const float2 w = *reinterpret_cast<const float2*>(s_w + q * kHeads + 8 * jj + 2 * t);
+                        v0 += w.x * fmaxf(acc[4 * j], 0.0f) + w.y * fmaxf(acc[4 * j + 1], 0.0f);
+                        v1 += w.x * fmaxf(acc[4 * j + 2], 0.0f) + w.y * fmaxf(acc[4 * j + 3], 0.0f);
+                    }
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+                    const int qpos = s_pos[q];
+                    float* orow = p.out + (static_cast<int64_t>(qc + q) - p.row_begin) * p.out_stride + t0;
+                    if (t == 0 && t0 + key0 <= qpos) orow[key0] = v0 * ks0;
+                    if (t == 1 && t0 + key1 <= qpos) orow[key1] = v1 * ks1;
+                }
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // before the next chunk restages q / weights / positions
+    }
+#endif
+}
+
+}  // namespace wg
+
 }  // namespace
 
-int64_t indexer_plan_ints(int64_t n_rows) { return n_rows + 2; }
+int64_t indexer_plan_ints(int64_t n_rows) { return 3 * n_rows + 2; }
 
 bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_size) {
     return n_head == kHeads && d_indexer == kDim && block_size == kBlock;
@@ -215,9 +426,18 @@ void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
     indexer_plan_kernel<<<1, kPlanThreads, 0, stream>>>(p);
 }
 
-void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
+namespace {
+
+int device_sms_and_major(int* major) {
+    int device = 0, n_sm = 132;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
+    cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device);
+    return n_sm;
+}
+
+void launch_mma_sync(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     const int64_t n_rows = p.row_end - p.row_begin;
-    if (n_rows <= 0 || p.max_context <= 0) return;
     static bool configured = false;
     if (!configured) {
         cudaFuncSetAttribute(indexer_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
@@ -227,15 +447,71 @@ void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
     // items for ~8 CTAs per SM over the whole launch, in multiples of the warps of a CTA.
     const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;
-    int device = 0, n_sm = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
     const int64_t target_items = 8LL * n_sm;
     int64_t per_item = (max_pages * groups + target_items - 1) / target_items;
     per_item = std::max<int64_t>(kWarps, (per_item + kWarps - 1) / kWarps * kWarps);
     const int64_t chunks = (max_pages + per_item - 1) / per_item;
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(groups));
     indexer_logits_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, static_cast<int>(per_item));
+}
+
+template <int QT, int SUB>
+void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
+    using C = wg::Cfg<QT, SUB>;
+    static int ctas_per_sm = 0;
+    if (ctas_per_sm == 0) {
+        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, wg::logits_kernel<QT, SUB>, wg::kWgThreads,
+                                                      C::kSmem);
+        ctas_per_sm = std::max(ctas_per_sm, 1);
+    }
+    const int64_t n_rows = p.row_end - p.row_begin;
+    const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
+    const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;
+    // Work items of ≤ kMaxPages pages, balanced over whole waves of CTAs (a short tail wave of long items costs
+    // as much as a full one).
+    const int64_t slots = static_cast<int64_t>(n_sm) * ctas_per_sm, total = max_pages * groups;
+    const int64_t waves = std::max<int64_t>(1, (total + slots * 32 - 1) / (slots * 32));
+    int64_t per_item = (total + slots * waves - 1) / (slots * waves);
+    per_item = std::min<int64_t>(std::max<int64_t>(per_item, 1), wg::kMaxPages);
+    const int64_t chunks = (max_pages + per_item - 1) / per_item;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups));
+    cfg.blockDim = dim3(wg::kWgThreads);
+    cfg.dynamicSmemBytes = C::kSmem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, wg::logits_kernel<QT, SUB>, p, static_cast<int>(per_item));
+}
+
+}  // namespace
+
+void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
+    const int64_t n_rows = p.row_end - p.row_begin;
+    if (n_rows <= 0 || p.max_context <= 0) return;
+    int major = 0;
+    const int n_sm = device_sms_and_major(&major);
+    int kernel = p.kernel;
+    if (kernel == 0) {
+        const char* env = std::getenv("MEGACTX_INDEXER_LOGITS_KERNEL");
+        kernel = env && *env ? std::atoi(env) : kDefaultKernel;
+    }
+    if (kernel != 1 && major < 9) kernel = 1;
+    if (kernel == 1) return launch_mma_sync(p, stream, n_sm);
+    // Queries per group, estimated from rows per sequence (exact for decode and prefill); more is still correct.
+    const int64_t est =
+        std::min<int64_t>(kGroup, (n_rows + std::max<int64_t>(p.n_seq, 1) - 1) / std::max<int64_t>(p.n_seq, 1));
+    if (est <= 1) return launch_wgmma<1, 1>(p, stream, n_sm);
+    if (est <= 2) return launch_wgmma<2, 1>(p, stream, n_sm);
+    if (est <= 4) return launch_wgmma<4, 1>(p, stream, n_sm);
+    if (est <= 8) return launch_wgmma<8, 1>(p, stream, n_sm);
+    return launch_wgmma<8, 2>(p, stream, n_sm);
 }
 
 }  // namespace megactx

@@ -5,9 +5,13 @@
 // pass lengths = pos + 1 to the top-k (indexer_logits writes them when `lengths` is set).
 //
 // Plan, then run: launch_indexer_plan groups the rows [row_begin, row_end) into runs of at most 16 consecutive
-// queries of one sequence (tokens of a sequence are contiguous in the batch); the plan depends only on seq, so
-// one plan serves every indexer layer of a step. launch_indexer_logits then reads each cached key once per group
-// (FP8 tensor-core mma.sync m16n8k32), so MTP verification (several queries per sequence) costs one pass.
+// queries of one sequence (tokens of a sequence are contiguous in the batch) and records each group's block-table
+// offset and largest position; the plan depends only on seq, pos and table_offset, so one plan serves every
+// indexer layer of a step (build it with the table_offset the logits launch gets). launch_indexer_logits then
+// reads each cached key once per group, so MTP verification (several queries per sequence) costs one pass.
+// Two kernels: 1 = mma.sync m16n8k32 (keys in registers); 2 = wgmma m64nNk32 (sm_90a; pages streamed through a
+// cp.async shared-memory ring, the group's queries' heads as N; launched with programmatic dependent launch).
+// kernel = 0 takes $MEGACTX_INDEXER_LOGITS_KERNEL if set, else the default.
 // GLM-5.2 geometry only: 32 heads × 128 dims, 64-token blocks.
 #pragma once
 
@@ -31,14 +35,16 @@ struct IndexerLogitsParams {
     float* out = nullptr;                   // [row_end - row_begin, out_stride]
     int64_t out_stride = 0;                 // ≥ max_context
     const int32_t* plan = nullptr;          // from launch_indexer_plan for the same rows
+    int kernel = 0;                         // 0: default, 1: mma.sync, 2: wgmma (sm_90a)
 };
 
 struct IndexerPlanParams {
     const int32_t* pos = nullptr;  // [n]
     const int32_t* seq = nullptr;  // [n]
     int64_t row_begin = 0, row_end = 0;
-    int32_t* plan = nullptr;     // [indexer_plan_ints(row_end - row_begin)]
-    int32_t* lengths = nullptr;  // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
+    int32_t* plan = nullptr;                // [indexer_plan_ints(row_end - row_begin)]
+    int32_t* lengths = nullptr;             // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
+    const int32_t* table_offset = nullptr;  // optional [n_seq]: recorded per group (else the logits look it up)
 };
 
 // Number of int32 the plan of n_rows rows occupies.

@@ -96,6 +96,7 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         pp.row_end = r1;
         pp.plan = plan;
         pp.lengths = lengths;
+        pp.table_offset = p.table_offset;
         launch_indexer_plan(pp, stream);
 
         IndexerLogitsParams lp;
