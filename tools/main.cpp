@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
 
     auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
     gm->add_option("--out", out, "Output directory")->required();
-    gm->add_option("--preset", preset, "tiny | small | glm52-shape");
+    gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape");
     gm->add_option("--seed", seed, "Seed");
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
     gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)");

@@ -3,7 +3,8 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [serve]   (default: tests bench)
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [serve]   (default: tests bench)
+# MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
 # to point at the repo root here.
 set -uo pipefail
@@ -46,9 +47,23 @@ if has bench; then
     for b in build-cuda/bench/cuda/*; do
         [ -x "$b" ] || continue
         name=$(basename "$b")
+        [ "$name" = bench_model ] && continue  # the `model` stage runs it
         "$b" --json "$out/$name.json" 2>&1 | tee "$out/$name.log" | tail -25
         summary+=("$name: exit ${PIPESTATUS[0]}")
     done
+fi
+if has model; then
+    # Model level (issue 5): glm52-shape with FP8 weights, 4 layers, IndexShare (FSSS: 1 full + 3 shared) next to
+    # every layer full, decode TPOT and prefill tok/s at 8K / 128K / 1M contexts (KV filled with random rows).
+    for v in FSSS:share F:full; do
+        d=/tmp/glm52-${v#*:}
+        [ -f "$d/config.json" ] || build-cuda/megactx gen-model --preset glm52-shape --layers 4 --dtype fp8 \
+            --index-pattern "${v%%:*}" --out "$d" >/dev/null
+    done
+    build-cuda/bench/cuda/bench_model --model /tmp/glm52-share --model /tmp/glm52-full \
+        --contexts "${MODEL_CONTEXTS:-8192,131072,1048576}" --kv fp8 --json "$out/bench_model.json" 2>&1 |
+        tee "$out/bench_model.log"
+    summary+=("bench_model: exit ${PIPESTATUS[0]}")
 fi
 if has serve; then
     bash scripts/gpu/serve-overhead.sh "$out" 2>&1 | tee "$out/serve.log" | tail -20

@@ -161,8 +161,18 @@ json preset_config(const std::string& preset) {
                   {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},
                   {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 2048},
                   {"max_position_embeddings", 1048576}});
+    } else if (preset == "glm52-mini") {
+        // GLM-5.2's attention and indexer geometry (what the fast CUDA kernels take: 64 heads, latent 512 + 64,
+        // indexer 32 × 128, top-2048) around a small residual stream, so tests run it at > 2048 tokens cheaply.
+        c.update({{"vocab_size", 2048}, {"hidden_size", 512}, {"intermediate_size", 1024},
+                  {"moe_intermediate_size", 256}, {"num_hidden_layers", 4}, {"num_attention_heads", 64},
+                  {"num_key_value_heads", 64}, {"q_lora_rank", 256}, {"kv_lora_rank", 512},
+                  {"qk_nope_head_dim", 192}, {"qk_rope_head_dim", 64}, {"v_head_dim", 256},
+                  {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},
+                  {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 2048},
+                  {"max_position_embeddings", 1048576}});
     } else {
-        MEGACTX_FAIL("gen-model: unknown preset '{}' (expected tiny, small or glm52-shape)", preset);
+        MEGACTX_FAIL("gen-model: unknown preset '{}' (expected tiny, small, glm52-mini or glm52-shape)", preset);
     }
     // Like GLM-5.2: generation stops at <|endoftext|>, <|user|> or <|observation|> (the tokenizer gen-model
     // writes puts them at the top of the vocabulary).
