@@ -93,7 +93,9 @@ int main(int argc, char** argv) {
             fill_pools(kv, c, fmt);
             std::vector<float> host;
             for (const int64_t L : contexts) {
-                MEGACTX_CHECK(L < c.max_position_embeddings, "context {} exceeds the model's {}", L,
+                // The decode token sits at position L (L cached keys before it): L + 1 ≤ max_position_embeddings,
+                // so "1M" is --contexts 1048575.
+                MEGACTX_CHECK(L < c.max_position_embeddings, "context {} + the decode token exceeds the model's {}", L,
                               c.max_position_embeddings);
                 SeqKv seq;
                 seq.reserve(kv.blocks(), L + 1);

@@ -61,7 +61,7 @@ if has model; then
             --index-pattern "${v%%:*}" --out "$d" >/dev/null
     done
     build-cuda/bench/cuda/bench_model --model /tmp/glm52-share --model /tmp/glm52-full \
-        --contexts "${MODEL_CONTEXTS:-8192,131072,1048576}" --kv fp8 --json "$out/bench_model.json" 2>&1 |
+        --contexts "${MODEL_CONTEXTS:-8192,131072,1048575}" --kv fp8 --json "$out/bench_model.json" 2>&1 |
         tee "$out/bench_model.log"
     summary+=("bench_model: exit ${PIPESTATUS[0]}")
 fi

@@ -689,7 +689,10 @@ TEST_F(CudaOpsTest, SparseMla) {
                 ops.sparse_mla(p);
                 out[i] = get(ops, to);
             }
-            expect_close(out[1], out[0], 1e-4,
+            // GLM-5.2 geometry over bf16 / FP8 rows runs the fast kernel (sparse_mla.cu), which multiplies bf16
+            // queries (tests/cuda/test_sparse_mla.cpp: ≤ 1.04e-3 measured against a double reference).
+            const bool fast = f != KvFormat::F32 && mc.rank == 512 && mc.rope == 64;
+            expect_close(out[1], out[0], fast ? 3e-3 : 1e-4,
                          std::string("sparse_mla ") + kv_format_name(f) + " H" + std::to_string(mc.n_head) + " topk " +
                              std::to_string(mc.topk));
         }

@@ -12,6 +12,9 @@ namespace megactx {
 struct CudaOptions {
     int device = 0;
     int64_t memory_budget_bytes = 0;  // all device memory CudaOps may hold (weights, KV, activations); 0: no cap
+    // Every GEMM in fp32 (bf16 / FP8 weights widened once, activations not rounded): the GPU then follows the
+    // CPU oracle on any checkpoint, at fp32 GEMM speed and 2-4x weight memory. For tests and debugging.
+    bool gemm_f32 = false;
 };
 
 struct CudaMemoryStats {

@@ -250,7 +250,20 @@ CudaOps::DeviceWeight& CudaOps::weight(const Weight& w) {
     return weights_.emplace(w.data, std::move(dw)).first->second;
 }
 
+const Tensor& CudaOps::f32_operand(DeviceWeight& dw) {
+    if (dw.dtype == DType::F32) return dw.data;
+    if (dw.f32.data == nullptr) {
+        dw.f32 = alloc(DType::F32, {dw.rows * dw.cols});
+        MEGACTX_CUDA_CHECK(launch_weight_to_f32(dw.f32.f32(), dw.data.data, dw.dtype == DType::BF16 ? 1 : 2,
+                                                dw.dtype == DType::BF16 ? nullptr : dw.scales.f32(), dw.rows, dw.cols,
+                                                dw.block, stream_));
+        alloc_->add_weight_bytes(dw.rows * dw.cols * 4);
+    }
+    return dw.f32;
+}
+
 const Tensor& CudaOps::gemm_operand(DeviceWeight& dw) {
+    if (options_.gemm_f32) return f32_operand(dw);
     if (dw.dtype != DType::F8_E4M3) return dw.data;
     if (dw.bf16.data == nullptr) {
         // FP8 weights run as bf16 GEMMs: the weight is dequantised once (W8 · scale_inv, rounded to bf16).
@@ -264,18 +277,7 @@ const Tensor& CudaOps::gemm_operand(DeviceWeight& dw) {
 }
 
 void CudaOps::linear_f32(const Tensor& x, const Weight& w, Tensor& y) {
-    DeviceWeight& dw = weight(w);
-    const Tensor* wt = &dw.data;
-    if (dw.dtype != DType::F32) {
-        if (dw.f32.data == nullptr) {
-            dw.f32 = alloc(DType::F32, {dw.rows * dw.cols});
-            MEGACTX_CUDA_CHECK(launch_weight_to_f32(dw.f32.f32(), dw.data.data, dw.dtype == DType::BF16 ? 1 : 2,
-                                                    dw.dtype == DType::BF16 ? nullptr : dw.scales.f32(), dw.rows,
-                                                    dw.cols, dw.block, stream_));
-            alloc_->add_weight_bytes(dw.rows * dw.cols * 4);
-        }
-        wt = &dw.f32;
-    }
+    const Tensor* wt = &f32_operand(weight(w));
     Gemm g;
     g.trans_a = true;
     g.m = w.rows;

@@ -110,6 +110,8 @@ private:
     DeviceWeight& weight(const Weight& w);
     // The weight as a GEMM operand: fp32 or bf16 data (FP8: its bf16 copy, made on first use).
     const Tensor& gemm_operand(DeviceWeight& dw);
+    // The weight as fp32 (an fp32 copy of bf16 / FP8 weights, made once).
+    const Tensor& f32_operand(DeviceWeight& dw);
     // y = x · Wᵀ in fp32 whatever the weight's dtype (an fp32 copy is made once): the MoE router, whose choices
     // must not move with bf16 rounding of its inputs.
     void linear_f32(const Tensor& x, const Weight& w, Tensor& y);
