@@ -4,16 +4,16 @@
 // cache BF16 [n_slots, 576] or FP8 [n_slots, 656 B], slots [n, topk] int32, out [n, n_head, 512] fp32.
 //
 // One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
-// is 1-D with the head group fastest. Main kernels with the same contract, selected once per process by
-// MEGACTX_SPARSE_MLA_IMPL (measurement switch; each passes tests/cuda/test_sparse_mla.cpp):
-//   default  FP8: sparse_mla_fp8_ring_kernel (raw rows gathered with cp.async into a 3-stage half-chunk ring one to
-//            two chunks ahead, dequantised by all 256 threads into one bf16 tile); BF16: sparse_mla_wgmma2_kernel
-//            (warpgroup 0: QK m64n64 + softmax, warpgroup 1: cp.async of the next chunk; both: PV m64n256 with V
-//            read MN-major from the same tile),
-//   "o"      sparse_mla_wgmma2_kernel for FP8 too (register-staged gather by warpgroup 1; the previous default),
+// is 1-D with the head group fastest (the two CTAs of a 128-head token gather the same rows together: L2 hits).
+// Two main kernels with the same contract, selected once per process by MEGACTX_SPARSE_MLA_IMPL (measurement
+// switch; both pass tests/cuda/test_sparse_mla.cpp on the H200):
+//   default  sparse_mla_wgmma2_kernel (sm_90a wgmma; warpgroup 0: QK m64n64 + softmax, warpgroup 1: gather +
+//            FP8 dequant of the next chunk; both: PV m64n256 with V read MN-major from the same tile),
 //   "m"      sparse_mla_kernel below (mma.sync, the first version).
-// The wgmma kernels are described at the `namespace wg` block. Every kernel is launched with programmatic dependent
-// launch (griddepcontrol.wait before any global access), so launch latencies overlap the previous kernel.
+// Every kernel is launched with programmatic dependent launch (griddepcontrol.wait before any global access) and
+// the maximum shared-memory carveout. Measured (bench/results/cuda-h200-2026-11-29-ec813d3-sparse_mla.json): a
+// cp.async ring variant for FP8 (dequant by all threads) was 3-7% slower and was removed: the FP8 → bf16
+// conversions (cvt: 16/clk/SM on sm_90) cost about as much as the whole BF16 chunk, whichever threads do them.
 // sparse_mla_kernel ("m"): 8 warps: warp w owns head rows 16·(w%4).. and, for QK, slot columns 32·(w/4).. of the 64×64 score tile; for PV,
 // output columns 256·(w/4).. (128 fp32 accumulators per thread). Q is converted fp32 → bf16 into shared memory once
 // per CTA (this is the query conversion: no pre-kernel). Both products use mma.sync m16n8k16 bf16 → fp32 with
@@ -365,7 +365,6 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t s
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void reg_fence(float (&r)[N]) {
@@ -433,304 +432,6 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
     cp_async_commit();
 }
 
-// FP8 kernel (default for FP8 caches): the raw 656-B rows stream into a 3-stage ring of half-chunks (32 rows each,
-// cp.async, no registers held) one to two chunks ahead, so the gather's DRAM latency hides behind the math of the
-// chunks before; one bf16 K tile. Per chunk: warpgroup 0: S = Q·Kᵀ (36 × m64n64k16) + softmax; both warpgroups:
-// O += P·V (m64n256k16 each); then all 256 threads dequantise the next chunk from the ring into the K tile (64
-// values per thread; e4m3 · pow2 tile scale is exact in bf16) and issue the loads of the half-chunks that freed.
-// Ring invariant at the top of local chunk u: the K tile holds chunk u; halves 2u+2 .. 2u+4 are in the ring
-// (issued; half h in stage h % 3; one cp.async group per half), so waiting for all but the newest group gives
-// chunk u+1.
-constexpr int kHalfRows = 32;
-constexpr int kStageBytes = kHalfRows * kFp8RowBytes;  // 20992
-constexpr int kSK = kTile, kSRaw = 2 * kTile;          // Q tile at 0, K tile, ring [3][32 rows × 656 B]
-constexpr int kSP = (kSRaw + 3 * kStageBytes + 1023) / 1024 * 1024;
-constexpr int kSIdx = kSP + kBlk;         // [64] slot ids of the chunk in the K tile
-constexpr int kSRing = kSIdx + 64 * 4;    // [3][32] slot ids of the ring stages
-constexpr int kSRed = kSRing + 3 * 32 * 4;  // alpha [64], row sums [64]
-constexpr int kSSmem = kSRed + 2 * 64 * 4 + 1024;
-static_assert(kSSmem <= 232448);
-
-__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-
-// Issues half-chunk hc (local index; nothing past n_half) into its ring stage: thread row ir (0..31), eighth ipart.
-// Always commits one group (possibly empty) so the group count stays in step with the half index.
-__device__ __forceinline__ void fp8_issue_half(const uint8_t* cache, int32_t slot, int hc, int n_half, uint32_t sb,
-                                               int32_t* ring, int ir, int ipart) {
-    if (hc < n_half) {
-        const int st = hc % 3;
-        const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
-        const uint32_t dst = sb + kSRaw + st * kStageBytes + ir * kFp8RowBytes;
-#pragma unroll
-        for (int k = 0; k < 6; ++k) {
-            const int pc = ipart + 8 * k;
-            if (pc < kFp8RowChunks) cp_async16(dst + pc * 16, src + pc * 16, slot >= 0);
-        }
-        if (ipart == 0) ring[st * kHalfRows + ir] = slot;
-    }
-    cp_async_commit();
-}
-
-// Dequantises a 1/kParts share of row r (0..63) of local chunk u from the ring into the K tile (code pieces
-// part + kParts·k, k < 32 / kParts; k_pe pieces 33 + part + kParts·k, k < 8 / kParts) and records the row's slot id
-// (part 0); returns slot >= 0. e4m3 → f16x2 (exact) → f32 · pow2 tile scale → bf16 (exact).
-template <int kParts>
-__device__ __forceinline__ int fp8_dequant_row(uint8_t* smem, int u, int r, int part) {
-    constexpr int kCode = 32 / kParts, kPe = 8 / kParts;
-    const int rr = r & (kHalfRows - 1), st = (2 * u + (r >> 5)) % 3;
-    const uint8_t* raw = smem + kSRaw + st * kStageBytes + rr * kFp8RowBytes;
-    uint8_t* tile = smem + kSK;
-    uint4 v[kCode + kPe];
-#pragma unroll
-    for (int k = 0; k < kCode; ++k) v[k] = *reinterpret_cast<const uint4*>(raw + (part + kParts * k) * 16);
-#pragma unroll
-    for (int k = 0; k < kPe; ++k) v[kCode + k] = *reinterpret_cast<const uint4*>(raw + (33 + part + kParts * k) * 16);
-    const float4 sc4 = *reinterpret_cast<const float4*>(raw + 512);
-    const float sc[4] = {sc4.x, sc4.y, sc4.z, sc4.w};
-#pragma unroll
-    for (int k = 0; k < kCode; ++k) {
-        const int pc = part + kParts * k;  // codes 16pc..16pc+15 → bf16 chunks 2pc, 2pc+1; tile scale pc / 8
-        const float s = sc[(kParts * k) >> 3];
-        uint4 lo, hi;
-        lo.x = deq2(v[k].x, s);
-        lo.y = deq2(v[k].x >> 16, s);
-        lo.z = deq2(v[k].y, s);
-        lo.w = deq2(v[k].y >> 16, s);
-        hi.x = deq2(v[k].z, s);
-        hi.y = deq2(v[k].z >> 16, s);
-        hi.z = deq2(v[k].w, s);
-        hi.w = deq2(v[k].w >> 16, s);
-        *reinterpret_cast<uint4*>(tile + tile_off(r, 2 * pc)) = lo;
-        *reinterpret_cast<uint4*>(tile + tile_off(r, 2 * pc + 1)) = hi;
-    }
-#pragma unroll
-    for (int k = 0; k < kPe; ++k) *reinterpret_cast<uint4*>(tile + tile_off(r, 64 + part + kParts * k)) = v[kCode + k];
-    const int32_t slot = reinterpret_cast<const int32_t*>(smem + kSRing)[st * kHalfRows + rr];
-    if (part == 0) reinterpret_cast<int32_t*>(smem + kSIdx)[r] = slot;
-    return slot >= 0;
-}
-
-__global__ void __launch_bounds__(kThreads, 1)
-    sparse_mla_fp8_ring_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo,
-                               int overlap) {
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const uint32_t sb = smem_u32(smem);
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // PDL: the previous kernel's writes are visible
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    const int n_split = p.plan.n_split;
-    const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
-    const int64_t i = blockIdx.x / (n_split * n_hg);
-    const int split = (blockIdx.x / n_hg) % n_split, hg = blockIdx.x % n_hg;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wgi = warp >> 2, wi = warp & 3;
-    const int g = lane >> 2, qd = lane & 3;
-    const int ir = t >> 3, ipart = t & 7;  // issuer: row of a half-chunk, eighth of it
-    const int dr = t >> 2, dpart = t & 3;  // dequantiser: row of the chunk, quarter of it
-    const int n_chunks = p.topk / kChunk;
-    const int c_begin = split * chunks_per_split;
-    const int n_local = max(0, min(n_chunks, c_begin + chunks_per_split) - c_begin), n_half = 2 * n_local;
-    const int32_t* hs = p.slots + i * p.topk + static_cast<int64_t>(c_begin) * kChunk + ir;  // half hc: hs[32 hc]
-    const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
-    const int32_t* sidx = reinterpret_cast<const int32_t*>(smem + kSIdx);
-    int32_t* ring = reinterpret_cast<int32_t*>(smem + kSRing);
-    float* salpha = reinterpret_cast<float*>(smem + kSRed);        // [64]
-    float* sl = reinterpret_cast<float*>(smem + kSRed) + kHeads;  // [64]
-    auto slot_of = [&](int hc) -> int32_t { return hc < n_half ? hs[hc * kHalfRows] : -1; };
-
-    {
-        const int32_t s0 = slot_of(0), s1 = slot_of(1), s2 = slot_of(2);
-        fp8_issue_half(cache, s0, 0, n_half, sb, ring, ir, ipart);
-        fp8_issue_half(cache, s1, 1, n_half, sb, ring, ir, ipart);
-        fp8_issue_half(cache, s2, 2, n_half, sb, ring, ir, ipart);
-    }
-    const int32_t s3 = slot_of(3), s4 = slot_of(4);
-    {
-        const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-            float4 v[18];
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
-                v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
-            }
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                uint4 w;
-                w.x = pack_bf16(v[2 * k].x, v[2 * k].y);
-                w.y = pack_bf16(v[2 * k].z, v[2 * k].w);
-                w.z = pack_bf16(v[2 * k + 1].x, v[2 * k + 1].y);
-                w.w = pack_bf16(v[2 * k + 1].z, v[2 * k + 1].w);
-                *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
-            }
-        }
-    }
-    cp_async_wait_1();  // halves 0, 1 landed
-    __syncthreads();
-    int valid = n_local > 0 ? fp8_dequant_row<4>(smem, 0, dr, dpart) : 0;
-    proxy_fence();
-    int any = __syncthreads_or(valid);
-    fp8_issue_half(cache, s3, 3, n_half, sb, ring, ir, ipart);
-    fp8_issue_half(cache, s4, 4, n_half, sb, ring, ir, ipart);
-
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    float o[128];
-#pragma unroll
-    for (int a = 0; a < 128; ++a) o[a] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    const int row0 = 16 * wi + g, row1 = row0 + 8;
-    const uint32_t kt = sb + kSK;
-
-    for (int u = 0; u < n_local; ++u) {
-        const int32_t na = slot_of(2 * u + 5), nb = slot_of(2 * u + 6);  // issued at the end of this iteration
-        if (wgi == 0 && any) {
-            float s[32];
-#pragma unroll
-            for (int a = 0; a < 32; ++a) s[a] = 0.f;
-            reg_fence(s);
-            fence();
-#pragma unroll
-            for (int kk = 0; kk < kD / 16; ++kk) {
-                const uint32_t koff = (kk >> 2) * kBlk + (kk & 3) * 32;
-                wgmma_m64n64_ss(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff, 16, 1024), 1);
-            }
-            commit();
-            wait0();
-            reg_fence(s);
-            float mloc[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int col = 8 * j + 2 * qd;
-                const bool v0 = sidx[col] >= 0, v1 = sidx[col + 1] >= 0;
-                if (!v0) s[4 * j] = s[4 * j + 2] = -INFINITY;
-                if (!v1) s[4 * j + 1] = s[4 * j + 3] = -INFINITY;
-                mloc[0] = fmaxf(mloc[0], fmaxf(s[4 * j], s[4 * j + 1]));
-                mloc[1] = fmaxf(mloc[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-            }
-            float alpha[2], mref[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 1));
-                mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 2));
-                const float m_new = fmaxf(m_run[r], mloc[r]);
-                mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-                alpha[r] = exp2f(m_run[r] * scale_log2 - mref[r]);
-                m_run[r] = m_new;
-                l_run[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float p0 = exp2f(fmaf(s[4 * j], scale_log2, -mref[0]));
-                const float p1 = exp2f(fmaf(s[4 * j + 1], scale_log2, -mref[0]));
-                const float p2 = exp2f(fmaf(s[4 * j + 2], scale_log2, -mref[1]));
-                const float p3 = exp2f(fmaf(s[4 * j + 3], scale_log2, -mref[1]));
-                l_run[0] += p0 + p1;
-                l_run[1] += p2 + p3;
-                *reinterpret_cast<uint32_t*>(smem + kSP + row0 * 128 + ((j ^ (row0 & 7)) << 4) + 4 * qd) =
-                    pack_bf16(p0, p1);
-                *reinterpret_cast<uint32_t*>(smem + kSP + row1 * 128 + ((j ^ (row1 & 7)) << 4) + 4 * qd) =
-                    pack_bf16(p2, p3);
-            }
-            if (qd == 0) {
-                salpha[row0] = alpha[0];
-                salpha[row1] = alpha[1];
-            }
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                o[4 * j] *= alpha[0];
-                o[4 * j + 1] *= alpha[0];
-                o[4 * j + 2] *= alpha[1];
-                o[4 * j + 3] *= alpha[1];
-            }
-        }
-        proxy_fence();
-        __syncthreads();  // P, alpha complete
-        if (any) {
-            if (wgi == 1) {
-                const float a0 = salpha[row0], a1 = salpha[row1];
-#pragma unroll
-                for (int j = 0; j < 32; ++j) {
-                    o[4 * j] *= a0;
-                    o[4 * j + 1] *= a0;
-                    o[4 * j + 2] *= a1;
-                    o[4 * j + 3] *= a1;
-                }
-            }
-            reg_fence(o);
-            fence();
-#pragma unroll
-            for (int ks = 0; ks < kChunk / 16; ++ks) {
-                wgmma_m64n256_ss_tb(o, desc(sb + kSP + ks * 32, 16, 1024),
-                                    desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
-                if (ks == 1) commit();  // group 1: V rows 0..31, group 2: rows 32..63
-            }
-            commit();
-        }
-        if (u + 1 < n_local) {
-            if (overlap) {
-                // Rows 0..31 of chunk u+1 are dequantised while the tensor cores finish P·V over rows 32..63.
-                if (any) wait1();
-                cp_async_wait_1();  // this thread's pieces of halves 2u+2, 2u+3 landed
-                __syncthreads();    // everyone's; K rows 0..31, sidx free
-                valid = fp8_dequant_row<8>(smem, u + 1, t >> 3, t & 7);
-                if (any) wait0();
-                reg_fence(o);
-                __syncthreads();  // K rows 32..63, P free
-                valid |= fp8_dequant_row<8>(smem, u + 1, 32 + (t >> 3), t & 7);
-            } else {
-                if (any) wait0();
-                reg_fence(o);
-                cp_async_wait_1();
-                __syncthreads();  // the K tile, P and sidx are free
-                valid = fp8_dequant_row<4>(smem, u + 1, dr, dpart);
-            }
-            proxy_fence();
-            any = __syncthreads_or(valid);  // K tile = chunk u+1; ring stages of halves 2u+2, 2u+3 free
-            fp8_issue_half(cache, na, 2 * u + 5, n_half, sb, ring, ir, ipart);
-            fp8_issue_half(cache, nb, 2 * u + 6, n_half, sb, ring, ir, ipart);
-        } else if (any) {
-            wait0();
-            reg_fence(o);
-        }
-    }
-
-    if (wgi == 0) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-        }
-        if (qd == 0) {
-            sl[row0] = l_run[0];
-            sl[row1] = l_run[1];
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = r ? row1 : row0;
-        const float l = sl[row];
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
-        float* dst;
-        if (n_split == 1) {
-            dst = p.out + (i * p.n_head + h) * kDv;
-        } else {
-            dst = static_cast<float*>(p.scratch) + ((i * n_split + split) * p.n_head + h) * kDv;
-            if (wgi == 0 && qd == 0) {
-                float* lse = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
-                lse[(i * n_split + split) * p.n_head + h] = l > 0.f ? m_run[r] * scale_log2 + log2f(l) : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int col = 256 * wgi + 8 * j + 2 * qd;
-            *reinterpret_cast<float2*>(dst + col) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        }
-    }
-}
 // Specialised variant: warpgroup 0 computes S = Q·Kᵀ for all 64 slots of the chunk (wgmma m64n64k16: A and B
 // reads balance the tensor rate, where two m64n32 products re-read Q) and the softmax; warpgroup 1 meanwhile
 // gathers the next chunk (BF16: cp.async one chunk ahead; FP8: raw rows loaded into registers — half of them a
@@ -1029,65 +730,43 @@ __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMla
     reinterpret_cast<float4*>(p.out + ih * kDv)[t] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-// Launch knobs read once per process (measurement switches):
-//   MEGACTX_SPARSE_MLA_IMPL  unset: FP8 → sparse_mla_fp8_ring_kernel, BF16 → sparse_mla_wgmma2_kernel;
-//                            "o": wgmma2 for FP8 too (the previous default); "m": the mma.sync kernel.
-//   MEGACTX_SPARSE_MLA_PDL   "0": plain launches of the main kernels and the default shared-memory carveout
-//                            (the previous behaviour); default: programmatic dependent launch for every kernel and
-//                            the maximum shared-memory carveout on all of them (no L1/shared reconfiguration
-//                            between the 221-227 KB main kernels and the combine).
-//   MEGACTX_SPARSE_MLA_OVL   "0": the FP8 ring kernel dequantises the next chunk only after the whole P·V product
-//                            (default: the first half of it overlaps the second half of P·V).
-int impl_choice() {
-    static const int v = [] {
+// Kernel switch read once per process (measurement): MEGACTX_SPARSE_MLA_IMPL unset: the wgmma2 kernel; "m": the
+// mma.sync kernel.
+bool mma_sync_impl() {
+    static const bool v = [] {
         const char* e = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
-        return !e ? 3 : e[0] == 'm' ? 0 : e[0] == 'o' ? 2 : 3;
-    }();
-    return v;
-}
-bool pdl_on() {
-    static const bool v = [] {
-        const char* e = std::getenv("MEGACTX_SPARSE_MLA_PDL");
-        return !(e && e[0] == '0');
+        return e && e[0] == 'm';
     }();
     return v;
 }
 
-bool overlap_on() {
-    static const bool v = [] {
-        const char* e = std::getenv("MEGACTX_SPARSE_MLA_OVL");
-        return !(e && e[0] == '0');
-    }();
-    return v;
-}
-
+// Dynamic shared memory limit and the maximum shared-memory carveout on every kernel (the 221-227 KB main kernels
+// and the combine then never need an L1/shared reconfiguration between them).
 template <class Kern>
 cudaError_t configure(Kern kern, int smem_bytes) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (e == cudaSuccess && pdl_on())
+    if (e == cudaSuccess)
         e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     return e;
 }
 
-// Launches with programmatic dependent launch (when on): the kernel's CTAs may become resident while the previous
+// Launches with programmatic dependent launch: the kernel's CTAs may become resident while the previous
 // kernel of the stream finishes; every kernel here executes griddepcontrol.wait before it touches global memory.
 template <class... KArgs, class... Args>
 cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
-                          bool pdl, Args... args) {
-    if (pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(threads);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess) return cudaSuccess;
-        (void)cudaGetLastError();  // PDL refused: plain launch
-    }
+                          Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();  // PDL refused: plain launch
     kern<<<grid, threads, smem, stream>>>(args...);
     return cudaGetLastError();
 }
@@ -1098,7 +777,7 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     // One CTA per (token, split, 64-head group), the head group fastest: the two CTAs of a 128-head token gather
     // the same rows at the same time, so the second read hits L2.
     const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads)));
-    const bool fp8 = p.format == MlaCacheFormat::FP8, pdl = pdl_on();
+    const bool fp8 = p.format == MlaCacheFormat::FP8;
     const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
     // The attributes are per function; set once (not stream operations, so not captured in graphs).
     static const cudaError_t cfg_err = [] {
@@ -1106,31 +785,18 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
         if (e == cudaSuccess) e = configure(sparse_mla_kernel<false>, Smem<false>::total);
         if (e == cudaSuccess) e = configure(wg::sparse_mla_wgmma2_kernel<true>, wg::kSmem);
         if (e == cudaSuccess) e = configure(wg::sparse_mla_wgmma2_kernel<false>, wg::kSmem);
-        if (e == cudaSuccess) e = configure(wg::sparse_mla_fp8_ring_kernel, wg::kSSmem);
-        if (e == cudaSuccess && pdl_on())
+        if (e == cudaSuccess)
             e = cudaFuncSetAttribute(sparse_mla_combine_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      cudaSharedmemCarveoutMaxShared);
         return e;
     }();
     if (cfg_err != cudaSuccess) return cfg_err;
-    switch (impl_choice()) {
-        case 0:
-            return fp8 ? launch_kernel(sparse_mla_kernel<true>, grid, kThreads, Smem<true>::total, stream, pdl, p, cps)
-                       : launch_kernel(sparse_mla_kernel<false>, grid, kThreads, Smem<false>::total, stream, pdl, p,
-                                       cps);
-        case 2:
-            if (fp8)
-                return launch_kernel(wg::sparse_mla_wgmma2_kernel<true>, grid, kThreads, wg::kSmem, stream, pdl, p,
-                                     cps, lbo, sbo);
-            break;
-        default:
-            if (fp8)
-                return launch_kernel(wg::sparse_mla_fp8_ring_kernel, grid, kThreads, wg::kSSmem, stream, pdl, p, cps,
-                                     lbo, sbo, overlap_on() ? 1 : 0);
-            break;
-    }
-    return launch_kernel(wg::sparse_mla_wgmma2_kernel<false>, grid, kThreads, wg::kSmem, stream, pdl, p, cps, lbo,
-                         sbo);
+    if (mma_sync_impl())
+        return fp8 ? launch_kernel(sparse_mla_kernel<true>, grid, kThreads, Smem<true>::total, stream, p, cps)
+                   : launch_kernel(sparse_mla_kernel<false>, grid, kThreads, Smem<false>::total, stream, p, cps);
+    return fp8 ? launch_kernel(wg::sparse_mla_wgmma2_kernel<true>, grid, kThreads, wg::kSmem, stream, p, cps, lbo, sbo)
+               : launch_kernel(wg::sparse_mla_wgmma2_kernel<false>, grid, kThreads, wg::kSmem, stream, p, cps, lbo,
+                               sbo);
 }
 
 }  // namespace
@@ -1163,10 +829,10 @@ cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) 
     if (p.n == 0) return cudaSuccess;
     const cudaError_t e = launch_main(p, stream);
     if (e != cudaSuccess || p.plan.n_split == 1) return e;
-    // The combine is always launched with PDL: its CTAs start while the main kernel runs and wait on it
-    // (griddepcontrol.wait), which takes the second launch's latency off the critical path (kept in CUDA graphs).
+    // The combine's CTAs start while the main kernel runs and wait on it (griddepcontrol.wait), which takes the
+    // second launch's latency off the critical path (kept in CUDA graphs).
     return launch_kernel(sparse_mla_combine_kernel, dim3(static_cast<unsigned>(p.n * p.n_head)), 128,
-                         static_cast<size_t>(p.plan.n_split) * sizeof(float), stream, true, p);
+                         static_cast<size_t>(p.plan.n_split) * sizeof(float), stream, p);
 }
 
 }  // namespace megactx::cuda
