@@ -10,8 +10,8 @@
 //   default  sparse_mla_wgmma2_kernel (sm_90a wgmma; warpgroup 0: QK m64n64 + softmax, warpgroup 1: gather +
 //            FP8 dequant of the next chunk; both: PV m64n256 with V read MN-major from the same tile),
 //   "m"      sparse_mla_kernel below (mma.sync, the first version).
-// Every kernel is launched with programmatic dependent launch (griddepcontrol.wait before any global access) and
-// the maximum shared-memory carveout. Measured (bench/results/cuda-h200-2026-11-29-ec813d3-sparse_mla.json): a
+// The combine is launched with programmatic dependent launch; the main kernels execute griddepcontrol.wait before
+// any global access (a no-op in their plain launches; PDL for them measured no better). Measured (bench/results/cuda-h200-2026-11-29-ec813d3-sparse_mla.json): a
 // cp.async ring variant for FP8 (dequant by all threads) was 3-7% slower and was removed: the FP8 → bf16
 // conversions (cvt: 16/clk/SM on sm_90) cost about as much as the whole BF16 chunk, whichever threads do them.
 // sparse_mla_kernel ("m"): 8 warps: warp w owns head rows 16·(w%4).. and, for QK, slot columns 32·(w/4).. of the 64×64 score tile; for PV,
@@ -127,7 +127,7 @@ template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const SparseMlaRunParams p, int chunks_per_split) {
     extern __shared__ __align__(128) uint8_t smem[];
     using L = Smem<kFp8>;
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // PDL: the previous kernel's writes are visible
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int n_split = p.plan.n_split;
     const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int32_t* sidx = reinterpret_cast<int32_t*>(smem + kIdx);
     float* salpha = reinterpret_cast<float*>(smem + kRed);        // [64]
     float* sl = reinterpret_cast<float*>(smem + kRed) + kHeads;  // [64]
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // PDL: the previous kernel's writes are visible
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
     const bool loader = wgi == 1;
@@ -740,21 +740,15 @@ bool mma_sync_impl() {
     return v;
 }
 
-// Dynamic shared memory limit and the maximum shared-memory carveout on every kernel (the 221-227 KB main kernels
-// and the combine then never need an L1/shared reconfiguration between them).
-template <class Kern>
-cudaError_t configure(Kern kern, int smem_bytes) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    return e;
-}
-
-// Launches with programmatic dependent launch: the kernel's CTAs may become resident while the previous
-// kernel of the stream finishes; every kernel here executes griddepcontrol.wait before it touches global memory.
+// Launches plainly, or with programmatic dependent launch when `pdl` (the combine: its CTAs may become resident
+// while the main kernel runs; it executes griddepcontrol.wait before reading the partials).
 template <class... KArgs, class... Args>
 cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
-                          Args... args) {
+                          bool pdl, Args... args) {
+    if (!pdl) {
+        kern<<<grid, threads, smem, stream>>>(args...);
+        return cudaGetLastError();
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
@@ -779,24 +773,31 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads)));
     const bool fp8 = p.format == MlaCacheFormat::FP8;
     const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
-    // The attributes are per function; set once (not stream operations, so not captured in graphs).
+    // The attribute is per function; set once (not a stream operation, so not captured in graphs).
     static const cudaError_t cfg_err = [] {
-        cudaError_t e = configure(sparse_mla_kernel<true>, Smem<true>::total);
-        if (e == cudaSuccess) e = configure(sparse_mla_kernel<false>, Smem<false>::total);
-        if (e == cudaSuccess) e = configure(wg::sparse_mla_wgmma2_kernel<true>, wg::kSmem);
-        if (e == cudaSuccess) e = configure(wg::sparse_mla_wgmma2_kernel<false>, wg::kSmem);
+        cudaError_t e = cudaFuncSetAttribute(sparse_mla_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             Smem<true>::total);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(sparse_mla_combine_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared);
+            e = cudaFuncSetAttribute(sparse_mla_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     Smem<false>::total);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     wg::kSmem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     wg::kSmem);
         return e;
     }();
     if (cfg_err != cudaSuccess) return cfg_err;
+    // Main kernels: plain launches. PDL on them (measured at ec813d3) saved 0.4 us at b1 but cost 0.2-0.9 us at
+    // b16-b128 and ~6% in BF16 prefill; the maximum shared carveout changed nothing.
     if (mma_sync_impl())
-        return fp8 ? launch_kernel(sparse_mla_kernel<true>, grid, kThreads, Smem<true>::total, stream, p, cps)
-                   : launch_kernel(sparse_mla_kernel<false>, grid, kThreads, Smem<false>::total, stream, p, cps);
-    return fp8 ? launch_kernel(wg::sparse_mla_wgmma2_kernel<true>, grid, kThreads, wg::kSmem, stream, p, cps, lbo, sbo)
-               : launch_kernel(wg::sparse_mla_wgmma2_kernel<false>, grid, kThreads, wg::kSmem, stream, p, cps, lbo,
-                               sbo);
+        return fp8 ? launch_kernel(sparse_mla_kernel<true>, grid, kThreads, Smem<true>::total, stream, false, p, cps)
+                   : launch_kernel(sparse_mla_kernel<false>, grid, kThreads, Smem<false>::total, stream, false, p, cps);
+    return fp8 ? launch_kernel(wg::sparse_mla_wgmma2_kernel<true>, grid, kThreads, wg::kSmem, stream, false, p, cps,
+                               lbo, sbo)
+               : launch_kernel(wg::sparse_mla_wgmma2_kernel<false>, grid, kThreads, wg::kSmem, stream, false, p, cps,
+                               lbo, sbo);
 }
 
 }  // namespace
@@ -832,7 +833,7 @@ cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) 
     // The combine's CTAs start while the main kernel runs and wait on it (griddepcontrol.wait), which takes the
     // second launch's latency off the critical path (kept in CUDA graphs).
     return launch_kernel(sparse_mla_combine_kernel, dim3(static_cast<unsigned>(p.n * p.n_head)), 128,
-                         static_cast<size_t>(p.plan.n_split) * sizeof(float), stream, p);
+                         static_cast<size_t>(p.plan.n_split) * sizeof(float), stream, true, p);
 }
 
 }  // namespace megactx::cuda
