@@ -75,6 +75,14 @@ __global__ void fill_f32(float* x, int64_t n) {
         x[k] = static_cast<float>(hash32(k + 777) & 0xffff) / 32768.0f - 1.0f;
 }
 
+// Launch-floor probes: an empty kernel shaped like the main kernel (256 threads, ~221 KB dynamic shared memory) and
+// one shaped like the combine (128 threads, no shared memory).
+__global__ void empty_main() {
+    extern __shared__ uint8_t sm[];
+    if (threadIdx.x == 1023) sm[0] = 0;  // never true; keeps the shared allocation
+}
+__global__ void empty_combine() {}
+
 struct Result {
     std::string mode, fmt;
     int n, h, n_split;
@@ -186,6 +194,42 @@ int main(int argc, char** argv) {
         if (scratch) CK(cudaFree(scratch));
     };
 
+    // Launch floor inside a CUDA graph (µs per step): main-shaped kernel alone (32 CTAs), and main + combine-shaped
+    // (64 CTAs) pairs — what a b1 decode step costs before any work.
+    {
+        const int smem = 221312;
+        CK(cudaFuncSetAttribute(empty_main, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        for (int pair = 0; pair < 2; ++pair) {
+            const int steps = 100;
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            for (int k = 0; k < steps; ++k) {
+                empty_main<<<32, 256, smem, stream>>>();
+                if (pair) empty_combine<<<64, 128, 0, stream>>>();
+            }
+            CK(cudaStreamEndCapture(stream, &graph));
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+            std::vector<float> ms;
+            for (int r = 0; r < 20; ++r) {
+                CK(cudaEventRecord(e0, stream));
+                CK(cudaGraphLaunch(exec, stream));
+                CK(cudaEventRecord(e1, stream));
+                CK(cudaEventSynchronize(e1));
+                float t;
+                CK(cudaEventElapsedTime(&t, e0, e1));
+                ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end());
+            const double us = ms[ms.size() / 2] * 1e3 / steps;
+            std::printf("floor    %-5s n=%-5d h=%-4d split=%-3d %9.2f us (empty kernels in a graph)\n",
+                        pair ? "pair" : "main", 1, 64, 0, us);
+            results.push_back({"floor", pair ? "pair" : "main", 1, 64, 0, us, 0.0, 0.0});
+            CK(cudaGraphExecDestroy(exec));
+            CK(cudaGraphDestroy(graph));
+        }
+    }
     for (MlaCacheFormat fmt : {MlaCacheFormat::FP8, MlaCacheFormat::BF16})
         for (int h : {64, 128})
             for (int n : {1, 16, 64, 128}) bench("decode", fmt, n, h);

@@ -1,8 +1,8 @@
 // Tests of the sparse MLA CUDA kernels (src/backend/cuda/sparse_mla.h, latent_cache.h) against plain CPU loops:
 // latent_cache_write vs RMSNorm + RoPE + kv_format's fp8_latent_pack; sparse_mla vs a double-precision softmax over
 // the dequantised cache rows with bf16-rounded queries (what the kernel multiplies). Skipped without a GPU.
-// The kernel variant is chosen once per process: run the binary again with MEGACTX_SPARSE_MLA_IMPL=1, p and m to
-// cover the other sparse_mla kernels (default: the warp-specialised wgmma kernel).
+// The kernel variant is chosen once per process: run the binary again with MEGACTX_SPARSE_MLA_IMPL=m to cover the
+// mma.sync kernel (default: the warp-specialised wgmma2 kernel).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

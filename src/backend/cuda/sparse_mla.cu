@@ -3,15 +3,17 @@
 // token's selected slots s_j = slots[i, j] (−1 = unused, skipped); shapes q [n, n_head, 576] fp32,
 // cache BF16 [n_slots, 576] or FP8 [n_slots, 656 B], slots [n, topk] int32, out [n, n_head, 512] fp32.
 //
-// One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host).
-// Three main kernels with the same contract, selected once per process by MEGACTX_SPARSE_MLA_IMPL (measurement
-// switch; all three pass tests/cuda/test_sparse_mla.cpp on the H200):
+// One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
+// is 1-D with the head group fastest (the two CTAs of a 128-head token gather the same rows together: L2 hits).
+// Two main kernels with the same contract, selected once per process by MEGACTX_SPARSE_MLA_IMPL (measurement
+// switch; both pass tests/cuda/test_sparse_mla.cpp on the H200):
 //   default  sparse_mla_wgmma2_kernel (sm_90a wgmma; warpgroup 0: QK m64n64 + softmax, warpgroup 1: gather +
 //            FP8 dequant of the next chunk; both: PV m64n256 with V read MN-major from the same tile),
-//   "1"      sparse_mla_wgmma_kernel (both warpgroups split QK by slot halves (m64n32) and all threads gather),
-//   "p"      the same with the PV product on mma.sync, "m" sparse_mla_kernel below (mma.sync, the first version).
-// The wgmma kernels are described at the `namespace wg` block. The combine is launched with programmatic
-// dependent launch (griddepcontrol) so its launch latency overlaps the main kernel.
+//   "m"      sparse_mla_kernel below (mma.sync, the first version).
+// The combine is launched with programmatic dependent launch; the main kernels execute griddepcontrol.wait before
+// any global access (a no-op in their plain launches; PDL for them measured no better). Measured (bench/results/cuda-h200-2026-11-29-ec813d3-sparse_mla.json): a
+// cp.async ring variant for FP8 (dequant by all threads) was 3-7% slower and was removed: the FP8 → bf16
+// conversions (cvt: 16/clk/SM on sm_90) cost about as much as the whole BF16 chunk, whichever threads do them.
 // sparse_mla_kernel ("m"): 8 warps: warp w owns head rows 16·(w%4).. and, for QK, slot columns 32·(w/4).. of the 64×64 score tile; for PV,
 // output columns 256·(w/4).. (128 fp32 accumulators per thread). Q is converted fp32 → bf16 into shared memory once
 // per CTA (this is the query conversion: no pre-kernel). Both products use mma.sync m16n8k16 bf16 → fp32 with
@@ -88,15 +90,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void mma_bf16_4(float& d0, float& d1, float& d2, float& d3, uint32_t a0, uint32_t a1,
-                                           uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
     __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -134,9 +127,12 @@ template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const SparseMlaRunParams p, int chunks_per_split) {
     extern __shared__ __align__(128) uint8_t smem[];
     using L = Smem<kFp8>;
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int n_split = p.plan.n_split;
-    const int64_t i = blockIdx.x / n_split;
-    const int split = blockIdx.x % n_split, hg = blockIdx.y;
+    const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
+    const int64_t i = blockIdx.x / (n_split * n_hg);
+    const int split = (blockIdx.x / n_hg) % n_split, hg = blockIdx.x % n_hg;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wr = warp & 3, wc = warp >> 2;
     const int g = lane >> 2, qd = lane & 3;
     const int n_chunks = p.topk / kChunk;
@@ -344,16 +340,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const SparseMla
 }
 
 // ---- wgmma path (sm_90a) ------------------------------------------------------------------------------------------
-// One CTA = one token × 64 heads × a range of 64-slot chunks, two consumer warpgroups (256 threads, all of which also
-// load). Shared tiles use the canonical 128-B swizzle: a [64 rows, 576] bf16 tile is 9 blocks of [64 rows × 128 B]
-// (8 KB each, 1024-B aligned), 16-B chunk c of row r at r·128 + ((c ^ (r & 7)) << 4).
-//   S = Q·Kᵀ: warpgroup w computes S[64 heads, slots 32w..32w+31] with 36 × wgmma m64n32k16 (A = Q, B = K tile,
-//   both K-major from shared memory). Row maxima are exchanged through shared memory; P (bf16) goes to a shared
-//   [64 × 64] K-major tile; O[64 heads, dims 256w..256w+255] += P · V with 4 × wgmma m64n256k16 (B = V read
-//   MN-major straight from the same K tile: no transposed copy). Softmax in fp32, exp2 domain.
-// BF16 cache: chunk c+1 streams in with cp.async into the other K buffer while chunk c is computed.
-// FP8 cache: chunk c+1's raw 656-B rows are loaded into registers before chunk c's QK product is issued and
-// dequantised (e4m3 · pow2 scale, exact in bf16) into the other K buffer after it (overlapping the async wgmma).
+// One CTA = one token × 64 heads × a range of 64-slot chunks, two warpgroups (256 threads). Shared tiles use the
+// canonical 128-B swizzle: a [64 rows, 576] bf16 tile is 9 blocks of [64 rows × 128 B] (8 KB each, 1024-B aligned),
+// 16-B chunk c of row r at r·128 + ((c ^ (r & 7)) << 4).
+//   S = Q·Kᵀ: warpgroup 0 computes S[64 heads, 64 slots] with 36 × wgmma m64n64k16 (A = Q, B = K tile, both K-major
+//   from shared memory) and the softmax (fp32, exp2 domain); P (bf16) goes to a shared [64 × 64] K-major tile and the
+//   rescale factors through shared memory; O[64 heads, dims 256w..256w+255] += P · V with 4 × wgmma m64n256k16 per
+//   warpgroup w (B = V read MN-major straight from the same K tile: no transposed copy).
 namespace wg {
 constexpr int kBlk = 8192;      // [64 rows × 128 B]
 constexpr int kTile = 9 * kBlk; // [64 rows × 576] bf16
@@ -439,229 +432,11 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
     cp_async_commit();
 }
 
-template <bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1)
-    sparse_mla_wgmma_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo,
-                            int pv_mma_sync) {
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const uint32_t sb = smem_u32(smem);
-    const int n_split = p.plan.n_split;
-    const int64_t i = blockIdx.x / n_split;
-    const int split = blockIdx.x % n_split, hg = blockIdx.y;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wgi = warp >> 2, wi = warp & 3;
-    const int g = lane >> 2, qd = lane & 3;
-    const int lrow = t >> 2, part = t & 3;  // loader role: row of the chunk, quarter
-    const int n_chunks = p.topk / kChunk;
-    const int c_begin = split * chunks_per_split;
-    const int c_end = min(n_chunks, c_begin + chunks_per_split);
-    const int32_t* tok_slots = p.slots + i * p.topk;
-    const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
-    int32_t* sidx = reinterpret_cast<int32_t*>(smem + kIdx);
-    float* sred = reinterpret_cast<float*>(smem + kRed);
-
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the combine may start waiting now
-    int32_t my_slot = -1;
-    uint4 raw[11];
-    if (c_begin < c_end) {
-        my_slot = tok_slots[c_begin * kChunk + lrow];
-        if (part == 0) sidx[lrow] = my_slot;
-        if constexpr (kFp8) fp8_load(cache, my_slot, part, raw);
-        else bf16_issue(cache, my_slot, lrow, part, sb + kK0);
-    }
-    // Q: fp32 → bf16 into the swizzled Q tile; 18 (row, chunk) items per thread, loads batched for latency.
-    {
-        const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-            float4 v[18];
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
-                v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
-            }
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                uint4 w;
-                w.x = pack_bf16(v[2 * k].x, v[2 * k].y);
-                w.y = pack_bf16(v[2 * k].z, v[2 * k].w);
-                w.z = pack_bf16(v[2 * k + 1].x, v[2 * k + 1].y);
-                w.w = pack_bf16(v[2 * k + 1].z, v[2 * k + 1].w);
-                *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
-            }
-        }
-    }
-    if constexpr (kFp8) {
-        if (c_begin < c_end) fp8_store(smem + kK0, lrow, part, raw);
-    } else {
-        cp_async_wait_all();
-    }
-    proxy_fence();
-    int any = __syncthreads_or(my_slot >= 0);
-
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    float o[128];
-#pragma unroll
-    for (int a = 0; a < 128; ++a) o[a] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    const int row0 = 16 * wi + g, row1 = row0 + 8;
-
-    for (int c = c_begin; c < c_end; ++c) {
-        const int buf = (c - c_begin) & 1;
-        const uint32_t kt = sb + kK0 + buf * kTile, kt_next = sb + kK0 + (buf ^ 1) * kTile;
-        const int32_t* cidx = sidx + buf * kChunk;
-        const bool has_next = c + 1 < c_end;
-        int32_t next_slot = -1;
-        if (has_next) {
-            next_slot = tok_slots[(c + 1) * kChunk + lrow];
-            if constexpr (kFp8) fp8_load(cache, next_slot, part, raw);
-            else bf16_issue(cache, next_slot, lrow, part, kt_next);
-        }
-        if (any) {
-            float s[16];
-#pragma unroll
-            for (int a = 0; a < 16; ++a) s[a] = 0.f;
-            reg_fence(s);
-            fence();
-#pragma unroll
-            for (int kk = 0; kk < kD / 16; ++kk) {
-                const uint32_t koff = (kk >> 2) * kBlk + (kk & 3) * 32;
-                wgmma_m64n32_ss(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff + wgi * 32 * 128, 16, 1024), 1);
-            }
-            commit();
-            wait0();
-            reg_fence(s);
-            float mloc[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int col = 32 * wgi + 8 * j + 2 * qd;
-                const bool v0 = cidx[col] >= 0, v1 = cidx[col + 1] >= 0;
-                if (!v0) s[4 * j] = s[4 * j + 2] = -INFINITY;
-                if (!v1) s[4 * j + 1] = s[4 * j + 3] = -INFINITY;
-                mloc[0] = fmaxf(mloc[0], fmaxf(s[4 * j], s[4 * j + 1]));
-                mloc[1] = fmaxf(mloc[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 1));
-                mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 2));
-            }
-            if (qd == 0) {
-                sred[wgi * kHeads + row0] = mloc[0];
-                sred[wgi * kHeads + row1] = mloc[1];
-            }
-            __syncthreads();
-            float alpha[2], mref[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = r ? row1 : row0;
-                const float m_new = fmaxf(m_run[r], fmaxf(sred[row], sred[kHeads + row]));
-                mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-                alpha[r] = exp2f(m_run[r] * scale_log2 - mref[r]);
-                m_run[r] = m_new;
-                l_run[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float p0 = exp2f(fmaf(s[4 * j], scale_log2, -mref[0]));
-                const float p1 = exp2f(fmaf(s[4 * j + 1], scale_log2, -mref[0]));
-                const float p2 = exp2f(fmaf(s[4 * j + 2], scale_log2, -mref[1]));
-                const float p3 = exp2f(fmaf(s[4 * j + 3], scale_log2, -mref[1]));
-                l_run[0] += p0 + p1;
-                l_run[1] += p2 + p3;
-                const int ch = 4 * wgi + j;
-                *reinterpret_cast<uint32_t*>(smem + kP + row0 * 128 + ((ch ^ (row0 & 7)) << 4) + 4 * qd) =
-                    pack_bf16(p0, p1);
-                *reinterpret_cast<uint32_t*>(smem + kP + row1 * 128 + ((ch ^ (row1 & 7)) << 4) + 4 * qd) =
-                    pack_bf16(p2, p3);
-            }
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                o[4 * j] *= alpha[0];
-                o[4 * j + 1] *= alpha[0];
-                o[4 * j + 2] *= alpha[1];
-                o[4 * j + 3] *= alpha[1];
-            }
-        }
-        if (has_next) {
-            if constexpr (kFp8) fp8_store(smem + kK0 + (buf ^ 1) * kTile, lrow, part, raw);
-            if (part == 0) sidx[(buf ^ 1) * kChunk + lrow] = next_slot;
-        }
-        proxy_fence();
-        __syncthreads();  // P complete (and, FP8, the next tile written)
-        if (any && !pv_mma_sync) {
-            reg_fence(o);
-            fence();
-#pragma unroll
-            for (int ks = 0; ks < kChunk / 16; ++ks)
-                wgmma_m64n256_ss_tb(o, desc(sb + kP + ks * 32, 16, 1024),
-                                    desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
-            commit();
-            wait0();
-            reg_fence(o);
-        } else if (any) {
-            // Fallback PV with mma.sync (warp: rows 16wi.., dims 256wgi..), ldmatrix from the same tiles.
-#pragma unroll
-            for (int ks = 0; ks < kChunk / 16; ++ks) {
-                uint32_t a0, a1, a2, a3;
-                ldsm_x4(sb + kP + swz(16 * wi + (lane & 15), 2 * ks + (lane >> 4), 128), a0, a1, a2, a3);
-                const int vrow = 16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3);
-#pragma unroll
-                for (int np = 0; np < 16; ++np) {
-                    uint32_t b0, b1, b2, b3;
-                    ldsm_x4_t(kt + tile_off(vrow, 32 * wgi + 2 * np + (lane >> 4)), b0, b1, b2, b3);
-                    mma_bf16_4(o[8 * np], o[8 * np + 1], o[8 * np + 2], o[8 * np + 3], a0, a1, a2, a3, b0, b1);
-                    mma_bf16_4(o[8 * np + 4], o[8 * np + 5], o[8 * np + 6], o[8 * np + 7], a0, a1, a2, a3, b2, b3);
-                }
-            }
-        }
-        if constexpr (!kFp8) cp_async_wait_all();
-        proxy_fence();
-        any = __syncthreads_or(next_slot >= 0);  // next tile landed; this chunk's tiles free
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-    }
-    __syncthreads();
-    if (qd == 0) {
-        sred[wgi * kHeads + row0] = l_run[0];
-        sred[wgi * kHeads + row1] = l_run[1];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = r ? row1 : row0;
-        const float l = sred[row] + sred[kHeads + row];
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
-        float* dst;
-        if (n_split == 1) {
-            dst = p.out + (i * p.n_head + h) * kDv;
-        } else {
-            dst = static_cast<float*>(p.scratch) + ((i * n_split + split) * p.n_head + h) * kDv;
-            if (wgi == 0 && qd == 0) {
-                float* lse = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
-                lse[(i * n_split + split) * p.n_head + h] = l > 0.f ? m_run[r] * scale_log2 + log2f(l) : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int col = 256 * wgi + 8 * j + 2 * qd;
-            *reinterpret_cast<float2*>(dst + col) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        }
-    }
-}
-
 // Specialised variant: warpgroup 0 computes S = Q·Kᵀ for all 64 slots of the chunk (wgmma m64n64k16: A and B
 // reads balance the tensor rate, where two m64n32 products re-read Q) and the softmax; warpgroup 1 meanwhile
 // gathers the next chunk (BF16: cp.async one chunk ahead; FP8: raw rows loaded into registers — half of them a
 // chunk earlier — and dequantised while warpgroup 0 multiplies). Both then do PV for their 256 output dims (P and the rescale factors
-// through shared memory). Same tiles and numerics as sparse_mla_wgmma_kernel.
+// through shared memory).
 template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_mla_wgmma2_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo) {
@@ -669,8 +444,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(smem);
     const int n_split = p.plan.n_split;
-    const int64_t i = blockIdx.x / n_split;
-    const int split = blockIdx.x % n_split, hg = blockIdx.y;
+    const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
+    const int64_t i = blockIdx.x / (n_split * n_hg);
+    const int split = (blockIdx.x / n_hg) % n_split, hg = blockIdx.x % n_hg;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wgi = warp >> 2, wi = warp & 3;
     const int g = lane >> 2, qd = lane & 3;
     const int ra = (t & 127) >> 2, rb = ra + 32, part = t & 3;  // warpgroup 1 loader rows
@@ -682,6 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int32_t* sidx = reinterpret_cast<int32_t*>(smem + kIdx);
     float* salpha = reinterpret_cast<float*>(smem + kRed);        // [64]
     float* sl = reinterpret_cast<float*>(smem + kRed) + kHeads;  // [64]
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
     const bool loader = wgi == 1;
@@ -915,6 +692,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // with unrolled independent loads (the loop is latency-bound otherwise).
 __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMlaRunParams p) {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");  // launched early (PDL): wait for the partials
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the next step's main kernel may start
     extern __shared__ float sw[];  // [n_split]
     __shared__ float sred[4];
     const int64_t ih = blockIdx.x, i = ih / p.n_head, h = ih % p.n_head;
@@ -952,69 +730,74 @@ __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMla
     reinterpret_cast<float4*>(p.out + ih * kDv)[t] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-template <bool kFp8>
-cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
-    static bool configured = false;  // the attribute is per function; set it once (not a stream operation)
-    if (!configured) {
-        const cudaError_t e = cudaFuncSetAttribute(sparse_mla_kernel<kFp8>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<kFp8>::total);
-        if (e != cudaSuccess) return e;
-        configured = true;
-    }
-    const int n_chunks = p.topk / kChunk;
-    const int cps = (n_chunks + p.plan.n_split - 1) / p.plan.n_split;
-    const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split), static_cast<unsigned>(p.n_head / kHeads));
-    sparse_mla_kernel<kFp8><<<grid, kThreads, Smem<kFp8>::total, stream>>>(p, cps);
-    return cudaGetLastError();
-}
-
-template <bool kFp8>
-cudaError_t launch_wgmma(const SparseMlaRunParams& p, cudaStream_t stream, uint32_t v_lbo, uint32_t v_sbo, int pv_mma) {
-    static bool configured = false;
-    if (!configured) {
-        const cudaError_t e = cudaFuncSetAttribute(wg::sparse_mla_wgmma_kernel<kFp8>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kSmem);
-        if (e != cudaSuccess) return e;
-        configured = true;
-    }
-    const int n_chunks = p.topk / kChunk;
-    const int cps = (n_chunks + p.plan.n_split - 1) / p.plan.n_split;
-    const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split), static_cast<unsigned>(p.n_head / kHeads));
-    wg::sparse_mla_wgmma_kernel<kFp8><<<grid, kThreads, wg::kSmem, stream>>>(p, cps, v_lbo, v_sbo, pv_mma);
-    return cudaGetLastError();
-}
-
-template <bool kFp8>
-cudaError_t launch_wgmma2(const SparseMlaRunParams& p, cudaStream_t stream, uint32_t v_lbo, uint32_t v_sbo) {
-    static bool configured = false;
-    if (!configured) {
-        const cudaError_t e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<kFp8>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kSmem);
-        if (e != cudaSuccess) return e;
-        configured = true;
-    }
-    const int n_chunks = p.topk / kChunk;
-    const int cps = (n_chunks + p.plan.n_split - 1) / p.plan.n_split;
-    const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split), static_cast<unsigned>(p.n_head / kHeads));
-    wg::sparse_mla_wgmma2_kernel<kFp8><<<grid, kThreads, wg::kSmem, stream>>>(p, cps, v_lbo, v_sbo);
-    return cudaGetLastError();
-}
-
-// Implementation switch for measurement: MEGACTX_SPARSE_MLA_IMPL=mma selects the mma.sync kernel; default wgmma.
-// MEGACTX_SPARSE_MLA_VDESC=1 swaps the V descriptor's leading/stride byte offsets (layout experiment).
-int impl_choice() {
-    static const int v = [] {
-        const char* e = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
-        return !e ? 3 : e[0] == 'm' ? 0 : e[0] == 'p' ? 2 : e[0] == '1' ? 1 : 3;
-    }();
-    return v;
-}
-bool vdesc_swap() {
+// Kernel switch read once per process (measurement): MEGACTX_SPARSE_MLA_IMPL unset: the wgmma2 kernel; "m": the
+// mma.sync kernel.
+bool mma_sync_impl() {
     static const bool v = [] {
-        const char* e = std::getenv("MEGACTX_SPARSE_MLA_VDESC");
-        return e && e[0] == '1';
+        const char* e = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
+        return e && e[0] == 'm';
     }();
     return v;
+}
+
+// Launches plainly, or with programmatic dependent launch when `pdl` (the combine: its CTAs may become resident
+// while the main kernel runs; it executes griddepcontrol.wait before reading the partials).
+template <class... KArgs, class... Args>
+cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                          bool pdl, Args... args) {
+    if (!pdl) {
+        kern<<<grid, threads, smem, stream>>>(args...);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();  // PDL refused: plain launch
+    kern<<<grid, threads, smem, stream>>>(args...);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
+    const int n_chunks = p.topk / kChunk;
+    const int cps = (n_chunks + p.plan.n_split - 1) / p.plan.n_split;
+    // One CTA per (token, split, 64-head group), the head group fastest: the two CTAs of a 128-head token gather
+    // the same rows at the same time, so the second read hits L2.
+    const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads)));
+    const bool fp8 = p.format == MlaCacheFormat::FP8;
+    const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
+    // The attribute is per function; set once (not a stream operation, so not captured in graphs).
+    static const cudaError_t cfg_err = [] {
+        cudaError_t e = cudaFuncSetAttribute(sparse_mla_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             Smem<true>::total);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(sparse_mla_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     Smem<false>::total);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     wg::kSmem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     wg::kSmem);
+        return e;
+    }();
+    if (cfg_err != cudaSuccess) return cfg_err;
+    // Main kernels: plain launches. PDL on them (measured at ec813d3) saved 0.4 us at b1 but cost 0.2-0.9 us at
+    // b16-b128 and ~6% in BF16 prefill; the maximum shared carveout changed nothing.
+    if (mma_sync_impl())
+        return fp8 ? launch_kernel(sparse_mla_kernel<true>, grid, kThreads, Smem<true>::total, stream, false, p, cps)
+                   : launch_kernel(sparse_mla_kernel<false>, grid, kThreads, Smem<false>::total, stream, false, p, cps);
+    return fp8 ? launch_kernel(wg::sparse_mla_wgmma2_kernel<true>, grid, kThreads, wg::kSmem, stream, false, p, cps,
+                               lbo, sbo)
+               : launch_kernel(wg::sparse_mla_wgmma2_kernel<false>, grid, kThreads, wg::kSmem, stream, false, p, cps,
+                               lbo, sbo);
 }
 
 }  // namespace
@@ -1045,37 +828,12 @@ cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) 
         !p.out || (p.plan.n_split > 1 && !p.scratch))
         return cudaErrorInvalidValue;
     if (p.n == 0) return cudaSuccess;
-    cudaError_t e;
-    if (impl_choice() != 0) {
-        const uint32_t lbo = vdesc_swap() ? 1024u : 8192u, sbo = vdesc_swap() ? 8192u : 1024u;
-        const int pv_mma = impl_choice() == 2;
-        if (impl_choice() == 3)
-            e = p.format == MlaCacheFormat::FP8 ? launch_wgmma2<true>(p, stream, lbo, sbo)
-                                                : launch_wgmma2<false>(p, stream, lbo, sbo);
-        else
-            e = p.format == MlaCacheFormat::FP8 ? launch_wgmma<true>(p, stream, lbo, sbo, pv_mma)
-                                                : launch_wgmma<false>(p, stream, lbo, sbo, pv_mma);
-    } else {
-        e = p.format == MlaCacheFormat::FP8 ? launch_main<true>(p, stream) : launch_main<false>(p, stream);
-    }
+    const cudaError_t e = launch_main(p, stream);
     if (e != cudaSuccess || p.plan.n_split == 1) return e;
-    // Programmatic dependent launch: the combine's CTAs start while the main kernel runs and wait on it
-    // (griddepcontrol.wait), which takes the second launch's latency off the critical path (kept in CUDA graphs).
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(p.n * p.n_head));
-    cfg.blockDim = dim3(128);
-    cfg.dynamicSmemBytes = static_cast<size_t>(p.plan.n_split) * sizeof(float);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, sparse_mla_combine_kernel, p) != cudaSuccess) {
-        (void)cudaGetLastError();  // PDL refused: plain launch
-        sparse_mla_combine_kernel<<<static_cast<unsigned>(p.n * p.n_head), 128, cfg.dynamicSmemBytes, stream>>>(p);
-    }
-    return cudaGetLastError();
+    // The combine's CTAs start while the main kernel runs and wait on it (griddepcontrol.wait), which takes the
+    // second launch's latency off the critical path (kept in CUDA graphs).
+    return launch_kernel(sparse_mla_combine_kernel, dim3(static_cast<unsigned>(p.n * p.n_head)), 128,
+                         static_cast<size_t>(p.plan.n_split) * sizeof(float), stream, true, p);
 }
 
 }  // namespace megactx::cuda
