@@ -37,7 +37,7 @@ if has sanitize; then
     for t in build-cuda/tests/cuda/*; do
         [ -x "$t" ] || continue
         name=$(basename "$t")
-        "$san" --tool memcheck --leak-check full --error-exitcode 3 "$t" --gtest_brief=1 \
+        timeout "${SANITIZE_TIMEOUT:-300}" "$san" --tool memcheck --leak-check full --error-exitcode 3 "$t" --gtest_brief=1 \
             --gtest_filter="${SANITIZE_FILTER:-*}" >"$out/memcheck-$name.log" 2>&1
         rc=$?
         summary+=("memcheck $name: exit $rc, $(grep -m1 -E 'ERROR SUMMARY' "$out/memcheck-$name.log")")
