@@ -3,7 +3,7 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [serve]   (default: tests bench)
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [cli] [serve]   (default: tests bench)
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
 # to point at the repo root here.
@@ -64,6 +64,10 @@ if has model; then
         --contexts "${MODEL_CONTEXTS:-8192,131072,1048575}" --kv fp8 --json "$out/bench_model.json" 2>&1 |
         tee "$out/bench_model.log"
     summary+=("bench_model: exit ${PIPESTATUS[0]}")
+fi
+if has cli; then
+    bash scripts/gpu/cli-smoke.sh 2>&1 | tee "$out/cli.log" | tail -15
+    summary+=("cli-smoke: exit ${PIPESTATUS[0]}")
 fi
 if has serve; then
     bash scripts/gpu/serve-overhead.sh "$out" 2>&1 | tee "$out/serve.log" | tail -20
