@@ -22,24 +22,12 @@
 
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/topk.h"
-
-#ifndef MEGACTX_COMMIT_STR
-#define MEGACTX_COMMIT_STR "unknown"
-#endif
+#include "cuda_bench.cuh"
 
 namespace {
 
 constexpr double kCopyTBs = 4.23, kFp8Tflops = 1331.0;
 constexpr int64_t kBlockBytes = 8448;
-
-#define CK(call)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            std::exit(1);                                                                                 \
-        }                                                                                                 \
-    } while (0)
 
 // Random finite e4m3 codes (no NaN 0x7f/0xff) and power-of-two scales.
 __global__ void fill_pool(uint8_t* pool, int64_t n_blocks) {
@@ -87,23 +75,23 @@ int main(int argc, char** argv) {
             quick = true;
     }
     cudaDeviceProp prop{};
-    CK(cudaGetDeviceProperties(&prop, 0));
+    MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const std::vector<int64_t> contexts =
         quick ? std::vector<int64_t>{131072} : std::vector<int64_t>{131072, 262144, 524288, 1048576};
     const int64_t max_ctx = contexts.back(), max_pages = max_ctx / 64, max_batch = 64, max_qps = 4;
     const int64_t n_blocks = max_batch * max_pages;
     uint8_t* pool;
-    CK(cudaMalloc(&pool, n_blocks * kBlockBytes));
+    MEGACTX_BENCH_CK(cudaMalloc(&pool, n_blocks * kBlockBytes));
     fill_pool<<<4096, 256>>>(pool, n_blocks);
-    CK(cudaGetLastError());
+    MEGACTX_BENCH_CK(cudaGetLastError());
     // Block tables: a random permutation of the pool; sequence s owns tables[s · max_pages ...].
     std::vector<int32_t> tables(static_cast<size_t>(n_blocks));
     std::iota(tables.begin(), tables.end(), 0);
     std::mt19937 rng(7);
     std::shuffle(tables.begin(), tables.end(), rng);
     int32_t* d_tables;
-    CK(cudaMalloc(&d_tables, tables.size() * 4));
-    CK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_tables, tables.size() * 4));
+    MEGACTX_BENCH_CK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
     const int64_t max_rows = 4096;
     std::vector<uint8_t> q8(static_cast<size_t>(max_rows * 4096));
     std::vector<float> w8(static_cast<size_t>(max_rows * 32));
@@ -111,28 +99,28 @@ int main(int argc, char** argv) {
     for (auto& w : w8) w = std::uniform_real_distribution<float>(-1e-3f, 1e-3f)(rng);
     uint8_t* d_q8;
     float* d_w8;
-    CK(cudaMalloc(&d_q8, q8.size()));
-    CK(cudaMalloc(&d_w8, w8.size() * 4));
-    CK(cudaMemcpy(d_q8, q8.data(), q8.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_w8, w8.data(), w8.size() * 4, cudaMemcpyHostToDevice));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_q8, q8.size()));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_w8, w8.size() * 4));
+    MEGACTX_BENCH_CK(cudaMemcpy(d_q8, q8.data(), q8.size(), cudaMemcpyHostToDevice));
+    MEGACTX_BENCH_CK(cudaMemcpy(d_w8, w8.data(), w8.size() * 4, cudaMemcpyHostToDevice));
     // Decode rows × context, or the prefill's 4096 rows × 64K scores, whichever is larger.
     const size_t out_bytes = std::max(static_cast<size_t>(max_batch * max_qps) * max_ctx, size_t{4096} * 65536) * 4;
     float* d_out;
-    CK(cudaMalloc(&d_out, out_bytes));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_out, out_bytes));
     int32_t *d_pos, *d_seq, *d_toff, *d_plan;
-    CK(cudaMalloc(&d_pos, max_rows * 4));
-    CK(cudaMalloc(&d_seq, max_rows * 4));
-    CK(cudaMalloc(&d_toff, max_batch * 4 * 8));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_pos, max_rows * 4));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_seq, max_rows * 4));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_toff, max_batch * 4 * 8));
     constexpr int kRot = 8;
     const int64_t plan_ints = indexer_plan_ints(max_rows);
-    CK(cudaMalloc(&d_plan, plan_ints * 4 * kRot));  // one plan per rotation (a plan records its table offsets)
+    MEGACTX_BENCH_CK(cudaMalloc(&d_plan, plan_ints * 4 * kRot));  // one plan per rotation (a plan records its table offsets)
     int32_t* d_len;                                 // [kRot, max_rows] top-k row lengths
-    CK(cudaMalloc(&d_len, max_rows * 4 * kRot));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_len, max_rows * 4 * kRot));
     cudaStream_t stream;
-    CK(cudaStreamCreate(&stream));
+    MEGACTX_BENCH_CK(cudaStreamCreate(&stream));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    MEGACTX_BENCH_CK(cudaEventCreate(&e0));
+    MEGACTX_BENCH_CK(cudaEventCreate(&e1));
     std::vector<Result> results;
 
     // Rows of `batch` sequences × qps queries at the last positions of context L; table offsets of rotation r.
@@ -142,9 +130,9 @@ int main(int argc, char** argv) {
             for (int64_t j = 0; j < qps; ++j) pos.push_back(static_cast<int32_t>(L - qps + j)), seq.push_back(s);
         for (int r = 0; r < n_rot; ++r)
             for (int64_t s = 0; s < batch; ++s) toff.push_back(static_cast<int32_t>((r * batch + s) * max_pages));
-        CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_toff, toff.data(), toff.size() * 4, cudaMemcpyHostToDevice));
+        MEGACTX_BENCH_CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+        MEGACTX_BENCH_CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
+        MEGACTX_BENCH_CK(cudaMemcpy(d_toff, toff.data(), toff.size() * 4, cudaMemcpyHostToDevice));
         for (int r = 0; r < n_rot; ++r) {
             IndexerPlanParams pp;
             pp.pos = d_pos;
@@ -156,7 +144,7 @@ int main(int argc, char** argv) {
             pp.table_offset = d_toff + r * batch;
             launch_indexer_plan(pp, stream);
         }
-        CK(cudaStreamSynchronize(stream));
+        MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
     };
     auto params = [&](int64_t batch, int64_t qps, int64_t L, int rot, int kernel) {
         IndexerLogitsParams p;
@@ -184,8 +172,8 @@ int main(int argc, char** argv) {
             topk_scratch_max = std::max(topk_scratch_max, (cuda::topk_scratch_bytes(qps, L, 2048) + 255) / 256 * 256);
     void* d_topk_scratch;
     int32_t* d_topk_idx;
-    CK(cudaMalloc(&d_topk_scratch, topk_scratch_max * kRot));
-    CK(cudaMalloc(&d_topk_idx, max_qps * 2048 * 4 * kRot));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_topk_scratch, topk_scratch_max * kRot));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_topk_idx, max_qps * 2048 * 4 * kRot));
     auto topk_params = [&](int64_t qps, int64_t L, int rot) {
         cuda::TopkParams tp;
         tp.values = d_out + static_cast<size_t>(rot) * qps * L;
@@ -214,27 +202,27 @@ int main(int argc, char** argv) {
                         }
                     };
                     enqueue();
-                    CK(cudaStreamSynchronize(stream));
-                    CK(cudaGetLastError());
+                    MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
+                    MEGACTX_BENCH_CK(cudaGetLastError());
                     cudaGraph_t graph;
                     cudaGraphExec_t exec;
-                    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+                    MEGACTX_BENCH_CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
                     enqueue();
-                    CK(cudaStreamEndCapture(stream, &graph));
-                    CK(cudaGraphInstantiate(&exec, graph, 0));
-                    for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+                    MEGACTX_BENCH_CK(cudaStreamEndCapture(stream, &graph));
+                    MEGACTX_BENCH_CK(cudaGraphInstantiate(&exec, graph, 0));
+                    for (int w = 0; w < 3; ++w) MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
                     std::vector<float> ms;
                     for (int it = 0; it < (quick ? 5 : 30); ++it) {
-                        CK(cudaEventRecord(e0, stream));
-                        CK(cudaGraphLaunch(exec, stream));
-                        CK(cudaEventRecord(e1, stream));
-                        CK(cudaEventSynchronize(e1));
+                        MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
+                        MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
+                        MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
+                        MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
                         float m;
-                        CK(cudaEventElapsedTime(&m, e0, e1));
+                        MEGACTX_BENCH_CK(cudaEventElapsedTime(&m, e0, e1));
                         ms.push_back(m / n_rot);
                     }
-                    CK(cudaGraphExecDestroy(exec));
-                    CK(cudaGraphDestroy(graph));
+                    MEGACTX_BENCH_CK(cudaGraphExecDestroy(exec));
+                    MEGACTX_BENCH_CK(cudaGraphDestroy(graph));
                     const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
                     const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
                     results.push_back({with_topk ? "decode_topk_graph" : "decode_graph", kernel, 1, qps, L, us, tbs,
@@ -248,12 +236,12 @@ int main(int argc, char** argv) {
                     for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
                     std::vector<float> ms;
                     for (int it = 0; it < (quick ? 3 : 10); ++it) {
-                        CK(cudaEventRecord(e0, stream));
+                        MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
                         launch_indexer_logits(p, stream);
-                        CK(cudaEventRecord(e1, stream));
-                        CK(cudaEventSynchronize(e1));
+                        MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
+                        MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
                         float m;
-                        CK(cudaEventElapsedTime(&m, e0, e1));
+                        MEGACTX_BENCH_CK(cudaEventElapsedTime(&m, e0, e1));
                         ms.push_back(m);
                     }
                     const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
@@ -261,7 +249,7 @@ int main(int argc, char** argv) {
                     results.push_back(
                         {"decode", kernel, batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }
-                CK(cudaGetLastError());
+                MEGACTX_BENCH_CK(cudaGetLastError());
             }
         }
     // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
@@ -273,10 +261,10 @@ int main(int argc, char** argv) {
             double pairs = 0;
             for (int64_t j = 0; j < sq; ++j)
                 pos[static_cast<size_t>(j)] = static_cast<int32_t>(L - sq + j), pairs += L - sq + j + 1;
-            CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
+            MEGACTX_BENCH_CK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+            MEGACTX_BENCH_CK(cudaMemcpy(d_seq, seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
             const int32_t toff0 = 0;
-            CK(cudaMemcpy(d_toff, &toff0, 4, cudaMemcpyHostToDevice));
+            MEGACTX_BENCH_CK(cudaMemcpy(d_toff, &toff0, 4, cudaMemcpyHostToDevice));
             IndexerPlanParams pp;
             pp.pos = d_pos;
             pp.seq = d_seq;
@@ -304,15 +292,15 @@ int main(int argc, char** argv) {
             for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
             std::vector<float> ms;
             for (int it = 0; it < (quick ? 3 : 10); ++it) {
-                CK(cudaEventRecord(e0, stream));
+                MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
                 launch_indexer_logits(p, stream);
-                CK(cudaEventRecord(e1, stream));
-                CK(cudaEventSynchronize(e1));
+                MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
+                MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
                 float m;
-                CK(cudaEventElapsedTime(&m, e0, e1));
+                MEGACTX_BENCH_CK(cudaEventElapsedTime(&m, e0, e1));
                 ms.push_back(m);
             }
-            CK(cudaGetLastError());
+            MEGACTX_BENCH_CK(cudaGetLastError());
             const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
             const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
             results.push_back(
@@ -334,7 +322,7 @@ int main(int argc, char** argv) {
         std::fprintf(f, "{\n  \"bench\": \"indexer_logits\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n", prop.name,
                      date);
         std::fprintf(f, "  \"commit\": \"%s\",\n  \"ceilings\": {\"copy_TBs\": %.2f, \"fp8_TFLOPs\": %.0f},\n",
-                     MEGACTX_COMMIT_STR, kCopyTBs, kFp8Tflops);
+                     megactx::bench_cuda::commit(), kCopyTBs, kFp8Tflops);
         std::fprintf(f,
                      "  \"note\": \"kernel 1 = mma.sync, 2 = wgmma; decode bytes = 132*L*batch (keys read once per "
                      "sequence; decode_topk adds the top-2048 of the scores); prefill FLOP = 8192 per causal (query, "

@@ -15,32 +15,13 @@
 #include <vector>
 
 #include "backend/cuda/sparse_mla.h"
-
-#ifndef MEGACTX_COMMIT
-#define MEGACTX_COMMIT "unknown"
-#endif
+#include "cuda_bench.cuh"
 
 using namespace megactx::cuda;
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            std::exit(1);                                                                           \
-        }                                                                                           \
-    } while (0)
-
 namespace {
 
-__device__ uint32_t hash32(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return static_cast<uint32_t>(x);
-}
+using megactx::bench_cuda::hash32;
 
 // FP8 rows: random e4m3 codes (NaN codes avoided), tile scales 2^-4, k_pe bf16 in (-1, 1).
 __global__ void fill_fp8(uint8_t* cache, int64_t n_rows) {
@@ -99,32 +80,32 @@ int main(int argc, char** argv) {
         if (std::string(argv[a]) == "--no-sweep") sweep = false;
     }
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const int n_sm = prop.multiProcessorCount;
     const int64_t n_rows = 1 << 20;
     const int topk = 2048;
     uint8_t* fp8_cache;
     uint16_t* bf16_cache;
-    CK(cudaMalloc(&fp8_cache, n_rows * 656));
-    CK(cudaMalloc(&bf16_cache, n_rows * 576 * 2));
+    MEGACTX_BENCH_CK(cudaMalloc(&fp8_cache, n_rows * 656));
+    MEGACTX_BENCH_CK(cudaMalloc(&bf16_cache, n_rows * 576 * 2));
     fill_fp8<<<static_cast<unsigned>(n_rows), 128>>>(fp8_cache, n_rows);
     fill_bf16<<<4096, 256>>>(bf16_cache, n_rows * 576);
     const int max_n = 4096, max_h = 128;
     float *q, *out;
-    CK(cudaMalloc(&q, static_cast<size_t>(max_n) * 64 * 576 * 4 > static_cast<size_t>(128) * max_h * 576 * 4
+    MEGACTX_BENCH_CK(cudaMalloc(&q, static_cast<size_t>(max_n) * 64 * 576 * 4 > static_cast<size_t>(128) * max_h * 576 * 4
                           ? static_cast<size_t>(max_n) * 64 * 576 * 4
                           : static_cast<size_t>(128) * max_h * 576 * 4));
-    CK(cudaMalloc(&out, static_cast<size_t>(max_n) * 64 * 512 * 4));
+    MEGACTX_BENCH_CK(cudaMalloc(&out, static_cast<size_t>(max_n) * 64 * 512 * 4));
     fill_f32<<<4096, 256>>>(q, static_cast<int64_t>(max_n) * 64 * 576);
-    CK(cudaDeviceSynchronize());
+    MEGACTX_BENCH_CK(cudaDeviceSynchronize());
     std::mt19937 rng(42);
 
     std::vector<Result> results;
     cudaStream_t stream;
-    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MEGACTX_BENCH_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    MEGACTX_BENCH_CK(cudaEventCreate(&e0));
+    MEGACTX_BENCH_CK(cudaEventCreate(&e1));
 
     auto bench = [&](const char* mode, MlaCacheFormat fmt, int n, int h, int force_split = 0) {
         const int64_t row_bytes = fmt == MlaCacheFormat::FP8 ? 656 : 1152;
@@ -136,13 +117,13 @@ int main(int argc, char** argv) {
         std::vector<int32_t> hs(static_cast<size_t>(n_sets) * n * topk);
         for (auto& s : hs) s = static_cast<int32_t>(rng() % window);
         int32_t* slots;
-        CK(cudaMalloc(&slots, hs.size() * 4));
-        CK(cudaMemcpy(slots, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+        MEGACTX_BENCH_CK(cudaMalloc(&slots, hs.size() * 4));
+        MEGACTX_BENCH_CK(cudaMemcpy(slots, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
         SparseMlaPlan plan = sparse_mla_plan(n, h, topk, n_sm);
         if (force_split > 0) plan.n_split = force_split;
         const size_t scratch_bytes = sparse_mla_scratch_bytes(n, h, plan);
         void* scratch = nullptr;
-        if (scratch_bytes) CK(cudaMalloc(&scratch, scratch_bytes));
+        if (scratch_bytes) MEGACTX_BENCH_CK(cudaMalloc(&scratch, scratch_bytes));
         SparseMlaRunParams p;
         p.q = q;
         p.cache = fmt == MlaCacheFormat::FP8 ? static_cast<const void*>(fp8_cache) : static_cast<const void*>(bf16_cache);
@@ -156,27 +137,27 @@ int main(int argc, char** argv) {
         p.plan = plan;
         // Warm-up outside the graph (also sets the kernel's shared-memory attribute before capture).
         p.slots = slots;
-        CK(launch_sparse_mla(p, stream));
-        CK(cudaStreamSynchronize(stream));
+        MEGACTX_BENCH_CK(launch_sparse_mla(p, stream));
+        MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
         cudaGraph_t graph;
         cudaGraphExec_t exec;
-        CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        MEGACTX_BENCH_CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         for (int k = 0; k < n_launch; ++k) {
             p.slots = slots + static_cast<size_t>(k % n_sets) * n * topk;
-            CK(launch_sparse_mla(p, stream));
+            MEGACTX_BENCH_CK(launch_sparse_mla(p, stream));
         }
-        CK(cudaStreamEndCapture(stream, &graph));
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+        MEGACTX_BENCH_CK(cudaStreamEndCapture(stream, &graph));
+        MEGACTX_BENCH_CK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int w = 0; w < 3; ++w) MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
         std::vector<float> ms;
         const int reps = prefill ? 10 : 30;
         for (int r = 0; r < reps; ++r) {
-            CK(cudaEventRecord(e0, stream));
-            CK(cudaGraphLaunch(exec, stream));
-            CK(cudaEventRecord(e1, stream));
-            CK(cudaEventSynchronize(e1));
+            MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
+            MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
+            MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
+            MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
             float t;
-            CK(cudaEventElapsedTime(&t, e0, e1));
+            MEGACTX_BENCH_CK(cudaEventElapsedTime(&t, e0, e1));
             ms.push_back(t);
         }
         std::sort(ms.begin(), ms.end());
@@ -188,37 +169,37 @@ int main(int argc, char** argv) {
                     h, plan.n_split, us, res.tflops, res.tbps);
         std::fflush(stdout);
         results.push_back(res);
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
-        CK(cudaFree(slots));
-        if (scratch) CK(cudaFree(scratch));
+        MEGACTX_BENCH_CK(cudaGraphExecDestroy(exec));
+        MEGACTX_BENCH_CK(cudaGraphDestroy(graph));
+        MEGACTX_BENCH_CK(cudaFree(slots));
+        if (scratch) MEGACTX_BENCH_CK(cudaFree(scratch));
     };
 
     // Launch floor inside a CUDA graph (µs per step): main-shaped kernel alone (32 CTAs), and main + combine-shaped
     // (64 CTAs) pairs — what a b1 decode step costs before any work.
     {
         const int smem = 221312;
-        CK(cudaFuncSetAttribute(empty_main, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        MEGACTX_BENCH_CK(cudaFuncSetAttribute(empty_main, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         for (int pair = 0; pair < 2; ++pair) {
             const int steps = 100;
             cudaGraph_t graph;
             cudaGraphExec_t exec;
-            CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            MEGACTX_BENCH_CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
             for (int k = 0; k < steps; ++k) {
                 empty_main<<<32, 256, smem, stream>>>();
                 if (pair) empty_combine<<<64, 128, 0, stream>>>();
             }
-            CK(cudaStreamEndCapture(stream, &graph));
-            CK(cudaGraphInstantiate(&exec, graph, 0));
-            for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+            MEGACTX_BENCH_CK(cudaStreamEndCapture(stream, &graph));
+            MEGACTX_BENCH_CK(cudaGraphInstantiate(&exec, graph, 0));
+            for (int w = 0; w < 3; ++w) MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
             std::vector<float> ms;
             for (int r = 0; r < 20; ++r) {
-                CK(cudaEventRecord(e0, stream));
-                CK(cudaGraphLaunch(exec, stream));
-                CK(cudaEventRecord(e1, stream));
-                CK(cudaEventSynchronize(e1));
+                MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
+                MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
+                MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
+                MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
                 float t;
-                CK(cudaEventElapsedTime(&t, e0, e1));
+                MEGACTX_BENCH_CK(cudaEventElapsedTime(&t, e0, e1));
                 ms.push_back(t);
             }
             std::sort(ms.begin(), ms.end());
@@ -226,8 +207,8 @@ int main(int argc, char** argv) {
             std::printf("floor    %-5s n=%-5d h=%-4d split=%-3d %9.2f us (empty kernels in a graph)\n",
                         pair ? "pair" : "main", 1, 64, 0, us);
             results.push_back({"floor", pair ? "pair" : "main", 1, 64, 0, us, 0.0, 0.0});
-            CK(cudaGraphExecDestroy(exec));
-            CK(cudaGraphDestroy(graph));
+            MEGACTX_BENCH_CK(cudaGraphExecDestroy(exec));
+            MEGACTX_BENCH_CK(cudaGraphDestroy(graph));
         }
     }
     for (MlaCacheFormat fmt : {MlaCacheFormat::FP8, MlaCacheFormat::BF16})
@@ -247,7 +228,7 @@ int main(int argc, char** argv) {
         const std::time_t now = std::time(nullptr);
         std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
         std::fprintf(f, "{\n  \"bench\": \"sparse_mla\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n",
-                     prop.name, date, MEGACTX_COMMIT);
+                     prop.name, date, megactx::bench_cuda::commit());
         const char* impl = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
         std::fprintf(f, "  \"impl\": \"%s\",\n", impl ? impl : "default");
         std::fprintf(f, "  \"topk\": %d,\n  \"cache_rows\": %lld,\n  \"ceilings\": {\"copy_TBps\": 4.23, \"bf16_TFLOPs\": 748, \"fp8_TFLOPs\": 1331},\n  \"results\": [\n",

@@ -20,26 +20,11 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/topk.h"
+#include "cuda_bench.cuh"
 
 namespace {
 
-#define BCK(call)                                                                                  \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                          \
-        }                                                                                          \
-    } while (0)
-
-__device__ uint32_t hash32(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return static_cast<uint32_t>(x);
-}
+using megactx::bench_cuda::hash32;
 
 // dist 0: normal(0,1); 1: uniform [0,1); 2: ReLU-like, 99.9 % exact zeros, else |normal|.
 __global__ void init_kernel(float* v, int64_t n, int dist, uint64_t seed) {
@@ -83,8 +68,8 @@ int main(int argc, char** argv) {
     }
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout
     cudaDeviceProp prop{};
-    BCK(cudaGetDeviceProperties(&prop, 0));
-    const char* commit = std::getenv("MEGACTX_COMMIT");
+    MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
+    const char* commit = megactx::bench_cuda::commit();
     // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT override those TopkTuning defaults for the whole run.
     TopkTuning base;
     if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
@@ -98,7 +83,7 @@ int main(int argc, char** argv) {
     std::printf("%-28s %8s %10s %10s %9s %7s %s\n", "shape", "rows", "len", "median_us", "min_us", "GB/s", "valid");
     std::string rows_json;
     cudaStream_t stream;
-    BCK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MEGACTX_BENCH_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (const Shape& s : shapes) {
         const int64_t elems = s.n_rows * s.len;
         const size_t bytes = static_cast<size_t>(elems) * sizeof(float);
@@ -106,14 +91,14 @@ int main(int argc, char** argv) {
         float* d_v = nullptr;
         int32_t *d_len = nullptr, *d_out = nullptr;
         void* d_scratch = nullptr;
-        BCK(cudaMalloc(&d_v, bytes * n_buf));
-        BCK(cudaMalloc(&d_len, s.n_rows * sizeof(int32_t)));
-        BCK(cudaMalloc(&d_out, s.n_rows * k * sizeof(int32_t)));
+        MEGACTX_BENCH_CK(cudaMalloc(&d_v, bytes * n_buf));
+        MEGACTX_BENCH_CK(cudaMalloc(&d_len, s.n_rows * sizeof(int32_t)));
+        MEGACTX_BENCH_CK(cudaMalloc(&d_out, s.n_rows * k * sizeof(int32_t)));
         const size_t scratch = topk_scratch_bytes(s.n_rows, s.len, k);
-        if (scratch) BCK(cudaMalloc(&d_scratch, scratch));
+        if (scratch) MEGACTX_BENCH_CK(cudaMalloc(&d_scratch, scratch));
         init_kernel<<<1024, 256>>>(d_v, elems * n_buf, s.dist, 1234);
         std::vector<int32_t> lens(s.n_rows, static_cast<int32_t>(s.len));
-        BCK(cudaMemcpy(d_len, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+        MEGACTX_BENCH_CK(cudaMemcpy(d_len, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
         TopkParams p;
         p.lengths = d_len;
         p.n_rows = s.n_rows;
@@ -126,14 +111,14 @@ int main(int argc, char** argv) {
         p.values = d_v;
         topk_set_tuning(base);
         launch_topk(p, stream);
-        BCK(cudaGetLastError());
-        BCK(cudaStreamSynchronize(stream));
+        MEGACTX_BENCH_CK(cudaGetLastError());
+        MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
         bool valid = true;
         {
             std::vector<float> hv(elems);
             std::vector<int32_t> ho(s.n_rows * k);
-            BCK(cudaMemcpy(hv.data(), d_v, bytes, cudaMemcpyDeviceToHost));
-            BCK(cudaMemcpy(ho.data(), d_out, ho.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+            MEGACTX_BENCH_CK(cudaMemcpy(hv.data(), d_v, bytes, cudaMemcpyDeviceToHost));
+            MEGACTX_BENCH_CK(cudaMemcpy(ho.data(), d_out, ho.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
             std::vector<char> chosen(s.len);
             for (int64_t r = 0; r < s.n_rows && valid; ++r) {
                 std::fill(chosen.begin(), chosen.end(), 0);
@@ -160,42 +145,42 @@ int main(int argc, char** argv) {
                 p.values = d_v + b * elems;
                 launch_topk(p, stream);  // outside capture first
                 cudaGraph_t g;
-                BCK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+                MEGACTX_BENCH_CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
                 launch_topk(p, stream);
-                BCK(cudaStreamEndCapture(stream, &g));
-                BCK(cudaGraphInstantiate(&graphs[b], g, 0));
-                BCK(cudaGraphDestroy(g));
+                MEGACTX_BENCH_CK(cudaStreamEndCapture(stream, &g));
+                MEGACTX_BENCH_CK(cudaGraphInstantiate(&graphs[b], g, 0));
+                MEGACTX_BENCH_CK(cudaGraphDestroy(g));
             }
-            for (int64_t i = 0; i < std::min<int64_t>(n_buf, 20); ++i) BCK(cudaGraphLaunch(graphs[i], stream));
+            for (int64_t i = 0; i < std::min<int64_t>(n_buf, 20); ++i) MEGACTX_BENCH_CK(cudaGraphLaunch(graphs[i], stream));
             std::vector<cudaEvent_t> ev(2 * iters);
-            for (auto& e : ev) BCK(cudaEventCreate(&e));
+            for (auto& e : ev) MEGACTX_BENCH_CK(cudaEventCreate(&e));
             for (int i = 0; i < iters; ++i) {
-                BCK(cudaEventRecord(ev[2 * i], stream));
-                BCK(cudaGraphLaunch(graphs[i % n_buf], stream));
-                BCK(cudaEventRecord(ev[2 * i + 1], stream));
+                MEGACTX_BENCH_CK(cudaEventRecord(ev[2 * i], stream));
+                MEGACTX_BENCH_CK(cudaGraphLaunch(graphs[i % n_buf], stream));
+                MEGACTX_BENCH_CK(cudaEventRecord(ev[2 * i + 1], stream));
             }
-            BCK(cudaStreamSynchronize(stream));
+            MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
             std::vector<float> t(iters);
             for (int i = 0; i < iters; ++i) {
                 float ms = 0;
-                BCK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+                MEGACTX_BENCH_CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
                 t[i] = ms * 1000.f;
             }
             std::sort(t.begin(), t.end());
             med_out = t[iters / 2];
             min_out = t[0];
-            for (auto& e : ev) BCK(cudaEventDestroy(e));
-            for (auto& g : graphs) BCK(cudaGraphExecDestroy(g));
+            for (auto& e : ev) MEGACTX_BENCH_CK(cudaEventDestroy(e));
+            for (auto& g : graphs) MEGACTX_BENCH_CK(cudaGraphExecDestroy(g));
             topk_set_tuning(base);
         };
         double med = 0, mn = 0;
         time_graph(base, med, mn);
-        BCK(cudaGetLastError());
+        MEGACTX_BENCH_CK(cudaGetLastError());
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.
         std::string steps_json;
         if (scratch) {
             cudaEvent_t se[4];
-            for (auto& e : se) BCK(cudaEventCreate(&e));
+            for (auto& e : se) MEGACTX_BENCH_CK(cudaEventCreate(&e));
             TopkTuning tu = base;
             tu.step_events = se;
             topk_set_tuning(tu);
@@ -204,10 +189,10 @@ int main(int argc, char** argv) {
             for (int i = 0; i < n_it; ++i) {
                 p.values = d_v + (i % n_buf) * elems;
                 launch_topk(p, stream);
-                BCK(cudaStreamSynchronize(stream));
+                MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
                 for (int j = 0; j < 3; ++j) {
                     float ms = 0;
-                    BCK(cudaEventElapsedTime(&ms, se[j], se[j + 1]));
+                    MEGACTX_BENCH_CK(cudaEventElapsedTime(&ms, se[j], se[j + 1]));
                     st[j].push_back(ms * 1000.f);
                 }
             }
@@ -223,7 +208,7 @@ int main(int argc, char** argv) {
             std::snprintf(b2, sizeof b2, ", \"steps_us\": {\"sample\": %.2f, \"filter\": %.2f, \"select\": %.2f}",
                           sm[0], sm[1], sm[2]);
             steps_json = b2;
-            for (auto& e : se) BCK(cudaEventDestroy(e));
+            for (auto& e : se) MEGACTX_BENCH_CK(cudaEventDestroy(e));
             if (sweep && std::strncmp(s.name, "decode", 6) == 0) {
                 struct V {
                     int pdl, chunk, cps, cluster, variant;
@@ -256,10 +241,10 @@ int main(int argc, char** argv) {
                       rows_json.empty() ? "" : ",\n", s.name, (long long)s.n_rows, (long long)s.len, (long long)k,
                       med, mn, gbps, gbps / 4230.0, valid ? "true" : "false", steps_json.c_str());
         rows_json += buf;
-        BCK(cudaFree(d_v));
-        BCK(cudaFree(d_len));
-        BCK(cudaFree(d_out));
-        if (d_scratch) BCK(cudaFree(d_scratch));
+        MEGACTX_BENCH_CK(cudaFree(d_v));
+        MEGACTX_BENCH_CK(cudaFree(d_len));
+        MEGACTX_BENCH_CK(cudaFree(d_out));
+        if (d_scratch) MEGACTX_BENCH_CK(cudaFree(d_scratch));
     }
     if (!json_path.empty()) {
         FILE* f = std::fopen(json_path.c_str(), "w");
