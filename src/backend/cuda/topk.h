@@ -33,7 +33,7 @@ struct TopkTuning {
     int pdl = 1;                        // long rows: programmatic dependent launch between the three kernels
     int filter_chunk = 0;               // elements per filter work item (multiple of 1024); 0: automatic
     int filter_ctas_per_sm = 0;         // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
-    int filter_variant = 0;             // 1: mask-then-compact-loop filter (16-B path; opt-in, not yet measured)
+    int filter_variant = 1;             // 1: mask-then-compact-loop filter (16-B path); 0: the unrolled-append one
     int cluster = 0;                    // rows of 32K..128K: one cluster per row; -1: when <= 16 rows, 0: never, 1: always
     cudaEvent_t* step_events = nullptr; // long rows: when set, events [0..3] recorded around sample/filter/select
                                         // (PDL then off)
