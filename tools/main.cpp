@@ -14,6 +14,7 @@
 #include "engine/runner.h"
 #include "io/npy.h"
 #include "model/cost.h"
+#include "parallel/shard_plan.h"
 #include "model/gen_model.h"
 #include "model/glm_dsa.h"
 #include "tokenizer/tokenizer.h"
@@ -255,6 +256,19 @@ int main(int argc, char** argv) {
     cost->add_option("--context", context, "Context length L")->check(CLI::PositiveNumber);
     cost->add_flag("--json", as_json, "Print JSON");
 
+    ParallelOptions po;
+    double gpu_memory_gib = 126.0;
+    int64_t plan_context = 1048576;
+    auto* plan = app.add_subcommand("plan", "Sharding plan over the GPUs of a node and the KV it then holds");
+    plan->add_option("--config", config_path, "config.json (or a model directory)")->required();
+    plan->add_option("--tensor-parallel-size", po.n_gpus, "GPUs of the node")->check(CLI::Range(1, 1024));
+    plan->add_flag("--expert-parallel", po.expert_parallel, "Split the routed experts across the GPUs");
+    plan->add_flag("--indexer-split", po.indexer_split, "Split the indexer by heads (default: replicated)");
+    plan->add_flag("--layer-split", po.layer_split, "Each GPU keeps the KV of a contiguous group of layers");
+    plan->add_option("--gpu-memory-gib", gpu_memory_gib, "Memory per GPU for weights + KV (default 126 = 0.9 · H200)")
+        ->check(CLI::PositiveNumber);
+    plan->add_option("--context", plan_context, "Sequence length for the capacity line")->check(CLI::PositiveNumber);
+
     ServeOptions so;
     auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching, prefix caching)");
     serve->add_option("--model", so.model_dir, "Model directory (default: the embedded tiny model)");
@@ -368,6 +382,10 @@ int main(int argc, char** argv) {
         } else if (*cost) {
             const ModelConfig c = load_config(config_path);
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());
+        } else if (*plan) {
+            const ModelConfig c = load_config(config_path);
+            std::printf("%s", format_shard_plan(c, make_shard_plan(c, po), gpu_memory_gib * 1073741824.0, plan_context)
+                                  .c_str());
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "megactx: error: %s\n", e.what());

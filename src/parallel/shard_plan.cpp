@@ -1,0 +1,184 @@
+#include "parallel/shard_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "kv/kv_format.h"
+
+namespace megactx {
+
+namespace {
+
+// Equal parts of n over g ranks; `what` names the dimension when it does not divide.
+Range even_split(int64_t n, int64_t g, int64_t r, const char* what) {
+    MEGACTX_CHECK(n % g == 0, "sharding plan: {} = {} does not divide by {} GPUs", what, n, g);
+    return {r * (n / g), (r + 1) * (n / g)};
+}
+
+// Balanced parts of n over g ranks (the first n % g ranks get one more): vocabulary rows.
+Range balanced_split(int64_t n, int64_t g, int64_t r) {
+    const int64_t q = n / g, extra = n % g;
+    const int64_t begin = r * q + std::min(r, extra);
+    return {begin, begin + q + (r < extra ? 1 : 0)};
+}
+
+double latent_bytes(const ModelConfig& c) {
+    return static_cast<double>(fp8_latent_row_bytes(c.kv_lora_rank, c.qk_rope_head_dim));
+}
+double indexer_bytes(const ModelConfig& c) { return static_cast<double>(c.d_indexer + 4); }
+double layer_kv_bytes(const ModelConfig& c, int64_t l) {
+    return latent_bytes(c) + (c.is_full(l) ? indexer_bytes(c) : 0.0);
+}
+
+// Contiguous groups of layers, one per rank, minimising the largest group's KV bytes per token (binary search on
+// the bound, greedy fill).
+std::vector<Range> layer_groups(const ModelConfig& c, int64_t g) {
+    const int64_t n = c.n_layers_total();
+    MEGACTX_CHECK(n >= g, "sharding plan: LayerSplit needs at least one layer per GPU ({} layers, {} GPUs)", n, g);
+    std::vector<double> b(static_cast<size_t>(n));
+    double total = 0, largest = 0;
+    for (int64_t l = 0; l < n; ++l) {
+        b[static_cast<size_t>(l)] = layer_kv_bytes(c, l);
+        total += b[static_cast<size_t>(l)];
+        largest = std::max(largest, b[static_cast<size_t>(l)]);
+    }
+    auto fill = [&](double cap, std::vector<Range>* out) {
+        int64_t groups = 0, l = 0;
+        while (l < n) {
+            const int64_t begin = l;
+            double sum = 0;
+            // leave at least one layer for every remaining group
+            while (l < n && sum + b[static_cast<size_t>(l)] <= cap && n - l > g - groups - 1) sum += b[static_cast<size_t>(l++)];
+            if (l == begin) return false;
+            if (out) out->push_back({begin, l});
+            ++groups;
+        }
+        return groups <= g;
+    };
+    double lo = std::max(largest, total / static_cast<double>(g)), hi = total;
+    for (int i = 0; i < 60 && hi - lo > 0.5; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        (fill(mid, nullptr) ? hi : lo) = mid;
+    }
+    std::vector<Range> groups;
+    fill(hi, &groups);
+    while (static_cast<int64_t>(groups.size()) < g) groups.push_back({n, n});  // cannot happen when n >= g
+    return groups;
+}
+
+}  // namespace
+
+ShardPlan make_shard_plan(const ModelConfig& c, const ParallelOptions& o) {
+    const int64_t g = o.n_gpus;
+    MEGACTX_CHECK(g >= 1 && g <= 1024, "sharding plan: --tensor-parallel-size must be 1..1024, got {}", g);
+    ShardPlan plan;
+    plan.options = o;
+    for (int64_t l = 0; l < c.n_layers_total(); ++l) plan.kv_bytes_per_token_total += layer_kv_bytes(c, l);
+    const std::vector<Range> groups = o.layer_split ? layer_groups(c, g) : std::vector<Range>{};
+    const double lin = c.quant_method == "fp8" ? 1.0 : 2.0;  // bytes per linear weight (FP8 checkpoints: e4m3)
+    const double H = static_cast<double>(c.hidden_size);
+    for (int64_t r = 0; r < g; ++r) {
+        RankPlan p;
+        p.rank = r;
+        p.heads = even_split(c.n_head, g, r, "num_attention_heads");
+        p.indexer_heads = o.indexer_split ? even_split(c.n_head_indexer, g, r, "index_n_heads")
+                                          : Range{0, c.n_head_indexer};
+        p.dense_ff = even_split(c.intermediate_size, g, r, "intermediate_size");
+        if (o.expert_parallel) {
+            p.experts = even_split(c.n_routed_experts, g, r, "n_routed_experts");
+            p.expert_ff = {0, c.moe_intermediate_size};
+        } else {
+            p.experts = {0, c.n_routed_experts};
+            p.expert_ff = even_split(c.moe_intermediate_size, g, r, "moe_intermediate_size");
+        }
+        p.shared_ff = even_split(c.n_shared_experts * c.moe_intermediate_size, g, r,
+                                 "n_shared_experts · moe_intermediate_size");
+        p.vocab = balanced_split(c.vocab_size, g, r);
+        p.kv_layers = o.layer_split ? groups[static_cast<size_t>(r)] : Range{0, c.n_layers_total()};
+        for (int64_t l = p.kv_layers.begin; l < p.kv_layers.end; ++l) p.kv_bytes_per_token += layer_kv_bytes(c, l);
+
+        // Weights: embedding and LM head (bf16, vocabulary rows), then every layer (decoder and MTP).
+        double w = 2.0 * 2.0 * static_cast<double>(p.vocab.size()) * H;
+        const double h = static_cast<double>(p.heads.size());
+        for (int64_t l = 0; l < c.n_layers_total(); ++l) {
+            w += lin * (static_cast<double>(c.q_lora_rank) * H +                                       // q_a
+                        h * static_cast<double>(c.qk_head_dim() * c.q_lora_rank) +                    // q_b
+                        static_cast<double>(c.d_latent()) * H +                                       // kv_a
+                        h * static_cast<double>((c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank) +  // kv_b
+                        H * h * static_cast<double>(c.v_head_dim));                                   // o
+            if (c.is_full(l)) {
+                const double ih = static_cast<double>(p.indexer_heads.size());
+                w += lin * (ih * static_cast<double>(c.d_indexer * c.q_lora_rank) +  // wq_b
+                            static_cast<double>(c.d_indexer) * H) +                  // wk
+                     2.0 * ih * H;                                                   // weights_proj (bf16)
+            }
+            if (c.is_moe(l)) {
+                w += 2.0 * static_cast<double>(c.n_routed_experts) * H;  // router (bf16, replicated)
+                w += lin * 3.0 * H *
+                     (static_cast<double>(p.experts.size() * p.expert_ff.size()) + static_cast<double>(p.shared_ff.size()));
+            } else {
+                w += lin * 3.0 * H * static_cast<double>(p.dense_ff.size());
+            }
+            if (l >= c.n_layers) w += 2.0 * 2.0 * H * H;  // MTP eh_proj (bf16, replicated)
+        }
+        p.weight_bytes = w;
+        plan.ranks.push_back(p);
+    }
+    return plan;
+}
+
+NodeCapacity node_capacity(const ShardPlan& plan, double gpu_bytes, int64_t context) {
+    NodeCapacity cap;
+    cap.gpu_bytes = gpu_bytes;
+    cap.context = context;
+    cap.min_free_bytes = std::numeric_limits<double>::infinity();
+    double tokens = std::numeric_limits<double>::infinity();
+    for (const RankPlan& r : plan.ranks) {
+        const double free_bytes = std::max(0.0, gpu_bytes - r.weight_bytes);
+        cap.min_free_bytes = std::min(cap.min_free_bytes, free_bytes);
+        if (r.kv_bytes_per_token > 0) tokens = std::min(tokens, free_bytes / r.kv_bytes_per_token);
+    }
+    cap.kv_tokens = std::isfinite(tokens) ? std::floor(tokens) : 0.0;
+    cap.sequences_at_context = context > 0 ? static_cast<int64_t>(cap.kv_tokens / static_cast<double>(context)) : 0;
+    return cap;
+}
+
+std::string format_shard_plan(const ModelConfig& c, const ShardPlan& plan, double gpu_bytes, int64_t context) {
+    const ParallelOptions& o = plan.options;
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    std::string s = fmt::format(
+        "{} GPUs: tensor parallel over attention heads and MLP columns, {}, indexer {}, KV {}\n", o.n_gpus,
+        o.expert_parallel ? "expert parallel MoE" : "MoE experts split by columns",
+        o.indexer_split ? "split by heads" : "replicated",
+        o.layer_split ? "LayerSplit (contiguous layer groups)" : "replicated on every GPU (MLA latent rows are shared by all heads)");
+    s += fmt::format("{:>4}  {:>11}  {:>11}  {:>11}  {:>13}  {:>11}  {:>10}  {:>14}\n", "rank", "heads", "idx heads",
+                     "experts", "expert cols", "KV layers", "weights", "KV B/token");
+    for (const RankPlan& r : plan.ranks) {
+        s += fmt::format("{:>4}  {:>11}  {:>11}  {:>11}  {:>13}  {:>11}  {:>6.1f} GiB  {:>14.0f}\n", r.rank,
+                         fmt::format("{}-{}", r.heads.begin, r.heads.end - 1),
+                         fmt::format("{}-{}", r.indexer_heads.begin, r.indexer_heads.end - 1),
+                         fmt::format("{}-{}", r.experts.begin, r.experts.end - 1),
+                         fmt::format("{}-{}", r.expert_ff.begin, r.expert_ff.end - 1),
+                         fmt::format("{}-{}", r.kv_layers.begin, r.kv_layers.end - 1), r.weight_bytes / kGiB,
+                         r.kv_bytes_per_token);
+    }
+    s += fmt::format("KV per token, whole model (FP8, {} layers incl. MTP): {:.0f} B\n", c.n_layers_total(),
+                     plan.kv_bytes_per_token_total);
+    ParallelOptions other = o;
+    other.layer_split = !o.layer_split;
+    const ShardPlan alt = make_shard_plan(c, other);
+    for (const ShardPlan* p : {&plan, &alt}) {
+        const NodeCapacity cap = node_capacity(*p, gpu_bytes, context);
+        s += fmt::format("{:<18} {:.1f} GiB per GPU, {:.1f} GiB left for KV on the tightest GPU: {:.0f} tokens of KV "
+                         "per node = {} sequences of {} tokens\n",
+                         p->options.layer_split ? "with LayerSplit:" : "without LayerSplit:", gpu_bytes / kGiB,
+                         cap.min_free_bytes / kGiB, cap.kv_tokens, cap.sequences_at_context, context);
+    }
+    return s;
+}
+
+}  // namespace megactx
