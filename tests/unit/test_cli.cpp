@@ -133,6 +133,16 @@ TEST_F(Cli, DeviceAndKvDtypeErrors) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+TEST_F(Cli, PlanPrintsShardsOrNamesTheDimension) {
+    const RunResult ok = run("plan --config '" + model_ + "' --tensor-parallel-size 2 --expert-parallel --layer-split");
+    ASSERT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_NE(ok.output.find("with LayerSplit:"), std::string::npos) << ok.output;
+    EXPECT_NE(ok.output.find("without LayerSplit:"), std::string::npos) << ok.output;
+    const RunResult bad = run("plan --config '" + model_ + "' --tensor-parallel-size 3");
+    EXPECT_EQ(bad.exit_code, 1) << bad.output;
+    EXPECT_NE(bad.output.find("num_attention_heads = 4 does not divide by 3 GPUs"), std::string::npos) << bad.output;
+}
+
 TEST_F(Cli, ValidShardedModelGivesTheSameLogits) {
     ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
     const NpyArray single = read_npy_f32(out_);
