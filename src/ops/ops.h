@@ -20,7 +20,8 @@ struct CacheMap {
     const int32_t* seq = nullptr;          // [n] sequence index of each token
     const int32_t* table_offset = nullptr; // [n_seq] offset of each sequence's block table in `tables`
     const int32_t* tables = nullptr;       // concatenated block tables
-    // Host-side facts of the batch, so a backend can plan (scratch sizes, row groups) without reading back:
+    // Host-side facts of the batch, so a backend can plan (scratch sizes, row groups) without reading back
+    // (the CUDA indexer requires them; BatchPlan fills them):
     int64_t n_seq = 0;        // sequences in the batch
     int64_t max_context = 0;  // the most candidates of any token: max(pos) + 1
 };

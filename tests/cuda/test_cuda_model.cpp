@@ -1,13 +1,12 @@
 // The whole model on the GPU against the CPU oracle: logits of every fixture (tests/fixtures, reference from
 // transformers) fed in one pass, 7 tokens and 1 token at a time, with the KV cache in f32, bf16 and fp8, and
 // greedy generation of 32 tokens. Skips without a GPU.
-// DSA selects the top-k cached tokens by score, so a perturbation of the keys (bf16 / fp8 storage) or of the
-// activations (bf16 GEMMs for bf16 / fp8 checkpoints) can swap a near-tied candidate and move the logits by tens of
-// percent (seen on the H200: bf16 KV against the plain f32 CPU run differs by 0.65 · max |logit| from the first
-// token where selection starts, token index_topk + 1). The reference is therefore the CPU oracle with the GPU's
-// roundings (GpuRoundingCpuOps): KV rows stored through the same format, GEMM inputs rounded to bf16 where the GPU
-// rounds them. Error = max |gpu − ref| / max |ref|; the distance to the plain f32 CPU run and to transformers is
-// printed as information.
+// DSA selects the top-k cached tokens by score, so a perturbation of the keys (bf16 / fp8 storage) can swap a
+// near-tied candidate and move the logits by tens of percent (seen on the H200: bf16 KV against the plain f32 CPU
+// run differs by 0.65 · max |logit| from the first token where selection starts, token index_topk + 1). The
+// reference is therefore the CPU oracle storing its KV rows through the same format (KvFormatCpuOps), and the GPU
+// runs fp32 GEMMs where the checkpoint is bf16 / fp8. Error = max |gpu − ref| / max |ref|; the distance to the plain
+// f32 CPU run and to transformers is printed as information.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,13 +41,11 @@ std::vector<int32_t> fixture_tokens(const std::string& name) {
     return nlohmann::json::parse(in)["token_ids"].get<std::vector<int32_t>>();
 }
 
-// The CPU oracle with the GPU backend's roundings: KV rows pass through `format` before they are stored (in an
-// F32 pool), GEMM inputs are rounded to bf16 for bf16 / fp8 weights (the router stays fp32, as on the GPU; the
-// GPU's bf16 rounding of dequantised fp8 weights is not emulated).
-class GpuRoundingCpuOps : public CpuOps {
+// The CPU oracle with the GPU's KV storage: rows pass through `format` (bf16 rounding, or FP8 pack + unpack) before
+// they are stored in the CPU's F32 pool.
+class KvFormatCpuOps : public CpuOps {
 public:
-    // round_gemm = false: the GPU runs with CudaOptions::gemm_f32 (no GEMM input rounding to emulate).
-    explicit GpuRoundingCpuOps(KvFormat format, bool round_gemm = true) : format_(format), round_gemm_(round_gemm) {}
+    explicit KvFormatCpuOps(KvFormat format) : format_(format) {}
 
     void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
                             float rope_theta, const Tensor& slots, Tensor& cache) override {
@@ -84,42 +81,12 @@ public:
         }
         CpuOps::cache_write(r, slots, cache);
     }
-    void linear(const Tensor& x, const Weight& w, Tensor& y) override {
-        if (!round_gemm_ || in_router_ || w.dtype == DType::F32) return CpuOps::linear(x, w, y);
-        CpuOps::linear(round_bf16(x), w, y);
-    }
-    void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) override {
-        if (!round_gemm_ || kv_b.dtype == DType::F32) return CpuOps::mla_absorb_q(q, kv_b, d_nope, d_v, q_out);
-        CpuOps::mla_absorb_q(round_bf16(q), kv_b, d_nope, d_v, q_out);
-        // the GPU carries q_pe over unrounded
-        const int64_t rows = q.dim(0) * q.dim(1), d_qk = q.dim(2), d_out = q_out.dim(2), r = kv_b.cols;
-        for (int64_t i = 0; i < rows; ++i) {
-            std::copy(q.f32() + i * d_qk + d_nope, q.f32() + (i + 1) * d_qk, q_out.f32() + i * d_out + r);
-        }
-    }
-    void mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) override {
-        if (!round_gemm_ || kv_b.dtype == DType::F32) return CpuOps::mla_expand_v(lat, kv_b, d_nope, d_v, out);
-        CpuOps::mla_expand_v(round_bf16(lat), kv_b, d_nope, d_v, out);
-    }
-    void moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias, const MoeRouteParams& p,
-                   Tensor& ids, Tensor& weights) override {
-        in_router_ = true;
-        CpuOps::moe_route(x, gate, bias, p, ids, weights);
-        in_router_ = false;
-    }
 
 private:
     enum class Writing { kNone, kLatent, kIndexer };
-    Tensor round_bf16(const Tensor& x) {
-        Tensor r = alloc(DType::F32, x.shape);
-        for (int64_t i = 0; i < x.numel(); ++i) r.f32()[i] = bf16_to_f32(f32_to_bf16(x.f32()[i]));
-        return r;
-    }
     KvFormat format_;
-    bool round_gemm_ = true;
     Writing writing_ = Writing::kNone;
     int64_t rank_ = 0;
-    bool in_router_ = false;
 };
 
 // The GPU runs these with fp32 GEMMs (CudaOptions::gemm_f32), so bf16 / FP8 checkpoints are compared without
@@ -147,7 +114,7 @@ TEST_P(CudaFixtureLogits, MatchesCpu) {
     CpuOps cpu;
     SequenceRunner cpu_run(model, cpu, n);
     const std::vector<float> plain = cpu_run.feed(tokens, c.chunk, true);
-    GpuRoundingCpuOps emul(c.format, false);
+    KvFormatCpuOps emul(c.format);
     SequenceRunner emul_run(model, emul, n);
     const std::vector<float> want = emul_run.feed(tokens, c.chunk, true);
 
@@ -216,7 +183,7 @@ TEST(CudaGenerate, Greedy32MatchesCpu) {
         SamplingParams sp;  // temperature 0: greedy
         const std::unique_ptr<Ops> gpu = make_cuda_ops(CudaOptions{});
         for (KvFormat f : {KvFormat::F32, KvFormat::BF16}) {
-            GpuRoundingCpuOps cpu(f);
+            KvFormatCpuOps cpu(f);
             SequenceRunner cpu_run(model, cpu, static_cast<int64_t>(prompt.size()) + max_new);
             const std::vector<int32_t> want = cpu_run.generate(prompt, max_new, sp, false);
             SequenceRunner gpu_run(model, *gpu, static_cast<int64_t>(prompt.size()) + max_new, f);

@@ -563,6 +563,8 @@ TEST_F(CudaOpsTest, IndexerTopk) {
                 p.map.seq = tseq.i32();
                 p.map.table_offset = toff.i32();
                 p.map.tables = ttab.i32();
+                p.map.n_seq = static_cast<int64_t>(pb.offsets.size());
+                p.map.max_context = *std::max_element(pb.pos.begin(), pb.pos.end()) + 1;
                 p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(tc.dim));
                 p.head_scale = 1.0f / std::sqrt(static_cast<float>(tc.n_head));
                 p.topk = tc.topk;

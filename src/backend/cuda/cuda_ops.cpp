@@ -548,7 +548,9 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     const int64_t n = p.q->dim(0), n_head = p.q->dim(1), d = p.q->dim(2);
     if (n == 0) return;
     const int elem = kv_elem(*p.keys, "indexer_topk");
-    if (fast_ && elem == 2 && p.map.max_context > 0 &&
+    MEGACTX_CHECK(p.map.max_context > 0 && p.map.n_seq > 0,
+                  "indexer_topk: the CacheMap has no host-side n_seq / max_context (BatchPlan fills them)");
+    if (fast_ && elem == 2 &&
         indexer_topk_supported(n_head, d, p.map.block_size, p.topk, p.map.max_context)) {
         // indexer_topk.cu: FP8 MMA scores + exact top-k, row groups under the fixed scratch budget.
         const int64_t ctx = p.map.max_context;
@@ -584,15 +586,8 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     const int64_t smem = indexer_scores_smem_bytes(n_head, d);
     MEGACTX_CHECK(smem <= smem_optin_, "indexer_topk: {} heads × {} dims need {} B of shared memory (device: {})",
                   n_head, d, smem, smem_optin_);
-    // The score rows are sized by the longest context in the batch (the plan's host-side max_context; read back
-    // from the positions, a host sync, when a caller built the map by hand).
-    int64_t n_cand_max = p.map.max_context;
-    if (n_cand_max <= 0) {
-        std::vector<int32_t> pos(static_cast<size_t>(n));  // [n]
-        MEGACTX_CUDA_CHECK(cudaMemcpyAsync(pos.data(), p.map.pos, pos.size() * 4, cudaMemcpyDeviceToHost, stream_));
-        MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        n_cand_max = *std::max_element(pos.begin(), pos.end()) + 1;
-    }
+    // The score rows are sized by the longest context in the batch (the plan's host-side max_context).
+    const int64_t n_cand_max = p.map.max_context;
     // grid.y of the scores kernel is the chunk's token count: at most 65535
     const int64_t chunk = std::clamp<int64_t>(kIndexerScratchBytes / (n_cand_max * 4), 1, std::min<int64_t>(n, 65535));
     Tensor scores = alloc(DType::F32, {chunk, n_cand_max});
