@@ -54,6 +54,10 @@ public:
         const Timer timer(stats_[kDownload]);
         inner_.download(t, host);
     }
+    void upload(const void* host, Tensor& t) override {
+        const Timer timer(stats_[kDownload]);  // host transfers share one row
+        inner_.upload(host, t);
+    }
     void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override {
         const Timer timer(stats_[kEmbedding]);
         inner_.embedding(tokens, table, out);

@@ -34,11 +34,51 @@ MlpWeights load_mlp(const TensorStore& s, const std::string& prefix, int64_t d_m
 
 }  // namespace
 
-GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) {
+GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) { load(dir); }
+
+GlmDsaModel::GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank, Comm& comm)
+    : config_(load_config(dir)), shard_plan_(std::make_unique<ShardPlan>(plan)), comm_(&comm) {
+    const int64_t g = static_cast<int64_t>(plan.ranks.size());
+    MEGACTX_CHECK(rank >= 0 && rank < g && comm.size() == g && comm.rank() == rank,
+                  "tensor parallel: rank {} of a {}-rank plan, communicator rank {} of {}", rank, g, comm.rank(),
+                  comm.size());
+    MEGACTX_CHECK(!plan.options.indexer_split, "tensor parallel: --indexer-split is planned but not implemented "
+                                               "(the indexer runs replicated)");
+    MEGACTX_CHECK(!plan.options.layer_split || g == 1, "tensor parallel: LayerSplit KV is not implemented yet");
+    shard_ = &shard_plan_->ranks[static_cast<size_t>(rank)];
+    load(dir);
+}
+
+void GlmDsaModel::load(const std::string& dir) {
     store_ = std::make_unique<TensorStore>(dir);
     const TensorStore& s = *store_;
     const ModelConfig& c = config_;
     const int64_t H = c.hidden_size;
+    // The shard of this rank (tensor parallel), or everything.
+    RankPlan all;
+    all.heads = {0, c.n_head};
+    all.dense_ff = {0, c.intermediate_size};
+    all.experts = {0, c.n_routed_experts};
+    all.expert_ff = {0, c.moe_intermediate_size};
+    all.shared_ff = {0, c.n_shared_experts * c.moe_intermediate_size};
+    all.vocab = {0, c.vocab_size};
+    const RankPlan& sh = shard_ ? *shard_ : all;
+    n_head_local_ = sh.heads.size();
+    const auto rows = [](const Weight& w, Range r, int64_t per) {  // rows [r.begin·per, r.end·per)
+        return slice_weight(w, r.begin * per, r.end * per, 0, w.cols);
+    };
+    const auto cols = [](const Weight& w, Range r, int64_t per) {
+        return slice_weight(w, 0, w.rows, r.begin * per, r.end * per);
+    };
+    // SwiGLU split by intermediate columns: gate/up rows, down columns.
+    const auto mlp_shard = [&](const std::string& prefix, int64_t d_ff, Range ff) {
+        MlpWeights m = load_mlp(s, prefix, H, d_ff);
+        m.gate = rows(m.gate, ff, 1);
+        m.up = rows(m.up, ff, 1);
+        m.down = cols(m.down, ff, 1);
+        return m;
+    };
+
     embed_ = load_weight(s, "model.embed_tokens.weight", c.vocab_size, H);
     final_norm_ = load_vector(s, "model.norm.weight", H);
     if (s.has("lm_head.weight") || !c.tie_word_embeddings) {
@@ -46,6 +86,7 @@ GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) {
     } else {
         lm_head_ = embed_;
     }
+    lm_head_ = rows(lm_head_, sh.vocab, 1);
 
     // MTP layers are loaded when the checkpoint has them (transformers' save_pretrained drops them).
     for (int64_t m = 0; m < c.n_mtp_layers; ++m) {
@@ -64,12 +105,14 @@ GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) {
         const std::string a = p + "self_attn.";
         L.q_a = load_weight(s, a + "q_a_proj.weight", c.q_lora_rank, H);
         L.q_a_norm = load_vector(s, a + "q_a_layernorm.weight", c.q_lora_rank);
-        L.q_b = load_weight(s, a + "q_b_proj.weight", c.n_head * c.qk_head_dim(), c.q_lora_rank);
+        L.q_b = rows(load_weight(s, a + "q_b_proj.weight", c.n_head * c.qk_head_dim(), c.q_lora_rank), sh.heads,
+                     c.qk_head_dim());
         L.kv_a = load_weight(s, a + "kv_a_proj_with_mqa.weight", c.d_latent(), H);
         L.kv_a_norm = load_vector(s, a + "kv_a_layernorm.weight", c.kv_lora_rank);
-        L.kv_b = load_weight(s, a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim),
-                             c.kv_lora_rank);
-        L.o = load_weight(s, a + "o_proj.weight", H, c.n_head * c.v_head_dim);
+        L.kv_b = rows(load_weight(s, a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim),
+                                  c.kv_lora_rank),
+                      sh.heads, c.qk_nope_head_dim + c.v_head_dim);
+        L.o = cols(load_weight(s, a + "o_proj.weight", H, c.n_head * c.v_head_dim), sh.heads, c.v_head_dim);
         if (L.full) {  // indexer tensors on shared layers, if a checkpoint ships them, are ignored
             const std::string x = a + "indexer.";
             L.indexer.wq_b = load_weight(s, x + "wq_b.weight", c.n_head_indexer * c.d_indexer, c.q_lora_rank);
@@ -83,17 +126,19 @@ GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) {
             L.router_bias = s.has(p + "mlp.gate.e_score_correction_bias")
                                 ? load_vector(s, p + "mlp.gate.e_score_correction_bias", c.n_routed_experts)
                                 : std::vector<float>(static_cast<size_t>(c.n_routed_experts), 0.0f);
-            for (int64_t e = 0; e < c.n_routed_experts; ++e) {
-                L.experts.push_back(
-                    load_mlp(s, p + "mlp.experts." + std::to_string(e) + ".", H, c.moe_intermediate_size));
+            // Experts another rank holds (expert parallel) stay empty: moe_experts skips them.
+            L.experts.resize(static_cast<size_t>(c.n_routed_experts));
+            for (int64_t e = sh.experts.begin; e < sh.experts.end; ++e) {
+                L.experts[static_cast<size_t>(e)] = mlp_shard(p + "mlp.experts." + std::to_string(e) + ".",
+                                                              c.moe_intermediate_size, sh.expert_ff);
             }
             if (c.n_shared_experts > 0) {
                 L.shared_expert =
-                    load_mlp(s, p + "mlp.shared_experts.", H, c.moe_intermediate_size * c.n_shared_experts);
+                    mlp_shard(p + "mlp.shared_experts.", c.moe_intermediate_size * c.n_shared_experts, sh.shared_ff);
                 L.has_shared_expert = true;
             }
         } else {
-            L.mlp = load_mlp(s, p + "mlp.", H, c.intermediate_size);
+            L.mlp = mlp_shard(p + "mlp.", c.intermediate_size, sh.dense_ff);
         }
         if (i >= c.n_layers) {
             L.enorm = load_vector(s, p + "enorm.weight", H);
@@ -120,7 +165,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
                             Tensor& topk, bool run_indexer, Tensor& out) const {
     const ModelConfig& c = config_;
     const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
-    const int64_t n = xn.dim(0), n_head = c.n_head, d_rope = c.qk_rope_head_dim, r = c.kv_lora_rank;
+    const int64_t n = xn.dim(0), n_head = n_head_local_, d_rope = c.qk_rope_head_dim, r = c.kv_lora_rank;
 
     // q latent (also the indexer's query input) and the per-head query
     Tensor qa = ops.alloc(DType::F32, {n, c.q_lora_rank});
@@ -184,6 +229,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     Tensor o = ops.alloc(DType::F32, {n, n_head * c.v_head_dim});  // [n, n_head · v_head_dim]
     ops.mla_expand_v(lat, L.kv_b, c.qk_nope_head_dim, c.v_head_dim, o);
     ops.linear(o, L.o, out);
+    all_reduce(out);  // tensor parallel: each rank's heads contribute a partial o_proj
     tap(ops, out, "attn_out", i_layer);
 }
 
@@ -222,6 +268,7 @@ void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const Batc
     } else {
         ops.swiglu_mlp(h, L.mlp, y);
     }
+    all_reduce(y);  // tensor / expert parallel: partial sums over columns or experts
     tap(ops, y, "ffn_out", i_layer);
     ops.add(x, y);
     tap(ops, x, "residual", i_layer);
@@ -239,15 +286,39 @@ ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<f
     if (n_rows > 0) {
         Tensor rows = ops.alloc(DType::F32, {n_rows, H});
         ops.gather_rows(r.hidden, plan.logit_rows_dev, rows);
-        ops.linear(rows, lm_head_, r.logits);
+        if (lm_head_.rows == config_.vocab_size) {
+            ops.linear(rows, lm_head_, r.logits);
+        } else {  // tensor parallel: this rank's vocabulary rows, then every rank's
+            Tensor part = ops.alloc(DType::F32, {n_rows, lm_head_.rows});
+            ops.linear(rows, lm_head_, part);
+            comm_->all_gather_cols(part, r.logits);
+        }
         tap(ops, r.logits, "logits");
     }
     r.topk = std::move(topk);
     return r;
 }
 
+void GlmDsaModel::all_reduce(Tensor& t) const {
+    if (comm_ && comm_->size() > 1) comm_->all_reduce_sum(t);
+}
+
 ForwardResult GlmDsaModel::forward(Ops& ops, const Batch& batch, KvCache& kv) const {
-    check_batch(batch);
+    check_batch(batch);  // before the followers start: a bad batch must not leave them waiting in a collective
+    if (!followers_) return forward_local(ops, batch, kv);
+    followers_->begin_forward(batch, kv);
+    ForwardResult r;
+    try {
+        r = forward_local(ops, batch, kv);
+    } catch (...) {
+        followers_->end_forward();
+        throw;
+    }
+    followers_->end_forward();
+    return r;
+}
+
+ForwardResult GlmDsaModel::forward_local(Ops& ops, const Batch& batch, KvCache& kv) const {
     Tap::instance().begin_forward();
     const BatchPlan plan(ops, batch);
     const int64_t n = batch.n_tokens();
@@ -264,6 +335,7 @@ ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tenso
                                        const Tensor* reuse_topk) const {
     MEGACTX_CHECK(has_mtp(), "{}: the checkpoint has no MTP layer (model.layers.{}.*)", store_->dir(),
                   config_.n_layers);
+    MEGACTX_CHECK(comm_ == nullptr, "mtp_forward: the MTP layer does not run under tensor parallelism yet");
     check_batch(batch);
     Tap::instance().begin_forward();
     const BatchPlan plan(ops, batch);

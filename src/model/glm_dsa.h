@@ -13,6 +13,8 @@
 #include "model/batch.h"
 #include "model/weight.h"
 #include "ops/ops.h"
+#include "parallel/comm.h"
+#include "parallel/shard_plan.h"
 
 namespace megactx {
 
@@ -54,13 +56,29 @@ struct ForwardResult {
     Tensor topk;    // [n, index_topk] int32 slots chosen by the last full layer (MTP: by the MTP indexer)
 };
 
+// The other ranks of a tensor-parallel group as rank 0's model sees them (parallel/tp_group.h): every forward on
+// rank 0 starts the same forward on each follower (its own shard, ops and KV cache) and waits for it, so that
+// the ranks' collectives meet.
+class RankFollowers {
+public:
+    virtual ~RankFollowers() = default;
+    virtual void begin_forward(const Batch& batch, const KvCache& kv0) = 0;
+    virtual void end_forward() = 0;  // rethrows a follower's error
+};
+
 class GlmDsaModel {
 public:
     // Loads config.json and the weights of `dir`; every error names the file, tensor or field.
     explicit GlmDsaModel(const std::string& dir);
+    // Tensor / expert parallel: loads rank `rank`'s shard of `plan` (attention heads, MLP and expert columns or
+    // whole experts, LM-head vocabulary rows; the rest replicated) and meets the other ranks through `comm`:
+    // an all-reduce after o_proj and after the FFN, an all-gather of the logits.
+    GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank, Comm& comm);
 
     const ModelConfig& config() const { return config_; }
     bool has_mtp() const { return n_mtp_loaded_ > 0; }
+    // Rank 0 of a group drives the other ranks through `f` (nullptr: none).
+    void set_followers(RankFollowers* f) { followers_ = f; }
 
     // Runs the decoder over the batch: writes every token's KV at its slot, computes logits for the
     // requested rows. The tokens' positions must be covered by their block tables.
@@ -82,6 +100,9 @@ private:
     ForwardResult finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
                          Tensor topk) const;
     void check_batch(const Batch& batch) const;
+    ForwardResult forward_local(Ops& ops, const Batch& batch, KvCache& kv) const;
+    void load(const std::string& dir);
+    void all_reduce(Tensor& t) const;  // sums the ranks' partial results (no-op without a group)
 
     ModelConfig config_;
     std::unique_ptr<TensorStore> store_;  // owns the mappings the weights point into
@@ -89,6 +110,12 @@ private:
     std::vector<float> final_norm_;
     std::vector<LayerWeights> layers_;  // decoder layers, then loaded MTP layers
     int64_t n_mtp_loaded_ = 0;
+    // tensor parallel (absent: the whole model on one device)
+    const RankPlan* shard_ = nullptr;  // points into shard_plan_
+    std::unique_ptr<ShardPlan> shard_plan_;
+    Comm* comm_ = nullptr;
+    RankFollowers* followers_ = nullptr;
+    int64_t n_head_local_ = 0;  // attention heads this rank computes
 };
 
 }  // namespace megactx

@@ -13,12 +13,18 @@ namespace megactx {
 class Tap {
 public:
     static Tap& instance();
-    bool enabled() const { return !dir_.empty(); }
+    bool enabled() const { return !dir_.empty() && !muted(); }
+    // Mutes taps on the calling thread (tensor-parallel followers: only rank 0's intermediates are written).
+    static void mute_this_thread() { muted() = true; }
     void begin_forward() { ++forward_; }
     void operator()(Ops& ops, const Tensor& t, const char* name, int64_t layer = -1);
 
 private:
     Tap();
+    static bool& muted() {
+        thread_local bool m = false;
+        return m;
+    }
     std::string dir_;
     int64_t forward_ = -1;
 };

@@ -64,6 +64,8 @@ public:
     // Host → backend memory (and back) for small metadata and results.
     virtual Tensor upload_i32(const std::vector<int32_t>& v) = 0;
     virtual void download(const Tensor& t, void* host) = 0;
+    // Host bytes (t.numel() elements of t.dtype) → t's memory.
+    virtual void upload(const void* host, Tensor& t) = 0;
 
     // out[i] = table[tokens[i]]                                 out [n, d]
     virtual void embedding(const Tensor& tokens, const Weight& table, Tensor& out) = 0;
@@ -107,6 +109,7 @@ public:
     virtual void moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias,
                            const MoeRouteParams& p, Tensor& ids, Tensor& weights) = 0;
     // y = Σ_k weights[:, k] · expert_{ids[:, k]}(x)                y [n, d_model] (overwritten)
+    // An expert with empty weights is held by another rank (expert parallel) and contributes 0.
     virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                              const std::vector<MlpWeights>& experts, Tensor& y) = 0;
     // out[j] = x[rows[j]]                                       x [n, d], out [m, d]

@@ -19,12 +19,9 @@ Range even_split(int64_t n, int64_t g, int64_t r, const char* what) {
     return {r * (n / g), (r + 1) * (n / g)};
 }
 
-// Balanced parts of n over g ranks (the first n % g ranks get one more): vocabulary rows.
-Range balanced_split(int64_t n, int64_t g, int64_t r) {
-    const int64_t q = n / g, extra = n % g;
-    const int64_t begin = r * q + std::min(r, extra);
-    return {begin, begin + q + (r < extra ? 1 : 0)};
-}
+// LM-head vocabulary rows: equal parts when the vocabulary divides (the logits are all-gathered in equal
+// pieces), else the whole head on every rank.
+Range vocab_split(int64_t n, int64_t g, int64_t r) { return n % g == 0 ? Range{r * (n / g), (r + 1) * (n / g)} : Range{0, n}; }
 
 double latent_bytes(const ModelConfig& c) {
     return static_cast<double>(fp8_latent_row_bytes(c.kv_lora_rank, c.qk_rope_head_dim));
@@ -97,12 +94,12 @@ ShardPlan make_shard_plan(const ModelConfig& c, const ParallelOptions& o) {
         }
         p.shared_ff = even_split(c.n_shared_experts * c.moe_intermediate_size, g, r,
                                  "n_shared_experts · moe_intermediate_size");
-        p.vocab = balanced_split(c.vocab_size, g, r);
+        p.vocab = vocab_split(c.vocab_size, g, r);
         p.kv_layers = o.layer_split ? groups[static_cast<size_t>(r)] : Range{0, c.n_layers_total()};
         for (int64_t l = p.kv_layers.begin; l < p.kv_layers.end; ++l) p.kv_bytes_per_token += layer_kv_bytes(c, l);
 
-        // Weights: embedding and LM head (bf16, vocabulary rows), then every layer (decoder and MTP).
-        double w = 2.0 * 2.0 * static_cast<double>(p.vocab.size()) * H;
+        // Weights: embedding (bf16, replicated) and LM head (bf16, vocabulary rows), then every layer (decoder, MTP).
+        double w = 2.0 * (static_cast<double>(c.vocab_size) + static_cast<double>(p.vocab.size())) * H;
         const double h = static_cast<double>(p.heads.size());
         for (int64_t l = 0; l < c.n_layers_total(); ++l) {
             w += lin * (static_cast<double>(c.q_lora_rank) * H +                                       // q_a

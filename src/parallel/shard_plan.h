@@ -4,8 +4,9 @@
 //
 // Conventions (vLLM / SGLang for MLA models):
 //   - tensor parallel (TP = G): q_b, kv_b and o_proj split by attention heads; q_a and kv_a (the latents) are
-//     replicated; the dense MLP and each expert's FFN split by intermediate columns; embedding and LM head split
-//     by vocabulary rows;
+//     replicated; the dense MLP and each expert's FFN split by intermediate columns; the LM head split by
+//     vocabulary rows when the vocabulary divides (logits all-gathered), the embedding replicated (a lookup
+//     needs no collective);
 //   - expert parallel: routed experts split across the ranks (each whole), the shared expert still split by TP;
 //   - the indexer replicated, or split by heads (each rank scores its heads; the weighted head sums are added
 //     across ranks before top-k);
@@ -42,7 +43,7 @@ struct RankPlan {
     Range experts;         // routed experts held (all under TP-within-expert)
     Range expert_ff;       // intermediate columns of each held expert
     Range shared_ff;       // shared-expert intermediate columns (n_shared · moe_intermediate)
-    Range vocab;           // embedding / LM head rows
+    Range vocab;           // LM head rows (the embedding is replicated)
     Range kv_layers;       // layers (decoder then MTP) whose KV this rank keeps
     double weight_bytes = 0;        // this rank's share of the checkpoint (FP8 linears: 1 B, else 2 B)
     double kv_bytes_per_token = 0;  // FP8 KV this rank keeps per token (656 B latent / layer + 132 B indexer / full layer)

@@ -67,6 +67,10 @@ void CpuOps::download(const Tensor& t, void* host) {
     std::memcpy(host, t.data, static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
 }
 
+void CpuOps::upload(const void* host, Tensor& t) {
+    std::memcpy(t.data, host, static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
+}
+
 void CpuOps::embedding(const Tensor& tokens, const Weight& table, Tensor& out) {
     const int64_t n = tokens.numel();
     const int32_t* ids = tokens.i32();
@@ -471,7 +475,7 @@ void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weigh
     for (int64_t i = 0; i < n * k; ++i) assigned[static_cast<size_t>(pid[i])].push_back(i);
     for (size_t e = 0; e < experts.size(); ++e) {
         const auto& rows = assigned[e];
-        if (rows.empty()) continue;
+        if (rows.empty() || experts[e].gate.empty()) continue;  // empty: held by another rank (contributes 0)
         const int64_t m = static_cast<int64_t>(rows.size());
         Tensor xe = alloc(DType::F32, {m, d});
         Tensor ye = alloc(DType::F32, {m, d});

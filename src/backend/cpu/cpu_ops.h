@@ -13,6 +13,7 @@ public:
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
     void download(const Tensor& t, void* host) override;
+    void upload(const void* host, Tensor& t) override;
 
     void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override;
     void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) override;

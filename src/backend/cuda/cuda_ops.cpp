@@ -207,8 +207,16 @@ Tensor CudaOps::upload_i32(const std::vector<int32_t>& v) {
 }
 
 void CudaOps::download(const Tensor& t, void* host) {
+    bind_thread();
     const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
     if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(host, t.data, bytes, cudaMemcpyDeviceToHost, stream_));
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaOps::upload(const void* host, Tensor& t) {
+    bind_thread();
+    const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
+    if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(t.data, host, bytes, cudaMemcpyHostToDevice, stream_));
     MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -790,9 +798,12 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
     Tensor xs = alloc(DType::F32, {n * k, d});  // [n · k, d] token rows grouped by expert
     Tensor ys = alloc(DType::F32, {n * k, d});  // [n · k, d] expert outputs, same order
     MEGACTX_CUDA_CHECK(launch_gather_rows(xs.f32(), x.f32(), rows_dev.i32(), n * k, d, stream_));
+    // Experts with empty weights are held by another rank (expert parallel): their rows contribute 0.
+    const bool partial = std::any_of(experts.begin(), experts.end(), [](const MlpWeights& m) { return m.gate.empty(); });
+    if (partial) MEGACTX_CUDA_CHECK(cudaMemsetAsync(ys.data, 0, static_cast<size_t>(n * k * d) * 4, stream_));
     for (size_t e = 0; e < experts.size(); ++e) {
         const int64_t r0 = count[e], m = count[e + 1] - count[e];
-        if (m == 0) continue;
+        if (m == 0 || experts[e].gate.empty()) continue;
         Tensor xe = xs, ye = ys;
         xe.data = xs.f32() + r0 * d;
         xe.shape = {m, d};

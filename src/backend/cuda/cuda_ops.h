@@ -3,7 +3,7 @@
 // to cuBLASLt (fp32 weights: fp32 GEMM, no TF32; bf16 weights: bf16 × bf16 → fp32; FP8 weights: dequantised to
 // bf16 once at upload), every other op is a kernel family of this folder. Activations are fp32, indices int32.
 // KV pools may be F32, BF16 or FP8 (kv_format.h); the cache ops read and write all three. One stream; host
-// transfers (upload_i32, download) are synchronous.
+// transfers (upload_i32, upload, download) are synchronous.
 #pragma once
 
 #include <cublasLt.h>
@@ -57,6 +57,7 @@ public:
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
     void download(const Tensor& t, void* host) override;
+    void upload(const void* host, Tensor& t) override;
 
     void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override;
     void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) override;

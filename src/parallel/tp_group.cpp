@@ -1,0 +1,104 @@
+#include "parallel/tp_group.h"
+
+#include "core/error.h"
+#include "model/tap.h"
+
+namespace megactx {
+
+TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelOptions& o,
+                                         std::vector<std::unique_ptr<Ops>> ops, const CommFactory& make_comms)
+    : plan_(make_shard_plan(load_config(dir), o)), ops_(std::move(ops)) {
+    const auto g = static_cast<size_t>(o.n_gpus);
+    MEGACTX_CHECK(ops_.size() == g, "tensor parallel: {} backends for {} ranks", ops_.size(), g);
+    std::vector<Ops*> raw;
+    for (auto& p : ops_) raw.push_back(p.get());
+    comms_ = make_comms(raw);
+    MEGACTX_CHECK(comms_.size() == g, "tensor parallel: {} communicators for {} ranks", comms_.size(), g);
+    // Shards load in parallel (slicing copies each rank's part of the checkpoint).
+    models_.resize(g);
+    std::vector<std::exception_ptr> errors(g);
+    std::vector<std::thread> loaders;
+    for (size_t r = 0; r < g; ++r) {
+        loaders.emplace_back([&, r] {
+            try {
+                models_[r] = std::make_unique<GlmDsaModel>(dir, plan_, static_cast<int>(r), *comms_[r]);
+            } catch (...) {
+                errors[r] = std::current_exception();
+            }
+        });
+    }
+    for (auto& t : loaders) t.join();
+    for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    kv_.resize(g);
+    models_[0]->set_followers(g > 1 ? this : nullptr);
+    for (size_t r = 1; r < g; ++r) threads_.emplace_back([this, r] { follower_loop(static_cast<int>(r)); });
+}
+
+TensorParallelGroup::~TensorParallelGroup() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    models_[0]->set_followers(nullptr);
+}
+
+void TensorParallelGroup::begin_forward(const Batch& batch, const KvCache& kv0) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        batch_ = &batch;
+        n_blocks_ = kv0.n_blocks();
+        format_ = kv0.format();
+        running_ = size() - 1;
+        error_ = nullptr;
+        ++job_;
+    }
+    cv_.notify_all();
+}
+
+void TensorParallelGroup::end_forward() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return running_ == 0; });
+    batch_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+}
+
+void TensorParallelGroup::follower_loop(int rank) {
+    const auto r = static_cast<size_t>(rank);
+    Tap::mute_this_thread();
+    uint64_t seen = 0;
+    for (;;) {
+        const Batch* batch = nullptr;
+        int64_t n_blocks = 0;
+        KvFormat format = KvFormat::F32;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [&] { return stop_ || job_ != seen; });
+            if (stop_) return;
+            seen = job_;
+            batch = batch_;
+            n_blocks = n_blocks_;
+            format = format_;
+        }
+        std::exception_ptr err;
+        try {
+            if (!kv_[r] || kv_[r]->n_blocks() != n_blocks || kv_[r]->format() != format) {
+                kv_[r].reset();
+                kv_[r] = std::make_unique<KvCache>(*ops_[r], models_[r]->config(), n_blocks, format);
+            }
+            models_[r]->forward(*ops_[r], *batch, *kv_[r]);
+        } catch (...) {
+            err = std::current_exception();
+        }
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (err && !error_) error_ = err;
+            --running_;
+        }
+        cv_.notify_all();
+    }
+}
+
+}  // namespace megactx

@@ -1,0 +1,64 @@
+// A tensor / expert parallel group in one process (issue 6; design.md §6): rank r is one thread with its own Ops
+// (device r), Comm, model shard (GlmDsaModel's sharding constructor) and KV cache. Rank 0's model is the one the
+// engine or the runner drives, with rank 0's Ops and KV cache; each of its forwards runs the same forward on
+// every follower thread at once (the Batch is shared read-only: same tokens, positions and block ids, so every
+// rank's cache has the same layout), and the collectives inside the model meet. Followers create their KV cache
+// on first use with rank 0's block count and format.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/glm_dsa.h"
+#include "parallel/comm.h"
+#include "parallel/shard_plan.h"
+
+namespace megactx {
+
+class TensorParallelGroup final : public RankFollowers {
+public:
+    using CommFactory = std::function<std::vector<std::unique_ptr<Comm>>(const std::vector<Ops*>&)>;
+
+    // ops[r] is rank r's backend (ops.size() = o.n_gpus); make_comms builds one communicator per rank over them.
+    TensorParallelGroup(const std::string& dir, const ParallelOptions& o, std::vector<std::unique_ptr<Ops>> ops,
+                        const CommFactory& make_comms);
+    ~TensorParallelGroup() override;
+    TensorParallelGroup(const TensorParallelGroup&) = delete;
+    TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;
+
+    GlmDsaModel& model() { return *models_[0]; }
+    Ops& ops() { return *ops_[0]; }
+    int size() const { return static_cast<int>(ops_.size()); }
+    const ShardPlan& plan() const { return plan_; }
+
+    void begin_forward(const Batch& batch, const KvCache& kv0) override;
+    void end_forward() override;
+
+private:
+    void follower_loop(int rank);
+
+    ShardPlan plan_;
+    std::vector<std::unique_ptr<Ops>> ops_;
+    std::vector<std::unique_ptr<Comm>> comms_;
+    std::vector<std::unique_ptr<GlmDsaModel>> models_;
+    std::vector<std::unique_ptr<KvCache>> kv_;  // followers' caches (kv_[0] unused: rank 0's is the caller's)
+    std::vector<std::thread> threads_;
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    uint64_t job_ = 0;     // forwards started
+    int running_ = 0;      // followers still in the current forward
+    const Batch* batch_ = nullptr;
+    int64_t n_blocks_ = 0;
+    KvFormat format_ = KvFormat::F32;
+    bool stop_ = false;
+    std::exception_ptr error_;
+};
+
+}  // namespace megactx

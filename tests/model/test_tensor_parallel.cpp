@@ -1,0 +1,186 @@
+// Tensor / expert parallel on the CPU (issue 6): a TensorParallelGroup of 2 or 4 ranks (CpuOps each, ThreadComm)
+// gives the single-device logits on every fixture — heads, MLP columns, expert columns or whole experts and the
+// LM-head vocabulary split across the ranks, partial results summed — and transformers' logits within the
+// fixture bounds; the collectives and weight shards are checked on their own.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "backend/cpu/cpu_ops.h"
+#include "engine/runner.h"
+#include "fixture_util.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
+#include "model/glm_dsa.h"
+#include "parallel/comm_thread.h"
+#include "parallel/tp_group.h"
+
+namespace megactx {
+namespace {
+
+std::unique_ptr<TensorParallelGroup> cpu_group(const std::string& dir, const ParallelOptions& o) {
+    std::vector<std::unique_ptr<Ops>> ops;
+    for (int64_t r = 0; r < o.n_gpus; ++r) ops.push_back(std::make_unique<CpuOps>());
+    return std::make_unique<TensorParallelGroup>(dir, o, std::move(ops), make_thread_comms);
+}
+
+struct TpCase {
+    std::string fixture;
+    int64_t ranks;
+    bool expert_parallel;
+    int64_t chunk;
+};
+
+class TensorParallelLogits : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelLogits, MatchesOneDeviceAndTransformers) {
+    const TpCase c = GetParam();
+    const std::string dir = test::fixture_dir(c.fixture);
+    const std::vector<int32_t> tokens = test::fixture_tokens(c.fixture);
+    const auto n = static_cast<int64_t>(tokens.size());
+
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    SequenceRunner r1(single, ops1, n);
+    const std::vector<float> want = r1.feed(tokens, c.chunk, true);
+
+    ParallelOptions o;
+    o.n_gpus = c.ranks;
+    o.expert_parallel = c.expert_parallel;
+    auto group = cpu_group(dir, o);
+    SequenceRunner rg(group->model(), group->ops(), n);
+    const std::vector<float> got = rg.feed(tokens, c.chunk, true);
+    ASSERT_EQ(got.size(), want.size());
+
+    const NpyArray ref = read_npy_f32(dir + "/ref_logits.npy");
+    const double scale = test::max_abs(ref.data);
+    const double vs_single = test::max_abs_diff(got.data(), want.data(), got.size()) / scale;
+    const double vs_ref = test::max_abs_diff(got.data(), ref.data.data(), got.size()) / scale;
+    std::printf("%s TP%lld%s chunk %lld: vs one device %.2e, vs transformers %.2e (of max |ref|)\n",
+                c.fixture.c_str(), static_cast<long long>(c.ranks), c.expert_parallel ? "+EP" : "",
+                static_cast<long long>(c.chunk), vs_single, vs_ref);
+    // Only the summation order differs (partial sums per rank, then across ranks): fp32 rounding.
+    EXPECT_LE(vs_single, 1e-5);  // measured ≤ 2.5e-6; a wrong shard or a missed reduction gives O(1)
+    EXPECT_LE(vs_ref, 2e-5);
+}
+
+std::vector<TpCase> tp_cases() {
+    std::vector<TpCase> cases;
+    for (const auto& f : test::fixture_names()) {
+        cases.push_back({f, 2, false, 0});
+        cases.push_back({f, 2, true, 7});
+        cases.push_back({f, 4, true, 0});
+    }
+    cases.push_back({"pattern_bf16", 4, false, 1});
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelLogits, ::testing::ValuesIn(tp_cases()),
+                         [](const ::testing::TestParamInfo<TpCase>& info) {
+                             return info.param.fixture + "_tp" + std::to_string(info.param.ranks) +
+                                    (info.param.expert_parallel ? "_ep" : "") + "_chunk" +
+                                    std::to_string(info.param.chunk);
+                         });
+
+TEST(TensorParallel, GreedyGenerationMatchesOneDevice) {
+    const std::string dir = test::fixture_dir("pattern_bf16");
+    const std::vector<int32_t> prompt = test::fixture_tokens("pattern_bf16");
+    const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 40);
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    SequenceRunner r1(single, ops1, 40 + 24);
+    const auto want = r1.generate(head, 24, SamplingParams{}, false);
+    ParallelOptions o;
+    o.n_gpus = 2;
+    o.expert_parallel = true;
+    auto group = cpu_group(dir, o);
+    SequenceRunner rg(group->model(), group->ops(), 40 + 24);
+    EXPECT_EQ(rg.generate(head, 24, SamplingParams{}, false), want);
+}
+
+TEST(TensorParallel, BadBatchFailsWithoutHangingTheFollowers) {
+    const std::string dir = test::fixture_dir("freq_offset_f32");
+    ParallelOptions o;
+    o.n_gpus = 2;
+    auto group = cpu_group(dir, o);
+    SequenceRunner rg(group->model(), group->ops(), 64);
+    EXPECT_THROW(rg.feed({0, 1, 1 << 20}, 0, false), Error);  // token id out of range: rank 0 rejects it first
+    EXPECT_EQ(rg.feed({0, 1, 2}, 0, false).size(), static_cast<size_t>(group->model().config().vocab_size));
+}
+
+TEST(TensorParallel, PlanThatDoesNotDivideIsRejected) {
+    ParallelOptions o;
+    o.n_gpus = 3;  // 4 heads
+    try {
+        cpu_group(test::fixture_dir("freq_offset_f32"), o);
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not divide by 3 GPUs"), std::string::npos) << e.what();
+    }
+}
+
+TEST(ThreadComm, CollectivesGiveEveryRankTheSameValues) {
+    constexpr int kRanks = 3;
+    std::vector<std::unique_ptr<Ops>> ops;
+    std::vector<Ops*> raw;
+    for (int r = 0; r < kRanks; ++r) {
+        ops.push_back(std::make_unique<CpuOps>());
+        raw.push_back(ops.back().get());
+    }
+    auto comms = make_thread_comms(raw);
+    std::vector<std::vector<float>> sums(kRanks), gathered(kRanks);
+    std::vector<std::vector<int32_t>> bcast(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+        threads.emplace_back([&, r] {
+            Ops& o = *ops[static_cast<size_t>(r)];
+            Comm& c = *comms[static_cast<size_t>(r)];
+            Tensor t = o.alloc(DType::F32, {2, 3});
+            for (int i = 0; i < 6; ++i) t.f32()[i] = static_cast<float>((r + 1) * (i + 1));
+            c.all_reduce_sum(t);
+            sums[static_cast<size_t>(r)].assign(t.f32(), t.f32() + 6);
+            Tensor part = o.alloc(DType::F32, {2, 2});  // rank r's columns [2r, 2r + 2) of a [2, 6] matrix
+            for (int i = 0; i < 2; ++i)
+                for (int j = 0; j < 2; ++j) part.f32()[i * 2 + j] = static_cast<float>(i * 6 + 2 * r + j);
+            Tensor full = o.alloc(DType::F32, {2, 6});
+            c.all_gather_cols(part, full);
+            gathered[static_cast<size_t>(r)].assign(full.f32(), full.f32() + 12);
+            Tensor b = o.alloc(DType::I32, {4});
+            for (int i = 0; i < 4; ++i) b.i32()[i] = r * 100 + i;
+            c.broadcast(b, 2);
+            bcast[static_cast<size_t>(r)].assign(b.i32(), b.i32() + 4);
+        });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kRanks; ++r) {
+        for (int i = 0; i < 6; ++i) EXPECT_EQ(sums[static_cast<size_t>(r)][static_cast<size_t>(i)], 6.0f * (i + 1));
+        for (int i = 0; i < 12; ++i) EXPECT_EQ(gathered[static_cast<size_t>(r)][static_cast<size_t>(i)], static_cast<float>(i));
+        EXPECT_EQ(bcast[static_cast<size_t>(r)], (std::vector<int32_t>{200, 201, 202, 203}));
+    }
+}
+
+TEST(SliceWeight, RowsAndColumnsOfEveryDtype) {
+    for (const auto& f : test::fixture_names()) {
+        const TensorStore store(test::fixture_dir(f));
+        const GlmDsaModel m(test::fixture_dir(f));
+        const ModelConfig& c = m.config();
+        const Weight w = load_weight(store, "model.layers.0.self_attn.o_proj.weight", c.hidden_size,
+                                     c.n_head * c.v_head_dim);
+        const Weight s = slice_weight(w, 8, 40, c.v_head_dim, 3 * c.v_head_dim);
+        ASSERT_EQ(s.rows, 32);
+        ASSERT_EQ(s.cols, 2 * c.v_head_dim);
+        EXPECT_NE(s.data, w.data);
+        std::vector<float> full(static_cast<size_t>(w.cols)), part(static_cast<size_t>(s.cols));
+        for (int64_t r = 0; r < s.rows; ++r) {
+            w.row_f32(8 + r, full.data());
+            s.row_f32(r, part.data());
+            for (int64_t j = 0; j < s.cols; ++j)
+                ASSERT_EQ(part[static_cast<size_t>(j)], full[static_cast<size_t>(c.v_head_dim + j)]) << f << " " << r;
+        }
+        EXPECT_THROW(slice_weight(w, 0, w.rows + 1, 0, w.cols), Error);
+    }
+}
+
+}  // namespace
+}  // namespace megactx
