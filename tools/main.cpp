@@ -14,7 +14,9 @@
 #include "engine/runner.h"
 #include "io/npy.h"
 #include "model/cost.h"
+#include "parallel/comm_thread.h"
 #include "parallel/shard_plan.h"
+#include "parallel/tp_group.h"
 #include "model/gen_model.h"
 #include "model/glm_dsa.h"
 #include "tokenizer/tokenizer.h"
@@ -142,6 +144,49 @@ std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fract
 #endif
 }
 
+// --tensor-parallel-size N: N ranks, each with its own backend. cpu: N CpuOps, thread transport. cuda: rank r on
+// GPU r with NCCL (--tp-transport nccl, the default), or --tp-transport thread: ranks on GPU r % count exchanging
+// through host memory (several ranks on one GPU, for tests; the budget is shared by the ranks of a GPU).
+std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
+                                                   const ParallelOptions& po, const std::string& transport,
+                                                   double budget_fraction) {
+    MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
+                  "--tp-transport must be auto, nccl or thread, got '{}'", transport);
+    std::vector<std::unique_ptr<Ops>> ops;
+    if (device == "cpu") {
+        MEGACTX_CHECK(transport != "nccl", "--tp-transport nccl needs --device cuda");
+        for (int64_t r = 0; r < po.n_gpus; ++r) ops.push_back(std::make_unique<CpuOps>());
+        return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops), make_thread_comms);
+    }
+    MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
+#ifdef MEGACTX_WITH_CUDA
+    const int n_dev = cuda::device_count();
+    const bool nccl = transport != "thread";
+    MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
+    MEGACTX_CHECK(!nccl || po.n_gpus <= n_dev,
+                  "--tensor-parallel-size {} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread puts "
+                  "several ranks on one GPU)", po.n_gpus, po.n_gpus, n_dev);
+    for (int64_t r = 0; r < po.n_gpus; ++r) {
+        const int dev = static_cast<int>(r % n_dev);
+        const int64_t sharing = (po.n_gpus - dev + n_dev - 1) / n_dev;  // ranks on this GPU
+        const cuda::DeviceInfo info = cuda::device_info(dev);
+        CudaOptions o;
+        o.device = dev;
+        o.memory_budget_bytes =
+            static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction / static_cast<double>(sharing));
+        std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n", static_cast<long long>(r), dev,
+                     info.name.c_str(), static_cast<double>(o.memory_budget_bytes) / (1 << 30));
+        ops.push_back(make_cuda_ops(o));
+    }
+    return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops),
+                                                 nccl ? TensorParallelGroup::CommFactory(make_nccl_comms)
+                                                      : TensorParallelGroup::CommFactory(make_thread_comms));
+#else
+    (void)budget_fraction;
+    MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
+#endif
+}
+
 #ifdef MEGACTX_WITH_CUDA
 // Bytes of the checkpoint's safetensors files: what uploading the weights will take (FP8 weights also get a bf16
 // copy for the GEMMs, not counted here).
@@ -197,8 +242,17 @@ int main(int argc, char** argv) {
     uint64_t seed = 0;
     bool ignore_eos = false, as_json = false;
     std::string device = "cpu", kv_dtype = "auto";
+    ParallelOptions tp;  // --tensor-parallel-size / --expert-parallel of logits, generate, serve
+    std::string tp_transport = "auto";
     const auto add_backend_options = [&](CLI::App* sub) {
         sub->add_option("--device", device, "cpu | cuda")->capture_default_str();
+        sub->add_option("--tensor-parallel-size,--tp", tp.n_gpus, "Ranks (GPUs) sharing the model")
+            ->capture_default_str()
+            ->check(CLI::Range(1, 64));
+        sub->add_flag("--expert-parallel", tp.expert_parallel, "Split the routed experts across the ranks (else by columns)");
+        sub->add_option("--tp-transport", tp_transport,
+                        "auto | nccl | thread (auto: nccl on cuda, thread on cpu; thread allows several ranks per GPU)")
+            ->capture_default_str();
         sub->add_option("--kv-cache-dtype", kv_dtype, "auto | f32 | bf16 | fp8 (auto: f32 on cpu, bf16 on cuda)")
             ->capture_default_str();
     };
@@ -306,10 +360,18 @@ int main(int argc, char** argv) {
         if (*logits || *gen) {
             if (tokens.empty() && tokens_file.empty()) MEGACTX_FAIL("one of --tokens or --tokens-file is required");
             const std::vector<int32_t> ids = tokens_file.empty() ? parse_token_list(tokens) : read_tokens_file(tokens_file);
-            const GlmDsaModel m(model_dir_or_default(model));
             const KvFormat kv_format = resolve_kv_format(device, kv_dtype);
-            const std::unique_ptr<Ops> backend = make_backend(device, 0.9);
-            Ops& ops = *backend;
+            std::unique_ptr<TensorParallelGroup> group;
+            std::unique_ptr<GlmDsaModel> single;
+            std::unique_ptr<Ops> backend;
+            if (tp.n_gpus > 1) {
+                group = make_tp_group(model_dir_or_default(model), device, tp, tp_transport, 0.9);
+            } else {
+                single = std::make_unique<GlmDsaModel>(model_dir_or_default(model));
+                backend = make_backend(device, 0.9);
+            }
+            const GlmDsaModel& m = group ? group->model() : *single;
+            Ops& ops = group ? group->ops() : *backend;
             if (*logits) {
                 validate_tokens(m.config(), ids);
                 SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()), kv_format);
@@ -353,7 +415,24 @@ int main(int argc, char** argv) {
             if (so.served_model_name.empty() && so.model_dir == MEGACTX_DEFAULT_MODEL_DIR) so.served_model_name = "megactx-tiny";
             so.prefix_caching = !no_prefix_caching;
             const KvFormat kv_format = resolve_kv_format(device, kv_dtype);
-            if (device != "cpu") {
+            if (tp.n_gpus > 1) {
+                so.make_group = [&, kv_format](EngineConfig& ec) {
+                    auto g = make_tp_group(so.model_dir, device, tp, tp_transport, gpu_memory_utilization);
+#ifdef MEGACTX_WITH_CUDA
+                    if (device != "cpu" && so.kv_cache_memory.empty()) {
+                        // rank 0's budget less its shard of the weights (about 1/N of the checkpoint) and a reserve
+                        const CudaMemoryStats st = cuda_memory_stats(g->ops());
+                        const int64_t weights = checkpoint_bytes(so.model_dir) / tp.n_gpus;
+                        const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
+                        ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
+                        MEGACTX_CHECK(ec.kv_cache_bytes > 0, "--gpu-memory-utilization {}: no room for the KV cache",
+                                      gpu_memory_utilization);
+                    }
+#endif
+                    ec.kv_format = kv_format;
+                    return g;
+                };
+            } else if (device != "cpu") {
                 // The KV pool gets what the budget leaves after the weights and an activation reserve, unless
                 // --kv-cache-memory names its size.
                 so.make_backend = [&, kv_format]([[maybe_unused]] const GlmDsaModel& m, EngineConfig& ec) {

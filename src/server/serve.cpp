@@ -98,7 +98,15 @@ int serve_main(const ServeOptions& o) {
     try {
         const std::string dir = o.model_dir;
         std::fprintf(stderr, "megactx serve: loading model from %s\n", dir.c_str());
-        const GlmDsaModel model(dir);
+        EngineConfig ec = engine_config(o);
+        std::unique_ptr<TensorParallelGroup> group;
+        std::unique_ptr<GlmDsaModel> single;
+        if (o.make_group) {
+            group = o.make_group(ec);
+        } else {
+            single = std::make_unique<GlmDsaModel>(dir);
+        }
+        const GlmDsaModel& model = group ? group->model() : *single;
         const ModelConfig& c = model.config();
         std::fprintf(stderr, "megactx serve: model loaded in %.2f s (%lld layers, %lld with a full indexer, MTP %s)\n",
                      elapsed(), static_cast<long long>(c.n_layers), static_cast<long long>(c.n_full_layers()),
@@ -111,9 +119,9 @@ int serve_main(const ServeOptions& o) {
         } else {
             std::fprintf(stderr, "megactx serve: no tokenizer.json: only token-id prompts on /v1/completions\n");
         }
-        EngineConfig ec = engine_config(o);
-        std::unique_ptr<Ops> ops = o.make_backend ? o.make_backend(model, ec) : std::make_unique<CpuOps>();
-        Engine engine(model, *ops, ec);
+        std::unique_ptr<Ops> own_ops;
+        if (!group) own_ops = o.make_backend ? o.make_backend(model, ec) : std::make_unique<CpuOps>();
+        Engine engine(model, group ? group->ops() : *own_ops, ec);
         std::fprintf(stderr,
                      "megactx serve: KV cache: %lld blocks of 64 tokens = %lld tokens; max context %lld tokens; up to "
                      "%lld sequences\n",

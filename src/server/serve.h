@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "parallel/tp_group.h"
 
 namespace megactx {
 
@@ -26,6 +27,9 @@ struct ServeOptions {
     // Creates the op table once the model is loaded and may adjust the engine settings (KV format and size);
     // empty: the CPU backend with an f32 KV cache.
     std::function<std::unique_ptr<Ops>(const GlmDsaModel&, EngineConfig&)> make_backend;
+    // Tensor parallel (--tensor-parallel-size > 1): builds the group (model shards, backends, communicators) and
+    // may adjust the engine settings; the engine then drives rank 0. Replaces the model load and make_backend.
+    std::function<std::unique_ptr<TensorParallelGroup>(EngineConfig&)> make_group;
 };
 
 // Parses sizes like "512MiB", "4GiB", "2G", "1000000" (bytes); Error on anything else.

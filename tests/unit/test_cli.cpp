@@ -143,6 +143,24 @@ TEST_F(Cli, PlanPrintsShardsOrNamesTheDimension) {
     EXPECT_NE(bad.output.find("num_attention_heads = 4 does not divide by 3 GPUs"), std::string::npos) << bad.output;
 }
 
+TEST_F(Cli, TensorParallelGivesTheOneDeviceResult) {
+    ASSERT_EQ(logits("3,1,4,1,5,9,2,6").exit_code, 0);
+    const NpyArray single = read_npy_f32(out_);
+    fs::remove(out_);
+    const RunResult tp = logits("3,1,4,1,5,9,2,6", "--tensor-parallel-size 2 --expert-parallel --chunk 3");
+    ASSERT_EQ(tp.exit_code, 0) << tp.output;
+    const NpyArray sharded = read_npy_f32(out_);
+    ASSERT_EQ(sharded.shape, single.shape);
+    for (size_t i = 0; i < single.data.size(); ++i) ASSERT_NEAR(sharded.data[i], single.data[i], 1e-4) << i;
+    fs::remove(out_);
+    const std::string gen = "generate --model '" + model_ + "' --tokens 1,2,3,4,5 --max-new-tokens 8";
+    const RunResult g1 = run(gen), g2 = run(gen + " --tp 4");
+    ASSERT_EQ(g1.exit_code, 0) << g1.output;
+    EXPECT_EQ(g2.output, g1.output);
+    expect_error(logits("1,2,3", "--tensor-parallel-size 3"), {"num_attention_heads = 4 does not divide by 3 GPUs"});
+    expect_error(logits("1,2,3", "--tp 2 --tp-transport nccl"), {"--tp-transport nccl needs --device cuda"});
+}
+
 TEST_F(Cli, ValidShardedModelGivesTheSameLogits) {
     ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
     const NpyArray single = read_npy_f32(out_);

@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "ops/ops.h"
+#include "parallel/comm.h"
 
 namespace megactx {
 
@@ -28,5 +30,8 @@ struct CudaMemoryStats {
 std::unique_ptr<Ops> make_cuda_ops(const CudaOptions& options);
 // Memory of an Ops made by make_cuda_ops (Error for any other backend).
 CudaMemoryStats cuda_memory_stats(const Ops& ops);
+// One NCCL communicator per rank (tensor parallel, parallel/comm.h) over CudaOps on distinct devices; the
+// collectives run on each rank's CudaOps stream.
+std::vector<std::unique_ptr<Comm>> make_nccl_comms(const std::vector<Ops*>& ops);
 
 }  // namespace megactx

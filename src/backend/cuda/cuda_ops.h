@@ -53,6 +53,9 @@ public:
     ~CudaOps() override;
 
     CudaMemoryStats memory_stats() const { return alloc_->stats(); }
+    cudaStream_t stream() const { return stream_; }
+    int device() const { return options_.device; }
+    void bind_thread();  // makes this device current on the calling thread
 
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
@@ -122,7 +125,6 @@ private:
     void gemm(const Gemm& g);
     Tensor to_bf16(const Tensor& x);
     void after_op(const char* name);
-    void bind_thread();
 
     CudaOptions options_;
     cudaStream_t stream_ = nullptr;
