@@ -289,6 +289,11 @@ int main(int argc, char** argv) {
     int64_t gm_layers = 0;
     std::string index_pattern;
     gm->add_option("--layers", gm_layers, "Decoder layers (default: the preset's)")->check(CLI::Range(1, 1024));
+    int64_t gm_experts = 0, gm_experts_per_tok = 0;
+    gm->add_option("--experts", gm_experts, "Routed experts (default: the preset's; GLM-5.2 has 256)")
+        ->check(CLI::Range(1, 4096));
+    gm->add_option("--experts-per-tok", gm_experts_per_tok, "Experts per token (default: the preset's; GLM-5.2: 8)")
+        ->check(CLI::Range(1, 64));
     gm->add_option("--index-pattern", index_pattern,
                    "Which layers run the indexer, F/S letters repeated over the layers (F: all full; FSSS: 1 in 4)");
 
@@ -395,6 +400,8 @@ int main(int argc, char** argv) {
             o.shards = shards;
             o.layers = gm_layers;
             o.index_pattern = index_pattern;
+            o.experts = gm_experts;
+            o.experts_per_tok = gm_experts_per_tok;
             generate_model(out, o);
             std::fprintf(stderr, "wrote %s model to %s\n", preset.c_str(), out.c_str());
         } else if (*tokz) {

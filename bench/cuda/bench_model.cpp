@@ -9,8 +9,11 @@
 // Every step is a full `GlmDsaModel::forward` through CudaOps (plan upload, all layers, LM head, host sync),
 // without CUDA graphs: the CPU launch overhead is part of the figure.
 //
+// With --tp N the model runs tensor parallel on N GPUs (NCCL; --expert-parallel splits the experts; --tp-transport
+// thread puts the ranks on one GPU): every rank's KV pools are filled the same way.
+//
 //   bench_model --model DIR [--model DIR2 ...] [--contexts 8192,131072,1048576] [--kv fp8|bf16]
-//               [--steps 20] [--chunk 4096] [--prefill-reps 2] [--json PATH]
+//               [--steps 20] [--chunk 4096] [--prefill-reps 2] [--tp N [--expert-parallel]] [--json PATH]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -26,6 +29,8 @@
 #include "kv/kv_cache.h"
 #include "model/batch.h"
 #include "model/glm_dsa.h"
+#include "parallel/comm_thread.h"
+#include "parallel/tp_group.h"
 
 using namespace megactx;
 using Clock = std::chrono::steady_clock;
@@ -72,6 +77,11 @@ int main(int argc, char** argv) {
     app.add_option("--chunk", chunk, "prefill chunk (0: no prefill measurement)")->check(CLI::Range(0, 65536));
     app.add_option("--prefill-reps", prefill_reps)->check(CLI::Range(1, 100));
     app.add_option("--json", json_path, "write the results as JSON");
+    ParallelOptions po;
+    std::string transport = "nccl";
+    app.add_option("--tp", po.n_gpus, "tensor-parallel ranks (one per GPU with NCCL)")->check(CLI::Range(1, 64));
+    app.add_flag("--expert-parallel", po.expert_parallel, "split the routed experts across the ranks");
+    app.add_option("--tp-transport", transport, "nccl | thread");
     CLI11_PARSE(app, argc, argv);
     try {
         const std::vector<int64_t> contexts = bench::parse_positive_list(contexts_arg, "--contexts");
@@ -80,17 +90,39 @@ int main(int argc, char** argv) {
         const cuda::DeviceInfo dev = cuda::device_info(0);
         nlohmann::json out = {{"bench", "bench_model"}, {"device", dev.name}, {"date", bench::utc_now()},
                               {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)}, {"kv", kv_arg},
-                              {"steps", steps}, {"chunk", chunk}, {"cuda_graphs", false}, {"results", nlohmann::json::array()}};
+                              {"steps", steps}, {"chunk", chunk}, {"cuda_graphs", false},
+                              {"tensor_parallel", po.n_gpus}, {"expert_parallel", po.expert_parallel},
+                              {"tp_transport", po.n_gpus > 1 ? transport : "none"}, {"results", nlohmann::json::array()}};
         std::printf("%-28s %9s %6s %12s %16s\n", "model", "L", "full", "decode ms", "prefill tok/s");
         const int64_t max_l = *std::max_element(contexts.begin(), contexts.end());
         for (const std::string& dir : models) {
-            const GlmDsaModel model(dir);
+            std::unique_ptr<TensorParallelGroup> group;
+            std::unique_ptr<GlmDsaModel> single;
+            std::unique_ptr<Ops> single_ops;
+            if (po.n_gpus > 1) {
+                const int n_dev = cuda::device_count();
+                std::vector<std::unique_ptr<Ops>> rank_ops;
+                for (int64_t r = 0; r < po.n_gpus; ++r) {
+                    CudaOptions o;
+                    o.device = static_cast<int>(r % n_dev);
+                    rank_ops.push_back(make_cuda_ops(o));
+                }
+                group = std::make_unique<TensorParallelGroup>(
+                    dir, po, std::move(rank_ops),
+                    transport == "thread" ? TensorParallelGroup::CommFactory(make_thread_comms)
+                                          : TensorParallelGroup::CommFactory(make_nccl_comms));
+            } else {
+                single = std::make_unique<GlmDsaModel>(dir);
+                single_ops = make_cuda_ops(CudaOptions{});
+            }
+            const GlmDsaModel& model = group ? group->model() : *single;
+            Ops* ops = group ? &group->ops() : single_ops.get();
             const ModelConfig& c = model.config();
             int64_t n_full = 0;
             for (int64_t l = 0; l < c.n_layers; ++l) n_full += c.is_full(l);
-            auto ops = make_cuda_ops(CudaOptions{});
             KvCache kv(*ops, c, (max_l + kBlockSize - 1) / kBlockSize + 2, fmt);
             fill_pools(kv, c, fmt);
+            if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
             std::vector<float> host;
             for (const int64_t L : contexts) {
                 // The decode token sits at position L (L cached keys before it): L + 1 ≤ max_position_embeddings,
@@ -124,7 +156,8 @@ int main(int argc, char** argv) {
                             static_cast<long long>(L), static_cast<long long>(n_full),
                             static_cast<long long>(c.n_layers), dec, prefill_tok_s);
                 std::fflush(stdout);
-                out["results"].push_back({{"model", dir}, {"n_layers", c.n_layers}, {"n_full", n_full}, {"context", L},
+                out["results"].push_back({{"model", dir}, {"n_layers", c.n_layers}, {"n_full", n_full},
+                                          {"n_experts", c.n_routed_experts}, {"context", L},
                                           {"decode_ms_median", dec}, {"decode_ms_min", *std::min_element(ms.begin(), ms.end())},
                                           {"prefill_chunk", chunk}, {"prefill_ms", prefill_ms},
                                           {"prefill_tok_s", prefill_tok_s}});

@@ -186,6 +186,11 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
     namespace fs = std::filesystem;
     json cj = preset_config(o.preset);
     if (o.layers > 0) cj["num_hidden_layers"] = o.layers;
+    if (o.experts > 0) cj["n_routed_experts"] = o.experts;
+    if (o.experts_per_tok > 0) cj["num_experts_per_tok"] = o.experts_per_tok;
+    MEGACTX_CHECK(cj["num_experts_per_tok"].get<int64_t>() <= cj["n_routed_experts"].get<int64_t>(),
+                  "gen-model: {} experts per token but only {} experts", cj["num_experts_per_tok"].get<int64_t>(),
+                  cj["n_routed_experts"].get<int64_t>());
     if (!o.index_pattern.empty()) {
         const int64_t n = cj["num_hidden_layers"].get<int64_t>();
         json types = json::array();

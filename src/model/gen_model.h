@@ -17,6 +17,8 @@ struct GenModelOptions {
     int64_t layers = 0;           // > 0: this many decoder layers instead of the preset's
     std::string index_pattern;    // non-empty: F/S letters repeated over the layers → explicit indexer_types
                                   // ("F" = every layer full, "FSSS" = one in four)
+    int64_t experts = 0;          // > 0: routed experts instead of the preset's (GLM-5.2: 256)
+    int64_t experts_per_tok = 0;  // > 0: experts per token instead of the preset's (GLM-5.2: 8)
 };
 
 // The preset's config.json contents.

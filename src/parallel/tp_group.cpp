@@ -45,10 +45,10 @@ TensorParallelGroup::~TensorParallelGroup() {
     models_[0]->set_followers(nullptr);
 }
 
-void TensorParallelGroup::begin_forward(const Batch& batch, const KvCache& kv0) {
+void TensorParallelGroup::start(const KvCache& kv0, FollowerJob job) {
     {
         std::lock_guard<std::mutex> lock(mu_);
-        batch_ = &batch;
+        job_fn_ = std::move(job);
         n_blocks_ = kv0.n_blocks();
         format_ = kv0.format();
         running_ = size() - 1;
@@ -58,11 +58,22 @@ void TensorParallelGroup::begin_forward(const Batch& batch, const KvCache& kv0) 
     cv_.notify_all();
 }
 
+void TensorParallelGroup::begin_forward(const Batch& batch, const KvCache& kv0) {
+    start(kv0, [this, &batch](int r, Ops& ops, KvCache& kv) {
+        models_[static_cast<size_t>(r)]->forward(ops, batch, kv);
+    });
+}
+
 void TensorParallelGroup::end_forward() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return running_ == 0; });
-    batch_ = nullptr;
+    job_fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
+}
+
+void TensorParallelGroup::run_on_followers(const KvCache& kv0, const FollowerJob& fn) {
+    start(kv0, fn);
+    end_forward();
 }
 
 void TensorParallelGroup::follower_loop(int rank) {
@@ -70,7 +81,7 @@ void TensorParallelGroup::follower_loop(int rank) {
     Tap::mute_this_thread();
     uint64_t seen = 0;
     for (;;) {
-        const Batch* batch = nullptr;
+        FollowerJob job;
         int64_t n_blocks = 0;
         KvFormat format = KvFormat::F32;
         {
@@ -78,7 +89,7 @@ void TensorParallelGroup::follower_loop(int rank) {
             cv_.wait(lock, [&] { return stop_ || job_ != seen; });
             if (stop_) return;
             seen = job_;
-            batch = batch_;
+            job = job_fn_;
             n_blocks = n_blocks_;
             format = format_;
         }
@@ -88,7 +99,7 @@ void TensorParallelGroup::follower_loop(int rank) {
                 kv_[r].reset();
                 kv_[r] = std::make_unique<KvCache>(*ops_[r], models_[r]->config(), n_blocks, format);
             }
-            models_[r]->forward(*ops_[r], *batch, *kv_[r]);
+            job(rank, *ops_[r], *kv_[r]);
         } catch (...) {
             err = std::current_exception();
         }

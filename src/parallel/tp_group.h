@@ -40,8 +40,14 @@ public:
     void begin_forward(const Batch& batch, const KvCache& kv0) override;
     void end_forward() override;
 
+    // Runs fn(rank, ops, kv) on every follower's thread (its device current), with its KV cache made like kv0
+    // first; returns when all are done (rethrows a follower's error). Benchmarks fill the followers' pools so.
+    using FollowerJob = std::function<void(int rank, Ops& ops, KvCache& kv)>;
+    void run_on_followers(const KvCache& kv0, const FollowerJob& fn);
+
 private:
     void follower_loop(int rank);
+    void start(const KvCache& kv0, FollowerJob job);
 
     ShardPlan plan_;
     std::vector<std::unique_ptr<Ops>> ops_;
@@ -54,7 +60,7 @@ private:
     std::condition_variable cv_;
     uint64_t job_ = 0;     // forwards started
     int running_ = 0;      // followers still in the current forward
-    const Batch* batch_ = nullptr;
+    FollowerJob job_fn_;   // the current job (a forward, or run_on_followers' function)
     int64_t n_blocks_ = 0;
     KvFormat format_ = KvFormat::F32;
     bool stop_ = false;

@@ -669,6 +669,28 @@ void CudaOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, 
 void CudaOps::sparse_mla(const SparseMlaParams& p) {
     const int elem = kv_elem(*p.cache, "sparse_mla");
     const int64_t n = p.q->dim(0), n_head = p.q->dim(1), topk = p.slots->dim(1);
+    constexpr int64_t kPadHeads = 64;
+    if (fast_ && elem != 0 && n > 0 && n_head < kPadHeads && kPadHeads % n_head == 0 && p.q->dim(2) == 576 &&
+        p.d_v == 512 && sparse_mla_supported(static_cast<int>(kPadHeads), static_cast<int>(topk))) {
+        // Tensor-parallel head counts (64 / TP): the kernel's 64-head tile with zero query heads, whose outputs
+        // are dropped. Decode reads the same rows either way, so it costs what 64 heads cost (FlashMLA pads too).
+        const int64_t d = p.q->dim(2), d_v = p.d_v;
+        Tensor qp = alloc(DType::F32, {n, kPadHeads, d});
+        Tensor op = alloc(DType::F32, {n, kPadHeads, d_v});
+        MEGACTX_CUDA_CHECK(cudaMemsetAsync(qp.data, 0, static_cast<size_t>(n * kPadHeads * d) * 4, stream_));
+        MEGACTX_CUDA_CHECK(cudaMemcpy2DAsync(qp.data, static_cast<size_t>(kPadHeads * d) * 4, p.q->data,
+                                             static_cast<size_t>(n_head * d) * 4, static_cast<size_t>(n_head * d) * 4,
+                                             static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream_));
+        SparseMlaParams padded = p;
+        padded.q = &qp;
+        padded.out = &op;
+        sparse_mla(padded);
+        MEGACTX_CUDA_CHECK(cudaMemcpy2DAsync(p.out->data, static_cast<size_t>(n_head * d_v) * 4, op.data,
+                                             static_cast<size_t>(kPadHeads * d_v) * 4,
+                                             static_cast<size_t>(n_head * d_v) * 4, static_cast<size_t>(n),
+                                             cudaMemcpyDeviceToDevice, stream_));
+        return;
+    }
     if (fast_ && elem != 0 && p.q->dim(2) == 576 && p.d_v == 512 &&
         sparse_mla_supported(static_cast<int>(n_head), static_cast<int>(topk))) {
         // sparse_mla.cu: wgmma over the selected rows, split-KV planned here.

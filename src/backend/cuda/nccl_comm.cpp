@@ -20,6 +20,8 @@ std::vector<std::unique_ptr<Comm>> make_nccl_comms(const std::vector<Ops*>&) {
 
 namespace megactx {
 
+using cuda::CudaOps;
+
 namespace {
 
 #define MEGACTX_NCCL_CHECK(expr)                                                                   \
