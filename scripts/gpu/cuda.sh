@@ -3,7 +3,7 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [cli] [serve]   (default: tests bench)
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [serve]   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
 # to point at the repo root here.
@@ -17,6 +17,12 @@ tar -C .stage -xJf .stage/gpu.tar.xz
 mkdir -p build-cuda && cp -r .stage/gpu/build-cuda/. build-cuda/
 if [ "$(pwd)" != /work/main ]; then mkdir -p /work && ln -sfn "$(pwd)" /work/main; fi
 export LD_LIBRARY_PATH="$(pwd)/.stage/gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# NCCL (libnccl.so.2, linked by the CUDA binaries): the toolkit's, else the one PyTorch's wheels bring.
+if ! ls /usr/local/cuda/lib64/libnccl.so.2 >/dev/null 2>&1; then
+    nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+    [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
+    echo "NCCL: ${nccl_dir:-not found}"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "commit $commit, $(date -u +%FT%TZ)" | tee -a "$out/gpu.txt"
@@ -26,6 +32,8 @@ if has tests; then
     for t in build-cuda/tests/cuda/*; do
         [ -x "$t" ] || continue
         name=$(basename "$t")
+        # TESTS="test_a test_b" runs only those
+        [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $name "* ]] && continue
         if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then r=PASS; else r=FAIL; fi
         summary+=("$name: $r ($(grep -cE '^\[       OK|^\[  FAILED  \] [A-Z]' "$out/$name.log") lines)")
         [ "$r" = FAIL ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
@@ -64,6 +72,31 @@ if has model; then
         --contexts "${MODEL_CONTEXTS:-8192,131072,1048575}" --kv fp8 --json "$out/bench_model.json" 2>&1 |
         tee "$out/bench_model.log"
     summary+=("bench_model: exit ${PIPESTATUS[0]}")
+fi
+if has tp; then
+    # Tensor / expert parallel (issue 6) on every GPU of this machine: a glm52-shape model with all 256 routed
+    # experts (8 per token) and FP8 weights, 4 layers (IndexShare FSSS), decode TPOT and prefill at 8K..1M on one
+    # GPU, TP over the GPUs, and TP + EP; CLI generate under --tp equals one GPU; the node plan for GLM-5.2.
+    ngpu=$(nvidia-smi -L | wc -l)
+    d=/tmp/glm52-256e
+    [ -f "$d/config.json" ] || build-cuda/megactx gen-model --preset glm52-shape --layers 4 --dtype fp8 \
+        --index-pattern FSSS --experts 256 --experts-per-tok 8 --out "$d" >/dev/null
+    for cfg in "1" "$ngpu" "$ngpu --expert-parallel"; do
+        tag=tp$(echo "$cfg" | tr -d ' -' | sed 's/expertparallel/ep/')
+        build-cuda/bench/cuda/bench_model --model "$d" --tp $cfg --contexts "${TP_CONTEXTS:-8192,131072,1048575}" \
+            --kv fp8 --steps "${TP_STEPS:-10}" --json "$out/bench_model_$tag.json" 2>&1 | tee "$out/bench_model_$tag.log"
+        summary+=("bench_model $tag: exit ${PIPESTATUS[0]}")
+    done
+    m=build-cuda/models/tiny
+    [ -d "$m" ] || m=$(ls -d build-cuda/models/* | head -1)
+    g1=$(build-cuda/megactx generate --model "$m" --device cuda --kv-cache-dtype f32 --tokens 1,2,3,4,5 --max-new-tokens 16 2>/dev/null)
+    g2=$(build-cuda/megactx generate --model "$m" --device cuda --kv-cache-dtype f32 --tokens 1,2,3,4,5 --max-new-tokens 16 --tp "$ngpu" --expert-parallel 2>"$out/cli_tp.err")
+    [ -n "$g1" ] && [ "$g1" = "$g2" ] && r=PASS || r="FAIL ($g1 vs $g2)"
+    summary+=("cli generate --tp $ngpu = one GPU: $r")
+    for ls in "" --layer-split; do
+        build-cuda/megactx plan --config tests/data/glm52_config.json --tensor-parallel-size 8 --expert-parallel $ls \
+            --context 1048576 >>"$out/plan.txt" 2>&1
+    done
 fi
 if has cli; then
     bash scripts/gpu/cli-smoke.sh 2>&1 | tee "$out/cli.log" | tail -15
