@@ -34,9 +34,10 @@ if has tests; then
         name=$(basename "$t")
         # TESTS="test_a test_b" runs only those
         [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $name "* ]] && continue
-        if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then r=PASS; else r=FAIL; fi
+        # line-buffered so a hang still leaves the log; TEST_TIMEOUT seconds per binary (default 600)
+        if timeout "${TEST_TIMEOUT:-600}" stdbuf -oL "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then r=PASS; else r="FAIL (exit $?)"; fi
         summary+=("$name: $r ($(grep -cE '^\[       OK|^\[  FAILED  \] [A-Z]' "$out/$name.log") lines)")
-        [ "$r" = FAIL ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
+        [ "$r" != PASS ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
     done
 fi
 if has sanitize; then

@@ -311,8 +311,14 @@ ForwardResult GlmDsaModel::forward(Ops& ops, const Batch& batch, KvCache& kv) co
     try {
         r = forward_local(ops, batch, kv);
     } catch (...) {
-        followers_->end_forward();
-        throw;
+        const std::exception_ptr mine = std::current_exception();
+        const bool follower_first = followers_->abort();  // followers waiting for rank 0 would wait forever
+        try {
+            followers_->end_forward();
+        } catch (...) {
+            if (follower_first) throw;  // the cause; rank 0 only saw the abort
+        }
+        std::rethrow_exception(mine);
     }
     followers_->end_forward();
     return r;

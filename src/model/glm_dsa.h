@@ -64,6 +64,9 @@ public:
     virtual ~RankFollowers() = default;
     virtual void begin_forward(const Batch& batch, const KvCache& kv0) = 0;
     virtual void end_forward() = 0;  // rethrows a follower's error
+    // Rank 0 failed mid-forward: releases the followers from their collectives; true when a follower had failed
+    // first (its error, rethrown by end_forward, is then the cause).
+    virtual bool abort() = 0;
 };
 
 class GlmDsaModel {

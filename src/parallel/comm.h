@@ -21,6 +21,9 @@ public:
     virtual void all_gather_cols(const Tensor& part, Tensor& full) = 0;
     // t = root's t (any dtype; the bytes are copied).
     virtual void broadcast(Tensor& t, int root) = 0;
+    // Called when a rank fails mid-forward: wakes the ranks waiting in a collective (their calls then throw) so
+    // no thread hangs; the communicator is unusable afterwards. Any thread may call it.
+    virtual void abort() = 0;
 };
 
 }  // namespace megactx

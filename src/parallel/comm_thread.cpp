@@ -17,6 +17,7 @@ ThreadCommGroup::ThreadCommGroup(int size) : size_(size), buffers_(static_cast<s
 
 void ThreadCommGroup::barrier() {
     std::unique_lock<std::mutex> lock(mu_);
+    MEGACTX_CHECK(!aborted_, "tensor parallel: another rank failed; the group is aborted");
     const uint64_t gen = generation_;
     if (++waiting_ == size_) {
         waiting_ = 0;
@@ -24,7 +25,16 @@ void ThreadCommGroup::barrier() {
         cv_.notify_all();
         return;
     }
-    cv_.wait(lock, [&] { return generation_ != gen; });
+    cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
+    MEGACTX_CHECK(generation_ != gen, "tensor parallel: another rank failed; the group is aborted");
+}
+
+void ThreadCommGroup::abort() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        aborted_ = true;
+    }
+    cv_.notify_all();
 }
 
 ThreadComm::ThreadComm(std::shared_ptr<ThreadCommGroup> group, int rank, Ops& ops)

@@ -20,7 +20,8 @@ class ThreadCommGroup {
 public:
     explicit ThreadCommGroup(int size);
     int size() const { return size_; }
-    void barrier();
+    void barrier();  // throws Error once the group is aborted
+    void abort();
     std::vector<uint8_t>& buffer(int rank) { return buffers_[static_cast<size_t>(rank)]; }
 
 private:
@@ -29,6 +30,7 @@ private:
     std::condition_variable cv_;
     int waiting_ = 0;
     uint64_t generation_ = 0;
+    bool aborted_ = false;
     std::vector<std::vector<uint8_t>> buffers_;
 };
 
@@ -40,6 +42,7 @@ public:
     void all_reduce_sum(Tensor& t) override;
     void all_gather_cols(const Tensor& part, Tensor& full) override;
     void broadcast(Tensor& t, int root) override;
+    void abort() override { group_->abort(); }
 
 private:
     void post(const Tensor& t);  // this rank's tensor → its host buffer

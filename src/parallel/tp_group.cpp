@@ -71,6 +71,16 @@ void TensorParallelGroup::end_forward() {
     if (error_) std::rethrow_exception(error_);
 }
 
+bool TensorParallelGroup::abort() {
+    bool follower_failed = false;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        follower_failed = error_ != nullptr;
+    }
+    for (auto& c : comms_) c->abort();
+    return follower_failed;
+}
+
 void TensorParallelGroup::run_on_followers(const KvCache& kv0, const FollowerJob& fn) {
     start(kv0, fn);
     end_forward();
@@ -103,9 +113,15 @@ void TensorParallelGroup::follower_loop(int rank) {
         } catch (...) {
             err = std::current_exception();
         }
+        if (err) {
+            {
+                std::lock_guard<std::mutex> lock(mu_);
+                if (!error_) error_ = err;
+            }
+            for (auto& c : comms_) c->abort();  // rank 0 and the other followers may wait for this rank
+        }
         {
             std::lock_guard<std::mutex> lock(mu_);
-            if (err && !error_) error_ = err;
             --running_;
         }
         cv_.notify_all();

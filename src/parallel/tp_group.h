@@ -39,6 +39,7 @@ public:
 
     void begin_forward(const Batch& batch, const KvCache& kv0) override;
     void end_forward() override;
+    bool abort() override;  // aborts every rank's communicator (the group cannot run again)
 
     // Runs fn(rank, ops, kv) on every follower's thread (its device current), with its KV cache made like kv0
     // first; returns when all are done (rethrows a follower's error). Benchmarks fill the followers' pools so.

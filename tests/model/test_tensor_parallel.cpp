@@ -184,3 +184,45 @@ TEST(SliceWeight, RowsAndColumnsOfEveryDtype) {
 
 }  // namespace
 }  // namespace megactx
+
+namespace megactx {
+namespace {
+
+// A rank whose backend fails at its n-th linear (e.g. out of memory half-way through a forward).
+class FailingOps final : public CpuOps {
+public:
+    explicit FailingOps(int fail_at) : fail_at_(fail_at) {}
+    void linear(const Tensor& x, const Weight& w, Tensor& y) override {
+        if (++calls_ == fail_at_) MEGACTX_FAIL("injected failure in linear {}", w.name);
+        CpuOps::linear(x, w, y);
+    }
+
+private:
+    int fail_at_, calls_ = 0;
+};
+
+TEST(TensorParallel, ARankFailingMidForwardReportsItsErrorWithoutHanging) {
+    for (int failing_rank : {0, 1}) {
+        ParallelOptions o;
+        o.n_gpus = 2;
+        std::vector<std::unique_ptr<Ops>> ops;
+        for (int r = 0; r < 2; ++r) {
+            if (r == failing_rank) ops.push_back(std::make_unique<FailingOps>(12));  // inside layer 1
+            else ops.push_back(std::make_unique<CpuOps>());
+        }
+        TensorParallelGroup g(test::fixture_dir("pattern_bf16"), o, std::move(ops), make_thread_comms);
+        SequenceRunner run(g.model(), g.ops(), 64);
+        try {
+            run.feed({1, 2, 3, 4}, 0, false);
+            FAIL() << "expected an error";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("injected failure"), std::string::npos)
+                << "rank " << failing_rank << ": " << e.what();
+        }
+        // The group is aborted: the next forward fails at once instead of hanging.
+        EXPECT_THROW(run.feed({5}, 0, false), Error);
+    }
+}
+
+}  // namespace
+}  // namespace megactx

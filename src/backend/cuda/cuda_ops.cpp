@@ -172,14 +172,14 @@ void CudaOps::after_op(const char* name) {
     MEGACTX_CHECK(e == cudaSuccess, "CUDA op {} failed: {} ({})", name, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-// The current device is per host thread (serve runs the model on the engine's thread): every forward starts
-// with uploads and allocations, which bind the calling thread to this backend's device.
+// The current device is per host thread (serve runs the model on the engine's thread; tensor-parallel ranks
+// each on their own thread): every forward starts with uploads and allocations, which bind the calling thread
+// to this backend's device. It asks the runtime rather than caching: creating another device's CudaOps (or
+// device_info) on this thread changes the current device behind any cache.
 void CudaOps::bind_thread() {
-    thread_local int bound = -1;
-    if (bound != options_.device) {
-        MEGACTX_CUDA_CHECK(cudaSetDevice(options_.device));
-        bound = options_.device;
-    }
+    int current = -1;
+    MEGACTX_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != options_.device) MEGACTX_CUDA_CHECK(cudaSetDevice(options_.device));
 }
 
 Tensor CudaOps::alloc(DType dtype, std::vector<int64_t> shape) {

@@ -3,6 +3,7 @@
 // orders with the model's kernels. NCCL refuses two ranks on one device; several ranks on one GPU use
 // ThreadComm instead (parallel/comm_thread.h).
 #include <algorithm>
+#include <atomic>
 #include <set>
 
 #include "backend/cuda/cuda_backend.h"
@@ -34,7 +35,12 @@ namespace {
 class NcclComm final : public Comm {
 public:
     NcclComm(ncclComm_t comm, CudaOps& ops, int rank, int size) : comm_(comm), ops_(ops), rank_(rank), size_(size) {}
-    ~NcclComm() override { ncclCommDestroy(comm_); }
+    ~NcclComm() override {
+        if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
+    }
+    void abort() override {
+        if (!aborted_.exchange(true)) ncclCommAbort(comm_);  // NCCL kernels waiting for a peer return
+    }
     int rank() const override { return rank_; }
     int size() const override { return size_; }
 
@@ -73,6 +79,7 @@ public:
 
 private:
     ncclComm_t comm_;
+    std::atomic<bool> aborted_{false};
     CudaOps& ops_;
     int rank_, size_;
 };
