@@ -80,13 +80,16 @@ if has tp; then
     # GPU, TP over the GPUs, and TP + EP; CLI generate under --tp equals one GPU; the node plan for GLM-5.2.
     ngpu=$(nvidia-smi -L | wc -l)
     d=/tmp/glm52-256e
+    t0=$(date +%s)
     [ -f "$d/config.json" ] || build-cuda/megactx gen-model --preset glm52-shape --layers 4 --dtype fp8 \
         --index-pattern FSSS --experts 256 --experts-per-tok 8 --out "$d" >/dev/null
+    echo "tp: model $(du -sh "$d" | cut -f1) generated in $(( $(date +%s) - t0 )) s" | tee "$out/tp.txt"
     for cfg in "1" "$ngpu" "$ngpu --expert-parallel"; do
         tag=tp$(echo "$cfg" | tr -d ' -' | sed 's/expertparallel/ep/')
         build-cuda/bench/cuda/bench_model --model "$d" --tp $cfg --contexts "${TP_CONTEXTS:-8192,131072,1048575}" \
             --kv fp8 --steps "${TP_STEPS:-10}" --json "$out/bench_model_$tag.json" 2>&1 | tee "$out/bench_model_$tag.log"
         summary+=("bench_model $tag: exit ${PIPESTATUS[0]}")
+        echo "tp: $tag done at $(( $(date +%s) - t0 )) s" | tee -a "$out/tp.txt"
     done
     m=build-cuda/models/tiny
     [ -d "$m" ] || m=$(ls -d build-cuda/models/* | head -1)

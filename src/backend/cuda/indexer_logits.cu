@@ -19,11 +19,14 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/indexer_common.cuh"
+#include "backend/cuda/per_device.cuh"
 #include "backend/cuda/indexer_logits.h"
 
 namespace megactx {
 
 using namespace cuda_indexer;
+using cuda::kMaxDevices;
+using cuda::per_device_once;
 
 namespace {
 
@@ -438,11 +441,9 @@ int device_sms_and_major(int* major) {
 
 void launch_mma_sync(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     const int64_t n_rows = p.row_end - p.row_begin;
-    static bool configured = false;
-    if (!configured) {
-        cudaFuncSetAttribute(indexer_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-        configured = true;
-    }
+    per_device_once([] {
+        return cudaFuncSetAttribute(indexer_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    });
     // Groups: at most one per kGroup rows plus one extra per sequence boundary. Pages per work item: enough
     // items for ~8 CTAs per SM over the whole launch, in multiples of the warps of a CTA.
     const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
@@ -458,15 +459,20 @@ void launch_mma_sync(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm
 template <int QT, int SUB>
 void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     using C = wg::Cfg<QT, SUB>;
-    static int ctas_per_sm = 0;
-    if (ctas_per_sm == 0) {
+    static std::atomic<int> occupancy[kMaxDevices] = {};  // CTAs per SM, per device (after its attributes)
+    int dev = 0;
+    cudaGetDevice(&dev);
+    per_device_once([&] {
         cudaFuncSetAttribute(wg::logits_kernel<QT, SUB>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
         cudaFuncSetAttribute(wg::logits_kernel<QT, SUB>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared);
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, wg::logits_kernel<QT, SUB>, wg::kWgThreads,
-                                                      C::kSmem);
-        ctas_per_sm = std::max(ctas_per_sm, 1);
-    }
+        int c = 0;
+        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, wg::logits_kernel<QT, SUB>,
+                                                                            wg::kWgThreads, C::kSmem);
+        occupancy[dev].store(std::max(c, 1));
+        return e;
+    });
+    const int ctas_per_sm = std::max(occupancy[dev].load(), 1);
     const int64_t n_rows = p.row_end - p.row_begin;
     const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;

@@ -25,6 +25,7 @@
 // Unused slots are zero-filled and masked to −inf; chunks with no valid slot are skipped.
 // n_split > 1: each CTA writes its normalised partial output and log2-sum-exp to scratch; a combine kernel merges.
 #include "backend/cuda/sparse_mla.h"
+#include "backend/cuda/per_device.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -773,8 +774,8 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads)));
     const bool fp8 = p.format == MlaCacheFormat::FP8;
     const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
-    // The attribute is per function; set once (not a stream operation, so not captured in graphs).
-    static const cudaError_t cfg_err = [] {
+    // The attribute is per (function, device); set once per device (not a stream operation: not captured in graphs).
+    const cudaError_t cfg_err = per_device_once([] {
         cudaError_t e = cudaFuncSetAttribute(sparse_mla_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              Smem<true>::total);
         if (e == cudaSuccess)
@@ -787,7 +788,7 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
             e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      wg::kSmem);
         return e;
-    }();
+    });
     if (cfg_err != cudaSuccess) return cfg_err;
     // Main kernels: plain launches. PDL on them (measured at ec813d3) saved 0.4 us at b1 but cost 0.2-0.9 us at
     // b16-b128 and ~6% in BF16 prefill; the maximum shared carveout changed nothing.

@@ -41,6 +41,7 @@
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
 #include "backend/cuda/topk.h"
+#include "backend/cuda/per_device.cuh"
 
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
@@ -737,12 +738,10 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     const int k = static_cast<int>(p.k);
     const unsigned rows = static_cast<unsigned>(p.n_rows);
     if (p.row_stride <= kShortMaxStride) {
-        static const bool attr_short = [] {
+        per_device_once([] {
             const int bytes = static_cast<int>(kShortMaxStride * sizeof(uint32_t));
-            cudaFuncSetAttribute(topk_short_kernel<kShortThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-            return true;
-        }();
-        (void)attr_short;
+            return cudaFuncSetAttribute(topk_short_kernel<kShortThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        });
         const size_t smem = static_cast<size_t>(p.row_stride > 0 ? p.row_stride : 1) * sizeof(uint32_t);
         topk_short_kernel<kShortThreads><<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k,
                                                                                 p.out_idx);
@@ -752,12 +751,10 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     const int cs = static_cast<int>((p.row_stride + kClusterSliceMax - 1) / kClusterSliceMax);
     const bool cluster_ok = cs <= kClusterMax && g_tuning.step_events == nullptr;
     if (cluster_ok && (g_tuning.cluster > 0 || (g_tuning.cluster < 0 && p.n_rows <= kClusterAutoRows))) {
-        static const bool attr_cluster = [] {
-            cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        per_device_once([] {
+            return cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(kClusterSliceMax * sizeof(uint32_t)));
-            return true;
-        }();
-        (void)attr_cluster;
+        });
         const int slice = static_cast<int>((p.row_stride + cs - 1) / cs);
         cudaLaunchConfig_t cfg{};
         cfg.gridDim = dim3(rows * static_cast<unsigned>(cs));
@@ -774,12 +771,10 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         cudaLaunchKernelEx(&cfg, topk_cluster_kernel, p.values, p.lengths, p.row_stride, k, slice, p.out_idx);
         return;
     }
-    static const bool attr_select = [] {
-        cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    per_device_once([] {
+        return cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(2 * kStageCap * sizeof(uint32_t)));
-        return true;
-    }();
-    (void)attr_select;
+    });
     const LongLayout l = long_layout(p.n_rows, p.row_stride, p.k);
     const int cap = static_cast<int>(candidate_cap(p.row_stride, p.k));
     char* base = static_cast<char*>(p.scratch);
