@@ -47,6 +47,7 @@ void fill_pools(KvCache& kv, const ModelConfig& c, KvFormat fmt) {
     const auto f = fmt == KvFormat::FP8 ? cuda::KvFillFormat::kFp8 : cuda::KvFillFormat::kBf16;
     const int64_t n_slots = kv.n_blocks() * kBlockSize;
     for (int64_t l = 0; l < c.n_layers_total(); ++l) {
+        if (!kv.owns(l)) continue;  // LayerSplit: another rank's layer
         cuda::fill_kv_random(kv.latent(l).data, cuda::KvFillKind::kLatent, f, n_slots, c.kv_lora_rank,
                              c.qk_rope_head_dim, 1000 + static_cast<uint64_t>(l));
         if (c.is_full(l))
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     std::string transport = "nccl";
     app.add_option("--tp", po.n_gpus, "tensor-parallel ranks (one per GPU with NCCL)")->check(CLI::Range(1, 64));
     app.add_flag("--expert-parallel", po.expert_parallel, "split the routed experts across the ranks");
+    app.add_flag("--layer-split", po.layer_split, "each rank keeps the KV of a contiguous group of layers");
     app.add_option("--tp-transport", transport, "nccl | thread");
     CLI11_PARSE(app, argc, argv);
     try {
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
         nlohmann::json out = {{"bench", "bench_model"}, {"device", dev.name}, {"date", bench::utc_now()},
                               {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)}, {"kv", kv_arg},
                               {"steps", steps}, {"chunk", chunk}, {"cuda_graphs", false},
-                              {"tensor_parallel", po.n_gpus}, {"expert_parallel", po.expert_parallel},
+                              {"tensor_parallel", po.n_gpus}, {"expert_parallel", po.expert_parallel}, {"layer_split", po.layer_split},
                               {"tp_transport", po.n_gpus > 1 ? transport : "none"}, {"results", nlohmann::json::array()}};
         std::printf("%-28s %9s %6s %12s %16s\n", "model", "L", "full", "decode ms", "prefill tok/s");
         const int64_t max_l = *std::max_element(contexts.begin(), contexts.end());
@@ -120,7 +122,7 @@ int main(int argc, char** argv) {
             const ModelConfig& c = model.config();
             int64_t n_full = 0;
             for (int64_t l = 0; l < c.n_layers; ++l) n_full += c.is_full(l);
-            KvCache kv(*ops, c, (max_l + kBlockSize - 1) / kBlockSize + 2, fmt);
+            KvCache kv(*ops, c, (max_l + kBlockSize - 1) / kBlockSize + 2, fmt, model.kv_layers());
             fill_pools(kv, c, fmt);
             if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
             std::vector<float> host;

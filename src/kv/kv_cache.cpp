@@ -24,21 +24,33 @@ int64_t indexer_token_bytes(const ModelConfig& c, KvFormat f) {
     return 0;
 }
 
+Range all_if_empty(const ModelConfig& c, Range layers) {
+    return layers.size() > 0 ? layers : Range{0, c.n_layers_total()};
+}
+
 }  // namespace
 
-int64_t kv_bytes_per_token(const ModelConfig& c, KvFormat f) {
+int64_t kv_bytes_per_token(const ModelConfig& c, KvFormat f, Range layers) {
+    layers = all_if_empty(c, layers);
     int64_t b = 0;
-    for (int64_t l = 0; l < c.n_layers_total(); ++l) {
+    for (int64_t l = layers.begin; l < layers.end; ++l) {
         b += latent_row_bytes(c, f) + (c.is_full(l) ? indexer_token_bytes(c, f) : 0);
     }
     return b;
 }
 
-KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat format)
-    : blocks_(n_blocks), format_(format) {
+KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat format, Range layers)
+    : blocks_(n_blocks), format_(format), layers_(all_if_empty(c, layers)) {
     static_assert(kBlockSize == kFp8IndexerBlock, "the FP8 indexer pages are the cache's blocks");
+    MEGACTX_CHECK(layers_.begin >= 0 && layers_.end <= c.n_layers_total() && layers_.size() > 0,
+                  "KV cache: layers [{}, {}) outside the model's {}", layers_.begin, layers_.end, c.n_layers_total());
     const int64_t n_slots = n_blocks * kBlockSize;
     for (int64_t l = 0; l < c.n_layers_total(); ++l) {
+        if (!owns(l)) {  // another rank's layer (LayerSplit)
+            latent_.emplace_back();
+            indexer_.emplace_back();
+            continue;
+        }
         switch (format) {
             case KvFormat::F32: latent_.push_back(ops.alloc(DType::F32, {n_slots, c.d_latent()})); break;
             case KvFormat::BF16: latent_.push_back(ops.alloc(DType::BF16, {n_slots, c.d_latent()})); break;
@@ -58,10 +70,18 @@ KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat form
             indexer_.emplace_back();
         }
     }
-    bytes_per_token_ = kv_bytes_per_token(c, format);
+    bytes_per_token_ = kv_bytes_per_token(c, format, layers_);
+}
+
+Tensor& KvCache::latent(int64_t i_layer) {
+    MEGACTX_CHECK(owns(i_layer), "layer {}'s KV is held by another rank (this cache holds layers {}..{})", i_layer,
+                  layers_.begin, layers_.end - 1);
+    return latent_.at(static_cast<size_t>(i_layer));
 }
 
 Tensor& KvCache::indexer_keys(int64_t i_layer) {
+    MEGACTX_CHECK(owns(i_layer), "layer {}'s KV is held by another rank (this cache holds layers {}..{})", i_layer,
+                  layers_.begin, layers_.end - 1);
     Tensor& t = indexer_.at(static_cast<size_t>(i_layer));
     MEGACTX_CHECK(t.data != nullptr, "layer {} is a shared-indexer layer and has no indexer cache", i_layer);
     return t;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/range.h"
 #include "io/config.h"
 #include "kv/block_allocator.h"
 #include "kv/kv_format.h"
@@ -21,14 +22,18 @@ constexpr int64_t kBlockSize = 64;
 
 class KvCache {
 public:
-    KvCache(Ops& ops, const ModelConfig& config, int64_t n_blocks, KvFormat format = KvFormat::F32);
+    // `layers`: the layers whose pools this cache holds (LayerSplit: a rank's contiguous group); empty = all.
+    KvCache(Ops& ops, const ModelConfig& config, int64_t n_blocks, KvFormat format = KvFormat::F32,
+            Range layers = {});
 
-    Tensor& latent(int64_t i_layer) { return latent_.at(static_cast<size_t>(i_layer)); }
+    bool owns(int64_t i_layer) const { return layers_.contains(i_layer); }
+    Range layers() const { return layers_; }
+    Tensor& latent(int64_t i_layer);
     Tensor& indexer_keys(int64_t i_layer);
     BlockAllocator& blocks() { return blocks_; }
     int64_t n_blocks() const { return blocks_.n_blocks(); }
     KvFormat format() const { return format_; }
-    // Bytes of KV per token across all layers (latent rows plus indexer keys where present).
+    // Bytes of KV per token across the held layers (latent rows plus indexer keys where present).
     int64_t bytes_per_token() const { return bytes_per_token_; }
 
 private:
@@ -37,10 +42,11 @@ private:
     std::vector<Tensor> indexer_;  // per layer; empty on shared layers
     int64_t bytes_per_token_ = 0;
     KvFormat format_ = KvFormat::F32;
+    Range layers_;
 };
 
-// Bytes of KV per token across all layers of `config` in `format`.
-int64_t kv_bytes_per_token(const ModelConfig& config, KvFormat format);
+// Bytes of KV per token across the layers `layers` (empty: all) of `config` in `format`.
+int64_t kv_bytes_per_token(const ModelConfig& config, KvFormat format, Range layers = {});
 
 // One sequence's view of the cache.
 struct SeqKv {

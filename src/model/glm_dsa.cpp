@@ -44,7 +44,6 @@ GlmDsaModel::GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank
                   comm.size());
     MEGACTX_CHECK(!plan.options.indexer_split, "tensor parallel: --indexer-split is planned but not implemented "
                                                "(the indexer runs replicated)");
-    MEGACTX_CHECK(!plan.options.layer_split || g == 1, "tensor parallel: LayerSplit KV is not implemented yet");
     shard_ = &shard_plan_->ranks[static_cast<size_t>(rank)];
     load(dir);
 }
@@ -178,15 +177,22 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     tap(ops, qr, "q_latent", i_layer);
     tap(ops, q, "q", i_layer);
 
+    // LayerSplit (design.md §6): only the owner of this layer's KV stores the row, runs the indexer and the
+    // sparse attention (for every rank's heads); the others send their queries and receive their heads' output.
+    const int owner = kv_owner(i_layer);
+    const bool holds_kv = owner < 0 || owner == comm_->rank();
+
     // the token's cache row [RMSNorm(c) | RoPE(k_pe)], normalised, rotated and stored in one fused op
-    Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope] raw
-    ops.linear(xn, L.kv_a, kv_a);
-    ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, plan.write_slots,
-                           kv.latent(i_layer));
-    tap(ops, kv_a, "kv_a_raw", i_layer);
+    if (holds_kv) {
+        Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope] raw
+        ops.linear(xn, L.kv_a, kv_a);
+        ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, plan.write_slots,
+                               kv.latent(i_layer));
+        tap(ops, kv_a, "kv_a_raw", i_layer);
+    }
 
     // DSA indexer on full layers; shared layers keep `topk` from the last full layer
-    if (run_indexer) {
+    if (run_indexer && holds_kv) {
         const IndexerWeights& X = L.indexer;
         Tensor iq = ops.alloc(DType::F32, {n, c.n_head_indexer, c.d_indexer});  // [n, n_head_indexer, d_indexer]
         ops.linear(qr, X.wq_b, iq);
@@ -211,19 +217,36 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         tap(ops, ik_raw, "indexer_k_raw", i_layer);
         tap(ops, gates, "indexer_gates", i_layer);
     }
+    if (run_indexer && owner >= 0) comm_->broadcast(topk, owner);  // every rank keeps the IndexShare buffer
 
     // absorbed sparse MLA over exactly the selected slots
     Tensor q_lat = ops.alloc(DType::F32, {n, n_head, c.d_latent()});  // [n, n_head, kv_lora_rank + rope]
     ops.mla_absorb_q(q, L.kv_b, c.qk_nope_head_dim, c.v_head_dim, q_lat);
     Tensor lat = ops.alloc(DType::F32, {n, n_head, r});  // [n, n_head, kv_lora_rank]
     SparseMlaParams sp;
-    sp.q = &q_lat;
-    sp.cache = &kv.latent(i_layer);
+    sp.cache = holds_kv ? &kv.latent(i_layer) : nullptr;
     sp.slots = &topk;
     sp.d_v = r;
     sp.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()));
-    sp.out = &lat;
-    ops.sparse_mla(sp);
+    if (owner < 0) {
+        sp.q = &q_lat;
+        sp.out = &lat;
+        ops.sparse_mla(sp);
+    } else {
+        Tensor q_all = ops.alloc(DType::F32, {n, c.n_head, c.d_latent()});  // [n, n_head (all ranks), d_latent]
+        comm_->all_gather_cols(q_lat, q_all);
+        Tensor lat_all = ops.alloc(DType::F32, {n, c.n_head, r});  // [n, n_head (all ranks), kv_lora_rank]
+        if (holds_kv) {
+            sp.q = &q_all;
+            sp.out = &lat_all;
+            ops.sparse_mla(sp);
+        }
+        comm_->broadcast(lat_all, owner);
+        Tensor all_2d = lat_all, mine_2d = lat;  // [n, heads · r] views: this rank's heads are a column range
+        all_2d.shape = {n, c.n_head * r};
+        mine_2d.shape = {n, n_head * r};
+        ops.slice_cols(all_2d, shard_->heads.begin * r, mine_2d);
+    }
     tap(ops, topk, "topk_slots", i_layer);
     tap(ops, lat, "attn_latent", i_layer);
     Tensor o = ops.alloc(DType::F32, {n, n_head * c.v_head_dim});  // [n, n_head · v_head_dim]
@@ -297,6 +320,17 @@ ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<f
     }
     r.topk = std::move(topk);
     return r;
+}
+
+Range GlmDsaModel::kv_layers() const {
+    return shard_ ? shard_->kv_layers : Range{0, config_.n_layers_total()};
+}
+
+int GlmDsaModel::kv_owner(int64_t i_layer) const {
+    if (!shard_plan_ || !shard_plan_->options.layer_split || comm_->size() == 1) return -1;
+    for (const RankPlan& r : shard_plan_->ranks)
+        if (r.kv_layers.contains(i_layer)) return static_cast<int>(r.rank);
+    MEGACTX_FAIL("LayerSplit: no rank holds layer {}", i_layer);
 }
 
 void GlmDsaModel::all_reduce(Tensor& t) const {

@@ -82,6 +82,8 @@ public:
     bool has_mtp() const { return n_mtp_loaded_ > 0; }
     // Rank 0 of a group drives the other ranks through `f` (nullptr: none).
     void set_followers(RankFollowers* f) { followers_ = f; }
+    // The layers whose KV this model's KV cache holds: all, or this rank's group under LayerSplit.
+    Range kv_layers() const;
 
     // Runs the decoder over the batch: writes every token's KV at its slot, computes logits for the
     // requested rows. The tokens' positions must be covered by their block tables.
@@ -106,6 +108,8 @@ private:
     ForwardResult forward_local(Ops& ops, const Batch& batch, KvCache& kv) const;
     void load(const std::string& dir);
     void all_reduce(Tensor& t) const;  // sums the ranks' partial results (no-op without a group)
+    // LayerSplit: the rank holding layer l's KV, or -1 when every rank holds every layer.
+    int kv_owner(int64_t i_layer) const;
 
     ModelConfig config_;
     std::unique_ptr<TensorStore> store_;  // owns the mappings the weights point into

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/range.h"
 #include "io/config.h"
 
 namespace megactx {
@@ -30,10 +31,6 @@ struct ParallelOptions {
     bool layer_split = false;      // LayerSplit KV
 };
 
-struct Range {
-    int64_t begin = 0, end = 0;  // [begin, end)
-    int64_t size() const { return end - begin; }
-};
 
 struct RankPlan {
     int64_t rank = 0;

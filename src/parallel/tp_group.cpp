@@ -107,7 +107,8 @@ void TensorParallelGroup::follower_loop(int rank) {
         try {
             if (!kv_[r] || kv_[r]->n_blocks() != n_blocks || kv_[r]->format() != format) {
                 kv_[r].reset();
-                kv_[r] = std::make_unique<KvCache>(*ops_[r], models_[r]->config(), n_blocks, format);
+                kv_[r] = std::make_unique<KvCache>(*ops_[r], models_[r]->config(), n_blocks, format,
+                                                   models_[r]->kv_layers());
             }
             job(rank, *ops_[r], *kv_[r]);
         } catch (...) {

@@ -30,6 +30,7 @@ struct TpCase {
     int64_t ranks;
     bool expert_parallel;
     int64_t chunk;
+    bool layer_split = false;
 };
 
 class TensorParallelLogits : public ::testing::TestWithParam<TpCase> {};
@@ -48,8 +49,13 @@ TEST_P(TensorParallelLogits, MatchesOneDeviceAndTransformers) {
     ParallelOptions o;
     o.n_gpus = c.ranks;
     o.expert_parallel = c.expert_parallel;
+    o.layer_split = c.layer_split;
     auto group = cpu_group(dir, o);
     SequenceRunner rg(group->model(), group->ops(), n);
+    if (c.layer_split) {  // rank 0 holds only its group of layers
+        EXPECT_LT(rg.kv().layers().size(), group->model().config().n_layers_total());
+        EXPECT_LT(rg.kv().bytes_per_token(), kv_bytes_per_token(group->model().config(), KvFormat::F32));
+    }
     const std::vector<float> got = rg.feed(tokens, c.chunk, true);
     ASSERT_EQ(got.size(), want.size());
 
@@ -57,8 +63,9 @@ TEST_P(TensorParallelLogits, MatchesOneDeviceAndTransformers) {
     const double scale = test::max_abs(ref.data);
     const double vs_single = test::max_abs_diff(got.data(), want.data(), got.size()) / scale;
     const double vs_ref = test::max_abs_diff(got.data(), ref.data.data(), got.size()) / scale;
-    std::printf("%s TP%lld%s chunk %lld: vs one device %.2e, vs transformers %.2e (of max |ref|)\n",
+    std::printf("%s TP%lld%s%s chunk %lld: vs one device %.2e, vs transformers %.2e (of max |ref|)\n",
                 c.fixture.c_str(), static_cast<long long>(c.ranks), c.expert_parallel ? "+EP" : "",
+                c.layer_split ? "+LayerSplit" : "",
                 static_cast<long long>(c.chunk), vs_single, vs_ref);
     // Only the summation order differs (partial sums per rank, then across ranks): fp32 rounding.
     EXPECT_LE(vs_single, 1e-5);  // measured ≤ 2.5e-6; a wrong shard or a missed reduction gives O(1)
@@ -71,15 +78,19 @@ std::vector<TpCase> tp_cases() {
         cases.push_back({f, 2, false, 0});
         cases.push_back({f, 2, true, 7});
         cases.push_back({f, 4, true, 0});
+        cases.push_back({f, 2, true, 0, true});
+        cases.push_back({f, 4, false, 5, true});
     }
     cases.push_back({"pattern_bf16", 4, false, 1});
+    cases.push_back({"freq_offset_f32", 4, true, 1, true});  // token by token: decode-shaped collectives
     return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelLogits, ::testing::ValuesIn(tp_cases()),
                          [](const ::testing::TestParamInfo<TpCase>& info) {
                              return info.param.fixture + "_tp" + std::to_string(info.param.ranks) +
-                                    (info.param.expert_parallel ? "_ep" : "") + "_chunk" +
+                                    (info.param.expert_parallel ? "_ep" : "") +
+                                    (info.param.layer_split ? "_layersplit" : "") + "_chunk" +
                                     std::to_string(info.param.chunk);
                          });
 

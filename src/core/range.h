@@ -1,0 +1,14 @@
+// A half-open range of indices [begin, end): heads, columns, experts, layers.
+#pragma once
+
+#include <cstdint>
+
+namespace megactx {
+
+struct Range {
+    int64_t begin = 0, end = 0;
+    int64_t size() const { return end - begin; }
+    bool contains(int64_t i) const { return begin <= i && i < end; }
+};
+
+}  // namespace megactx
