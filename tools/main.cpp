@@ -188,14 +188,14 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
 }
 
 #ifdef MEGACTX_WITH_CUDA
-// Bytes of the checkpoint's safetensors files: what uploading the weights will take (FP8 weights also get a bf16
-// copy for the GEMMs, not counted here).
-int64_t checkpoint_bytes(const std::string& dir) {
+// Device bytes the weights will take: the checkpoint's safetensors files, three times over for FP8 checkpoints
+// (CudaOps keeps the e4m3 weights and a bf16 copy for the GEMMs: the block-scaled FP8 GEMM is not wired yet).
+int64_t weight_device_bytes(const std::string& dir) {
     int64_t b = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
         if (e.path().extension() == ".safetensors") b += static_cast<int64_t>(e.file_size());
     }
-    return b;
+    return load_config(dir).quant_method == "fp8" ? 3 * b : b;
 }
 #endif
 
@@ -431,7 +431,7 @@ int main(int argc, char** argv) {
                     if (device != "cpu" && so.kv_cache_memory.empty()) {
                         // rank 0's budget less its shard of the weights (about 1/N of the checkpoint) and a reserve
                         const CudaMemoryStats st = cuda_memory_stats(g->ops());
-                        const int64_t weights = checkpoint_bytes(so.model_dir) / tp.n_gpus;
+                        const int64_t weights = weight_device_bytes(so.model_dir) / tp.n_gpus;
                         const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
                         ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
                         MEGACTX_CHECK(ec.kv_cache_bytes > 0, "--gpu-memory-utilization {}: no room for the KV cache",
@@ -448,7 +448,7 @@ int main(int argc, char** argv) {
                     std::unique_ptr<Ops> ops = make_backend(device, gpu_memory_utilization);
 #ifdef MEGACTX_WITH_CUDA
                     const CudaMemoryStats st = cuda_memory_stats(*ops);
-                    const int64_t weights = checkpoint_bytes(so.model_dir);
+                    const int64_t weights = weight_device_bytes(so.model_dir);
                     const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
                     if (so.kv_cache_memory.empty()) ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
                     MEGACTX_CHECK(ec.kv_cache_bytes > 0,

@@ -97,6 +97,29 @@ if has tp; then
     g2=$(build-cuda/megactx generate --model "$m" --device cuda --kv-cache-dtype f32 --tokens 1,2,3,4,5 --max-new-tokens 16 --tp "$ngpu" --expert-parallel 2>"$out/cli_tp.err")
     [ -n "$g1" ] && [ "$g1" = "$g2" ] && r=PASS || r="FAIL ($g1 vs $g2)"
     summary+=("cli generate --tp $ngpu = one GPU: $r")
+    # LayerSplit next to replicated KV (a small glm52-shape: 4 experts, quick to generate): decode and prefill.
+    d4=/tmp/glm52-4e
+    [ -f "$d4/config.json" ] || build-cuda/megactx gen-model --preset glm52-shape --layers 4 --dtype fp8 \
+        --index-pattern FSSS --out "$d4" >/dev/null
+    for cfg in "$ngpu --expert-parallel" "$ngpu --expert-parallel --layer-split"; do
+        tag=4e-tp$(echo "$cfg" | tr -d ' -' | sed 's/expertparallel/ep/; s/layersplit/ls/')
+        build-cuda/bench/cuda/bench_model --model "$d4" --tp $cfg --contexts "${TP_CONTEXTS:-8192,131072,1048575}" \
+            --kv fp8 --steps "${TP_STEPS:-10}" --json "$out/bench_model_$tag.json" 2>&1 | tee "$out/bench_model_$tag.log"
+        summary+=("bench_model $tag: exit ${PIPESTATUS[0]}")
+    done
+    # serve under --tp (with and without LayerSplit): capacity line, one completion, clean exit
+    for ls in "" --layer-split; do
+        log="$out/serve_tp$ls.log"
+        build-cuda/megactx serve --model "$d4" --device cuda --tp "$ngpu" --expert-parallel $ls --kv-cache-dtype fp8 \
+            --max-model-len 1048576 --port 8391 >"$log" 2>&1 &
+        pid=$!
+        for _ in $(seq 1 120); do curl -sf localhost:8391/health >/dev/null && break; sleep 1; done
+        resp=$(curl -s localhost:8391/v1/completions -H 'Content-Type: application/json' \
+            -d '{"model":"glm52-4e","prompt":[1,2,3,4,5,6,7,8],"max_tokens":8,"temperature":0}')
+        kill -TERM $pid; wait $pid; rc=$?
+        echo "$resp" >>"$log"
+        summary+=("serve --tp $ngpu $ls: exit $rc, $(grep -o 'KV cache: [0-9]* blocks of 64 tokens = [0-9]* tokens' "$log"), completion $(echo "$resp" | grep -c '"finish_reason"')")
+    done
     for ls in "" --layer-split; do
         build-cuda/megactx plan --config tests/data/glm52_config.json --tensor-parallel-size 8 --expert-parallel $ls \
             --context 1048576 >>"$out/plan.txt" 2>&1

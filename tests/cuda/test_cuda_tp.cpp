@@ -26,10 +26,11 @@ namespace {
 enum class Transport { kThreadOneGpu, kNccl };
 
 std::unique_ptr<TensorParallelGroup> gpu_group(const std::string& dir, int64_t ranks, bool ep, Transport t,
-                                               bool gemm_f32) {
+                                               bool gemm_f32, bool layer_split = false) {
     ParallelOptions po;
     po.n_gpus = ranks;
     po.expert_parallel = ep;
+    po.layer_split = layer_split;
     std::vector<std::unique_ptr<Ops>> ops;
     for (int64_t r = 0; r < ranks; ++r) {
         CudaOptions o;
@@ -127,15 +128,16 @@ TEST(CudaTensorParallel, FixturesMatchOneGpu) {
             auto ops1 = make_cuda_ops(o);
             SequenceRunner r1(single, *ops1, n, KvFormat::F32);
             const std::vector<float> want = r1.feed(toks, 0, true);
-            for (bool ep : {false, true}) {
-                auto g = gpu_group(dir, 2, ep, t, true);
+            for (int v = 0; v < 3; ++v) {  // TP, TP + EP, TP + EP + LayerSplit
+                const bool ep = v >= 1, split = v == 2;
+                auto g = gpu_group(dir, 2, ep, t, true, split);
                 SequenceRunner rg(g->model(), g->ops(), n, KvFormat::F32);
                 const std::vector<float> got = rg.feed(toks, 7, true);
                 ASSERT_EQ(got.size(), want.size());
                 const double rel = test::max_abs_diff(got.data(), want.data(), got.size()) / test::max_abs(want);
-                std::printf("%s TP2%s (%s): max |Δlogit| / max |logit| vs one GPU = %.2e\n", f.c_str(), ep ? "+EP" : "",
-                            name(t), rel);
-                EXPECT_LE(rel, 1e-5) << f << (ep ? " EP " : " ") << name(t);
+                std::printf("%s TP2%s%s (%s): max |Δlogit| / max |logit| vs one GPU = %.2e\n", f.c_str(),
+                            ep ? "+EP" : "", split ? "+LayerSplit" : "", name(t), rel);
+                EXPECT_LE(rel, 1e-5) << f << (ep ? " EP" : "") << (split ? " LayerSplit " : " ") << name(t);
             }
         }
     }
@@ -156,8 +158,10 @@ TEST(CudaTensorParallel, Glm52GeometryMatchesOneGpu) {
     auto ops1 = make_cuda_ops(CudaOptions{});
     SequenceRunner r1(single, *ops1, n, KvFormat::BF16);
     const std::vector<float> want = r1.feed(toks, 0, true);
-    for (Transport t : transports()) {
-        auto g = gpu_group(dir, 2, t == Transport::kNccl, t, false);
+    for (int v = 0; v < 2 * static_cast<int>(transports().size()); ++v) {
+        const Transport t = transports()[static_cast<size_t>(v / 2)];
+        const bool split = v % 2 == 1;  // LayerSplit: the owner runs 64 heads through the unpadded kernel
+        auto g = gpu_group(dir, 2, t == Transport::kNccl, t, false, split);
         SequenceRunner rg(g->model(), g->ops(), n, KvFormat::BF16);
         const std::vector<float> got = rg.feed(toks, 1024, true);
         ASSERT_EQ(got.size(), want.size());
@@ -169,11 +173,11 @@ TEST(CudaTensorParallel, Glm52GeometryMatchesOneGpu) {
             rel.push_back(test::max_abs_diff(got.data() + r * vocab, w, static_cast<size_t>(vocab)) / scale);
         }
         std::sort(rel.begin(), rel.end());
-        std::printf("glm52-mini bf16 TP2 (%s) vs one GPU, max|Δlogit|/max|ref| per row: median %.2e, worst %.2e\n",
-                    name(t), rel[rel.size() / 2], rel.back());
+        std::printf("glm52-mini bf16 TP2%s (%s) vs one GPU, max|Δlogit|/max|ref| per row: median %.2e, worst %.2e\n",
+                    split ? "+LayerSplit" : "", name(t), rel[rel.size() / 2], rel.back());
         // bf16 GEMMs round each rank's partial sums separately: the same order as fast vs reference kernels
         // (test_cuda_model: median 1.3e-2); a wrong shard or a missing reduction is O(1) on every row.
-        EXPECT_LT(rel[rel.size() / 2], 3e-2) << name(t);
+        EXPECT_LT(rel[rel.size() / 2], 3e-2) << name(t) << (split ? " LayerSplit" : "");
     }
 }
 
