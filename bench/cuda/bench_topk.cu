@@ -2,9 +2,10 @@
 // alone inside a CUDA graph (CUDA events, median of many), inputs rotated over >= 128 MB so that
 // small shapes do not sit in the 50 MB L2. Reports µs and effective GB/s of the score bytes read
 // (vs the 4.23 TB/s copy ceiling), validates the first result (chosen >= unchosen), writes --json PATH.
-// Long-row shapes also get a per-kernel breakdown (sample / filter / select, plain stream launches with
-// events between the kernels, PDL off, cluster path off) and --sweep times variants (PDL, filter work-item
-// size, persistent filter grid, cluster path) through TopkTuning.
+// Long-row shapes also get a per-kernel breakdown of the three-kernel chain (sample / filter / select, plain
+// stream launches with events between the kernels, PDL off, cluster and few-rows paths off); shapes of <= 4
+// long rows are also timed on that chain (few_rows = 0) next to the default few-rows kernel; --sweep times
+// variants (PDL, filter work-item size, persistent filter grid, cluster path) through TopkTuning.
 // Standalone (no megactx_core): nvcc -O3 -std=c++20 -arch=sm_90a -Isrc bench/cuda/bench_topk.cu
 //   src/backend/cuda/topk.cu.
 #include <algorithm>
@@ -70,15 +71,26 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = megactx::bench_cuda::commit();
-    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT override those TopkTuning defaults for the whole run.
+    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT / MEGACTX_TOPK_FEW override those TopkTuning defaults for the
+    // whole run.
     TopkTuning base;
     if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) base.few_rows = std::atoi(c);
     const std::vector<Shape> shapes = {
-        {"decode 64 x 1M", 64, 1 << 20, 0},    {"decode 1 x 1M", 1, 1 << 20, 0},
-        {"decode 1 x 128K", 1, 1 << 17, 0},    {"decode 64 x 128K", 64, 1 << 17, 0},
-        {"prefill 4096 x 4K", 4096, 4096, 0},  {"prefill 1024 x 16K", 1024, 16384, 0},
-        {"long-stride 512 x 64K", 512, 1 << 16, 0}, {"64 x 1M uniform", 64, 1 << 20, 1},   {"64 x 128K relu 99.9% zeros", 64, 1 << 17, 2},
+        {"decode 64 x 1M", 64, 1 << 20, 0},
+        {"decode 1 x 1M", 1, 1 << 20, 0},
+        {"decode 1 x 128K", 1, 1 << 17, 0},
+        {"decode 64 x 128K", 64, 1 << 17, 0},
+        {"decode 1 x 256K", 1, 1 << 18, 0},
+        {"decode 1 x 512K", 1, 1 << 19, 0},
+        {"decode 4 x 1M", 4, 1 << 20, 0},
+        {"decode 2 x 128K", 2, 1 << 17, 0},
+        {"prefill 4096 x 4K", 4096, 4096, 0},
+        {"prefill 1024 x 16K", 1024, 16384, 0},
+        {"long-stride 512 x 64K", 512, 1 << 16, 0},
+        {"64 x 1M uniform", 64, 1 << 20, 1},
+        {"64 x 128K relu 99.9% zeros", 64, 1 << 17, 2},
     };
     std::printf("%-28s %8s %10s %10s %9s %7s %s\n", "shape", "rows", "len", "median_us", "min_us", "GB/s", "valid");
     std::string rows_json;
@@ -176,6 +188,27 @@ int main(int argc, char** argv) {
         double med = 0, mn = 0;
         time_graph(base, med, mn);
         MEGACTX_BENCH_CK(cudaGetLastError());
+        // <= 4 long rows: the few-rows kernel (default) against the three-kernel chain it replaces.
+        std::string chain_json;
+        if (scratch && s.n_rows <= 4 && base.few_rows != 0) {
+            TopkTuning tu = base;
+            tu.few_rows = 0;
+            double cm = 0, cn = 0;
+            time_graph(tu, cm, cn);
+            std::printf("    three-kernel chain (few_rows = 0): %.1f us (min %.1f)\n", cm, cn);
+            if (sweep || std::getenv("MEGACTX_TOPK_FEW_SWEEP")) {
+                for (int slice : {1024, 4096, 8192, 16384}) {
+                    TopkTuning v = base;
+                    v.few_slice_min = slice;
+                    double vm = 0, vn = 0;
+                    time_graph(v, vm, vn);
+                    std::printf("    sweep few_slice_min=%5d: %8.1f us (min %.1f)\n", slice, vm, vn);
+                }
+            }
+            char b3[128];
+            std::snprintf(b3, sizeof b3, ", \"chain_median_us\": %.2f", cm);
+            chain_json = b3;
+        }
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.
         std::string steps_json;
         if (scratch) {
@@ -238,8 +271,8 @@ int main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf,
                       "%s    {\"shape\": \"%s\", \"n_rows\": %lld, \"len\": %lld, \"k\": %lld, \"median_us\": %.2f, "
                       "\"min_us\": %.2f, \"gb_per_s\": %.1f, \"frac_of_copy_bw\": %.3f, \"valid\": %s%s}",
-                      rows_json.empty() ? "" : ",\n", s.name, (long long)s.n_rows, (long long)s.len, (long long)k,
-                      med, mn, gbps, gbps / 4230.0, valid ? "true" : "false", steps_json.c_str());
+                      rows_json.empty() ? "" : ",\n", s.name, (long long)s.n_rows, (long long)s.len, (long long)k, med,
+                      mn, gbps, gbps / 4230.0, valid ? "true" : "false", (steps_json + chain_json).c_str());
         rows_json += buf;
         MEGACTX_BENCH_CK(cudaFree(d_v));
         MEGACTX_BENCH_CK(cudaFree(d_len));
