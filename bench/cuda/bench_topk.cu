@@ -188,25 +188,83 @@ int main(int argc, char** argv) {
         double med = 0, mn = 0;
         time_graph(base, med, mn);
         MEGACTX_BENCH_CK(cudaGetLastError());
-        // <= 4 long rows: the few-rows kernel (default) against the three-kernel chain it replaces.
+        // <= 4 long rows: the few-rows kernel (default variant) against the other variant and the three-kernel
+        // chain it replaces; per-phase globaltimer stamps of each variant (plain launches, row 0).
         std::string chain_json;
         if (scratch && s.n_rows <= 4 && base.few_rows != 0) {
-            TopkTuning tu = base;
-            tu.few_rows = 0;
-            double cm = 0, cn = 0;
-            time_graph(tu, cm, cn);
-            std::printf("    three-kernel chain (few_rows = 0): %.1f us (min %.1f)\n", cm, cn);
+            double vmed[3] = {0, 0, 0};
+            for (int v = 0; v < 3; ++v) {
+                if (v == base.few_rows) {
+                    vmed[v] = med;
+                    continue;
+                }
+                TopkTuning tu = base;
+                tu.few_rows = v;
+                double vm = 0, vn = 0;
+                time_graph(tu, vm, vn);
+                vmed[v] = vm;
+                std::printf("    few_rows = %d%s: %.1f us (min %.1f)\n", v, v == 0 ? " (three-kernel chain)" : "", vm,
+                            vn);
+            }
             if (sweep || std::getenv("MEGACTX_TOPK_FEW_SWEEP")) {
-                for (int slice : {1024, 4096, 8192, 16384}) {
+                for (int slice : {1024, 4096, 8192}) {
                     TopkTuning v = base;
                     v.few_slice_min = slice;
                     double vm = 0, vn = 0;
                     time_graph(v, vm, vn);
-                    std::printf("    sweep few_slice_min=%5d: %8.1f us (min %.1f)\n", slice, vm, vn);
+                    std::printf("    sweep few_rows=%d few_slice_min=%5d: %8.1f us (min %.1f)\n", base.few_rows, slice,
+                                vm, vn);
                 }
+                TopkTuning v = base;
+                v.few_threads = 512;
+                double vm = 0, vn = 0;
+                time_graph(v, vm, vn);
+                std::printf("    sweep few_rows=%d few_threads=512: %8.1f us (min %.1f)\n", base.few_rows, vm, vn);
             }
-            char b3[128];
-            std::snprintf(b3, sizeof b3, ", \"chain_median_us\": %.2f", cm);
+            unsigned long long* d_dbg = nullptr;
+            MEGACTX_BENCH_CK(cudaMalloc(&d_dbg, 8 * sizeof(unsigned long long)));
+            for (int v = 1; v <= 2; ++v) {
+                TopkTuning tu = base;
+                tu.few_rows = v;
+                tu.debug_times = d_dbg;
+                topk_set_tuning(tu);
+                std::vector<double> ph[7];
+                unsigned long long last7 = 0;
+                for (int i = 0; i < 30; ++i) {
+                    p.values = d_v + (i % n_buf) * elems;
+                    MEGACTX_BENCH_CK(cudaMemset(d_dbg, 0, 8 * sizeof(unsigned long long)));
+                    launch_topk(p, stream);
+                    MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
+                    unsigned long long h[8];
+                    MEGACTX_BENCH_CK(cudaMemcpy(h, d_dbg, sizeof h, cudaMemcpyDeviceToHost));
+                    if (v == 1) {  // no barrier phase: stamps 0, 1, 2, 4
+                        h[3] = h[2];
+                        h[2] = h[1];
+                    }
+                    for (int j = 0; j < 4; ++j) ph[j].push_back((double(h[j + 1]) - double(h[j])) * 1e-3);
+                    ph[4].push_back((double(h[6]) - double(h[5])) * 1e-3);
+                    ph[5].push_back((double(h[5]) - double(h[4])) * 1e-3);
+                    ph[6].push_back((double(h[6]) - double(h[0])) * 1e-3);
+                    last7 = h[7];
+                }
+                topk_set_tuning(base);
+                double m[7];
+                for (int j = 0; j < 7; ++j) {
+                    std::sort(ph[j].begin(), ph[j].end());
+                    m[j] = ph[j][ph[j].size() / 2];
+                }
+                std::printf(
+                    "    phases few_rows=%d (CTA 0, us): load %.2f  barrier %.2f  threshold %.2f  filter+flush %.2f;"
+                    " then to the last CTA %.2f, its select %.2f; CTA 0 start to end %.2f; |candidates| "
+                    "%llu%s\n",
+                    v, m[0], m[1], m[2], m[3], m[5], m[4], m[6], last7 & 0xffffffffull,
+                    (last7 >> 32) ? " FALLBACK" : "");
+            }
+            MEGACTX_BENCH_CK(cudaFree(d_dbg));
+            char b3[160];
+            std::snprintf(b3, sizeof b3,
+                          ", \"chain_median_us\": %.2f, \"few1_median_us\": %.2f, \"few2_median_us\": %.2f", vmed[0],
+                          vmed[1], vmed[2]);
             chain_json = b3;
         }
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.

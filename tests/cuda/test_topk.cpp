@@ -359,10 +359,23 @@ TEST_F(Topk, TuningVariantsLong) {
             }
 }
 
-// ---- few long rows (<= 4 rows of > 32K: decode): the grid-wide single kernel, default there ----
+// ---- few long rows (<= 4 rows of > 32K: decode): one kernel of G CTAs per row, default there ----
+// Each FewRows test runs both variants: TopkTuning::few_rows = 1 (per-CTA thresholds, the default) and 2
+// (sampled threshold after a grid barrier).
+class TopkFew : public Topk, public ::testing::WithParamInterface<int> {
+  protected:
+    void SetUp() override {
+        Topk::SetUp();
+        TopkTuning t;
+        t.few_rows = GetParam();
+        topk_set_tuning(t);
+    }
+    void TearDown() override { topk_set_tuning(TopkTuning{}); }
+};
+INSTANTIATE_TEST_SUITE_P(Variants, TopkFew, ::testing::Values(1, 2));
 // Lengths below / at / above k, not multiples of 64, mixed in one batch; 1..4 rows (G = SMs / rows CTAs per
 // row, up to ~32K elements each at 4 x 1M); k from 1 to 16384.
-TEST_F(Topk, FewRowsExactSets) {
+TEST_P(TopkFew, FewRowsExactSets) {
     check_batch(distinct_batch({131072}, 131072, 201), 2048, true);
     check_batch(distinct_batch({131072 - 5}, 131072, 202), 2048, true);
     check_batch(distinct_batch({(1 << 18) - 37}, 1 << 18, 203), 2048, true);
@@ -376,7 +389,7 @@ TEST_F(Topk, FewRowsExactSets) {
         check_batch(distinct_batch({1 << 20, 131072 + 7, 20000}, 1 << 20, 210 + k), k, true);
 }
 
-TEST_F(Topk, FewRowsNegativeAndExtremes) {
+TEST_P(TopkFew, FewRowsNegativeAndExtremes) {
     check_batch(distinct_batch({200000, 70000, 1 << 20}, 1 << 20, 221, true), 2048, true);
     Batch b = distinct_batch({200000, 150001}, 200000, 222);
     std::mt19937 rng(223);
@@ -389,7 +402,7 @@ TEST_F(Topk, FewRowsNegativeAndExtremes) {
 
 // Ties: k-th value 0 of a ReLU-like row (tie buffer), all equal, few levels (candidates overflow: the
 // whole-row fallback of the last CTA).
-TEST_F(Topk, FewRowsTies) {
+TEST_P(TopkFew, FewRowsTies) {
     check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 231, 3, 0.999f), 2048, false);
     check_batch(tied_batch({131072}, 131072, 232, 1, 0.0f), 2048, false);
     check_batch(tied_batch({1 << 20, 100000}, 1 << 20, 233, 7, 0.5f), 2048, false);
@@ -397,7 +410,7 @@ TEST_F(Topk, FewRowsTies) {
 }
 
 // Strided-sample adversaries on one row: the big values all off the sampled positions, or only on them.
-TEST_F(Topk, FewRowsSampleAdversaries) {
+TEST_P(TopkFew, FewRowsSampleAdversaries) {
     const int len = 1 << 20;
     for (int period : {128, 64, 7944}) {
         Batch b = distinct_batch({len}, len, 241 + period);
@@ -416,7 +429,7 @@ TEST_F(Topk, FewRowsSampleAdversaries) {
 
 // Graph replays (the control words are re-zeroed by each call), the same scratch over successive calls of
 // different inputs, and the same results as the three-kernel path.
-TEST_F(Topk, FewRowsGraphAndAgreesWithChain) {
+TEST_P(TopkFew, FewRowsGraphAndAgreesWithChain) {
     check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 251), 2048, true, true);
     check_batch(distinct_batch({131072 - 5}, 131072, 252), 2048, true, true);
     check_batch(tied_batch({1 << 20}, 1 << 20, 253, 3, 0.999f), 2048, false, true);
@@ -426,7 +439,6 @@ TEST_F(Topk, FewRowsGraphAndAgreesWithChain) {
     t.few_rows = 0;
     topk_set_tuning(t);
     const std::vector<int32_t> chain = run_gpu(b, 2048);
-    topk_set_tuning(TopkTuning{});
     for (int64_t r = 0; r < b.n_rows; ++r) {
         std::vector<int32_t> x(few.begin() + r * 2048, few.begin() + (r + 1) * 2048);
         std::vector<int32_t> y(chain.begin() + r * 2048, chain.begin() + (r + 1) * 2048);
@@ -436,10 +448,32 @@ TEST_F(Topk, FewRowsGraphAndAgreesWithChain) {
     }
     // PDL off: plain stream order.
     t = TopkTuning{};
+    t.few_rows = GetParam();
     t.pdl = 0;
     topk_set_tuning(t);
     check_batch(b, 2048, true);
-    topk_set_tuning(TopkTuning{});
+}
+
+// G from the slice-size knob: 8 .. 128 CTAs per 128K row, 33 per row of 4 x 1M (~32K keys each).
+TEST_P(TopkFew, FewRowsSliceSizes) {
+    const Batch b = distinct_batch({131072, 131072 - 3, 70001}, 131072, 261);
+    for (int slice : {1024, 4096, 16384}) {
+        TopkTuning t;
+        t.few_rows = GetParam();
+        t.few_slice_min = slice;
+        topk_set_tuning(t);
+        check_batch(b, 2048, true);
+        if (HasFatalFailure()) return;
+    }
+    TopkTuning t;
+    t.few_rows = GetParam();
+    topk_set_tuning(t);
+    check_batch(distinct_batch({1 << 20, (1 << 20) - 1, 1 << 19, 40000}, 1 << 20, 262), 2048, true);
+    t.few_threads = 512;  // few_rows = 1 only (2 ignores it)
+    topk_set_tuning(t);
+    check_batch(b, 2048, true);
+    check_batch(distinct_batch({1 << 20, 70001}, 1 << 20, 263), 2048, true, true);
+    check_batch(tied_batch({131072, 100000}, 131072, 264, 5, 0.9f), 2048, false);
 }
 
 }  // namespace

@@ -702,6 +702,15 @@ __global__ void topk_few_init_kernel(int* __restrict__ ctl, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) ctl[i] = 0;
 }
 
+// Profiling (TopkTuning::debug_times): globaltimer (ns) into dbg[i] by thread 0 of the calling CTA.
+__device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
+    if (dbg != nullptr && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        dbg[i] = t;
+    }
+}
+
 __device__ __forceinline__ int ld_acquire(const int* p) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -725,7 +734,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     topk_few_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
                     int ctas_per_row, int sp, int* __restrict__ ctl_all, uint32_t* __restrict__ samples_all,
                     uint32_t* __restrict__ cand_keys, int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx,
-                    int32_t* __restrict__ out_idx) {
+                    int32_t* __restrict__ out_idx, unsigned long long* dbg) {
     constexpr int NT = kFewThreads;
     __shared__ SelectSmem<NT> sm;
     __shared__ int s_n, s_base, s_last;
@@ -733,7 +742,10 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     const int G = ctas_per_row;
     const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
     const int slots = G * sp;
+    unsigned long long* dbg0 = blockIdx.x == 0 ? dbg : nullptr;  // CTA 0's phases
+    unsigned long long* dbgr = r == 0 ? dbg : nullptr;           // row 0's last CTA
     pdl_wait();
+    stamp(dbg0, 0);
     const int len = lengths[r];
     int32_t* out = out_idx + static_cast<int64_t>(r) * k;
     if (len <= k) {  // the same for all CTAs of the row: none reaches the barrier
@@ -763,6 +775,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     }
     // 2. barrier of the row's CTAs
     __syncthreads();
+    stamp(dbg0, 1);
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(ctl, 1);
@@ -771,6 +784,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     }
     __syncthreads();
     pdl_trigger();  // every CTA of this grid is resident: dependents may launch
+    stamp(dbg0, 2);
     // 3. T_est from the samples
     for (int j = threadIdx.x; j < slots; j += NT) reg2[j] = __ldcg(samples + j);
     __syncthreads();
@@ -804,6 +818,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
         thr = sm.lo;
     }
     __syncthreads();  // reg2 becomes the local candidate buffer
+    stamp(dbg0, 3);
     if (threadIdx.x == 0) s_n = 0;
     __syncthreads();
     // 4. filter
@@ -845,6 +860,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     }
     // 5. the row's last CTA selects
     __syncthreads();
+    stamp(dbg0, 4);
     if (threadIdx.x == 0) {
         __threadfence();
         s_last = atomicAdd(ctl + 1, 1) == G - 1;
@@ -852,6 +868,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
     }
     __syncthreads();
     if (!s_last) return;
+    stamp(dbgr, 5);
     const int n_gt = __ldcg(ctl + 2), n_eq = __ldcg(ctl + 3);
     if (n_gt < k && n_gt + n_eq >= k) {
         // The k-th value is T_est itself: every item > T_est, then any k - n_gt of the ties.
@@ -871,6 +888,210 @@ __global__ void __launch_bounds__(kFewThreads, 1)
         const RowLoader ld{values + static_cast<int64_t>(r) * row_stride};
         const Threshold t = find_threshold<NT>(ld, len, k, sm);
         emit_topk<NT>(ld, len, k, t, out, sm);
+    }
+    if (dbgr != nullptr) {
+        __syncthreads();
+        stamp(dbgr, 6);
+        if (threadIdx.x == 0) dbgr[7] = static_cast<unsigned long long>(n_gt);
+    }
+}
+
+// Few long rows, variant without a grid barrier (TopkTuning::few_rows = 1): CTA c of row r owns row
+// elements [c * per, (c + 1) * per) and
+//   1. stages their keys in shared memory, with their min and max;
+//   2. finds t_c, the floor of the range-relative 11-bit bin that holds its m_c-th largest key (one radix
+//      level; m_c = mu + 4·sqrt(mu) + 8 with mu = k·n_c/len, the slice's expected share of the top k), so
+//      at least m_c of its keys are >= t_c;
+//   3. appends its keys >= t_c to the row's candidate set U (one global atomic per CTA) and raises the row's
+//      t_max = max_c t_c (atomicMax);
+//   4. the row's last CTA to finish (done counter) keeps U' = the keys of U >= t_max (the final one). Every
+//      key outside U' is < t_max; when |U'| >= k, the k-th largest key of the row is therefore >= t_max and
+//      the top k of U' are the top k of the row: exact select among U' in shared memory. Otherwise (a slice
+//      holding more than m_c of the top k: rare by the margin; or |U| beyond the buffer: heavy ties, e.g.
+//      ReLU zeros) the exact select over the whole row from global memory.
+// No CTA waits for another: no co-residency needed, no barrier, no sample.
+template <int NT>
+__global__ void __launch_bounds__(NT, 1)
+    topk_few_local_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
+                          int k, int ctas_per_row, int* __restrict__ ctl_all, uint32_t* __restrict__ cand_keys,
+                          int32_t* __restrict__ cand_idx, int32_t* __restrict__ out_idx, unsigned long long* dbg) {
+    __shared__ SelectSmem<NT> sm;
+    __shared__ int s_n, s_base, s_last;
+    extern __shared__ uint32_t dyn[];  // [per] keys, then [2 * kFewLocal] (key, index) pairs; later [2 * kFewCap]
+    const int G = ctas_per_row;
+    const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
+    unsigned long long* dbg0 = blockIdx.x == 0 ? dbg : nullptr;
+    unsigned long long* dbgr = r == 0 ? dbg : nullptr;
+    pdl_wait();
+    stamp(dbg0, 0);
+    const int len = lengths[r];
+    int32_t* out = out_idx + static_cast<int64_t>(r) * k;
+    if (len <= k) {
+        if (c == 0) write_all_padded<NT>(len, k, out);
+        return;
+    }
+    int* ctl = ctl_all + r * kFewCtl;  // [1] done, [2] |U|, [4] t_max
+    uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kFewCap;
+    int32_t* cids = cand_idx + static_cast<int64_t>(r) * kFewCap;
+    const int per = (len + G - 1) / G;
+    const int b0 = c * per;
+    const int n = max(0, min(len - b0, per));
+    uint32_t* keys = dyn;
+    uint32_t* lkeys = dyn + per;
+    int32_t* lids = reinterpret_cast<int32_t*>(dyn + per + kFewLocal);
+
+    // 1. keys, min and max
+    const float* row = values + static_cast<int64_t>(r) * row_stride + b0;
+    uint32_t lo = 0xffffffffu, hi = 0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n; i += NT) {
+        const uint32_t key = float_key(__ldg(row + i));
+        keys[i] = key;
+        lo = min(lo, key);
+        hi = max(hi, key);
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) {
+        sm.red_lo[warp] = lo;
+        sm.red_hi[warp] = hi;
+    }
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    lo = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
+    hi = __reduce_max_sync(0xffffffffu, lane < NT / 32 ? sm.red_hi[lane] : 0u);
+    stamp(dbg0, 1);
+    // 2. t_c: one radix level over [lo, hi]
+    uint32_t tc = lo;
+    const double mu = static_cast<double>(k) * n / len;
+    const double want = ceil(mu + 4.0 * sqrt(mu) + 8.0);
+    if (n > 0 && want < n && hi > lo) {  // uniform
+        const int mc = static_cast<int>(want);
+        const uint32_t span = hi - lo;
+        const int rem = 32 - __clz(static_cast<int>(span));
+        const int w = rem < 11 ? rem : 11;
+        const int shift = rem - w;
+        const int nb = 1 << w;
+        for (int b = threadIdx.x; b < nb; b += NT) sm.hist[b] = 0;
+        __syncthreads();
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&sm.hist[(keys[i] - lo) >> shift], 1);
+        __syncthreads();
+        const int pb = (nb + NT - 1) / NT;
+        const int tb = nb - 1 - static_cast<int>(threadIdx.x) * pb;
+        int local = 0;
+        for (int j = 0; j < pb; ++j)
+            if (tb - j >= 0) local += sm.hist[tb - j];
+        int acc = 0;
+        cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(local, acc);
+        for (int j = 0; j < pb; ++j) {
+            if (tb - j < 0) break;
+            const int h = sm.hist[tb - j];
+            if (acc < mc && acc + h >= mc) sm.digit = tb - j;
+            acc += h;
+        }
+        __syncthreads();
+        tc = lo + (static_cast<uint32_t>(sm.digit) << shift);
+    }
+    stamp(dbg0, 2);
+    // 3. keys >= t_c into U
+    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps take part in the ballots
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const bool ok = i < n;
+        const uint32_t key = ok ? keys[i] : 0u;
+        const bool in = ok && key >= tc;
+        const unsigned ballot = __ballot_sync(0xffffffffu, in);
+        if (ballot != 0) {
+            const int leader = __ffs(ballot) - 1;
+            int b = 0;
+            if (lane == leader) b = atomicAdd(&s_n, __popc(ballot));
+            b = __shfl_sync(0xffffffffu, b, leader);
+            const int pos = b + __popc(ballot & ((1u << lane) - 1u));
+            if (in && pos < kFewLocal) {
+                lkeys[pos] = key;
+                lids[pos] = b0 + i;
+            }
+            if (b + __popc(ballot) > kFewLocal)
+                warp_append(in && pos >= kFewLocal, key, b0 + i, ctl + 2, ckeys, cids, kFewCap);
+        }
+    }
+    __syncthreads();
+    const int n_local = min(s_n, kFewLocal);
+    if (threadIdx.x == 0) {
+        s_base = n_local > 0 ? atomicAdd(ctl + 2, n_local) : 0;
+        if (n > 0) atomicMax(reinterpret_cast<unsigned*>(ctl + 4), tc);  // result unused: no round trip
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < n_local; j += NT) {
+        const int p = s_base + j;
+        if (p < kFewCap) {
+            ckeys[p] = lkeys[j];
+            cids[p] = lids[j];
+        }
+    }
+    pdl_trigger();
+    // 4. the row's last CTA selects
+    __syncthreads();
+    stamp(dbg0, 4);
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(ctl + 1, 1) == G - 1;
+        if (s_last) __threadfence();
+    }
+    __syncthreads();
+    if (!s_last) return;
+    stamp(dbgr, 5);
+    const int n_u = __ldcg(ctl + 2);
+    const uint32_t t_max = static_cast<uint32_t>(__ldcg(ctl + 4));
+    // Only U' = the keys of U >= t_max are staged: when |U'| >= k, the k-th largest key of the row is >= t_max,
+    // every key not in U' is below it, and the top k of U' are the top k of the row.
+    bool done = false;
+    int n_s = 0;
+    if (n_u >= k && n_u <= kFewCap) {
+        uint32_t* sk = dyn;
+        int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
+        if (threadIdx.x == 0) s_n = 0;
+        __syncthreads();
+        constexpr int kU = 8;                        // all loads of a batch in flight before the compaction
+        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {  // uniform trip count (warp_slot)
+            uint32_t kv[kU];
+            int32_t iv[kU];
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+                const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+                kv[u] = i < n_u ? __ldcg(ckeys + i) : 0u;
+                iv[u] = i < n_u ? __ldcg(cids + i) : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+                const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+                const bool keep = i < n_u && kv[u] >= t_max;
+                const int slot = warp_slot(keep, &s_n);
+                if (keep) {
+                    sk[slot] = kv[u];
+                    si[slot] = iv[u];
+                }
+            }
+        }
+        __syncthreads();
+        n_s = s_n;
+        if (n_s >= k) {  // uniform
+            const KeysIdxLoader ld{sk, si};
+            const Threshold t = find_threshold<NT>(ld, n_s, k, sm);
+            emit_topk<NT>(ld, n_s, k, t, out, sm);
+            done = true;
+        }
+    }
+    if (!done) {
+        const RowLoader ld{values + static_cast<int64_t>(r) * row_stride};
+        const Threshold t = find_threshold<NT>(ld, len, k, sm);
+        emit_topk<NT>(ld, len, k, t, out, sm);
+    }
+    if (dbgr != nullptr) {
+        __syncthreads();
+        stamp(dbgr, 6);
+        if (threadIdx.x == 0) dbgr[7] = static_cast<unsigned long long>(n_s) | (done ? 0ull : 1ull << 32);
     }
 }
 
@@ -1022,10 +1243,29 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
             auto* ctl = reinterpret_cast<int*>(fb + fl.ctl);
             launch_ex(topk_few_init_kernel, dim3(1), dim3(128), 0, stream, pdl, ctl,
                       static_cast<int>(p.n_rows * kFewCtl));
+            if (tu.few_rows == 1) {
+                static const bool attr_local = [] {
+                    const int bytes = static_cast<int>((kFewSliceMax + 2 * kFewLocal) * sizeof(uint32_t));
+                    cudaFuncSetAttribute(topk_few_local_kernel<1024>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         bytes);
+                    cudaFuncSetAttribute(topk_few_local_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         bytes);
+                    return true;
+                }();
+                (void)attr_local;
+                const size_t smem_local =
+                    static_cast<size_t>(std::max<int64_t>(per_max + 2 * kFewLocal, 2 * kFewCap)) * sizeof(uint32_t);
+                const bool half = tu.few_threads == 512;
+                launch_ex(half ? topk_few_local_kernel<512> : topk_few_local_kernel<1024>,
+                          dim3(rows * static_cast<unsigned>(G)), dim3(half ? 512 : 1024), smem_local, stream, pdl,
+                          p.values, p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(fb + fl.keys),
+                          reinterpret_cast<int32_t*>(fb + fl.ids), p.out_idx, tu.debug_times);
+                return;
+            }
             launch_ex(topk_few_kernel, dim3(rows * static_cast<unsigned>(G)), dim3(kFewThreads), smem, stream, pdl,
                       p.values, p.lengths, p.row_stride, k, G, sp, ctl, reinterpret_cast<uint32_t*>(fb + fl.samples),
                       reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids),
-                      reinterpret_cast<int32_t*>(fb + fl.eq_ids), p.out_idx);
+                      reinterpret_cast<int32_t*>(fb + fl.eq_ids), p.out_idx, tu.debug_times);
             return;
         }
     }
