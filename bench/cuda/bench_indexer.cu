@@ -3,9 +3,9 @@
 //   decode: batch 1 (in a CUDA graph, 8 launches over 8 different sequences so the keys come from HBM, not L2) and
 //           batch 64, 1 or 4 queries per sequence (4 = MTP verification; keys are read once per sequence), at
 //           L = 128K, 256K, 512K, 1M: effective TB/s over 132 · L · batch bytes vs the 4.23 TB/s copy bandwidth;
-//           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph: for <= 4 rows the
-//           few-rows kernel; kernel 2 also: decode_topk_chain_graph, the three-kernel chain (few_rows = 0), and
-//           decode_topk_alt_graph, the other few-rows variant);
+//           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph: the default top-k,
+//           for <= 2 rows the few-rows kernel; kernel 2 also: decode_topk_chain_graph, the three-kernel chain
+//           (few_rows = 0), and decode_topk_alt_graph, the other few-rows variant);
 //   each for kernel 1 (mma.sync) and kernel 2 (wgmma) of indexer_logits;
 //   prefill: 4096 queries (positions L − 4096 .. L − 1) of one sequence over L = 16K, 32K, 64K keys:
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
@@ -189,9 +189,10 @@ int main(int argc, char** argv) {
         return tp;
     };
 
-    // MEGACTX_TOPK_FEW=0: the top-k rows take the three-kernel chain everywhere.
+    // MEGACTX_TOPK_FEW=0: the top-k rows take the three-kernel chain everywhere (_MAX_ROWS: the few-rows limit).
     cuda::TopkTuning topk_base;
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) topk_base.few_rows = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) topk_base.few_max_rows = std::atoi(c);
     cuda::topk_set_tuning(topk_base);
     for (int kernel : {1, 2})
         for (int64_t L : contexts) {

@@ -71,12 +71,13 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = megactx::bench_cuda::commit();
-    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT / MEGACTX_TOPK_FEW override those TopkTuning defaults for the
-    // whole run.
+    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT / MEGACTX_TOPK_FEW(_MAX_ROWS) override those TopkTuning
+    // defaults for the whole run.
     TopkTuning base;
     if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) base.few_rows = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) base.few_max_rows = std::atoi(c);
     const std::vector<Shape> shapes = {
         {"decode 64 x 1M", 64, 1 << 20, 0},
         {"decode 1 x 1M", 1, 1 << 20, 0},
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
         // <= 4 long rows: the few-rows kernel (default variant) against the other variant and the three-kernel
         // chain it replaces; per-phase globaltimer stamps of each variant (plain launches, row 0).
         std::string chain_json;
-        if (scratch && s.n_rows <= 4 && base.few_rows != 0) {
+        if (scratch && s.n_rows <= base.few_max_rows && base.few_rows != 0) {
             double vmed[3] = {0, 0, 0};
             for (int v = 0; v < 3; ++v) {
                 if (v == base.few_rows) {

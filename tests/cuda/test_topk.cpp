@@ -366,11 +366,16 @@ class TopkFew : public Topk, public ::testing::WithParamInterface<int> {
   protected:
     void SetUp() override {
         Topk::SetUp();
-        TopkTuning t;
-        t.few_rows = GetParam();
-        topk_set_tuning(t);
+        topk_set_tuning(tuning());
     }
     void TearDown() override { topk_set_tuning(TopkTuning{}); }
+    // The variant, on batches of up to 4 rows (the default takes the kernels for <= 2).
+    static TopkTuning tuning() {
+        TopkTuning t;
+        t.few_rows = GetParam();
+        t.few_max_rows = 4;
+        return t;
+    }
 };
 INSTANTIATE_TEST_SUITE_P(Variants, TopkFew, ::testing::Values(1, 2));
 // Lengths below / at / above k, not multiples of 64, mixed in one batch; 1..4 rows (G = SMs / rows CTAs per
@@ -435,7 +440,7 @@ TEST_P(TopkFew, FewRowsGraphAndAgreesWithChain) {
     check_batch(tied_batch({1 << 20}, 1 << 20, 253, 3, 0.999f), 2048, false, true);
     const Batch b = distinct_batch({(1 << 19) + 11, 131072, 2049, 1 << 19}, 1 << 19, 254);
     const std::vector<int32_t> few = run_gpu(b, 2048);
-    TopkTuning t;
+    TopkTuning t = tuning();
     t.few_rows = 0;
     topk_set_tuning(t);
     const std::vector<int32_t> chain = run_gpu(b, 2048);
@@ -447,8 +452,7 @@ TEST_P(TopkFew, FewRowsGraphAndAgreesWithChain) {
         ASSERT_EQ(x, y) << "row " << r;
     }
     // PDL off: plain stream order.
-    t = TopkTuning{};
-    t.few_rows = GetParam();
+    t = tuning();
     t.pdl = 0;
     topk_set_tuning(t);
     check_batch(b, 2048, true);
@@ -458,15 +462,13 @@ TEST_P(TopkFew, FewRowsGraphAndAgreesWithChain) {
 TEST_P(TopkFew, FewRowsSliceSizes) {
     const Batch b = distinct_batch({131072, 131072 - 3, 70001}, 131072, 261);
     for (int slice : {1024, 4096, 16384}) {
-        TopkTuning t;
-        t.few_rows = GetParam();
+        TopkTuning t = tuning();
         t.few_slice_min = slice;
         topk_set_tuning(t);
         check_batch(b, 2048, true);
         if (HasFatalFailure()) return;
     }
-    TopkTuning t;
-    t.few_rows = GetParam();
+    TopkTuning t = tuning();
     topk_set_tuning(t);
     check_batch(distinct_batch({1 << 20, (1 << 20) - 1, 1 << 19, 40000}, 1 << 20, 262), 2048, true);
     t.few_threads = 512;  // few_rows = 1 only (2 ignores it)

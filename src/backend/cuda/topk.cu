@@ -40,16 +40,28 @@
 //   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
-// Few long rows (<= 4 rows, the decode shapes; TopkTuning::few_rows, on by default): the chain above costs
-// ~22-24 us per call at batch 1 (H200: sample 13 + filter 6-7.5 + select 11-12 us as separate launches),
-// almost all fixed latency. Instead one grid of G = min(SMs / rows, stride / 2048) CTAs per row, all
-// co-resident, runs the same sample -> filter -> select in ONE kernel (topk_few_kernel): each CTA stages
-// its slice of <= 32K keys in shared memory (the row is read once), writes strided samples, meets the row's
-// other CTAs at a grid barrier (an atomic counter in scratch, zeroed by a 1-thread-block init kernel that
-// waits for the previous kernel: the scratch may hold anything), computes T_est from all samples
-// (redundantly in every CTA: no second round trip), filters its slice (one global atomic per CTA), and the
-// row's last CTA to finish selects exactly among the candidates (or candidates + ties, or the whole row).
-// FEW_ROWS_NUMBERS
+// Few long rows (decode: batches of <= TopkTuning::few_max_rows = 2 rows of > 32K; few_rows = 1, default):
+// the chain above costs ~19-24 us per call at batch 1, almost all fixed latency (sample 13 + filter 6-7.5 +
+// select 11-12 us as separate launches). topk_few_local_kernel does it in ONE kernel of G CTAs per row
+// (G = min(stride / 2048, SMs / rows rounded down to a multiple of 8)), with no CTA waiting for another:
+// each CTA stages its slice in shared memory (the row is read once), takes its own one-level radix threshold
+// t_c, appends its keys >= t_c, and the row's last CTA to finish selects exactly among those >= max t_c
+// (exact whenever >= k remain; else the whole-row select). A 1-CTA init kernel zeroes the row counters first
+// (the scratch may hold anything). Variant few_rows = 2 (topk_few_kernel: strided samples, grid barrier,
+// T_est, filter, last-CTA select) is slower (its T_est radix over 8K samples costs ~6 us) and kept opt-in.
+// H200 (434402f, bench_indexer decode_topk_graph: batch 1, wgmma scores + top-2048 in a CUDA graph, µs):
+//   L        scores   + chain   + few-rows   top-k share   % of copy (132 B/token)
+//   128K       9.3     28.4       23.3      19.1 -> 14.0     14.4 -> 17.5
+//   256K      13.6     33.5       28.2      19.8 -> 14.6     24.4 -> 29.0
+//   512K      22.5     43.5       38.5      21.0 -> 15.9     37.6 -> 42.5
+//   1M        40.0     63.8       60.5      23.8 -> 20.5     51.3 -> 54.1
+// bench_topk alone (1 call per graph, scores from HBM): 1 x 128K 23.3 -> 19.3, 1 x 256K 23.6 -> 20.1,
+// 1 x 512K 23.6 -> 22.5, 1 x 1M 24.7 -> 25.9 at G = 132 (23.1 at G = 128: hence the multiple of 8), 2 x 128K
+// 23.6 -> 19.5; 4 rows a wash (4 x 1M 31.6 -> 30.9; in bench_indexer -3 .. +3 us), so <= 2 rows by default.
+// Phases (globaltimer, CTA 0, 1 x 128K): load 1.5, t_c 1.5, filter + flush 1.3, wait for the last CTA 1.3,
+// the last CTA's exact select among |U'| ~ 3.4K keys 8.2 us (1 x 1M: 4.1 / 2.1 / 1.8 / 1.8 / 10.5). That
+// select dominates: find_threshold costs ~2.5 us per radix level at 1024 threads (cub BlockScan raking over
+// 2048 bins + 4 barriers per level) — the next thing to cut (a warp-level bin search, 12-bit digits).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -1221,10 +1233,15 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     cudaEvent_t* ev = tu.step_events;
     const bool pdl = tu.pdl != 0 && ev == nullptr;
     // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
-    if (tu.few_rows != 0 && ev == nullptr && p.n_rows <= kFewMaxRows && p.k <= kFewCap && p.n_rows <= sm_count()) {
+    // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
+    const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
+    if (tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows && p.k <= kFewCap && p.n_rows <= sm_count()) {
         const int64_t slice_min = tu.few_slice_min > 0 ? tu.few_slice_min : kFewSliceMin;
         const int64_t want = (p.row_stride + slice_min - 1) / slice_min;
-        const int64_t g_max = sm_count() / p.n_rows;
+        // CTAs per row: at most the SMs per row, rounded down to a multiple of 8 (132 -> 128: a few SMs stay free
+        // for the init kernel and the previous kernel's tail; 1 x 1M: 23.1 us at G = 128, 25.9 at G = 132).
+        int64_t g_max = sm_count() / p.n_rows;
+        if (g_max >= 16) g_max &= ~int64_t{7};
         const int G = static_cast<int>(want < g_max ? want : g_max);
         const int64_t per_max = (p.row_stride + G - 1) / G;
         if (per_max <= kFewSliceMax) {

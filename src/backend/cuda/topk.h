@@ -38,6 +38,7 @@ struct TopkTuning {
     // <= 4 long rows, one kernel of G CTAs per row: 1 per-CTA thresholds (no barrier), 2 sampled threshold
     // after a grid barrier; 0: the three kernels above.
     int few_rows = 1;
+    int few_max_rows = 2;                       // few-rows kernels for batches of <= this many rows (at most 4)
     int few_threads = 0;                        // few_rows = 1: 512 or 1024 (0) threads per CTA
     int few_slice_min = 0;                      // few-rows kernels: row elements per CTA at least (sets G); 0: 2048
     unsigned long long* debug_times = nullptr;  // few-rows kernels: device [8], globaltimer stamps (topk.cu)
