@@ -3,7 +3,9 @@
 //   decode: batch 1 (in a CUDA graph, 8 launches over 8 different sequences so the keys come from HBM, not L2) and
 //           batch 64, 1 or 4 queries per sequence (4 = MTP verification; keys are read once per sequence), at
 //           L = 128K, 256K, 512K, 1M: effective TB/s over 132 · L · batch bytes vs the 4.23 TB/s copy bandwidth;
-//           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph);
+//           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph: the default top-k,
+//           for <= 2 rows the few-rows kernel; kernel 2 also: decode_topk_chain_graph, the three-kernel chain
+//           (few_rows = 0), and decode_topk_alt_graph, the other few-rows variant);
 //   each for kernel 1 (mma.sync) and kernel 2 (wgmma) of indexer_logits;
 //   prefill: 4096 queries (positions L − 4096 .. L − 1) of one sequence over L = 16K, 32K, 64K keys:
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
@@ -187,12 +189,23 @@ int main(int argc, char** argv) {
         return tp;
     };
 
+    // MEGACTX_TOPK_FEW=0: the top-k rows take the three-kernel chain everywhere (_MAX_ROWS: the few-rows limit).
+    cuda::TopkTuning topk_base;
+    if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) topk_base.few_rows = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) topk_base.few_max_rows = std::atoi(c);
+    cuda::topk_set_tuning(topk_base);
     for (int kernel : {1, 2})
         for (int64_t L : contexts) {
             for (int64_t qps : {int64_t{1}, max_qps}) {
                 // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2); with_topk
                 // adds the exact top-2048 of each launch's scores (the whole decode selection).
-                for (int with_topk = 0; with_topk < 2; ++with_topk) {
+                // with_topk 2 (kernel 2 only): the top-k on its three-kernel chain (TopkTuning::few_rows = 0),
+                // the path decode took before the few-rows kernel.
+                for (int with_topk = 0; with_topk < (kernel == 2 ? 4 : 2); ++with_topk) {
+                    cuda::TopkTuning tt = topk_base;
+                    if (with_topk == 2) tt.few_rows = 0;
+                    if (with_topk == 3) tt.few_rows = topk_base.few_rows == 1 ? 2 : 1;
+                    cuda::topk_set_tuning(tt);
                     const int n_rot = kRot;
                     setup(1, qps, L, n_rot);
                     auto enqueue = [&]() {
@@ -225,8 +238,13 @@ int main(int argc, char** argv) {
                     MEGACTX_BENCH_CK(cudaGraphDestroy(graph));
                     const double us = median(ms) * 1e3, tbs = 132.0 * L / (us * 1e-6) / 1e12;
                     const double tfl = 8192.0 * qps * L / (us * 1e-6) / 1e12;
-                    results.push_back({with_topk ? "decode_topk_graph" : "decode_graph", kernel, 1, qps, L, us, tbs,
-                                       100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+                    cuda::topk_set_tuning(topk_base);
+                    const char* kind = with_topk == 0   ? "decode_graph"
+                                       : with_topk == 1 ? "decode_topk_graph"
+                                       : with_topk == 2 ? "decode_topk_chain_graph"
+                                                        : "decode_topk_alt_graph";
+                    results.push_back(
+                        {kind, kernel, 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }
                 // Batch 64, plain launches.
                 {
@@ -325,7 +343,8 @@ int main(int argc, char** argv) {
                      megactx::bench_cuda::commit(), kCopyTBs, kFp8Tflops);
         std::fprintf(f,
                      "  \"note\": \"kernel 1 = mma.sync, 2 = wgmma; decode bytes = 132*L*batch (keys read once per "
-                     "sequence; decode_topk adds the top-2048 of the scores); prefill FLOP = 8192 per causal (query, "
+                     "sequence; decode_topk adds the top-2048 of the scores, decode_topk_chain on the three-kernel "
+                     "top-k chain); prefill FLOP = 8192 per causal (query, "
                      "key) pair\",\n  \"results\": [\n");
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];

@@ -2,9 +2,10 @@
 // alone inside a CUDA graph (CUDA events, median of many), inputs rotated over >= 128 MB so that
 // small shapes do not sit in the 50 MB L2. Reports µs and effective GB/s of the score bytes read
 // (vs the 4.23 TB/s copy ceiling), validates the first result (chosen >= unchosen), writes --json PATH.
-// Long-row shapes also get a per-kernel breakdown (sample / filter / select, plain stream launches with
-// events between the kernels, PDL off, cluster path off) and --sweep times variants (PDL, filter work-item
-// size, persistent filter grid, cluster path) through TopkTuning.
+// Long-row shapes also get a per-kernel breakdown of the three-kernel chain (sample / filter / select, plain
+// stream launches with events between the kernels, PDL off, cluster and few-rows paths off); shapes of <= 4
+// long rows are also timed on that chain (few_rows = 0) next to the default few-rows kernel; --sweep times
+// variants (PDL, filter work-item size, persistent filter grid, cluster path) through TopkTuning.
 // Standalone (no megactx_core): nvcc -O3 -std=c++20 -arch=sm_90a -Isrc bench/cuda/bench_topk.cu
 //   src/backend/cuda/topk.cu.
 #include <algorithm>
@@ -70,15 +71,27 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = megactx::bench_cuda::commit();
-    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT override those TopkTuning defaults for the whole run.
+    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT / MEGACTX_TOPK_FEW(_MAX_ROWS) override those TopkTuning
+    // defaults for the whole run.
     TopkTuning base;
     if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) base.few_rows = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) base.few_max_rows = std::atoi(c);
     const std::vector<Shape> shapes = {
-        {"decode 64 x 1M", 64, 1 << 20, 0},    {"decode 1 x 1M", 1, 1 << 20, 0},
-        {"decode 1 x 128K", 1, 1 << 17, 0},    {"decode 64 x 128K", 64, 1 << 17, 0},
-        {"prefill 4096 x 4K", 4096, 4096, 0},  {"prefill 1024 x 16K", 1024, 16384, 0},
-        {"long-stride 512 x 64K", 512, 1 << 16, 0}, {"64 x 1M uniform", 64, 1 << 20, 1},   {"64 x 128K relu 99.9% zeros", 64, 1 << 17, 2},
+        {"decode 64 x 1M", 64, 1 << 20, 0},
+        {"decode 1 x 1M", 1, 1 << 20, 0},
+        {"decode 1 x 128K", 1, 1 << 17, 0},
+        {"decode 64 x 128K", 64, 1 << 17, 0},
+        {"decode 1 x 256K", 1, 1 << 18, 0},
+        {"decode 1 x 512K", 1, 1 << 19, 0},
+        {"decode 4 x 1M", 4, 1 << 20, 0},
+        {"decode 2 x 128K", 2, 1 << 17, 0},
+        {"prefill 4096 x 4K", 4096, 4096, 0},
+        {"prefill 1024 x 16K", 1024, 16384, 0},
+        {"long-stride 512 x 64K", 512, 1 << 16, 0},
+        {"64 x 1M uniform", 64, 1 << 20, 1},
+        {"64 x 128K relu 99.9% zeros", 64, 1 << 17, 2},
     };
     std::printf("%-28s %8s %10s %10s %9s %7s %s\n", "shape", "rows", "len", "median_us", "min_us", "GB/s", "valid");
     std::string rows_json;
@@ -176,6 +189,85 @@ int main(int argc, char** argv) {
         double med = 0, mn = 0;
         time_graph(base, med, mn);
         MEGACTX_BENCH_CK(cudaGetLastError());
+        // <= 4 long rows: the few-rows kernel (default variant) against the other variant and the three-kernel
+        // chain it replaces; per-phase globaltimer stamps of each variant (plain launches, row 0).
+        std::string chain_json;
+        if (scratch && s.n_rows <= base.few_max_rows && base.few_rows != 0) {
+            double vmed[3] = {0, 0, 0};
+            for (int v = 0; v < 3; ++v) {
+                if (v == base.few_rows) {
+                    vmed[v] = med;
+                    continue;
+                }
+                TopkTuning tu = base;
+                tu.few_rows = v;
+                double vm = 0, vn = 0;
+                time_graph(tu, vm, vn);
+                vmed[v] = vm;
+                std::printf("    few_rows = %d%s: %.1f us (min %.1f)\n", v, v == 0 ? " (three-kernel chain)" : "", vm,
+                            vn);
+            }
+            if (sweep || std::getenv("MEGACTX_TOPK_FEW_SWEEP")) {
+                for (int slice : {1024, 4096, 8192}) {
+                    TopkTuning v = base;
+                    v.few_slice_min = slice;
+                    double vm = 0, vn = 0;
+                    time_graph(v, vm, vn);
+                    std::printf("    sweep few_rows=%d few_slice_min=%5d: %8.1f us (min %.1f)\n", base.few_rows, slice,
+                                vm, vn);
+                }
+                TopkTuning v = base;
+                v.few_threads = 512;
+                double vm = 0, vn = 0;
+                time_graph(v, vm, vn);
+                std::printf("    sweep few_rows=%d few_threads=512: %8.1f us (min %.1f)\n", base.few_rows, vm, vn);
+            }
+            unsigned long long* d_dbg = nullptr;
+            MEGACTX_BENCH_CK(cudaMalloc(&d_dbg, 8 * sizeof(unsigned long long)));
+            for (int v = 1; v <= 2; ++v) {
+                TopkTuning tu = base;
+                tu.few_rows = v;
+                tu.debug_times = d_dbg;
+                topk_set_tuning(tu);
+                std::vector<double> ph[7];
+                unsigned long long last7 = 0;
+                for (int i = 0; i < 30; ++i) {
+                    p.values = d_v + (i % n_buf) * elems;
+                    MEGACTX_BENCH_CK(cudaMemset(d_dbg, 0, 8 * sizeof(unsigned long long)));
+                    launch_topk(p, stream);
+                    MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
+                    unsigned long long h[8];
+                    MEGACTX_BENCH_CK(cudaMemcpy(h, d_dbg, sizeof h, cudaMemcpyDeviceToHost));
+                    if (v == 1) {  // no barrier phase: stamps 0, 1, 2, 4
+                        h[3] = h[2];
+                        h[2] = h[1];
+                    }
+                    for (int j = 0; j < 4; ++j) ph[j].push_back((double(h[j + 1]) - double(h[j])) * 1e-3);
+                    ph[4].push_back((double(h[6]) - double(h[5])) * 1e-3);
+                    ph[5].push_back((double(h[5]) - double(h[4])) * 1e-3);
+                    ph[6].push_back((double(h[6]) - double(h[0])) * 1e-3);
+                    last7 = h[7];
+                }
+                topk_set_tuning(base);
+                double m[7];
+                for (int j = 0; j < 7; ++j) {
+                    std::sort(ph[j].begin(), ph[j].end());
+                    m[j] = ph[j][ph[j].size() / 2];
+                }
+                std::printf(
+                    "    phases few_rows=%d (CTA 0, us): load %.2f  barrier %.2f  threshold %.2f  filter+flush %.2f;"
+                    " then to the last CTA %.2f, its select %.2f; CTA 0 start to end %.2f; |candidates| "
+                    "%llu%s\n",
+                    v, m[0], m[1], m[2], m[3], m[5], m[4], m[6], last7 & 0xffffffffull,
+                    (last7 >> 32) ? " FALLBACK" : "");
+            }
+            MEGACTX_BENCH_CK(cudaFree(d_dbg));
+            char b3[160];
+            std::snprintf(b3, sizeof b3,
+                          ", \"chain_median_us\": %.2f, \"few1_median_us\": %.2f, \"few2_median_us\": %.2f", vmed[0],
+                          vmed[1], vmed[2]);
+            chain_json = b3;
+        }
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.
         std::string steps_json;
         if (scratch) {
@@ -238,8 +330,8 @@ int main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf,
                       "%s    {\"shape\": \"%s\", \"n_rows\": %lld, \"len\": %lld, \"k\": %lld, \"median_us\": %.2f, "
                       "\"min_us\": %.2f, \"gb_per_s\": %.1f, \"frac_of_copy_bw\": %.3f, \"valid\": %s%s}",
-                      rows_json.empty() ? "" : ",\n", s.name, (long long)s.n_rows, (long long)s.len, (long long)k,
-                      med, mn, gbps, gbps / 4230.0, valid ? "true" : "false", steps_json.c_str());
+                      rows_json.empty() ? "" : ",\n", s.name, (long long)s.n_rows, (long long)s.len, (long long)k, med,
+                      mn, gbps, gbps / 4230.0, valid ? "true" : "false", (steps_json + chain_json).c_str());
         rows_json += buf;
         MEGACTX_BENCH_CK(cudaFree(d_v));
         MEGACTX_BENCH_CK(cudaFree(d_len));

@@ -491,78 +491,81 @@ TEST(IndexerCuda, TopkCompositionSelectsReferenceTopk) {
     const QuantQ qq = gpu_q_quant(q, gates, n, hs, ss);  // the composition quantises the same way
     DevScenario ds(sc);
     DevBuf<float> d_q(q), d_g(gates);
-    const int64_t topk = 2048, rows_per_group = 5;
-    DevBuf<int32_t> d_out(static_cast<size_t>(n * topk));
-    ASSERT_TRUE(indexer_topk_supported(32, 128, 64, topk, sc.max_context));
-    const size_t scratch = indexer_topk_scratch_bytes(rows_per_group, sc.max_context, topk);
-    DevBuf<uint8_t> d_scratch(scratch);
-    IndexerTopkCudaParams p;
-    p.q = d_q.p;
-    p.gates = d_g.p;
-    p.pool = ds.pool.p;
-    p.pos = ds.pos.p;
-    p.seq = ds.seq.p;
-    p.table_offset = ds.table_offset.p;
-    p.tables = ds.tables.p;
-    p.n = n;
-    p.n_seq = static_cast<int64_t>(lens.size());
-    p.max_context = sc.max_context;
-    p.softmax_scale = ss;
-    p.head_scale = hs;
-    p.topk = topk;
-    p.max_rows_per_group = rows_per_group;
-    p.out_slots = d_out.p;
-    p.scratch = d_scratch.p;
-    p.scratch_bytes = scratch;
-    ASSERT_TRUE(launch_indexer_topk(p, nullptr));
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto out = d_out.download();
-    std::vector<double> val, mag;
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        reference_row(sc, qq, i, val, mag);
-        const int32_t s = sc.seq[static_cast<size_t>(i)];
-        const auto n_t = static_cast<int64_t>(val.size()), k = std::min(topk, n_t);
-        // slot → position of this sequence
-        std::vector<int32_t> got;
-        for (int64_t j = 0; j < topk; ++j) {
-            const int32_t slot = out[static_cast<size_t>(i * topk + j)];
-            if (slot < 0) continue;
-            int32_t t = -1;
-            for (int32_t b = 0; b * 64 < sc.lens[static_cast<size_t>(s)]; ++b)
-                if (sc.tables[static_cast<size_t>(sc.table_offset[static_cast<size_t>(s)] + b)] == slot / 64)
-                    t = b * 64 + slot % 64;
-            got.push_back(t);
-        }
-        std::vector<int32_t> order(static_cast<size_t>(n_t));
-        std::iota(order.begin(), order.end(), 0);
-        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return val[a] > val[b]; });
-        const double kth = val[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
-        const double mag_kth = mag[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
-        std::vector<char> picked(static_cast<size_t>(n_t), 0);
-        bool ok = static_cast<int64_t>(got.size()) == k;
-        for (int32_t t : got) {
-            if (t < 0 || t >= n_t || picked[static_cast<size_t>(t)]) {
-                ok = false;
-                continue;
+    const int64_t topk = 2048;
+    // Groups of 5 rows (three-kernel top-k), and of 1 and 3 rows (the few-rows grid-wide top-k of decode).
+    for (const int64_t rows_per_group : {int64_t{5}, int64_t{1}, int64_t{3}}) {
+        DevBuf<int32_t> d_out(static_cast<size_t>(n * topk));
+        ASSERT_TRUE(indexer_topk_supported(32, 128, 64, topk, sc.max_context));
+        const size_t scratch = indexer_topk_scratch_bytes(rows_per_group, sc.max_context, topk);
+        DevBuf<uint8_t> d_scratch(scratch);
+        IndexerTopkCudaParams p;
+        p.q = d_q.p;
+        p.gates = d_g.p;
+        p.pool = ds.pool.p;
+        p.pos = ds.pos.p;
+        p.seq = ds.seq.p;
+        p.table_offset = ds.table_offset.p;
+        p.tables = ds.tables.p;
+        p.n = n;
+        p.n_seq = static_cast<int64_t>(lens.size());
+        p.max_context = sc.max_context;
+        p.softmax_scale = ss;
+        p.head_scale = hs;
+        p.topk = topk;
+        p.max_rows_per_group = rows_per_group;
+        p.out_slots = d_out.p;
+        p.scratch = d_scratch.p;
+        p.scratch_bytes = scratch;
+        ASSERT_TRUE(launch_indexer_topk(p, nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto out = d_out.download();
+        std::vector<double> val, mag;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            reference_row(sc, qq, i, val, mag);
+            const int32_t s = sc.seq[static_cast<size_t>(i)];
+            const auto n_t = static_cast<int64_t>(val.size()), k = std::min(topk, n_t);
+            // slot → position of this sequence
+            std::vector<int32_t> got;
+            for (int64_t j = 0; j < topk; ++j) {
+                const int32_t slot = out[static_cast<size_t>(i * topk + j)];
+                if (slot < 0) continue;
+                int32_t t = -1;
+                for (int32_t b = 0; b * 64 < sc.lens[static_cast<size_t>(s)]; ++b)
+                    if (sc.tables[static_cast<size_t>(sc.table_offset[static_cast<size_t>(s)] + b)] == slot / 64)
+                        t = b * 64 + slot % 64;
+                got.push_back(t);
             }
-            picked[static_cast<size_t>(t)] = 1;
-            // A pick below the k-th reference value must be a near-tie (within the fp32 rounding of the sums).
-            if (val[static_cast<size_t>(t)] < kth - 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth)) ok = false;
+            std::vector<int32_t> order(static_cast<size_t>(n_t));
+            std::iota(order.begin(), order.end(), 0);
+            std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return val[a] > val[b]; });
+            const double kth = val[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
+            const double mag_kth = mag[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
+            std::vector<char> picked(static_cast<size_t>(n_t), 0);
+            bool ok = static_cast<int64_t>(got.size()) == k;
+            for (int32_t t : got) {
+                if (t < 0 || t >= n_t || picked[static_cast<size_t>(t)]) {
+                    ok = false;
+                    continue;
+                }
+                picked[static_cast<size_t>(t)] = 1;
+                // A pick below the k-th reference value must be a near-tie (within the fp32 rounding of the sums).
+                if (val[static_cast<size_t>(t)] < kth - 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth)) ok = false;
+            }
+            for (int64_t r = 0; r < k; ++r) {  // everything clearly above the k-th must be picked
+                const int32_t t = order[static_cast<size_t>(r)];
+                if (!picked[static_cast<size_t>(t)] &&
+                    val[static_cast<size_t>(t)] > kth + 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth))
+                    ok = false;
+            }
+            if (!ok) {
+                ++bad;
+                std::printf("row %lld (seq %d, pos %d): top-k set differs from the reference\n",
+                            static_cast<long long>(i), s, sc.pos[static_cast<size_t>(i)]);
+            }
         }
-        for (int64_t r = 0; r < k; ++r) {  // everything clearly above the k-th must be picked
-            const int32_t t = order[static_cast<size_t>(r)];
-            if (!picked[static_cast<size_t>(t)] &&
-                val[static_cast<size_t>(t)] > kth + 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth))
-                ok = false;
-        }
-        if (!ok) {
-            ++bad;
-            std::printf("row %lld (seq %d, pos %d): top-k set differs from the reference\n", static_cast<long long>(i),
-                        s, sc.pos[static_cast<size_t>(i)]);
-        }
+        EXPECT_EQ(bad, 0) << "rows_per_group " << rows_per_group;
     }
-    EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

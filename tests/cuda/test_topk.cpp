@@ -1,6 +1,7 @@
 // launch_topk against a CPU reference (std::nth_element): exact top-k sets on tie-free rows, valid top-k
 // sets (every chosen value >= every other value, right counts) on rows with ties, -1 padding, short rows
-// (one CTA per row) and long rows (sampled threshold, candidate buffer, and the whole-row fallback).
+// (one CTA per row), long rows (sampled threshold, candidate buffer, and the whole-row fallback) and the
+// few-rows kernel of decode (<= 4 long rows, one grid-wide kernel: the default there; FewRows* tests).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -282,6 +283,7 @@ TEST_F(Topk, ClusterPathTiesAndGraph) {
     for (int cl : {1, 0}) {
         TopkTuning t;
         t.cluster = cl;
+        t.few_rows = 0;  // cl = 0: the three-kernel path (FewRows* cover the default for <= 4 rows)
         topk_set_tuning(t);
         check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
         check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
@@ -300,6 +302,7 @@ TEST_F(Topk, ThreeKernelPathSmall) {
     for (int fv : {0, 1}) {
         TopkTuning t;
         t.cluster = 0;
+        t.few_rows = 0;
         t.filter_variant = fv;
         topk_set_tuning(t);
         check_batch(distinct_batch({65539, 40000, 3}, 65539, 141), 2048, true);
@@ -332,6 +335,7 @@ TEST_F(Topk, TuningVariantsLong) {
     for (int cl : {0, 1}) {  // medium rows: cluster path forced on and off
         TopkTuning t;
         t.cluster = cl;
+        t.few_rows = 0;
         topk_set_tuning(t);
         check_batch(mid, 2048, true);
         check_batch(distinct_batch({131072}, 131072, 124), 2048, true);
@@ -346,12 +350,132 @@ TEST_F(Topk, TuningVariantsLong) {
                 t.filter_chunk = chunk;
                 t.filter_ctas_per_sm = cps;
                 t.filter_variant = (chunk / 1024 + cps) & 1;  // both filter bodies over the grid shapes
+                t.few_rows = 0;                               // <= 4 rows would take the few-rows kernel
                 topk_set_tuning(t);
                 check_batch(b, 2048, true, pdl == 1 && cps == 8);
                 check_batch(tied, 2048, false);
                 topk_set_tuning(TopkTuning{});
                 if (HasFatalFailure()) return;
             }
+}
+
+// ---- few long rows (<= 4 rows of > 32K: decode): one kernel of G CTAs per row, default there ----
+// Each FewRows test runs both variants: TopkTuning::few_rows = 1 (per-CTA thresholds, the default) and 2
+// (sampled threshold after a grid barrier).
+class TopkFew : public Topk, public ::testing::WithParamInterface<int> {
+  protected:
+    void SetUp() override {
+        Topk::SetUp();
+        topk_set_tuning(tuning());
+    }
+    void TearDown() override { topk_set_tuning(TopkTuning{}); }
+    // The variant, on batches of up to 4 rows (the default takes the kernels for <= 2).
+    static TopkTuning tuning() {
+        TopkTuning t;
+        t.few_rows = GetParam();
+        t.few_max_rows = 4;
+        return t;
+    }
+};
+INSTANTIATE_TEST_SUITE_P(Variants, TopkFew, ::testing::Values(1, 2));
+// Lengths below / at / above k, not multiples of 64, mixed in one batch; 1..4 rows (G = SMs / rows CTAs per
+// row, up to ~32K elements each at 4 x 1M); k from 1 to 16384.
+TEST_P(TopkFew, FewRowsExactSets) {
+    check_batch(distinct_batch({131072}, 131072, 201), 2048, true);
+    check_batch(distinct_batch({131072 - 5}, 131072, 202), 2048, true);
+    check_batch(distinct_batch({(1 << 18) - 37}, 1 << 18, 203), 2048, true);
+    check_batch(distinct_batch({1 << 20}, 1 << 20, 204), 2048, true);
+    check_batch(distinct_batch({32769}, 32772, 205), 2048, true);
+    check_batch(distinct_batch({1 << 20, 500001, 2049}, 1 << 20, 206), 2048, true);
+    check_batch(distinct_batch({1 << 20, (1 << 20) - 63, 2048, 2047}, 1 << 20, 207), 2048, true);
+    check_batch(distinct_batch({0, 1, 40000, 4097}, 40000, 208), 2048, true);
+    check_batch(distinct_batch({300007, 3, 99999, 65536 + 1}, 300007, 209), 2048, true);  // unaligned stride
+    for (int64_t k : {1, 37, 100, 4096, 16384})
+        check_batch(distinct_batch({1 << 20, 131072 + 7, 20000}, 1 << 20, 210 + k), k, true);
+}
+
+TEST_P(TopkFew, FewRowsNegativeAndExtremes) {
+    check_batch(distinct_batch({200000, 70000, 1 << 20}, 1 << 20, 221, true), 2048, true);
+    Batch b = distinct_batch({200000, 150001}, 200000, 222);
+    std::mt19937 rng(223);
+    const float specials[] = {INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1e-40f, 0.f, -0.f};
+    for (int64_t r = 0; r < b.n_rows; ++r)
+        for (int i = 0; i < b.lengths[r]; i += 3) b.values[r * b.row_stride + i] = specials[rng() % 9];
+    check_batch(b, 2048, false);
+    check_batch(b, 1, false);
+}
+
+// Ties: k-th value 0 of a ReLU-like row (tie buffer), all equal, few levels (candidates overflow: the
+// whole-row fallback of the last CTA).
+TEST_P(TopkFew, FewRowsTies) {
+    check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 231, 3, 0.999f), 2048, false);
+    check_batch(tied_batch({131072}, 131072, 232, 1, 0.0f), 2048, false);
+    check_batch(tied_batch({1 << 20, 100000}, 1 << 20, 233, 7, 0.5f), 2048, false);
+    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 234, 5, 0.9f), 2048, false);
+}
+
+// Strided-sample adversaries on one row: the big values all off the sampled positions, or only on them.
+TEST_P(TopkFew, FewRowsSampleAdversaries) {
+    const int len = 1 << 20;
+    for (int period : {128, 64, 7944}) {
+        Batch b = distinct_batch({len}, len, 241 + period);
+        for (int i = 0; i < len; ++i)
+            if (i % period == 1 || i % period == 0) b.values[i] += 1000.f;
+        check_batch(b, 2048, false);
+    }
+    // Ascending row (the top k all in the last CTA's slice), descending (all in the first).
+    for (int dir : {0, 1}) {
+        Batch b = distinct_batch({len}, len, 245 + dir);
+        std::sort(b.values.begin(), b.values.end());
+        if (dir) std::reverse(b.values.begin(), b.values.end());
+        check_batch(b, 2048, true);
+    }
+}
+
+// Graph replays (the control words are re-zeroed by each call), the same scratch over successive calls of
+// different inputs, and the same results as the three-kernel path.
+TEST_P(TopkFew, FewRowsGraphAndAgreesWithChain) {
+    check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 251), 2048, true, true);
+    check_batch(distinct_batch({131072 - 5}, 131072, 252), 2048, true, true);
+    check_batch(tied_batch({1 << 20}, 1 << 20, 253, 3, 0.999f), 2048, false, true);
+    const Batch b = distinct_batch({(1 << 19) + 11, 131072, 2049, 1 << 19}, 1 << 19, 254);
+    const std::vector<int32_t> few = run_gpu(b, 2048);
+    TopkTuning t = tuning();
+    t.few_rows = 0;
+    topk_set_tuning(t);
+    const std::vector<int32_t> chain = run_gpu(b, 2048);
+    for (int64_t r = 0; r < b.n_rows; ++r) {
+        std::vector<int32_t> x(few.begin() + r * 2048, few.begin() + (r + 1) * 2048);
+        std::vector<int32_t> y(chain.begin() + r * 2048, chain.begin() + (r + 1) * 2048);
+        std::sort(x.begin(), x.end());
+        std::sort(y.begin(), y.end());
+        ASSERT_EQ(x, y) << "row " << r;
+    }
+    // PDL off: plain stream order.
+    t = tuning();
+    t.pdl = 0;
+    topk_set_tuning(t);
+    check_batch(b, 2048, true);
+}
+
+// G from the slice-size knob: 8 .. 128 CTAs per 128K row, 33 per row of 4 x 1M (~32K keys each).
+TEST_P(TopkFew, FewRowsSliceSizes) {
+    const Batch b = distinct_batch({131072, 131072 - 3, 70001}, 131072, 261);
+    for (int slice : {1024, 4096, 16384}) {
+        TopkTuning t = tuning();
+        t.few_slice_min = slice;
+        topk_set_tuning(t);
+        check_batch(b, 2048, true);
+        if (HasFatalFailure()) return;
+    }
+    TopkTuning t = tuning();
+    topk_set_tuning(t);
+    check_batch(distinct_batch({1 << 20, (1 << 20) - 1, 1 << 19, 40000}, 1 << 20, 262), 2048, true);
+    t.few_threads = 512;  // few_rows = 1 only (2 ignores it)
+    topk_set_tuning(t);
+    check_batch(b, 2048, true);
+    check_batch(distinct_batch({1 << 20, 70001}, 1 << 20, 263), 2048, true, true);
+    check_batch(tied_batch({131072, 100000}, 131072, 264, 5, 0.9f), 2048, false);
 }
 
 }  // namespace

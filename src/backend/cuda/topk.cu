@@ -40,11 +40,35 @@
 //   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
+// Few long rows (decode: batches of <= TopkTuning::few_max_rows = 2 rows of > 32K; few_rows = 1, default):
+// the chain above costs ~19-24 us per call at batch 1, almost all fixed latency (sample 13 + filter 6-7.5 +
+// select 11-12 us as separate launches). topk_few_local_kernel does it in ONE kernel of G CTAs per row
+// (G = min(stride / 2048, SMs / rows rounded down to a multiple of 8)), with no CTA waiting for another:
+// each CTA stages its slice in shared memory (the row is read once), takes its own one-level radix threshold
+// t_c, appends its keys >= t_c, and the row's last CTA to finish selects exactly among those >= max t_c
+// (exact whenever >= k remain; else the whole-row select). A 1-CTA init kernel zeroes the row counters first
+// (the scratch may hold anything). Variant few_rows = 2 (topk_few_kernel: strided samples, grid barrier,
+// T_est, filter, last-CTA select) is slower (its T_est radix over 8K samples costs ~6 us) and kept opt-in.
+// H200 (434402f, bench_indexer decode_topk_graph: batch 1, wgmma scores + top-2048 in a CUDA graph, µs):
+//   L        scores   + chain   + few-rows   top-k share   % of copy (132 B/token)
+//   128K       9.3     28.4       23.3      19.1 -> 14.0     14.4 -> 17.5
+//   256K      13.6     33.5       28.2      19.8 -> 14.6     24.4 -> 29.0
+//   512K      22.5     43.5       38.5      21.0 -> 15.9     37.6 -> 42.5
+//   1M        40.0     63.8       60.5      23.8 -> 20.5     51.3 -> 54.1
+// bench_topk alone (1 call per graph, scores from HBM): 1 x 128K 23.3 -> 19.3, 1 x 256K 23.6 -> 20.1,
+// 1 x 512K 23.6 -> 22.5, 1 x 1M 24.7 -> 25.9 at G = 132 (23.1 at G = 128: hence the multiple of 8), 2 x 128K
+// 23.6 -> 19.5; 4 rows a wash (4 x 1M 31.6 -> 30.9; in bench_indexer -3 .. +3 us), so <= 2 rows by default.
+// Phases (globaltimer, CTA 0, 1 x 128K): load 1.5, t_c 1.5, filter + flush 1.3, wait for the last CTA 1.3,
+// the last CTA's exact select among |U'| ~ 3.4K keys 8.2 us (1 x 1M: 4.1 / 2.1 / 1.8 / 1.8 / 10.5). That
+// select dominates: find_threshold costs ~2.5 us per radix level at 1024 threads (cub BlockScan raking over
+// 2048 bins + 4 barriers per level) — the next thing to cut (a warp-level bin search, 12-bit digits).
 #include "backend/cuda/topk.h"
-#include "backend/cuda/per_device.cuh"
 
+#include <algorithm>
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
+
+#include "backend/cuda/per_device.cuh"
 
 namespace megactx::cuda {
 namespace {
@@ -67,6 +91,16 @@ constexpr int kClusterThreads = 1024;
 constexpr int kClusterSliceMax = 16384;      // row elements per CTA of a cluster (64 KB of keys)
 constexpr int kClusterMax = 8;               // portable cluster size: rows up to 8 x 16K = 128K
 constexpr int kClusterAutoRows = 16;         // auto: cluster path up to this many rows (about one wave)
+// Few long rows (decode, <= kFewMaxRows rows): one grid of G CTAs per row, all co-resident (G * rows <= SMs).
+constexpr int kFewThreads = 1024;
+constexpr int kFewMaxRows = 4;
+constexpr int kFewSliceMin = 2048;                // row elements per CTA at least (fewer CTAs for shorter rows)
+constexpr int kFewSliceMax = 32768;               // at most: 128 KB of keys in shared memory
+constexpr int kFewSamples = 8192;                 // sample target per row
+constexpr int kFewSlotsMax = kFewSamples + 1024;  // >= G * ceil(kFewSamples / G) for G <= 1024
+constexpr int kFewLocal = 4096;                   // (key, index) pairs a CTA gathers before one global atomic
+constexpr int kFewCap = 16384;                    // candidates > T_est per row (staged by the selecting CTA)
+constexpr int kFewCtl = 32;                       // ints per row: [0] arrivals, [1] done, [2] > T_est, [3] == T_est
 
 TopkTuning g_tuning;
 
@@ -671,6 +705,409 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(
     }
 }
 
+// ---- few long rows (decode): one kernel over a grid of G co-resident CTAs per row ----
+// Zeroes the per-row control words (arrival / done / candidate counters) once the previous kernel of the
+// stream has finished (a previous call may still be using the same scratch), and lets the main kernel's
+// CTAs become resident meanwhile.
+__global__ void topk_few_init_kernel(int* __restrict__ ctl, int n) {
+    pdl_trigger();
+    pdl_wait();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ctl[i] = 0;
+}
+
+// Profiling (TopkTuning::debug_times): globaltimer (ns) into dbg[i] by thread 0 of the calling CTA.
+__device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
+    if (dbg != nullptr && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        dbg[i] = t;
+    }
+}
+
+__device__ __forceinline__ int ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// CTA c of row r (G per row) owns row elements [c * per, (c + 1) * per), per = ceil(len / G):
+//   1. stages their keys in shared memory and writes sp strided samples (all of them when per <= sp: the
+//      threshold below is then the exact k-th key);
+//   2. grid barrier of the row's G CTAs (one atomic each, spin on an acquire load);
+//   3. every CTA reads the row's samples and computes the same T_est (about the m-th largest sample, m aimed
+//      at k·s/len + 4·sqrt(k·s/len) + 8 samples: the smallest sample key >= the bin floor of a 2-level radix;
+//      the exact k-th key when every item was sampled);
+//   4. filters its shared-memory keys: items > T_est gather in shared memory and reach the row's candidate
+//      buffer with one global atomic per CTA; up to k indices of items == T_est go to the tie buffer;
+//   5. the last CTA of the row to finish (done counter) selects exactly: among the candidates (staged in
+//      shared memory), or all candidates + ties when the k-th value is T_est itself, or (a sample that
+//      misrepresents the row) over the whole row from global memory.
+// The row is read once from global memory (L2 when the scores were just written).
+__global__ void __launch_bounds__(kFewThreads, 1)
+    topk_few_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
+                    int ctas_per_row, int sp, int* __restrict__ ctl_all, uint32_t* __restrict__ samples_all,
+                    uint32_t* __restrict__ cand_keys, int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx,
+                    int32_t* __restrict__ out_idx, unsigned long long* dbg) {
+    constexpr int NT = kFewThreads;
+    __shared__ SelectSmem<NT> sm;
+    __shared__ int s_n, s_base, s_last;
+    extern __shared__ uint32_t dyn[];  // [per] keys, then [max(slots, 2 * kFewLocal)]; later [2 * kFewCap]
+    const int G = ctas_per_row;
+    const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
+    const int slots = G * sp;
+    unsigned long long* dbg0 = blockIdx.x == 0 ? dbg : nullptr;  // CTA 0's phases
+    unsigned long long* dbgr = r == 0 ? dbg : nullptr;           // row 0's last CTA
+    pdl_wait();
+    stamp(dbg0, 0);
+    const int len = lengths[r];
+    int32_t* out = out_idx + static_cast<int64_t>(r) * k;
+    if (len <= k) {  // the same for all CTAs of the row: none reaches the barrier
+        if (c == 0) write_all_padded<NT>(len, k, out);
+        return;
+    }
+    int* ctl = ctl_all + r * kFewCtl;
+    uint32_t* samples = samples_all + static_cast<int64_t>(r) * kFewSlotsMax;
+    uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kFewCap;
+    int32_t* cids = cand_idx + static_cast<int64_t>(r) * kFewCap;
+    int32_t* eids = eq_idx + static_cast<int64_t>(r) * k;
+    const int per = (len + G - 1) / G;
+    const int b0 = c * per;
+    const int n = max(0, min(len - b0, per));
+    uint32_t* keys = dyn;
+    uint32_t* reg2 = dyn + per;
+
+    // 1. keys and samples
+    const float* row = values + static_cast<int64_t>(r) * row_stride + b0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n; i += NT) keys[i] = float_key(__ldg(row + i));
+    __syncthreads();
+    const bool all = per <= sp;
+    for (int j = threadIdx.x; j < sp; j += NT) {
+        const int pos = n >= sp ? static_cast<int>(static_cast<int64_t>(j) * n / sp) : j;
+        samples[c * sp + j] = pos < n ? keys[pos] : 0u;  // key 0 (a NaN pattern) sorts below every real key
+    }
+    // 2. barrier of the row's CTAs
+    __syncthreads();
+    stamp(dbg0, 1);
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(ctl, 1);
+        while (ld_acquire(ctl) < G) __nanosleep(32);
+        __threadfence();
+    }
+    __syncthreads();
+    pdl_trigger();  // every CTA of this grid is resident: dependents may launch
+    stamp(dbg0, 2);
+    // 3. T_est from the samples
+    for (int j = threadIdx.x; j < slots; j += NT) reg2[j] = __ldcg(samples + j);
+    __syncthreads();
+    int m = k;
+    if (!all) {
+        const int full = len / per, rem = len - full * per;  // per > sp here
+        const int s = full * sp + min(sp, rem);
+        const double mu = static_cast<double>(k) * s / len;
+        const double want = ceil(mu + 4.0 * sqrt(mu) + 8.0);
+        m = want < s ? static_cast<int>(want) : s;
+    }
+    // Range-relative digits for the sample (absolute ones put a row of similar scores in a few bins, and the
+    // shared-histogram atomics serialize); padding keys 0 (only in rare tail shapes) make them absolute again.
+    uint32_t thr = all ? find_threshold<NT, KeysLoader, false>(KeysLoader{reg2}, slots, m, sm).key
+                       : find_threshold<NT, KeysLoader, true>(KeysLoader{reg2}, slots, m, sm, true).key;
+    if (!all) {
+        // The bin floor -> the smallest sample key >= it (still <= the m-th largest sample): an actual key,
+        // so a row whose k-th value is shared by many items (ReLU zeros) takes the tie path, not the fallback.
+        uint32_t best = 0xffffffffu;
+        for (int j = threadIdx.x; j < slots; j += NT)
+            if (reg2[j] >= thr) best = min(best, reg2[j]);
+        best = __reduce_min_sync(0xffffffffu, best);
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (lane == 0) sm.red_lo[warp] = best;
+        __syncthreads();
+        if (warp == 0) {
+            best = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
+            if (lane == 0) sm.lo = best;
+        }
+        __syncthreads();
+        thr = sm.lo;
+    }
+    __syncthreads();  // reg2 becomes the local candidate buffer
+    stamp(dbg0, 3);
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    // 4. filter
+    uint32_t* lkeys = reg2;
+    int32_t* lids = reinterpret_cast<int32_t*>(reg2 + kFewLocal);
+    bool eq_full = false;                 // warp-uniform
+    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps take part in the ballots
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const bool ok = i < n;
+        const uint32_t key = ok ? keys[i] : 0u;
+        const bool gt = ok && key > thr;
+        const unsigned ballot = __ballot_sync(0xffffffffu, gt);
+        if (ballot != 0) {
+            const int lane = threadIdx.x & 31;
+            const int leader = __ffs(ballot) - 1;
+            int b = 0;
+            if (lane == leader) b = atomicAdd(&s_n, __popc(ballot));
+            b = __shfl_sync(0xffffffffu, b, leader);
+            const int pos = b + __popc(ballot & ((1u << lane) - 1u));
+            if (gt && pos < kFewLocal) {
+                lkeys[pos] = key;
+                lids[pos] = b0 + i;
+            }
+            if (b + __popc(ballot) > kFewLocal)
+                warp_append(gt && pos >= kFewLocal, key, b0 + i, ctl + 2, ckeys, cids, kFewCap);
+        }
+        if (!eq_full) eq_full = warp_append(ok && key == thr, key, b0 + i, ctl + 3, nullptr, eids, k) >= k;
+    }
+    __syncthreads();
+    const int n_local = min(s_n, kFewLocal);
+    if (threadIdx.x == 0) s_base = n_local > 0 ? atomicAdd(ctl + 2, n_local) : 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < n_local; j += NT) {
+        const int p = s_base + j;
+        if (p < kFewCap) {
+            ckeys[p] = lkeys[j];
+            cids[p] = lids[j];
+        }
+    }
+    // 5. the row's last CTA selects
+    __syncthreads();
+    stamp(dbg0, 4);
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(ctl + 1, 1) == G - 1;
+        if (s_last) __threadfence();
+    }
+    __syncthreads();
+    if (!s_last) return;
+    stamp(dbgr, 5);
+    const int n_gt = __ldcg(ctl + 2), n_eq = __ldcg(ctl + 3);
+    if (n_gt < k && n_gt + n_eq >= k) {
+        // The k-th value is T_est itself: every item > T_est, then any k - n_gt of the ties.
+        for (int i = threadIdx.x; i < k; i += NT) out[i] = i < n_gt ? __ldcg(cids + i) : __ldcg(eids + i - n_gt);
+    } else if (n_gt >= k && n_gt <= kFewCap) {
+        uint32_t* sk = dyn;
+        int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
+        for (int i = threadIdx.x; i < n_gt; i += NT) {
+            sk[i] = __ldcg(ckeys + i);
+            si[i] = __ldcg(cids + i);
+        }
+        __syncthreads();
+        const KeysIdxLoader ld{sk, si};
+        const Threshold t = find_threshold<NT>(ld, n_gt, k, sm);
+        emit_topk<NT>(ld, n_gt, k, t, out, sm);
+    } else {
+        const RowLoader ld{values + static_cast<int64_t>(r) * row_stride};
+        const Threshold t = find_threshold<NT>(ld, len, k, sm);
+        emit_topk<NT>(ld, len, k, t, out, sm);
+    }
+    if (dbgr != nullptr) {
+        __syncthreads();
+        stamp(dbgr, 6);
+        if (threadIdx.x == 0) dbgr[7] = static_cast<unsigned long long>(n_gt);
+    }
+}
+
+// Few long rows, variant without a grid barrier (TopkTuning::few_rows = 1): CTA c of row r owns row
+// elements [c * per, (c + 1) * per) and
+//   1. stages their keys in shared memory, with their min and max;
+//   2. finds t_c, the floor of the range-relative 11-bit bin that holds its m_c-th largest key (one radix
+//      level; m_c = mu + 4·sqrt(mu) + 8 with mu = k·n_c/len, the slice's expected share of the top k), so
+//      at least m_c of its keys are >= t_c;
+//   3. appends its keys >= t_c to the row's candidate set U (one global atomic per CTA) and raises the row's
+//      t_max = max_c t_c (atomicMax);
+//   4. the row's last CTA to finish (done counter) keeps U' = the keys of U >= t_max (the final one). Every
+//      key outside U' is < t_max; when |U'| >= k, the k-th largest key of the row is therefore >= t_max and
+//      the top k of U' are the top k of the row: exact select among U' in shared memory. Otherwise (a slice
+//      holding more than m_c of the top k: rare by the margin; or |U| beyond the buffer: heavy ties, e.g.
+//      ReLU zeros) the exact select over the whole row from global memory.
+// No CTA waits for another: no co-residency needed, no barrier, no sample.
+template <int NT>
+__global__ void __launch_bounds__(NT, 1)
+    topk_few_local_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
+                          int k, int ctas_per_row, int* __restrict__ ctl_all, uint32_t* __restrict__ cand_keys,
+                          int32_t* __restrict__ cand_idx, int32_t* __restrict__ out_idx, unsigned long long* dbg) {
+    __shared__ SelectSmem<NT> sm;
+    __shared__ int s_n, s_base, s_last;
+    extern __shared__ uint32_t dyn[];  // [per] keys, then [2 * kFewLocal] (key, index) pairs; later [2 * kFewCap]
+    const int G = ctas_per_row;
+    const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
+    unsigned long long* dbg0 = blockIdx.x == 0 ? dbg : nullptr;
+    unsigned long long* dbgr = r == 0 ? dbg : nullptr;
+    pdl_wait();
+    stamp(dbg0, 0);
+    const int len = lengths[r];
+    int32_t* out = out_idx + static_cast<int64_t>(r) * k;
+    if (len <= k) {
+        if (c == 0) write_all_padded<NT>(len, k, out);
+        return;
+    }
+    int* ctl = ctl_all + r * kFewCtl;  // [1] done, [2] |U|, [4] t_max
+    uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kFewCap;
+    int32_t* cids = cand_idx + static_cast<int64_t>(r) * kFewCap;
+    const int per = (len + G - 1) / G;
+    const int b0 = c * per;
+    const int n = max(0, min(len - b0, per));
+    uint32_t* keys = dyn;
+    uint32_t* lkeys = dyn + per;
+    int32_t* lids = reinterpret_cast<int32_t*>(dyn + per + kFewLocal);
+
+    // 1. keys, min and max
+    const float* row = values + static_cast<int64_t>(r) * row_stride + b0;
+    uint32_t lo = 0xffffffffu, hi = 0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n; i += NT) {
+        const uint32_t key = float_key(__ldg(row + i));
+        keys[i] = key;
+        lo = min(lo, key);
+        hi = max(hi, key);
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) {
+        sm.red_lo[warp] = lo;
+        sm.red_hi[warp] = hi;
+    }
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    lo = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
+    hi = __reduce_max_sync(0xffffffffu, lane < NT / 32 ? sm.red_hi[lane] : 0u);
+    stamp(dbg0, 1);
+    // 2. t_c: one radix level over [lo, hi]
+    uint32_t tc = lo;
+    const double mu = static_cast<double>(k) * n / len;
+    const double want = ceil(mu + 4.0 * sqrt(mu) + 8.0);
+    if (n > 0 && want < n && hi > lo) {  // uniform
+        const int mc = static_cast<int>(want);
+        const uint32_t span = hi - lo;
+        const int rem = 32 - __clz(static_cast<int>(span));
+        const int w = rem < 11 ? rem : 11;
+        const int shift = rem - w;
+        const int nb = 1 << w;
+        for (int b = threadIdx.x; b < nb; b += NT) sm.hist[b] = 0;
+        __syncthreads();
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&sm.hist[(keys[i] - lo) >> shift], 1);
+        __syncthreads();
+        const int pb = (nb + NT - 1) / NT;
+        const int tb = nb - 1 - static_cast<int>(threadIdx.x) * pb;
+        int local = 0;
+        for (int j = 0; j < pb; ++j)
+            if (tb - j >= 0) local += sm.hist[tb - j];
+        int acc = 0;
+        cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(local, acc);
+        for (int j = 0; j < pb; ++j) {
+            if (tb - j < 0) break;
+            const int h = sm.hist[tb - j];
+            if (acc < mc && acc + h >= mc) sm.digit = tb - j;
+            acc += h;
+        }
+        __syncthreads();
+        tc = lo + (static_cast<uint32_t>(sm.digit) << shift);
+    }
+    stamp(dbg0, 2);
+    // 3. keys >= t_c into U
+    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps take part in the ballots
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const bool ok = i < n;
+        const uint32_t key = ok ? keys[i] : 0u;
+        const bool in = ok && key >= tc;
+        const unsigned ballot = __ballot_sync(0xffffffffu, in);
+        if (ballot != 0) {
+            const int leader = __ffs(ballot) - 1;
+            int b = 0;
+            if (lane == leader) b = atomicAdd(&s_n, __popc(ballot));
+            b = __shfl_sync(0xffffffffu, b, leader);
+            const int pos = b + __popc(ballot & ((1u << lane) - 1u));
+            if (in && pos < kFewLocal) {
+                lkeys[pos] = key;
+                lids[pos] = b0 + i;
+            }
+            if (b + __popc(ballot) > kFewLocal)
+                warp_append(in && pos >= kFewLocal, key, b0 + i, ctl + 2, ckeys, cids, kFewCap);
+        }
+    }
+    __syncthreads();
+    const int n_local = min(s_n, kFewLocal);
+    if (threadIdx.x == 0) {
+        s_base = n_local > 0 ? atomicAdd(ctl + 2, n_local) : 0;
+        if (n > 0) atomicMax(reinterpret_cast<unsigned*>(ctl + 4), tc);  // result unused: no round trip
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < n_local; j += NT) {
+        const int p = s_base + j;
+        if (p < kFewCap) {
+            ckeys[p] = lkeys[j];
+            cids[p] = lids[j];
+        }
+    }
+    pdl_trigger();
+    // 4. the row's last CTA selects
+    __syncthreads();
+    stamp(dbg0, 4);
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(ctl + 1, 1) == G - 1;
+        if (s_last) __threadfence();
+    }
+    __syncthreads();
+    if (!s_last) return;
+    stamp(dbgr, 5);
+    const int n_u = __ldcg(ctl + 2);
+    const uint32_t t_max = static_cast<uint32_t>(__ldcg(ctl + 4));
+    // Only U' = the keys of U >= t_max are staged: when |U'| >= k, the k-th largest key of the row is >= t_max,
+    // every key not in U' is below it, and the top k of U' are the top k of the row.
+    bool done = false;
+    int n_s = 0;
+    if (n_u >= k && n_u <= kFewCap) {
+        uint32_t* sk = dyn;
+        int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
+        if (threadIdx.x == 0) s_n = 0;
+        __syncthreads();
+        constexpr int kU = 8;                        // all loads of a batch in flight before the compaction
+        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {  // uniform trip count (warp_slot)
+            uint32_t kv[kU];
+            int32_t iv[kU];
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+                const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+                kv[u] = i < n_u ? __ldcg(ckeys + i) : 0u;
+                iv[u] = i < n_u ? __ldcg(cids + i) : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+                const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+                const bool keep = i < n_u && kv[u] >= t_max;
+                const int slot = warp_slot(keep, &s_n);
+                if (keep) {
+                    sk[slot] = kv[u];
+                    si[slot] = iv[u];
+                }
+            }
+        }
+        __syncthreads();
+        n_s = s_n;
+        if (n_s >= k) {  // uniform
+            const KeysIdxLoader ld{sk, si};
+            const Threshold t = find_threshold<NT>(ld, n_s, k, sm);
+            emit_topk<NT>(ld, n_s, k, t, out, sm);
+            done = true;
+        }
+    }
+    if (!done) {
+        const RowLoader ld{values + static_cast<int64_t>(r) * row_stride};
+        const Threshold t = find_threshold<NT>(ld, len, k, sm);
+        emit_topk<NT>(ld, len, k, t, out, sm);
+    }
+    if (dbgr != nullptr) {
+        __syncthreads();
+        stamp(dbgr, 6);
+        if (threadIdx.x == 0) dbgr[7] = static_cast<unsigned long long>(n_s) | (done ? 0ull : 1ull << 32);
+    }
+}
+
 int64_t candidate_cap(int64_t row_stride, int64_t k) {
     const int64_t want = 4 * k > 32768 ? 4 * k : 32768;
     return row_stride < want ? row_stride : want;
@@ -691,6 +1128,21 @@ LongLayout long_layout(int64_t n_rows, int64_t row_stride, int64_t k) {
     l.keys = l.count + align256(kCountStride * n * sizeof(int));
     l.ids = l.keys + align256(n * cap * sizeof(uint32_t));
     l.eq_ids = l.ids + align256(n * cap * sizeof(int32_t));
+    l.total = l.eq_ids + align256(n * static_cast<size_t>(k) * sizeof(int32_t));
+    return l;
+}
+
+struct FewLayout {
+    size_t ctl = 0, samples = 0, keys = 0, ids = 0, eq_ids = 0, total = 0;
+};
+
+FewLayout few_layout(int64_t n_rows, int64_t k) {
+    const size_t n = static_cast<size_t>(n_rows);
+    FewLayout l;
+    l.samples = align256(n * kFewCtl * sizeof(int));
+    l.keys = l.samples + align256(n * kFewSlotsMax * sizeof(uint32_t));
+    l.ids = l.keys + align256(n * kFewCap * sizeof(uint32_t));
+    l.eq_ids = l.ids + align256(n * kFewCap * sizeof(int32_t));
     l.total = l.eq_ids + align256(n * static_cast<size_t>(k) * sizeof(int32_t));
     return l;
 }
@@ -726,7 +1178,10 @@ void topk_set_tuning(const TopkTuning& t) { g_tuning = t; }
 
 size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k) {
     if (row_stride <= kShortMaxStride || n_rows <= 0) return 0;
-    return long_layout(n_rows, row_stride, k).total;
+    const size_t chain = long_layout(n_rows, row_stride, k).total;
+    if (n_rows > kFewMaxRows) return chain;
+    const size_t few = few_layout(n_rows, k).total;
+    return few > chain ? few : chain;
 }
 
 bool topk_supported(int64_t k, int64_t row_stride) {
@@ -771,6 +1226,60 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         cudaLaunchKernelEx(&cfg, topk_cluster_kernel, p.values, p.lengths, p.row_stride, k, slice, p.out_idx);
         return;
     }
+    const TopkTuning& tu = g_tuning;
+    cudaEvent_t* ev = tu.step_events;
+    const bool pdl = tu.pdl != 0 && ev == nullptr;
+    // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
+    // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
+    const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
+    if (tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows && p.k <= kFewCap && p.n_rows <= sm_count()) {
+        const int64_t slice_min = tu.few_slice_min > 0 ? tu.few_slice_min : kFewSliceMin;
+        const int64_t want = (p.row_stride + slice_min - 1) / slice_min;
+        // CTAs per row: at most the SMs per row, rounded down to a multiple of 8 (132 -> 128: a few SMs stay free
+        // for the init kernel and the previous kernel's tail; 1 x 1M: 23.1 us at G = 128, 25.9 at G = 132).
+        int64_t g_max = sm_count() / p.n_rows;
+        if (g_max >= 16) g_max &= ~int64_t{7};
+        const int G = static_cast<int>(want < g_max ? want : g_max);
+        const int64_t per_max = (p.row_stride + G - 1) / G;
+        if (per_max <= kFewSliceMax) {
+            per_device_once([] {
+                return cudaFuncSetAttribute(topk_few_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>((kFewSliceMax + kFewSlotsMax) * sizeof(uint32_t)));
+            });
+            const int sp = (kFewSamples + G - 1) / G;
+            const int64_t region2 = std::max<int64_t>(static_cast<int64_t>(G) * sp, 2 * kFewLocal);
+            const size_t smem =
+                static_cast<size_t>(std::max<int64_t>(per_max + region2, 2 * kFewCap)) * sizeof(uint32_t);
+            const FewLayout fl = few_layout(p.n_rows, p.k);
+            char* fb = static_cast<char*>(p.scratch);
+            auto* ctl = reinterpret_cast<int*>(fb + fl.ctl);
+            launch_ex(topk_few_init_kernel, dim3(1), dim3(128), 0, stream, pdl, ctl,
+                      static_cast<int>(p.n_rows * kFewCtl));
+            if (tu.few_rows == 1) {
+                per_device_once([] {
+                    const int bytes = static_cast<int>((kFewSliceMax + 2 * kFewLocal) * sizeof(uint32_t));
+                    const cudaError_t e = cudaFuncSetAttribute(topk_few_local_kernel<1024>,
+                                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+                    return e != cudaSuccess ? e
+                                            : cudaFuncSetAttribute(topk_few_local_kernel<512>,
+                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+                });
+                const size_t smem_local =
+                    static_cast<size_t>(std::max<int64_t>(per_max + 2 * kFewLocal, 2 * kFewCap)) * sizeof(uint32_t);
+                const bool half = tu.few_threads == 512;
+                launch_ex(half ? topk_few_local_kernel<512> : topk_few_local_kernel<1024>,
+                          dim3(rows * static_cast<unsigned>(G)), dim3(half ? 512 : 1024), smem_local, stream, pdl,
+                          p.values, p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(fb + fl.keys),
+                          reinterpret_cast<int32_t*>(fb + fl.ids), p.out_idx, tu.debug_times);
+                return;
+            }
+            launch_ex(topk_few_kernel, dim3(rows * static_cast<unsigned>(G)), dim3(kFewThreads), smem, stream, pdl,
+                      p.values, p.lengths, p.row_stride, k, G, sp, ctl, reinterpret_cast<uint32_t*>(fb + fl.samples),
+                      reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids),
+                      reinterpret_cast<int32_t*>(fb + fl.eq_ids), p.out_idx, tu.debug_times);
+            return;
+        }
+    }
     per_device_once([] {
         return cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(2 * kStageCap * sizeof(uint32_t)));
@@ -783,9 +1292,6 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     auto* keys = reinterpret_cast<uint32_t*>(base + l.keys);
     auto* ids = reinterpret_cast<int32_t*>(base + l.ids);
     auto* eq_ids = reinterpret_cast<int32_t*>(base + l.eq_ids);
-    const TopkTuning& tu = g_tuning;
-    cudaEvent_t* ev = tu.step_events;
-    const bool pdl = tu.pdl != 0 && ev == nullptr;
 
     if (ev) cudaEventRecord(ev[0], stream);
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);

@@ -35,6 +35,13 @@ struct TopkTuning {
     int filter_ctas_per_sm = 0;         // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
     int filter_variant = 1;             // 1: mask-then-compact-loop filter (16-B path); 0: the unrolled-append one
     int cluster = 0;                    // rows of 32K..128K: one cluster per row; -1: when <= 16 rows, 0: never, 1: always
+    // <= 4 long rows, one kernel of G CTAs per row: 1 per-CTA thresholds (no barrier), 2 sampled threshold
+    // after a grid barrier; 0: the three kernels above.
+    int few_rows = 1;
+    int few_max_rows = 2;                       // few-rows kernels for batches of <= this many rows (at most 4)
+    int few_threads = 0;                        // few_rows = 1: 512 or 1024 (0) threads per CTA
+    int few_slice_min = 0;                      // few-rows kernels: row elements per CTA at least (sets G); 0: 2048
+    unsigned long long* debug_times = nullptr;  // few-rows kernels: device [8], globaltimer stamps (topk.cu)
     cudaEvent_t* step_events = nullptr; // long rows: when set, events [0..3] recorded around sample/filter/select
                                         // (PDL then off)
 };
