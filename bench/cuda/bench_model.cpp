@@ -3,7 +3,9 @@
 //
 // A context of L tokens is made by filling the KV pools with random valid rows (kv_fill.h) instead of
 // prefilling L tokens; the sequence's block table then covers positions 0..L, and
-//   decode:  one token at position L (batch 1), forward + logits download, median over --steps steps;
+//   decode:  one token at position L per sequence, forward + logits download, median over --steps steps; with
+//            --decode-batch B, B sequences that share the context's blocks (each with its own last block, so
+//            the B new rows land in different slots): a step is one ragged batch of B decode tokens;
 //   prefill: a chunk of --chunk tokens at positions L − chunk .. L − 1 (so the last query sees L keys),
 //            tokens/s = chunk / time, median over --prefill-reps runs.
 // Every step is a full `GlmDsaModel::forward` through CudaOps (plan upload, all layers, LM head, host sync),
@@ -71,12 +73,15 @@ int main(int argc, char** argv) {
     std::vector<std::string> models;
     std::string contexts_arg = "8192,131072,1048576", kv_arg = "fp8", json_path;
     int64_t steps = 20, chunk = 4096, prefill_reps = 2;
+    std::string decode_batch_arg = "1";
     app.add_option("--model", models, "model directories (gen-model output); repeat to compare")->required();
     app.add_option("--contexts", contexts_arg, "context lengths L");
     app.add_option("--kv", kv_arg, "KV format: fp8 | bf16");
     app.add_option("--steps", steps, "timed decode steps per context")->check(CLI::Range(1, 10000));
     app.add_option("--chunk", chunk, "prefill chunk (0: no prefill measurement)")->check(CLI::Range(0, 65536));
     app.add_option("--prefill-reps", prefill_reps)->check(CLI::Range(1, 100));
+    app.add_option("--decode-batch", decode_batch_arg,
+                   "sequences decoding together, a list (they share the context's KV blocks), e.g. 1,32");
     app.add_option("--json", json_path, "write the results as JSON");
     ParallelOptions po;
     std::string transport = "nccl";
@@ -87,6 +92,8 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         const std::vector<int64_t> contexts = bench::parse_positive_list(contexts_arg, "--contexts");
+        const std::vector<int64_t> decode_batches = bench::parse_positive_list(decode_batch_arg, "--decode-batch");
+        const int64_t max_batch = *std::max_element(decode_batches.begin(), decode_batches.end());
         MEGACTX_CHECK(kv_arg == "fp8" || kv_arg == "bf16", "--kv must be fp8 or bf16, got '{}'", kv_arg);
         const KvFormat fmt = kv_arg == "fp8" ? KvFormat::FP8 : KvFormat::BF16;
         const cuda::DeviceInfo dev = cuda::device_info(0);
@@ -95,7 +102,8 @@ int main(int argc, char** argv) {
                               {"steps", steps}, {"chunk", chunk}, {"cuda_graphs", false},
                               {"tensor_parallel", po.n_gpus}, {"expert_parallel", po.expert_parallel}, {"layer_split", po.layer_split},
                               {"tp_transport", po.n_gpus > 1 ? transport : "none"}, {"results", nlohmann::json::array()}};
-        std::printf("%-28s %9s %6s %12s %16s\n", "model", "L", "full", "decode ms", "prefill tok/s");
+        std::printf("%-28s %9s %6s %6s %12s %12s %16s\n", "model", "L", "full", "batch", "decode ms", "decode tok/s",
+                    "prefill tok/s");
         const int64_t max_l = *std::max_element(contexts.begin(), contexts.end());
         for (const std::string& dir : models) {
             std::unique_ptr<TensorParallelGroup> group;
@@ -122,7 +130,7 @@ int main(int argc, char** argv) {
             const ModelConfig& c = model.config();
             int64_t n_full = 0;
             for (int64_t l = 0; l < c.n_layers; ++l) n_full += c.is_full(l);
-            KvCache kv(*ops, c, (max_l + kBlockSize - 1) / kBlockSize + 2, fmt, model.kv_layers());
+            KvCache kv(*ops, c, (max_l + kBlockSize - 1) / kBlockSize + 2 + max_batch, fmt, model.kv_layers());
             fill_pools(kv, c, fmt);
             if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
             std::vector<float> host;
@@ -134,11 +142,6 @@ int main(int argc, char** argv) {
                 SeqKv seq;
                 seq.reserve(kv.blocks(), L + 1);
                 const int32_t tok = 17;
-                Batch d;
-                d.add_sequence(&seq.blocks, &tok, 1, L, true);
-                for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host);
-                std::vector<double> ms;
-                for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, d, kv, host));
                 double prefill_tok_s = 0, prefill_ms = 0;
                 if (chunk > 0 && L >= chunk) {
                     std::vector<int32_t> toks(static_cast<size_t>(chunk));
@@ -152,17 +155,36 @@ int main(int argc, char** argv) {
                     prefill_ms = median(pms);
                     prefill_tok_s = 1e3 * static_cast<double>(chunk) / prefill_ms;
                 }
+                for (const int64_t B : decode_batches) {
+                    // B sequences: the shared context blocks, each its own block for position L (the random pool
+                    // fill gives that block's earlier rows too), so the B new rows land in different slots.
+                    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B), seq.blocks);
+                    std::vector<int32_t> own;
+                    for (auto& t : tables) {
+                        own.push_back(kv.blocks().allocate());
+                        t[static_cast<size_t>(L / kBlockSize)] = own.back();
+                    }
+                    Batch d;
+                    for (auto& t : tables) d.add_sequence(&t, &tok, 1, L, true);
+                    for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host);
+                    std::vector<double> ms;
+                    for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, d, kv, host));
+                    for (int32_t b : own) kv.blocks().release(b);
+                    const double dec = median(ms);
+                    std::printf("%-28s %9lld %3lld/%-2lld %6lld %12.3f %12.0f %16.0f\n",
+                                dir.substr(dir.find_last_of('/') + 1).c_str(), static_cast<long long>(L),
+                                static_cast<long long>(n_full), static_cast<long long>(c.n_layers),
+                                static_cast<long long>(B), dec, 1e3 * static_cast<double>(B) / dec, prefill_tok_s);
+                    std::fflush(stdout);
+                    out["results"].push_back({{"model", dir}, {"n_layers", c.n_layers}, {"n_full", n_full},
+                                              {"n_experts", c.n_routed_experts}, {"context", L}, {"decode_batch", B},
+                                              {"decode_ms_median", dec},
+                                              {"decode_tok_s", 1e3 * static_cast<double>(B) / dec},
+                                              {"decode_ms_min", *std::min_element(ms.begin(), ms.end())},
+                                              {"prefill_chunk", chunk}, {"prefill_ms", prefill_ms},
+                                              {"prefill_tok_s", prefill_tok_s}});
+                }
                 seq.free(kv.blocks());
-                const double dec = median(ms);
-                std::printf("%-28s %9lld %3lld/%-2lld %12.3f %16.0f\n", dir.substr(dir.find_last_of('/') + 1).c_str(),
-                            static_cast<long long>(L), static_cast<long long>(n_full),
-                            static_cast<long long>(c.n_layers), dec, prefill_tok_s);
-                std::fflush(stdout);
-                out["results"].push_back({{"model", dir}, {"n_layers", c.n_layers}, {"n_full", n_full},
-                                          {"n_experts", c.n_routed_experts}, {"context", L},
-                                          {"decode_ms_median", dec}, {"decode_ms_min", *std::min_element(ms.begin(), ms.end())},
-                                          {"prefill_chunk", chunk}, {"prefill_ms", prefill_ms},
-                                          {"prefill_tok_s", prefill_tok_s}});
             }
         }
         if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";

@@ -100,14 +100,16 @@ if has tp; then
     g2=$(build-cuda/megactx generate --model "$m" --device cuda --kv-cache-dtype f32 --tokens 1,2,3,4,5 --max-new-tokens 16 --tp "$ngpu" --expert-parallel 2>"$out/cli_tp.err")
     [ -n "$g1" ] && [ "$g1" = "$g2" ] && r=PASS || r="FAIL ($g1 vs $g2)"
     summary+=("cli generate --tp $ngpu = one GPU: $r")
-    # LayerSplit next to replicated KV (a small glm52-shape: 4 experts, quick to generate): decode and prefill.
+    # One GPU, TP + EP, and TP + EP + LayerSplit on a small glm52-shape (4 experts, quick to generate): decode at
+    # batch 1 and 32, prefill.
     d4=/tmp/glm52-4e
     [ -f "$d4/config.json" ] || build-cuda/megactx gen-model --preset glm52-shape --layers 4 --dtype fp8 \
         --index-pattern FSSS --out "$d4" >/dev/null
-    for cfg in "$ngpu --expert-parallel" "$ngpu --expert-parallel --layer-split"; do
+    for cfg in "1" "$ngpu --expert-parallel" "$ngpu --expert-parallel --layer-split"; do
         tag=4e-tp$(echo "$cfg" | tr -d ' -' | sed 's/expertparallel/ep/; s/layersplit/ls/')
         build-cuda/bench/cuda/bench_model --model "$d4" --tp $cfg --contexts "${TP_CONTEXTS:-8192,131072,1048575}" \
-            --kv fp8 --steps "${TP_STEPS:-10}" --json "$out/bench_model_$tag.json" 2>&1 | tee "$out/bench_model_$tag.log"
+            --decode-batch 1,32 --kv fp8 --steps "${TP_STEPS:-10}" --json "$out/bench_model_$tag.json" 2>&1 |
+            tee "$out/bench_model_$tag.log"
         summary+=("bench_model $tag: exit ${PIPESTATUS[0]}")
     done
     # serve under --tp (with and without LayerSplit): capacity line, one completion, clean exit
