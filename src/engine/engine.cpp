@@ -28,12 +28,12 @@ int64_t resolve_max_model_len(const ModelConfig& c, const EngineConfig& e) {
     return len;
 }
 
-int64_t resolve_blocks(const ModelConfig& c, const EngineConfig& e, Range kv_layers) {
+int64_t resolve_blocks(const ModelConfig& c, const EngineConfig& e, int64_t kv_bytes_per_token) {
     if (e.n_kv_blocks > 0) return e.n_kv_blocks;
     const int64_t max_len = resolve_max_model_len(c, e);
     const int64_t want = e.scheduler.max_num_seqs * ((max_len + kBlockSize - 1) / kBlockSize);
     const int64_t bytes = e.kv_cache_bytes > 0 ? e.kv_cache_bytes : (int64_t{2} << 30);  // CPU default: 2 GiB
-    const int64_t per_block = kv_bytes_per_token(c, e.kv_format, kv_layers) * kBlockSize;  // this rank's layers
+    const int64_t per_block = kv_bytes_per_token * kBlockSize;  // the fullest rank's layers (LayerSplit)
     const int64_t fit = bytes / per_block;
     MEGACTX_CHECK(fit >= 1, "KV cache budget of {} bytes holds no 64-token block ({} bytes per block)", bytes,
                   per_block);
@@ -47,7 +47,7 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
       ops_(ops),
       config_(config),
       max_model_len_(resolve_max_model_len(model.config(), config)),
-      kv_(ops, model.config(), resolve_blocks(model.config(), config, model.kv_layers()), config.kv_format,
+      kv_(ops, model.config(), resolve_blocks(model.config(), config, model.kv_bytes_per_token_max(config.kv_format)), config.kv_format,
           model.kv_layers()) {
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");

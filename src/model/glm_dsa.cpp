@@ -9,6 +9,7 @@
 // then final RMSNorm and the LM head.
 #include "model/glm_dsa.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -324,6 +325,13 @@ ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<f
 
 Range GlmDsaModel::kv_layers() const {
     return shard_ ? shard_->kv_layers : Range{0, config_.n_layers_total()};
+}
+
+int64_t GlmDsaModel::kv_bytes_per_token_max(KvFormat format) const {
+    if (!shard_plan_) return kv_bytes_per_token(config_, format);
+    int64_t most = 0;
+    for (const RankPlan& r : shard_plan_->ranks) most = std::max(most, kv_bytes_per_token(config_, format, r.kv_layers));
+    return most;
 }
 
 int GlmDsaModel::kv_owner(int64_t i_layer) const {

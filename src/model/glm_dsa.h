@@ -84,6 +84,9 @@ public:
     void set_followers(RankFollowers* f) { followers_ = f; }
     // The layers whose KV this model's KV cache holds: all, or this rank's group under LayerSplit.
     Range kv_layers() const;
+    // KV bytes per token of the rank that holds the most (LayerSplit groups differ; every rank gets the same
+    // block count, so the engine sizes the pool by this one); the whole model's without a group.
+    int64_t kv_bytes_per_token_max(KvFormat format) const;
 
     // Runs the decoder over the batch: writes every token's KV at its slot, computes logits for the
     // requested rows. The tokens' positions must be covered by their block tables.
