@@ -250,6 +250,8 @@ int main(int argc, char** argv) {
             ->capture_default_str()
             ->check(CLI::Range(1, 64));
         sub->add_flag("--expert-parallel", tp.expert_parallel, "Split the routed experts across the ranks (else by columns)");
+        sub->add_flag("--indexer-split", tp.indexer_split,
+                      "Split the indexer by heads (partial scores all-reduced before top-k; default: replicated)");
         sub->add_flag("--layer-split", tp.layer_split,
                       "Each rank keeps the KV of a contiguous group of layers (the node holds N times more tokens)");
         sub->add_option("--tp-transport", tp_transport,

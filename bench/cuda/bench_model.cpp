@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
     app.add_option("--tp", po.n_gpus, "tensor-parallel ranks (one per GPU with NCCL)")->check(CLI::Range(1, 64));
     app.add_flag("--expert-parallel", po.expert_parallel, "split the routed experts across the ranks");
     app.add_flag("--layer-split", po.layer_split, "each rank keeps the KV of a contiguous group of layers");
+    app.add_flag("--indexer-split", po.indexer_split, "split the indexer by heads (scores all-reduced before top-k)");
     app.add_option("--tp-transport", transport, "nccl | thread");
     CLI11_PARSE(app, argc, argv);
     try {
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
         nlohmann::json out = {{"bench", "bench_model"}, {"device", dev.name}, {"date", bench::utc_now()},
                               {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)}, {"kv", kv_arg},
                               {"steps", steps}, {"chunk", chunk}, {"cuda_graphs", false},
-                              {"tensor_parallel", po.n_gpus}, {"expert_parallel", po.expert_parallel}, {"layer_split", po.layer_split},
+                              {"tensor_parallel", po.n_gpus}, {"expert_parallel", po.expert_parallel}, {"layer_split", po.layer_split}, {"indexer_split", po.indexer_split},
                               {"tp_transport", po.n_gpus > 1 ? transport : "none"}, {"results", nlohmann::json::array()}};
         std::printf("%-28s %9s %6s %6s %12s %12s %16s\n", "model", "L", "full", "batch", "decode ms", "decode tok/s",
                     "prefill tok/s");

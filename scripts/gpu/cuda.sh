@@ -105,8 +105,9 @@ if has tp; then
     d4=/tmp/glm52-4e
     [ -f "$d4/config.json" ] || build-cuda/megactx gen-model --preset glm52-shape --layers 4 --dtype fp8 \
         --index-pattern FSSS --out "$d4" >/dev/null
-    for cfg in "1" "$ngpu --expert-parallel" "$ngpu --expert-parallel --layer-split"; do
-        tag=4e-tp$(echo "$cfg" | tr -d ' -' | sed 's/expertparallel/ep/; s/layersplit/ls/')
+    for cfg in "1" "$ngpu --expert-parallel" "$ngpu --expert-parallel --layer-split" \
+        "$ngpu --expert-parallel --indexer-split"; do
+        tag=4e-tp$(echo "$cfg" | tr -d ' -' | sed 's/expertparallel/ep/; s/layersplit/ls/; s/indexersplit/is/')
         build-cuda/bench/cuda/bench_model --model "$d4" --tp $cfg --contexts "${TP_CONTEXTS:-8192,131072,1048575}" \
             --decode-batch 1,32 --kv fp8 --steps "${TP_STEPS:-10}" --json "$out/bench_model_$tag.json" 2>&1 |
             tee "$out/bench_model_$tag.log"

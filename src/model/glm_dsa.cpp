@@ -43,8 +43,9 @@ GlmDsaModel::GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank
     MEGACTX_CHECK(rank >= 0 && rank < g && comm.size() == g && comm.rank() == rank,
                   "tensor parallel: rank {} of a {}-rank plan, communicator rank {} of {}", rank, g, comm.rank(),
                   comm.size());
-    MEGACTX_CHECK(!plan.options.indexer_split, "tensor parallel: --indexer-split is planned but not implemented "
-                                               "(the indexer runs replicated)");
+    MEGACTX_CHECK(!(plan.options.indexer_split && plan.options.layer_split && g > 1),
+                  "tensor parallel: --indexer-split and --layer-split exclude each other (under LayerSplit only the "
+                  "owner of a layer holds its indexer keys, and it runs the whole indexer)");
     shard_ = &shard_plan_->ranks[static_cast<size_t>(rank)];
     load(dir);
 }
@@ -62,6 +63,7 @@ void GlmDsaModel::load(const std::string& dir) {
     all.expert_ff = {0, c.moe_intermediate_size};
     all.shared_ff = {0, c.n_shared_experts * c.moe_intermediate_size};
     all.vocab = {0, c.vocab_size};
+    all.indexer_heads = {0, c.n_head_indexer};
     const RankPlan& sh = shard_ ? *shard_ : all;
     n_head_local_ = sh.heads.size();
     const auto rows = [](const Weight& w, Range r, int64_t per) {  // rows [r.begin·per, r.end·per)
@@ -115,11 +117,13 @@ void GlmDsaModel::load(const std::string& dir) {
         L.o = cols(load_weight(s, a + "o_proj.weight", H, c.n_head * c.v_head_dim), sh.heads, c.v_head_dim);
         if (L.full) {  // indexer tensors on shared layers, if a checkpoint ships them, are ignored
             const std::string x = a + "indexer.";
-            L.indexer.wq_b = load_weight(s, x + "wq_b.weight", c.n_head_indexer * c.d_indexer, c.q_lora_rank);
+            L.indexer.wq_b = rows(load_weight(s, x + "wq_b.weight", c.n_head_indexer * c.d_indexer, c.q_lora_rank),
+                                  sh.indexer_heads, c.d_indexer);
             L.indexer.wk = load_weight(s, x + "wk.weight", c.d_indexer, H);
             L.indexer.k_norm_w = load_vector(s, x + "k_norm.weight", c.d_indexer);
             L.indexer.k_norm_b = load_vector(s, x + "k_norm.bias", c.d_indexer);
-            L.indexer.weights_proj = load_weight(s, x + "weights_proj.weight", c.n_head_indexer, H);
+            L.indexer.weights_proj = rows(load_weight(s, x + "weights_proj.weight", c.n_head_indexer, H),
+                                          sh.indexer_heads, 1);
         }
         if (L.moe) {
             L.router = load_weight(s, p + "mlp.gate.weight", c.n_routed_experts, H);
@@ -195,14 +199,15 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     // DSA indexer on full layers; shared layers keep `topk` from the last full layer
     if (run_indexer && holds_kv) {
         const IndexerWeights& X = L.indexer;
-        Tensor iq = ops.alloc(DType::F32, {n, c.n_head_indexer, c.d_indexer});  // [n, n_head_indexer, d_indexer]
+        const int64_t n_ih = X.weights_proj.rows;  // indexer heads of this rank (all unless split by heads)
+        Tensor iq = ops.alloc(DType::F32, {n, n_ih, c.d_indexer});  // [n, n_ih, d_indexer]
         ops.linear(qr, X.wq_b, iq);
         ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);  // RoPE on the first d_rope dims
         Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});  // [n, d_indexer] before LayerNorm and RoPE
         ops.linear(xn, X.wk, ik_raw);
         ops.indexer_cache_write(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, plan.pos, d_rope, c.rope_theta,
                                 plan.write_slots, kv.indexer_keys(i_layer));
-        Tensor gates = ops.alloc(DType::F32, {n, c.n_head_indexer});  // [n, n_head_indexer]
+        Tensor gates = ops.alloc(DType::F32, {n, n_ih});  // [n, n_ih]
         ops.linear(xn, X.weights_proj, gates);
         IndexerTopkParams ip;
         ip.q = &iq;
@@ -213,6 +218,15 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         ip.head_scale = 1.0f / std::sqrt(static_cast<float>(c.n_head_indexer));
         ip.topk = c.index_topk;
         ip.out_slots = &topk;
+        if (n_ih < c.n_head_indexer) {  // split by heads: each rank's scores are a partial sum over its heads
+            ip.reduce_scores = [this](float* scores, int64_t count) {
+                Tensor view;
+                view.data = scores;
+                view.dtype = DType::F32;
+                view.shape = {count};
+                comm_->all_reduce_sum(view);
+            };
+        }
         ops.indexer_topk(ip);
         tap(ops, iq, "indexer_q", i_layer);
         tap(ops, ik_raw, "indexer_k_raw", i_layer);

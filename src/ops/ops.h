@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/weight.h"
@@ -35,6 +36,10 @@ struct IndexerTopkParams {
     float head_scale = 0;             // n_head_indexer^-0.5, applied to the gates
     int64_t topk = 0;
     Tensor* out_slots = nullptr;      // [n, topk] int32, selected slots, -1 padded
+    // Tensor parallel with the indexer split by heads: q / weights hold this rank's heads, and the backend calls
+    // reduce_scores(scores, count) on every group of fp32 score rows (its own memory) before selecting, to sum
+    // the ranks' partial scores (a score is a sum over heads). Same batch → same calls on every rank.
+    std::function<void(float* scores, int64_t count)> reduce_scores;
 };
 
 struct SparseMlaParams {

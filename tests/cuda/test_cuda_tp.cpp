@@ -26,11 +26,12 @@ namespace {
 enum class Transport { kThreadOneGpu, kNccl };
 
 std::unique_ptr<TensorParallelGroup> gpu_group(const std::string& dir, int64_t ranks, bool ep, Transport t,
-                                               bool gemm_f32, bool layer_split = false) {
+                                               bool gemm_f32, bool layer_split = false, bool indexer_split = false) {
     ParallelOptions po;
     po.n_gpus = ranks;
     po.expert_parallel = ep;
     po.layer_split = layer_split;
+    po.indexer_split = indexer_split;
     std::vector<std::unique_ptr<Ops>> ops;
     for (int64_t r = 0; r < ranks; ++r) {
         CudaOptions o;
@@ -128,15 +129,15 @@ TEST(CudaTensorParallel, FixturesMatchOneGpu) {
             auto ops1 = make_cuda_ops(o);
             SequenceRunner r1(single, *ops1, n, KvFormat::F32);
             const std::vector<float> want = r1.feed(toks, 0, true);
-            for (int v = 0; v < 3; ++v) {  // TP, TP + EP, TP + EP + LayerSplit
-                const bool ep = v >= 1, split = v == 2;
-                auto g = gpu_group(dir, 2, ep, t, true, split);
+            for (int v = 0; v < 4; ++v) {  // TP, TP + EP, TP + EP + LayerSplit, TP + EP + indexer split
+                const bool ep = v >= 1, split = v == 2, isplit = v == 3;
+                auto g = gpu_group(dir, 2, ep, t, true, split, isplit);
                 SequenceRunner rg(g->model(), g->ops(), n, KvFormat::F32);
                 const std::vector<float> got = rg.feed(toks, 7, true);
                 ASSERT_EQ(got.size(), want.size());
                 const double rel = test::max_abs_diff(got.data(), want.data(), got.size()) / test::max_abs(want);
-                std::printf("%s TP2%s%s (%s): max |Δlogit| / max |logit| vs one GPU = %.2e\n", f.c_str(),
-                            ep ? "+EP" : "", split ? "+LayerSplit" : "", name(t), rel);
+                std::printf("%s TP2%s%s%s (%s): max |Δlogit| / max |logit| vs one GPU = %.2e\n", f.c_str(),
+                            ep ? "+EP" : "", split ? "+LayerSplit" : "", isplit ? "+IndexerSplit" : "", name(t), rel);
                 EXPECT_LE(rel, 1e-5) << f << (ep ? " EP" : "") << (split ? " LayerSplit " : " ") << name(t);
             }
         }
@@ -178,6 +179,27 @@ TEST(CudaTensorParallel, Glm52GeometryMatchesOneGpu) {
         // bf16 GEMMs round each rank's partial sums separately: the same order as fast vs reference kernels
         // (test_cuda_model: median 1.3e-2); a wrong shard or a missing reduction is O(1) on every row.
         EXPECT_LT(rel[rel.size() / 2], 3e-2) << name(t) << (split ? " LayerSplit" : "");
+    }
+    // The indexer split by heads on the FP8 path: 16 heads per rank through the padded 32-head FP8 kernel, partial
+    // scores all-reduced before the top-k; against one GPU with the same FP8 KV.
+    SequenceRunner r8(single, *ops1, n, KvFormat::FP8);
+    const std::vector<float> want8 = r8.feed(toks, 0, true);
+    for (Transport t : transports()) {
+        auto g = gpu_group(dir, 2, true, t, false, false, true);
+        SequenceRunner rg(g->model(), g->ops(), n, KvFormat::FP8);
+        const std::vector<float> got = rg.feed(toks, 1024, true);
+        ASSERT_EQ(got.size(), want8.size());
+        std::vector<double> rel;
+        for (int64_t r = 0; r < n; ++r) {
+            const float* w = want8.data() + r * vocab;
+            double scale = 0;
+            for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(w[v])));
+            rel.push_back(test::max_abs_diff(got.data() + r * vocab, w, static_cast<size_t>(vocab)) / scale);
+        }
+        std::sort(rel.begin(), rel.end());
+        std::printf("glm52-mini fp8 TP2+EP+IndexerSplit (%s) vs one GPU, max|Δlogit|/max|ref| per row: median %.2e, "
+                    "worst %.2e\n", name(t), rel[rel.size() / 2], rel.back());
+        EXPECT_LT(rel[rel.size() / 2], 3e-2) << name(t) << " indexer split, FP8";
     }
 }
 

@@ -34,6 +34,7 @@ struct TpCase {
     bool expert_parallel;
     int64_t chunk;
     bool layer_split = false;
+    bool indexer_split = false;
 };
 
 class TensorParallelLogits : public ::testing::TestWithParam<TpCase> {};
@@ -53,6 +54,7 @@ TEST_P(TensorParallelLogits, MatchesOneDeviceAndTransformers) {
     o.n_gpus = c.ranks;
     o.expert_parallel = c.expert_parallel;
     o.layer_split = c.layer_split;
+    o.indexer_split = c.indexer_split;
     auto group = cpu_group(dir, o);
     SequenceRunner rg(group->model(), group->ops(), n);
     if (c.layer_split) {  // rank 0 holds only its group of layers
@@ -66,9 +68,9 @@ TEST_P(TensorParallelLogits, MatchesOneDeviceAndTransformers) {
     const double scale = test::max_abs(ref.data);
     const double vs_single = test::max_abs_diff(got.data(), want.data(), got.size()) / scale;
     const double vs_ref = test::max_abs_diff(got.data(), ref.data.data(), got.size()) / scale;
-    std::printf("%s TP%lld%s%s chunk %lld: vs one device %.2e, vs transformers %.2e (of max |ref|)\n",
+    std::printf("%s TP%lld%s%s%s chunk %lld: vs one device %.2e, vs transformers %.2e (of max |ref|)\n",
                 c.fixture.c_str(), static_cast<long long>(c.ranks), c.expert_parallel ? "+EP" : "",
-                c.layer_split ? "+LayerSplit" : "",
+                c.layer_split ? "+LayerSplit" : "", c.indexer_split ? "+IndexerSplit" : "",
                 static_cast<long long>(c.chunk), vs_single, vs_ref);
     // Only the summation order differs (partial sums per rank, then across ranks): fp32 rounding.
     EXPECT_LE(vs_single, 1e-5);  // measured ≤ 2.5e-6; a wrong shard or a missed reduction gives O(1)
@@ -83,6 +85,8 @@ std::vector<TpCase> tp_cases() {
         cases.push_back({f, 4, true, 0});
         cases.push_back({f, 2, true, 0, true});
         cases.push_back({f, 4, false, 5, true});
+        cases.push_back({f, 2, true, 7, false, true});
+        cases.push_back({f, 4, false, 0, false, true});
     }
     cases.push_back({"pattern_bf16", 4, false, 1});
     cases.push_back({"freq_offset_f32", 4, true, 1, true});  // token by token: decode-shaped collectives
@@ -93,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelLogits, ::testing::ValuesIn(tp_
                          [](const ::testing::TestParamInfo<TpCase>& info) {
                              return info.param.fixture + "_tp" + std::to_string(info.param.ranks) +
                                     (info.param.expert_parallel ? "_ep" : "") +
-                                    (info.param.layer_split ? "_layersplit" : "") + "_chunk" +
+                                    (info.param.layer_split ? "_layersplit" : "") +
+                                    (info.param.indexer_split ? "_indexersplit" : "") + "_chunk" +
                                     std::to_string(info.param.chunk);
                          });
 
@@ -121,6 +126,19 @@ TEST(TensorParallel, BadBatchFailsWithoutHangingTheFollowers) {
     SequenceRunner rg(group->model(), group->ops(), 64);
     EXPECT_THROW(rg.feed({0, 1, 1 << 20}, 0, false), Error);  // token id out of range: rank 0 rejects it first
     EXPECT_EQ(rg.feed({0, 1, 2}, 0, false).size(), static_cast<size_t>(group->model().config().vocab_size));
+}
+
+TEST(TensorParallel, IndexerSplitAndLayerSplitExcludeEachOther) {
+    ParallelOptions o;
+    o.n_gpus = 2;
+    o.indexer_split = true;
+    o.layer_split = true;
+    try {
+        cpu_group(test::fixture_dir("freq_offset_f32"), o);
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("exclude each other"), std::string::npos) << e.what();
+    }
 }
 
 TEST(TensorParallel, PlanThatDoesNotDivideIsRejected) {

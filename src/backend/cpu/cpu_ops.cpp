@@ -282,6 +282,7 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
                 }
             }
         }
+        if (p.reduce_scores) p.reduce_scores(scores.data(), static_cast<int64_t>(scores.size()));
         for (int64_t i = i0; i < i1; ++i) {
             topk_indices(scores.data() + (i - i0) * n_cand, static_cast<int64_t>(m.pos[i]) + 1, topk, chosen);
             int32_t* oi = out + i * topk;
@@ -291,7 +292,8 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
         }
     };
     const auto n_tiles = static_cast<int64_t>(tiles.size());
-    if (n_tiles >= omp_get_max_threads()) {
+    // With reduce_scores the tiles run in order (every rank makes the same collective calls in the same order).
+    if (n_tiles >= omp_get_max_threads() && !p.reduce_scores) {
 #pragma omp parallel if (n * (m.pos[n - 1] + 1) * n_head * d >= kParallelMinWork)
         {
             std::vector<float> scores;

@@ -558,6 +558,27 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     const int elem = kv_elem(*p.keys, "indexer_topk");
     MEGACTX_CHECK(p.map.max_context > 0 && p.map.n_seq > 0,
                   "indexer_topk: the CacheMap has no host-side n_seq / max_context (BatchPlan fills them)");
+    constexpr int64_t kIndexerHeads = 32;
+    if (fast_ && elem == 2 && n_head < kIndexerHeads && kIndexerHeads % n_head == 0 &&
+        indexer_topk_supported(kIndexerHeads, d, p.map.block_size, p.topk, p.map.max_context)) {
+        // A head-split indexer (tensor parallel): the 32-head kernel with zero queries and zero gates in the
+        // other heads, which add exactly 0 to every score (decode reads the same keys either way).
+        Tensor qp = alloc(DType::F32, {n, kIndexerHeads, d});
+        Tensor wp = alloc(DType::F32, {n, kIndexerHeads});
+        MEGACTX_CUDA_CHECK(cudaMemsetAsync(qp.data, 0, static_cast<size_t>(qp.numel()) * 4, stream_));
+        MEGACTX_CUDA_CHECK(cudaMemsetAsync(wp.data, 0, static_cast<size_t>(wp.numel()) * 4, stream_));
+        MEGACTX_CUDA_CHECK(cudaMemcpy2DAsync(qp.data, static_cast<size_t>(kIndexerHeads * d) * 4, p.q->data,
+                                             static_cast<size_t>(n_head * d) * 4, static_cast<size_t>(n_head * d) * 4,
+                                             static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream_));
+        MEGACTX_CUDA_CHECK(cudaMemcpy2DAsync(wp.data, static_cast<size_t>(kIndexerHeads) * 4, p.weights->data,
+                                             static_cast<size_t>(n_head) * 4, static_cast<size_t>(n_head) * 4,
+                                             static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream_));
+        IndexerTopkParams padded = p;
+        padded.q = &qp;
+        padded.weights = &wp;
+        indexer_topk(padded);
+        return;
+    }
     if (fast_ && elem == 2 &&
         indexer_topk_supported(n_head, d, p.map.block_size, p.topk, p.map.max_context)) {
         // indexer_topk.cu: FP8 MMA scores + exact top-k, row groups under the fixed scratch budget.
@@ -585,6 +606,12 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         f.out_slots = p.out_slots->i32();
         f.scratch = scratch.data;
         f.scratch_bytes = bytes;
+        if (p.reduce_scores) {
+            f.reduce_ctx = const_cast<std::function<void(float*, int64_t)>*>(&p.reduce_scores);
+            f.reduce_scores = [](void* ctx, float* scores, int64_t count) {
+                (*static_cast<std::function<void(float*, int64_t)>*>(ctx))(scores, count);
+            };
+        }
         MEGACTX_CHECK(launch_indexer_topk(f, stream_), "indexer_topk: the FP8 kernel refused {} rows × {} keys", n,
                       ctx);
         MEGACTX_CUDA_CHECK(cudaGetLastError());
@@ -621,6 +648,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         sp.head_scale = p.head_scale;
         sp.scores = scores.f32();
         MEGACTX_CUDA_CHECK(launch_indexer_scores(sp, stream_));
+        if (p.reduce_scores) p.reduce_scores(scores.f32(), (sp.i1 - sp.i0) * n_cand_max);
         TopkRowsParams tp;
         tp.scores = scores.f32();
         tp.map = m;

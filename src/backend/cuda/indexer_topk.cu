@@ -115,6 +115,7 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         lp.out_stride = stride;
         lp.plan = plan;
         launch_indexer_logits(lp, stream);
+        if (p.reduce_scores) p.reduce_scores(p.reduce_ctx, scores, rows * stride);
 
         TopkParams tp;
         tp.values = scores;

@@ -29,6 +29,10 @@ struct IndexerTopkCudaParams {
     int32_t* out_slots = nullptr;    // [n, topk]
     void* scratch = nullptr;
     size_t scratch_bytes = 0;
+    // Optional: called on each row group's scores [rows, stride] fp32 (device) between scoring and selection,
+    // e.g. to all-reduce partial scores of a head-split indexer on the same stream. Host function.
+    void (*reduce_scores)(void* ctx, float* scores, int64_t count) = nullptr;
+    void* reduce_ctx = nullptr;
 };
 
 size_t indexer_topk_scratch_bytes(int64_t max_rows_per_group, int64_t max_context, int64_t topk = 2048);
