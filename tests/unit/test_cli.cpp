@@ -154,10 +154,12 @@ TEST_F(Cli, TensorParallelGivesTheOneDeviceResult) {
     for (size_t i = 0; i < single.data.size(); ++i) ASSERT_NEAR(sharded.data[i], single.data[i], 1e-4) << i;
     fs::remove(out_);
     const std::string gen = "generate --model '" + model_ + "' --tokens 1,2,3,4,5 --max-new-tokens 8";
-    const RunResult g1 = run(gen), g2 = run(gen + " --tp 4"), g3 = run(gen + " --tp 2 --expert-parallel --layer-split");
+    const RunResult g1 = run(gen), g2 = run(gen + " --tp 4"), g3 = run(gen + " --tp 2 --expert-parallel --layer-split"),
+                    g4 = run(gen + " --tp 2 --indexer-split");
     ASSERT_EQ(g1.exit_code, 0) << g1.output;
     EXPECT_EQ(g2.output, g1.output);
     EXPECT_EQ(g3.output, g1.output);
+    EXPECT_EQ(g4.output, g1.output);
     expect_error(logits("1,2,3", "--tensor-parallel-size 3"), {"num_attention_heads = 4 does not divide by 3 GPUs"});
     expect_error(logits("1,2,3", "--tp 2 --tp-transport nccl"), {"--tp-transport nccl needs --device cuda"});
 }
