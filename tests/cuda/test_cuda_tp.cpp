@@ -44,6 +44,19 @@ std::unique_ptr<TensorParallelGroup> gpu_group(const std::string& dir, int64_t r
                                                                        : TensorParallelGroup::CommFactory(make_thread_comms));
 }
 
+// max |got − want| / max |want| of each logits row, sorted (median = the typical row, back() = the worst).
+std::vector<double> sorted_row_errors(const std::vector<float>& got, const std::vector<float>& want, int64_t vocab) {
+    std::vector<double> rel;
+    for (size_t r = 0; r * static_cast<size_t>(vocab) < want.size(); ++r) {
+        const float* w = want.data() + r * static_cast<size_t>(vocab);
+        double scale = 0;
+        for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(w[v])));
+        rel.push_back(test::max_abs_diff(got.data() + r * static_cast<size_t>(vocab), w, static_cast<size_t>(vocab)) / scale);
+    }
+    std::sort(rel.begin(), rel.end());
+    return rel;
+}
+
 std::vector<Transport> transports() {
     std::vector<Transport> t = {Transport::kThreadOneGpu};
     if (cuda::device_count() >= 2) t.push_back(Transport::kNccl);
@@ -166,14 +179,7 @@ TEST(CudaTensorParallel, Glm52GeometryMatchesOneGpu) {
         SequenceRunner rg(g->model(), g->ops(), n, KvFormat::BF16);
         const std::vector<float> got = rg.feed(toks, 1024, true);
         ASSERT_EQ(got.size(), want.size());
-        std::vector<double> rel;
-        for (int64_t r = 0; r < n; ++r) {
-            const float* w = want.data() + r * vocab;
-            double scale = 0;
-            for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(w[v])));
-            rel.push_back(test::max_abs_diff(got.data() + r * vocab, w, static_cast<size_t>(vocab)) / scale);
-        }
-        std::sort(rel.begin(), rel.end());
+        const std::vector<double> rel = sorted_row_errors(got, want, vocab);
         std::printf("glm52-mini bf16 TP2%s (%s) vs one GPU, max|Δlogit|/max|ref| per row: median %.2e, worst %.2e\n",
                     split ? "+LayerSplit" : "", name(t), rel[rel.size() / 2], rel.back());
         // bf16 GEMMs round each rank's partial sums separately: the same order as fast vs reference kernels
@@ -189,14 +195,7 @@ TEST(CudaTensorParallel, Glm52GeometryMatchesOneGpu) {
         SequenceRunner rg(g->model(), g->ops(), n, KvFormat::FP8);
         const std::vector<float> got = rg.feed(toks, 1024, true);
         ASSERT_EQ(got.size(), want8.size());
-        std::vector<double> rel;
-        for (int64_t r = 0; r < n; ++r) {
-            const float* w = want8.data() + r * vocab;
-            double scale = 0;
-            for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(w[v])));
-            rel.push_back(test::max_abs_diff(got.data() + r * vocab, w, static_cast<size_t>(vocab)) / scale);
-        }
-        std::sort(rel.begin(), rel.end());
+        const std::vector<double> rel = sorted_row_errors(got, want8, vocab);
         std::printf("glm52-mini fp8 TP2+EP+IndexerSplit (%s) vs one GPU, max|Δlogit|/max|ref| per row: median %.2e, "
                     "worst %.2e\n", name(t), rel[rel.size() / 2], rel.back());
         EXPECT_LT(rel[rel.size() / 2], 3e-2) << name(t) << " indexer split, FP8";

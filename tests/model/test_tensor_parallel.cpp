@@ -128,28 +128,28 @@ TEST(TensorParallel, BadBatchFailsWithoutHangingTheFollowers) {
     EXPECT_EQ(rg.feed({0, 1, 2}, 0, false).size(), static_cast<size_t>(group->model().config().vocab_size));
 }
 
+// A group that cannot be built fails with an error naming the reason.
+void expect_group_error(const ParallelOptions& o, const std::string& part) {
+    try {
+        cpu_group(test::fixture_dir("freq_offset_f32"), o);
+        FAIL() << "expected an error containing '" << part << "'";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+}
+
 TEST(TensorParallel, IndexerSplitAndLayerSplitExcludeEachOther) {
     ParallelOptions o;
     o.n_gpus = 2;
     o.indexer_split = true;
     o.layer_split = true;
-    try {
-        cpu_group(test::fixture_dir("freq_offset_f32"), o);
-        FAIL() << "expected an error";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("exclude each other"), std::string::npos) << e.what();
-    }
+    expect_group_error(o, "exclude each other");
 }
 
 TEST(TensorParallel, PlanThatDoesNotDivideIsRejected) {
     ParallelOptions o;
     o.n_gpus = 3;  // 4 heads
-    try {
-        cpu_group(test::fixture_dir("freq_offset_f32"), o);
-        FAIL() << "expected an error";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("does not divide by 3 GPUs"), std::string::npos) << e.what();
-    }
+    expect_group_error(o, "does not divide by 3 GPUs");
 }
 
 TEST(ThreadComm, CollectivesGiveEveryRankTheSameValues) {
