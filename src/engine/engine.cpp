@@ -52,6 +52,7 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");
     snapshot_.kv_blocks_total = kv_.n_blocks();
+    model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
 }
 
 Engine::~Engine() { stop(); }

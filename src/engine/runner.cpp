@@ -21,7 +21,9 @@ void validate_tokens(const ModelConfig& c, const std::vector<int32_t>& tokens, i
 SequenceRunner::SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_tokens, KvFormat kv_format)
     : model_(model),
       ops_(ops),
-      kv_(ops, model.config(), (max_tokens + kBlockSize - 1) / kBlockSize, kv_format, model.kv_layers()) {}
+      kv_(ops, model.config(), (max_tokens + kBlockSize - 1) / kBlockSize, kv_format, model.kv_layers()) {
+    model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
+}
 
 std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, int64_t chunk, bool all_logits) {
     const int64_t n = static_cast<int64_t>(tokens.size()), vocab = model_.config().vocab_size;

@@ -62,6 +62,9 @@ struct ForwardResult {
 class RankFollowers {
 public:
     virtual ~RankFollowers() = default;
+    // Makes every follower's KV cache like kv0 now (so a pool that does not fit fails at startup, not at the
+    // first request).
+    virtual void prepare(const KvCache& kv0) = 0;
     virtual void begin_forward(const Batch& batch, const KvCache& kv0) = 0;
     virtual void end_forward() = 0;  // rethrows a follower's error
     // Rank 0 failed mid-forward: releases the followers from their collectives; true when a follower had failed
@@ -82,6 +85,10 @@ public:
     bool has_mtp() const { return n_mtp_loaded_ > 0; }
     // Rank 0 of a group drives the other ranks through `f` (nullptr: none).
     void set_followers(RankFollowers* f) { followers_ = f; }
+    // Allocates the followers' KV caches like `kv` (no-op without a group); engines call it once they made theirs.
+    void prepare_kv(const KvCache& kv) const {
+        if (followers_) followers_->prepare(kv);
+    }
     // The layers whose KV this model's KV cache holds: all, or this rank's group under LayerSplit.
     Range kv_layers() const;
     // KV bytes per token of the rank that holds the most (LayerSplit groups differ; every rank gets the same

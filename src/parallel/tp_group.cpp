@@ -58,6 +58,10 @@ void TensorParallelGroup::start(const KvCache& kv0, FollowerJob job) {
     cv_.notify_all();
 }
 
+void TensorParallelGroup::prepare(const KvCache& kv0) {
+    run_on_followers(kv0, [](int, Ops&, KvCache&) {});  // each follower makes its cache before running a job
+}
+
 void TensorParallelGroup::begin_forward(const Batch& batch, const KvCache& kv0) {
     start(kv0, [this, &batch](int r, Ops& ops, KvCache& kv) {
         models_[static_cast<size_t>(r)]->forward(ops, batch, kv);

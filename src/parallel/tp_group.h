@@ -37,6 +37,7 @@ public:
     int size() const { return static_cast<int>(ops_.size()); }
     const ShardPlan& plan() const { return plan_; }
 
+    void prepare(const KvCache& kv0) override;
     void begin_forward(const Batch& batch, const KvCache& kv0) override;
     void end_forward() override;
     bool abort() override;  // aborts every rank's communicator (the group cannot run again)

@@ -233,6 +233,32 @@ private:
     int fail_at_, calls_ = 0;
 };
 
+// A rank whose device is too small for the KV pool.
+class SmallOps final : public CpuOps {
+public:
+    Tensor alloc(DType dtype, std::vector<int64_t> shape) override {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        if (n > (int64_t{1} << 16)) MEGACTX_FAIL("out of memory: {} elements", n);
+        return CpuOps::alloc(dtype, std::move(shape));
+    }
+};
+
+TEST(TensorParallel, AFollowersPoolThatDoesNotFitFailsAtStartup) {
+    ParallelOptions o;
+    o.n_gpus = 2;
+    std::vector<std::unique_ptr<Ops>> ops;
+    ops.push_back(std::make_unique<CpuOps>());
+    ops.push_back(std::make_unique<SmallOps>());
+    TensorParallelGroup g(test::fixture_dir("pattern_bf16"), o, std::move(ops), make_thread_comms);
+    try {
+        SequenceRunner run(g.model(), g.ops(), 4096);  // rank 0 fits; rank 1's pool does not
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+    }
+}
+
 TEST(TensorParallel, ARankFailingMidForwardReportsItsErrorWithoutHanging) {
     for (int failing_rank : {0, 1}) {
         ParallelOptions o;
