@@ -2,8 +2,8 @@
 // (device r), Comm, model shard (GlmDsaModel's sharding constructor) and KV cache. Rank 0's model is the one the
 // engine or the runner drives, with rank 0's Ops and KV cache; each of its forwards runs the same forward on
 // every follower thread at once (the Batch is shared read-only: same tokens, positions and block ids, so every
-// rank's cache has the same layout), and the collectives inside the model meet. Followers create their KV cache
-// on first use with rank 0's block count and format.
+// rank's cache has the same layout), and the collectives inside the model meet. Followers make their KV cache
+// with rank 0's block count and format when the engine or runner makes rank 0's (GlmDsaModel::prepare_kv).
 #pragma once
 
 #include <condition_variable>
