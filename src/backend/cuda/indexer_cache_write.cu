@@ -16,7 +16,12 @@ __global__ void __launch_bounds__(256) indexer_cache_write_kernel(IndexerCacheWr
     const int lane = threadIdx.x & 31;
     const int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (i >= p.n) return;
+    // All global loads first (one memory round trip for a one-token decode write, not a dependent chain).
     const float4 x4 = reinterpret_cast<const float4*>(p.k_raw + i * kDim)[lane];
+    const float4 w4 = reinterpret_cast<const float4*>(p.ln_w)[lane];
+    const float4 b4 = reinterpret_cast<const float4*>(p.ln_b)[lane];
+    const int64_t slot = p.slots[i];
+    const float fp = static_cast<float>(p.pos[i]);
     float x[4] = {x4.x, x4.y, x4.z, x4.w};
     // LayerNorm: mean, then the mean of squared deviations, as the CPU reference (two passes, fp32).
     const float mean = warp_sum((x[0] + x[1]) + (x[2] + x[3])) / static_cast<float>(kDim);
@@ -25,14 +30,11 @@ __global__ void __launch_bounds__(256) indexer_cache_write_kernel(IndexerCacheWr
     for (int j = 0; j < 4; ++j) d2 = __fadd_rn(d2, __fmul_rn(x[j] - mean, x[j] - mean));
     const float var = warp_sum(d2) / static_cast<float>(kDim);
     const float r = 1.0f / sqrtf(var + p.eps);
-    const float4 w4 = reinterpret_cast<const float4*>(p.ln_w)[lane];
-    const float4 b4 = reinterpret_cast<const float4*>(p.ln_b)[lane];
     const float w[4] = {w4.x, w4.y, w4.z, w4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) x[j] = __fadd_rn(__fmul_rn(__fmul_rn(x[j] - mean, r), w[j]), b[j]);
     // Interleaved RoPE: this lane holds pairs j0 = 2·lane and j0 + 1 (dims 4·lane .. 4·lane + 3).
     if (4 * lane < p.d_rope) {
-        const float fp = static_cast<float>(p.pos[i]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int jp = 2 * lane + h;
@@ -49,7 +51,6 @@ __global__ void __launch_bounds__(256) indexer_cache_write_kernel(IndexerCacheWr
     }
     const float amax = warp_max(fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3]))));
     const float scale = fp8_pow2_scale(amax);
-    const int64_t slot = p.slots[i];
     uint8_t* block = p.pool + (slot / kBlock) * kBlockBytes;
     const int64_t off = slot % kBlock;
     reinterpret_cast<uint32_t*>(block + off * kDim)[lane] = fp8_pack4(x[0], x[1], x[2], x[3], 1.0f / scale);

@@ -50,6 +50,10 @@ __global__ void __launch_bounds__(kPlanThreads) indexer_plan_kernel(IndexerPlanP
     using Scan = cub::BlockScan<int, kPlanThreads>;
     __shared__ typename Scan::TempStorage tmp;
     __shared__ int s_run_start, s_groups;
+    // Launched with programmatic dependent launch right behind the query quantisation, which it does not read: it
+    // runs while that kernel runs and waits for it only before exiting, so the logits kernel (which waits for this
+    // grid) still sees both (launch_indexer_plan). The plan reads only pos / seq / table_offset, written before.
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int i0 = static_cast<int>(p.row_begin), i1 = static_cast<int>(p.row_end);
     if (threadIdx.x == 0) {
         s_run_start = i0;
@@ -92,6 +96,7 @@ __global__ void __launch_bounds__(kPlanThreads) indexer_plan_kernel(IndexerPlanP
         p.plan[0] = s_groups;
         p.plan[1 + s_groups] = i1;
     }
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the previous grid (q quantisation) has completed
 }
 
 // ---- logits -----------------------------------------------------------------------------------------------------
@@ -426,7 +431,16 @@ bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_s
 }
 
 void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
-    indexer_plan_kernel<<<1, kPlanThreads, 0, stream>>>(p);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(kPlanThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, indexer_plan_kernel, p);
 }
 
 namespace {

@@ -50,6 +50,9 @@ struct IndexerPlanParams {
 // Number of int32 the plan of n_rows rows occupies.
 int64_t indexer_plan_ints(int64_t n_rows);
 bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_size);
+// Launched with programmatic dependent launch: it may run alongside the previous kernel when that kernel triggers
+// its dependents early (indexer_q_quant does), and it completes only after that kernel has completed. The previous
+// kernel must not write pos / seq / table_offset.
 void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream);
 void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream);
 

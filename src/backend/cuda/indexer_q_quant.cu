@@ -11,6 +11,8 @@ using namespace cuda_indexer;
 namespace {
 
 __global__ void __launch_bounds__(256) indexer_q_quant_kernel(IndexerQQuantParams p) {
+    // The plan kernel launched next (programmatic dependent launch) does not read this grid's output: let it run.
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int lane = threadIdx.x & 31;
     const int64_t ih = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // token · 32 + head
     if (ih >= p.n * kHeads) return;

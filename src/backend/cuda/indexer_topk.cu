@@ -44,6 +44,7 @@ Layout layout(int64_t rows, int64_t max_context, int64_t topk) {
 // out[r, j] = position → slot through the row's sequence block table; −1 stays −1.
 __global__ void positions_to_slots_kernel(int32_t* out, int64_t rows, int64_t topk, int64_t row_begin,
                                           const int32_t* seq, const int32_t* table_offset, const int32_t* tables) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // launched early (PDL): the top-k has completed
     const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (e >= rows * topk) return;
     const int32_t t = out[e];
@@ -129,8 +130,17 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         launch_topk(tp, stream);
 
         const int64_t total = rows * p.topk;
-        positions_to_slots_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-            p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq, p.table_offset, p.tables);
+        cudaLaunchConfig_t cfg = {};  // programmatic dependent launch: resident while the top-k finishes
+        cfg.gridDim = dim3(static_cast<unsigned>((total + 255) / 256));
+        cfg.blockDim = dim3(256);
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, positions_to_slots_kernel, p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq,
+                           p.table_offset, p.tables);
     }
     return cudaGetLastError() == cudaSuccess;
 }

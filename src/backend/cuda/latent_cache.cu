@@ -35,10 +35,19 @@ __global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_co
                                                                  const __grid_constant__ RopeFreqs f) {
     const int64_t i = blockIdx.x;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    // Every global load is issued up front, before any of them is used: one memory round trip instead of a chain
+    // of dependent ones (slot → row → norm weights → position), which is most of a one-token decode write.
     const int32_t slot = p.slots[i];
-    if (slot < 0) return;
     const float* x = p.kv_raw + i * kRow;  // [576]
     float4 v = reinterpret_cast<const float4*>(x)[t];
+    const float4 w = reinterpret_cast<const float4*>(p.norm_w)[t];
+    float x0 = 0.f, x1 = 0.f, fpos = 0.f;
+    if (warp == 0) {
+        x0 = x[kRank + 2 * lane];
+        x1 = x[kRank + 2 * lane + 1];
+        fpos = static_cast<float>(p.pos[i]);
+    }
+    if (slot < 0) return;
     float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     __shared__ float red[4];
@@ -46,7 +55,6 @@ __global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_co
     __syncthreads();
     const float ms = (red[0] + red[1] + red[2] + red[3]) / static_cast<float>(kRank);
     const float r = 1.0f / sqrtf(ms + p.eps);
-    const float4 w = reinterpret_cast<const float4*>(p.norm_w)[t];
     v.x = w.x * (v.x * r);
     v.y = w.y * (v.y * r);
     v.z = w.z * (v.z * r);
@@ -55,10 +63,9 @@ __global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_co
     // RoPE on k_pe: threads 0..31 each rotate one pair.
     float2 pe = make_float2(0.f, 0.f);
     if (warp == 0) {
-        const float angle = static_cast<float>(p.pos[i]) * f.inv_freq[lane];
+        const float angle = fpos * f.inv_freq[lane];
         float sn, cs;
         sincosf(angle, &sn, &cs);
-        const float x0 = x[kRank + 2 * lane], x1 = x[kRank + 2 * lane + 1];
         pe = make_float2(x0 * cs - x1 * sn, x1 * cs + x0 * sn);
     }
 
