@@ -5,29 +5,25 @@
 //
 // One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
 // is 1-D with the head group fastest (the two CTAs of a 128-head token gather the same rows together: L2 hits).
-// Two main kernels with the same contract, selected once per process by MEGACTX_SPARSE_MLA_IMPL (measurement
-// switch; both pass tests/cuda/test_sparse_mla.cpp on the H200):
-//   default  sparse_mla_wgmma2_kernel (sm_90a wgmma; warpgroup 0: QK m64n64 + softmax, warpgroup 1: gather +
-//            FP8 dequant of the next chunk; both: PV m64n256 with V read MN-major from the same tile),
-//   "m"      sparse_mla_kernel below (mma.sync, the first version).
+// Both main kernels are sm_90a wgmma kernels over the same shared tiles (Q and two K tiles in bf16, 128-B swizzle;
+// FP8 rows are dequantised on the way in: e4m3 · pow2 tile scale is exact in bf16, k_pe copied):
+//   sparse_mla_ws_kernel     warp-specialised, 3 warpgroups and mbarriers (softmax WG, second P·V WG, producer);
+//                            the default for BF16 caches (header above the kernel);
+//   sparse_mla_wgmma2_kernel 2 warpgroups between CTA barriers (WG0: Q·Kᵀ + softmax, WG1: gathers the next chunk;
+//                            both P·V); the default for FP8 caches, where its two loading warpgroups keep up and the
+//                            single producer warpgroup of the first does not.
+// MEGACTX_SPARSE_MLA_IMPL = w / 2 forces one for both formats (measurement switch, read once per process). The first
+// mma.sync kernel was removed (session 4); its numbers stay in docs/benchmarks.md.
 // The combine is launched with programmatic dependent launch; the main kernels execute griddepcontrol.wait before
-// any global access (a no-op in their plain launches; PDL for them measured no better). Measured (bench/results/cuda-h200-2026-11-29-ec813d3-sparse_mla.json): a
-// cp.async ring variant for FP8 (dequant by all threads) was 3-7% slower and was removed: the FP8 → bf16
-// conversions (cvt: 16/clk/SM on sm_90) cost about as much as the whole BF16 chunk, whichever threads do them.
-// sparse_mla_kernel ("m"): 8 warps: warp w owns head rows 16·(w%4).. and, for QK, slot columns 32·(w/4).. of the 64×64 score tile; for PV,
-// output columns 256·(w/4).. (128 fp32 accumulators per thread). Q is converted fp32 → bf16 into shared memory once
-// per CTA (this is the query conversion: no pre-kernel). Both products use mma.sync m16n8k16 bf16 → fp32 with
-// ldmatrix from XOR-swizzled shared memory; online softmax in fp32 (exp2 domain), row max exchanged between the two
-// warps of a row through shared memory, P stored as bf16 for the PV product.
-// BF16 cache: the next chunk's rows stream in with cp.async (double buffer) while the current one is computed.
-// FP8 cache: the next chunk's raw 656-B rows stream in with cp.async into a staging buffer; each chunk is
-// dequantised (e4m3 · pow2 tile scale is exact in bf16, k_pe copied) into the bf16 tile before its products.
-// Unused slots are zero-filled and masked to −inf; chunks with no valid slot are skipped.
+// any global access (a no-op in their plain launches; PDL for them measured no better). Measured: a cp.async ring
+// variant for FP8 (dequant by all threads) was 3-7% slower (bench/results/cuda-h200-2026-11-29-ec813d3-sparse_mla.json).
+// Softmax online in fp32 (exp2 domain), P stored as bf16 for the P·V product; unused slots are masked to −inf and
+// chunks with no valid slot are skipped.
 // n_split > 1: each CTA writes its normalised partial output and log2-sum-exp to scratch; a combine kernel merges.
-// wgmma kernel epilogue: the normalised [64 heads × 512] fp32 rows are staged in shared memory and leave with one
-// bulk async copy per head (cp.async.bulk): 24.4 → 17.1 µs at batch 1, 172 → 163 µs at 128 (FP8, h 64), BF16
-// prefill 381 → 445 TFLOP/s. An L2 bulk prefetch of the FP8 rows two chunks ahead was measured and dropped (no
-// gain at batch 1, 4-9% slower at 64-128). bench/results/cuda-h200-2026-11-29-*-sparse_mla-epilogue.txt.
+// Epilogue: the normalised [64 heads × 512] fp32 rows are staged in shared memory and leave with one bulk async
+// copy per head (cp.async.bulk): 24.4 → 17.1 µs at batch 1, 172 → 163 µs at 128 (FP8, h 64), BF16 prefill 381 →
+// 445 TFLOP/s. An L2 bulk prefetch of the FP8 rows two chunks ahead was measured and dropped (no gain at batch 1,
+// 4-9% slower at 64-128). bench/results/cuda-h200-2026-11-29-*-sparse_mla-epilogue.txt.
 #include "backend/cuda/sparse_mla.h"
 #include "backend/cuda/per_device.cuh"
 
@@ -45,26 +41,6 @@ constexpr int kD = 576, kDv = 512, kHeads = 64, kChunk = 64, kThreads = 256;
 constexpr int kRowBytes = kD * 2;          // bf16 row in shared memory: 72 chunks of 16 B
 constexpr int kRowChunks = kRowBytes / 16; // 72
 constexpr int kFp8RowBytes = 656, kFp8RowChunks = 41;
-constexpr int kTileBytes = kChunk * kRowBytes;  // 73728: one 64-row bf16 tile (Q or K)
-constexpr int kPBytes = kHeads * kChunk * 2;    // 8192
-
-template <bool kFp8>
-struct Smem {
-    static constexpr int kKBufs = kFp8 ? 1 : 2;
-    static constexpr int q = 0;
-    static constexpr int k = q + kTileBytes;
-    static constexpr int raw = k + kKBufs * kTileBytes;
-    static constexpr int p = raw + (kFp8 ? kChunk * kFp8RowBytes : 0);
-    static constexpr int idx = p + kPBytes;            // [2][64] int32
-    static constexpr int red = idx + 2 * kChunk * 4;   // [2][64] fp32
-    static constexpr int total = red + 2 * kHeads * 4;
-};
-static_assert(Smem<false>::total <= 232448 && Smem<true>::total <= 232448);
-
-// Byte offset of 16-B chunk c of row r in a swizzled tile whose rows are `row_bytes` long (multiple of 128 B).
-__device__ __forceinline__ uint32_t swz(int r, int c, int row_bytes) {
-    return static_cast<uint32_t>(r * row_bytes + ((c ^ (r & 7)) << 4));
-}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -76,25 +52,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
     __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -105,243 +62,6 @@ __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint16_t codes, float s) {
     __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
     const float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
     return pack_bf16(f.x * s, f.y * s);
-}
-
-// Issues the cp.async loads of chunk `chunk` (64 rows) of token `tok`: bf16 rows into `dst_tile` (swizzled) or
-// raw FP8 rows into `dst_raw` (plain), and stores the chunk's slot ids into sidx. Thread t: row t/4, part t%4.
-template <bool kFp8>
-__device__ __forceinline__ void issue_chunk(const SparseMlaRunParams& p, const int32_t* tok_slots, int chunk,
-                                            uint8_t* smem, uint32_t dst, int32_t* sidx) {
-    const int t = threadIdx.x, row = t >> 2, part = t & 3;
-    const int32_t s = tok_slots[chunk * kChunk + row];
-    if (part == 0) sidx[row] = s;
-    const bool valid = s >= 0;
-    if constexpr (kFp8) {
-        const uint8_t* src = static_cast<const uint8_t*>(p.cache) + (valid ? static_cast<int64_t>(s) * kFp8RowBytes : 0);
-        for (int c = part; c < kFp8RowChunks; c += 4) cp_async16(dst + row * kFp8RowBytes + c * 16, src + c * 16, valid);
-    } else {
-        const uint8_t* src = static_cast<const uint8_t*>(p.cache) + (valid ? static_cast<int64_t>(s) * kRowBytes : 0);
-#pragma unroll
-        for (int c = part; c < kRowChunks; c += 4) cp_async16(dst + swz(row, c, kRowBytes), src + c * 16, valid);
-    }
-    (void)smem;
-    cp_async_commit();
-}
-
-template <bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const SparseMlaRunParams p, int chunks_per_split) {
-    extern __shared__ __align__(128) uint8_t smem[];
-    using L = Smem<kFp8>;
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    const int n_split = p.plan.n_split;
-    const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
-    const int64_t i = blockIdx.x / (n_split * n_hg);
-    const int split = (blockIdx.x / n_hg) % n_split, hg = blockIdx.x % n_hg;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wr = warp & 3, wc = warp >> 2;
-    const int g = lane >> 2, qd = lane & 3;
-    const int n_chunks = p.topk / kChunk;
-    const int c_begin = split * chunks_per_split;
-    const int c_end = min(n_chunks, c_begin + chunks_per_split);
-    const int32_t* tok_slots = p.slots + i * p.topk;
-    const uint32_t sbase = smem_u32(smem);
-    int32_t* sidx = reinterpret_cast<int32_t*>(smem + L::idx);
-    float* sred = reinterpret_cast<float*>(smem + L::red);
-
-    if (c_begin < c_end) {
-        issue_chunk<kFp8>(p, tok_slots, c_begin, smem, sbase + (kFp8 ? L::raw : L::k), sidx);
-    }
-    // Q: fp32 → bf16, swizzled. Thread handles (row, chunk) pairs; a chunk is 8 values = two float4.
-    {
-        const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
-        for (int e = t; e < kHeads * kRowChunks; e += kThreads) {
-            const int r = e / kRowChunks, c = e % kRowChunks;
-            const float4 a = q[r * (kD / 4) + 2 * c], b = q[r * (kD / 4) + 2 * c + 1];
-            uint4 v;
-            v.x = pack_bf16(a.x, a.y);
-            v.y = pack_bf16(a.z, a.w);
-            v.z = pack_bf16(b.x, b.y);
-            v.w = pack_bf16(b.z, b.w);
-            *reinterpret_cast<uint4*>(smem + L::q + swz(r, c, kRowBytes)) = v;
-        }
-    }
-
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    float o[32][4];
-#pragma unroll
-    for (int a = 0; a < 32; ++a) o[a][0] = o[a][1] = o[a][2] = o[a][3] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-
-    for (int c = c_begin; c < c_end; ++c) {
-        const int it = c - c_begin, buf = it & 1;
-        const int32_t* cidx = sidx + buf * kChunk;
-        uint32_t ktile;
-        cp_async_wait_all();
-        __syncthreads();  // chunk c landed; every warp is done with chunk c-1
-        if constexpr (kFp8) {
-            // Dequantise raw rows → bf16 tile. Thread: row t/4, tile `part` of c (+ 2 of the 8 k_pe chunks).
-            const int row = t >> 2, part = t & 3;
-            const uint8_t* raw = smem + L::raw + row * kFp8RowBytes;
-            const float s = reinterpret_cast<const float*>(raw + 512)[part];
-            uint8_t* ktl = smem + L::k;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const uint4 codes = *reinterpret_cast<const uint4*>(raw + part * 128 + j * 16);
-                const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-                uint4 lo, hi;
-                lo.x = fp8x2_to_bf16x2(static_cast<uint16_t>(w[0]), s);
-                lo.y = fp8x2_to_bf16x2(static_cast<uint16_t>(w[0] >> 16), s);
-                lo.z = fp8x2_to_bf16x2(static_cast<uint16_t>(w[1]), s);
-                lo.w = fp8x2_to_bf16x2(static_cast<uint16_t>(w[1] >> 16), s);
-                hi.x = fp8x2_to_bf16x2(static_cast<uint16_t>(w[2]), s);
-                hi.y = fp8x2_to_bf16x2(static_cast<uint16_t>(w[2] >> 16), s);
-                hi.z = fp8x2_to_bf16x2(static_cast<uint16_t>(w[3]), s);
-                hi.w = fp8x2_to_bf16x2(static_cast<uint16_t>(w[3] >> 16), s);
-                const int oc = part * 16 + 2 * j;
-                *reinterpret_cast<uint4*>(ktl + swz(row, oc, kRowBytes)) = lo;
-                *reinterpret_cast<uint4*>(ktl + swz(row, oc + 1, kRowBytes)) = hi;
-            }
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int pc = 2 * part + j;
-                *reinterpret_cast<uint4*>(ktl + swz(row, 64 + pc, kRowBytes)) =
-                    *reinterpret_cast<const uint4*>(raw + 528 + pc * 16);
-            }
-            __syncthreads();  // bf16 tile ready; raw staging free
-            ktile = sbase + L::k;
-            if (c + 1 < c_end)
-                issue_chunk<kFp8>(p, tok_slots, c + 1, smem, sbase + L::raw, sidx + (buf ^ 1) * kChunk);
-        } else {
-            ktile = sbase + L::k + buf * kTileBytes;
-            if (c + 1 < c_end)
-                issue_chunk<kFp8>(p, tok_slots, c + 1, smem, sbase + L::k + (buf ^ 1) * kTileBytes,
-                                  sidx + (buf ^ 1) * kChunk);
-        }
-        // Chunk with no valid slot: nothing to add (uniform over the CTA: every warp reads the same ids).
-        const bool any = __any_sync(0xffffffffu, (cidx[lane] >= 0) || (cidx[lane + 32] >= 0));
-        if (!any) continue;
-
-        // S = Q · K^T for rows 16wr.., slot columns 32wc.. (4 n-tiles of 8).
-        float sacc[4][4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) sacc[a][0] = sacc[a][1] = sacc[a][2] = sacc[a][3] = 0.f;
-        const int qrow = 16 * wr + (lane & 15);
-        const int krow0 = 32 * wc + (lane & 7) + ((lane >> 4) << 3);
-#pragma unroll 4
-        for (int kk = 0; kk < kD / 16; ++kk) {
-            uint32_t a0, a1, a2, a3;
-            ldsm_x4(sbase + L::q + swz(qrow, 2 * kk + (lane >> 4), kRowBytes), a0, a1, a2, a3);
-#pragma unroll
-            for (int np = 0; np < 2; ++np) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4(ktile + swz(krow0 + 16 * np, 2 * kk + ((lane >> 3) & 1), kRowBytes), b0, b1, b2, b3);
-                mma_bf16(sacc[2 * np], a0, a1, a2, a3, b0, b1);
-                mma_bf16(sacc[2 * np + 1], a0, a1, a2, a3, b2, b3);
-            }
-        }
-        // Mask unused slots, row max over this warp's 32 columns, exchange with the partner warp.
-        float mloc[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-            const int col = 32 * wc + 8 * nt + 2 * qd;
-            const bool v0 = cidx[col] >= 0, v1 = cidx[col + 1] >= 0;
-            if (!v0) sacc[nt][0] = sacc[nt][2] = -INFINITY;
-            if (!v1) sacc[nt][1] = sacc[nt][3] = -INFINITY;
-            mloc[0] = fmaxf(mloc[0], fmaxf(sacc[nt][0], sacc[nt][1]));
-            mloc[1] = fmaxf(mloc[1], fmaxf(sacc[nt][2], sacc[nt][3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 1));
-            mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 2));
-        }
-        if (qd == 0) {
-            sred[wc * kHeads + 16 * wr + g] = mloc[0];
-            sred[wc * kHeads + 16 * wr + g + 8] = mloc[1];
-        }
-        __syncthreads();
-        float alpha[2], mref[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = 16 * wr + g + 8 * r;
-            const float m_new = fmaxf(m_run[r], fmaxf(sred[row], sred[kHeads + row]));
-            mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-            alpha[r] = exp2f(m_run[r] * scale_log2 - mref[r]);  // m_run = −inf → 0
-            m_run[r] = m_new;
-        }
-        // P = exp2(s·scale_log2 − m), row sums (thread-partial), P → shared memory as bf16.
-        uint8_t* sp = smem + L::p;
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-            const float p0 = exp2f(fmaf(sacc[nt][0], scale_log2, -mref[0]));
-            const float p1 = exp2f(fmaf(sacc[nt][1], scale_log2, -mref[0]));
-            const float p2 = exp2f(fmaf(sacc[nt][2], scale_log2, -mref[1]));
-            const float p3 = exp2f(fmaf(sacc[nt][3], scale_log2, -mref[1]));
-            l_run[0] = (nt == 0 ? l_run[0] * alpha[0] : l_run[0]) + p0 + p1;
-            l_run[1] = (nt == 0 ? l_run[1] * alpha[1] : l_run[1]) + p2 + p3;
-            const int ch = 4 * wc + nt;
-            *reinterpret_cast<uint32_t*>(sp + swz(16 * wr + g, ch, 128) + 4 * qd) = pack_bf16(p0, p1);
-            *reinterpret_cast<uint32_t*>(sp + swz(16 * wr + g + 8, ch, 128) + 4 * qd) = pack_bf16(p2, p3);
-        }
-#pragma unroll
-        for (int a = 0; a < 32; ++a) {
-            o[a][0] *= alpha[0];
-            o[a][1] *= alpha[0];
-            o[a][2] *= alpha[1];
-            o[a][3] *= alpha[1];
-        }
-        __syncthreads();  // P complete
-        // O[16wr.., 256wc..] += P[16wr.., 0:64] · V[0:64, 256wc..]
-#pragma unroll
-        for (int ks = 0; ks < kChunk / 16; ++ks) {
-            uint32_t a0, a1, a2, a3;
-            ldsm_x4(sbase + L::p + swz(16 * wr + (lane & 15), 2 * ks + (lane >> 4), 128), a0, a1, a2, a3);
-            const int vrow = 16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3);
-#pragma unroll
-            for (int np = 0; np < 16; ++np) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(ktile + swz(vrow, 32 * wc + 2 * np + (lane >> 4), kRowBytes), b0, b1, b2, b3);
-                mma_bf16(o[2 * np], a0, a1, a2, a3, b0, b1);
-                mma_bf16(o[2 * np + 1], a0, a1, a2, a3, b2, b3);
-            }
-        }
-    }
-
-    // Row sums: quad, then the partner warp.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-    }
-    __syncthreads();
-    if (qd == 0) {
-        sred[wc * kHeads + 16 * wr + g] = l_run[0];
-        sred[wc * kHeads + 16 * wr + g + 8] = l_run[1];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = 16 * wr + g + 8 * r;
-        const float l = sred[row] + sred[kHeads + row];
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
-        float* dst;
-        if (n_split == 1) {
-            dst = p.out + (i * p.n_head + h) * kDv;
-        } else {
-            dst = static_cast<float*>(p.scratch) + ((i * n_split + split) * p.n_head + h) * kDv;
-            if (wc == 0 && qd == 0) {
-                float* lse = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
-                lse[(i * n_split + split) * p.n_head + h] =
-                    l > 0.f ? m_run[r] * scale_log2 + log2f(l) : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 32; ++nt) {
-            const int col = 256 * wc + 8 * nt + 2 * qd;
-            *reinterpret_cast<float2*>(dst + col) = make_float2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-        }
-    }
 }
 
 // ---- wgmma path (sm_90a) ------------------------------------------------------------------------------------------
@@ -387,13 +107,13 @@ __device__ __forceinline__ uint4 ldg_nc(const void* p) {
 // Output staging row stride (floats): 512 + 8, so the 8 rows a warp stores at once fall on different banks.
 constexpr int kOutStride = kDv + 8;
 static_assert(kHeads * kOutStride * 4 <= 3 * kTile);
-// One bulk async copy shared → global (16-B aligned, size a multiple of 16), waited on before returning: the
-// source shared memory stays valid, and the writes are complete before the grid ends.
+// One bulk async copy shared → global (16-B aligned, size a multiple of 16), waited on only until the source
+// shared memory has been read (as TMA-store epilogues do): the writes complete with the grid.
 __device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
                  : "memory");
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 #include "backend/cuda/sparse_mla_wgmma.inc"
 
@@ -445,7 +165,6 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
         const int c = part + 4 * k;
         cp_async16(tile + tile_off(row, c), src + c * 16, slot >= 0);
     }
-    cp_async_commit();
 }
 
 // Specialised variant: warpgroup 0 computes S = Q·Kᵀ for all 64 slots of the chunk (wgmma m64n64k16: A and B
@@ -503,6 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
             bf16_issue(cache, s0a, ra, part, sb + kK0);
             bf16_issue(cache, s0b, rb, part, sb + kK0);
+            cp_async_commit();
         }
     }
     {
@@ -561,6 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 } else {
                     bf16_issue(cache, s1a, ra, part, kt_next);
                     bf16_issue(cache, s1b, rb, part, kt_next);
+                    cp_async_commit();
                 }
                 if (part == 0) {
                     sidx[(buf ^ 1) * kChunk + ra] = s1a;
@@ -708,6 +429,335 @@ __global__ void __launch_bounds__(kThreads, 1)
         bulk_store(dst, smem_u32(so + t * kOutStride), kDv * 4);
     }
 }
+// ---- warp-specialised wgmma kernel (default) ------------------------------------------------------------------------
+// Three warpgroups (384 threads) and mbarriers instead of CTA-wide barriers, so loading, Q·Kᵀ and P·V of different
+// chunks overlap:
+//   WG0 (softmax): waits for K tile b, S = Q·Kᵀ (36 × m64n64k16), masks and online softmax, writes P (bf16) and the
+//       row rescale factors to shared memory, then O[:, 0:256] += P·V (4 × m64n256k16) and releases tile b;
+//   WG1: waits for P, rescales, O[:, 256:512] += P·V, releases P and tile b; while it multiplies, WG0 already runs
+//       the next chunk's Q·Kᵀ on the other tile;
+//   WG2 (producer): fills the two K tiles in turn: FP8 rows are loaded into registers one chunk ahead and
+//       dequantised into a tile as soon as both consumers released it; BF16 rows stream in with cp.async one chunk
+//       ahead. It holds no accumulators, so setmaxnreg moves its registers to the consumers: 168 at launch (384
+//       threads), 120 for the producer, 192 for each consumer. The CTA's register pool is fixed at launch, so what
+//       the consumers add must equal what the producer releases ((168 - 120) = 2 · (192 - 168)); an unbalanced
+//       request never completes and the kernel hangs.
+// Barriers: k_ready[b] (mbarrier, 128 producer arrivals, tile b and its slot ids written), k_free[b] (mbarrier, one
+// arrival per consumer warp, 8), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose
+// 64 slots are all unused is skipped by both consumers (per-warp valid flags from the producer).
+constexpr int kWsThreads = 384;
+constexpr int kWsFlags = kIdx + 2 * 64 * 4;   // [2 tiles][4 producer warps] int32
+constexpr int kWsRed = kWsFlags + 2 * 4 * 4;  // alpha [64], l [64]
+constexpr int kWsBar = kWsRed + 2 * 64 * 4;   // k_ready[2], k_free[2] (8 B each)
+constexpr int kWsSmem = kWsBar + 4 * 8 + 1024;
+static_assert(kWsSmem <= 232448);
+constexpr int kBarPReady = 1, kBarPFree = 2, kBarEpilogue = 3;  // consumer named barriers (0: __syncthreads)
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    sparse_mla_ws_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const uint32_t sb = smem_u32(smem);
+    const int n_split = p.plan.n_split;
+    const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
+    const int64_t i = blockIdx.x / (n_split * n_hg);
+    const int split = (blockIdx.x / n_hg) % n_split, hg = blockIdx.x % n_hg;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wgi = warp >> 2, wi = warp & 3;
+    const int g = lane >> 2, qd = lane & 3;
+    const int n_chunks = p.topk / kChunk;
+    const int c_begin = split * chunks_per_split;
+    const int c_end = min(n_chunks, c_begin + chunks_per_split);
+    const int32_t* tok_slots = p.slots + i * p.topk;
+    const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
+    int32_t* sidx = reinterpret_cast<int32_t*>(smem + kIdx);       // [2][64]
+    int32_t* sflags = reinterpret_cast<int32_t*>(smem + kWsFlags);  // [2][4]
+    float* salpha = reinterpret_cast<float*>(smem + kWsRed);        // [64]
+    float* sl = salpha + kHeads;                                    // [64]
+    const uint32_t bar_ready = sb + kWsBar, bar_free = sb + kWsBar + 16;  // + 8·b
+    if (t == 0) {
+        mbar_init(bar_ready, 128);
+        mbar_init(bar_ready + 8, 128);
+        mbar_init(bar_free, 8);
+        mbar_init(bar_free + 8, 8);
+    }
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+
+    // Producer state: rows a = pt/4 and b = a + 32 of each chunk, 16-B pieces part, part + 4, ... of each row.
+    const int pt = t - 256, ra = (pt & 127) >> 2, rb = ra + 32, part = pt & 3, pw = warp & 3;
+    int32_t sa = -1, sbb = -1;  // slots of the chunk held in rawa / rawb (FP8) or in flight (BF16)
+    int32_t na = -1, nb = -1;   // FP8: slots of the chunk after it (one more chunk ahead)
+    uint4 rawa[11], rawb[11];
+    if (wgi == 2 && c_begin < c_end) {
+        sa = tok_slots[c_begin * kChunk + ra];
+        sbb = tok_slots[c_begin * kChunk + rb];
+        if constexpr (kFp8) {
+            if (c_begin + 1 < c_end) {
+                na = tok_slots[(c_begin + 1) * kChunk + ra];
+                nb = tok_slots[(c_begin + 1) * kChunk + rb];
+            }
+            fp8_load(cache, sa, part, rawa);  // while the consumers convert Q
+            fp8_load(cache, sbb, part, rawb);
+        } else {
+            bf16_issue(cache, sa, ra, part, sb + kK0);
+            bf16_issue(cache, sbb, rb, part, sb + kK0);
+            cp_async_commit();
+        }
+    }
+    if (wgi < 2) {  // Q: fp32 → bf16 into the swizzled Q tile by the consumers, 2 × 9 16-B chunks per thread
+        const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            float4 v[18];
+#pragma unroll
+            for (int k = 0; k < 9; ++k) {
+                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
+                v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
+                v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
+            }
+#pragma unroll
+            for (int k = 0; k < 9; ++k) {
+                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
+                uint4 w;
+                w.x = pack_bf16(v[2 * k].x, v[2 * k].y);
+                w.y = pack_bf16(v[2 * k].z, v[2 * k].w);
+                w.z = pack_bf16(v[2 * k + 1].x, v[2 * k + 1].y);
+                w.w = pack_bf16(v[2 * k + 1].z, v[2 * k + 1].w);
+                *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
+            }
+        }
+    }
+    proxy_fence();    // Q (generic stores) → wgmma (async proxy)
+    __syncthreads();  // Q tile and barrier initialisation visible to all
+
+    if (wgi == 2) {  // the producer's part ends here: it holds no output, and the consumers wait on its tiles
+        setmaxnreg_dec<120>();
+        for (int c = c_begin; c < c_end; ++c) {
+            const int it = c - c_begin, buf = it & 1;
+            if constexpr (kFp8) {
+                if (it >= 2) mbar_wait(bar_free + 8 * buf, ((it >> 1) - 1) & 1);  // chunk c-2 released tile buf
+                uint8_t* tile = smem + kK0 + buf * kTile;
+                fp8_store(tile, ra, part, rawa);
+                fp8_store(tile, rb, part, rawb);
+                if (part == 0) {
+                    sidx[buf * kChunk + ra] = sa;
+                    sidx[buf * kChunk + rb] = sbb;
+                }
+                const unsigned any = __ballot_sync(0xffffffffu, sa >= 0 || sbb >= 0);
+                if (lane == 0) sflags[buf * 4 + pw] = any != 0;
+                proxy_fence();
+                mbar_arrive(bar_ready + 8 * buf);
+                if (c + 1 < c_end) {  // next chunk's rows into registers while the consumers work
+                    sa = na;
+                    sbb = nb;
+                    fp8_load(cache, sa, part, rawa);
+                    fp8_load(cache, sbb, part, rawb);
+                    na = nb = -1;
+                    if (c + 2 < c_end) {
+                        na = tok_slots[(c + 2) * kChunk + ra];
+                        nb = tok_slots[(c + 2) * kChunk + rb];
+                    }
+                }
+            } else {
+                // Chunk c is in flight into tile buf (issued an iteration ago): publish it, then issue chunk c+1
+                // into the other tile once chunk c-1 has released it.
+                if (part == 0) {
+                    sidx[buf * kChunk + ra] = sa;
+                    sidx[buf * kChunk + rb] = sbb;
+                }
+                const unsigned any = __ballot_sync(0xffffffffu, sa >= 0 || sbb >= 0);
+                if (lane == 0) sflags[buf * 4 + pw] = any != 0;
+                cp_async_wait_all();
+                proxy_fence();
+                mbar_arrive(bar_ready + 8 * buf);
+                if (c + 1 < c_end) {
+                    if (it >= 1) mbar_wait(bar_free + 8 * (buf ^ 1), ((it - 1) >> 1) & 1);
+                    sa = tok_slots[(c + 1) * kChunk + ra];
+                    sbb = tok_slots[(c + 1) * kChunk + rb];
+                    const uint32_t nt = sb + kK0 + (buf ^ 1) * kTile;
+                    bf16_issue(cache, sa, ra, part, nt);
+                    bf16_issue(cache, sbb, rb, part, nt);
+                    cp_async_commit();
+                }
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<192>();  // both consumers the same count: they share one code path (ptxas allocates per region)
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const int row0 = 16 * wi + g, row1 = row0 + 8;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    float o[128];
+    {
+#pragma unroll
+        for (int a = 0; a < 128; ++a) o[a] = 0.f;
+        for (int c = c_begin; c < c_end; ++c) {
+            const int it = c - c_begin, buf = it & 1;
+            const uint32_t kt = sb + kK0 + buf * kTile;
+            mbar_wait(bar_ready + 8 * buf, (it >> 1) & 1);
+            const int32_t* fl = sflags + buf * 4;
+            const bool any = (fl[0] | fl[1] | fl[2] | fl[3]) != 0;
+            if (wgi == 0) {
+                float s[32];
+                float alpha[2] = {1.f, 1.f};
+                if (any) {
+#pragma unroll
+                    for (int a = 0; a < 32; ++a) s[a] = 0.f;
+                    reg_fence(s);
+                    fence();
+#pragma unroll
+                    for (int kk = 0; kk < kD / 16; ++kk) {
+                        const uint32_t koff = (kk >> 2) * kBlk + (kk & 3) * 32;
+                        wgmma_m64n64_ss(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff, 16, 1024), 1);
+                    }
+                    commit();
+                    wait0();
+                    reg_fence(s);
+                    const int32_t* cidx = sidx + buf * kChunk;
+                    float mloc[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        const int col = 8 * j + 2 * qd;
+                        const bool v0 = cidx[col] >= 0, v1 = cidx[col + 1] >= 0;
+                        if (!v0) s[4 * j] = s[4 * j + 2] = -INFINITY;
+                        if (!v1) s[4 * j + 1] = s[4 * j + 3] = -INFINITY;
+                        mloc[0] = fmaxf(mloc[0], fmaxf(s[4 * j], s[4 * j + 1]));
+                        mloc[1] = fmaxf(mloc[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+                    }
+                    float mref[2];
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 1));
+                        mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 2));
+                        const float m_new = fmaxf(m_run[r], mloc[r]);
+                        mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+                        alpha[r] = exp2f(m_run[r] * scale_log2 - mref[r]);
+                        m_run[r] = m_new;
+                        l_run[r] *= alpha[r];
+                    }
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) {
+                        s[j] = exp2f(fmaf(s[j], scale_log2, -mref[(j >> 1) & 1]));
+                        l_run[(j >> 1) & 1] += s[j];
+                    }
+                }
+                if (it > 0) named_sync(kBarPFree);  // WG1 is done with the previous chunk's P and alpha
+                if (any) {
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        *reinterpret_cast<uint32_t*>(smem + kP + row0 * 128 + ((j ^ (row0 & 7)) << 4) + 4 * qd) =
+                            pack_bf16(s[4 * j], s[4 * j + 1]);
+                        *reinterpret_cast<uint32_t*>(smem + kP + row1 * 128 + ((j ^ (row1 & 7)) << 4) + 4 * qd) =
+                            pack_bf16(s[4 * j + 2], s[4 * j + 3]);
+                    }
+                    if (qd == 0) {
+                        salpha[row0] = alpha[0];
+                        salpha[row1] = alpha[1];
+                    }
+                    proxy_fence();
+                }
+                named_arrive(kBarPReady);
+                if (any) {
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) {
+                        o[4 * j] *= alpha[0];
+                        o[4 * j + 1] *= alpha[0];
+                        o[4 * j + 2] *= alpha[1];
+                        o[4 * j + 3] *= alpha[1];
+                    }
+                }
+            } else {
+                named_sync(kBarPReady);
+                if (any) {
+                    const float a0 = salpha[row0], a1 = salpha[row1];
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) {
+                        o[4 * j] *= a0;
+                        o[4 * j + 1] *= a0;
+                        o[4 * j + 2] *= a1;
+                        o[4 * j + 3] *= a1;
+                    }
+                }
+            }
+            if (any) {
+                reg_fence(o);
+                fence();
+#pragma unroll
+                for (int ks = 0; ks < kChunk / 16; ++ks)
+                    wgmma_m64n256_ss_tb(o, desc(sb + kP + ks * 32, 16, 1024),
+                                        desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
+                commit();
+                wait0();
+                reg_fence(o);
+            }
+            if (wgi == 1 && c + 1 < c_end) named_arrive(kBarPFree);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar_free + 8 * buf);
+        }
+        if (wgi == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+                l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+            }
+            if (qd == 0) {
+                sl[row0] = l_run[0];
+                sl[row1] = l_run[1];
+            }
+        }
+    }
+    named_sync(kBarEpilogue);  // sl complete; the tiles are free (every wgmma waited on, the producer is done)
+    {
+        float* so = reinterpret_cast<float*>(smem);  // [64 heads][kOutStride] fp32 over the Q and K tiles
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = r ? row1 : row0;
+            const float l = sl[row];
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            if (n_split > 1 && wgi == 0 && qd == 0) {
+                const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
+                float* lse = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
+                lse[(i * n_split + split) * p.n_head + h] = l > 0.f ? m_run[r] * scale_log2 + log2f(l) : -INFINITY;
+            }
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                const int col = 256 * wgi + 8 * j + 2 * qd;
+                *reinterpret_cast<float2*>(so + row * kOutStride + col) =
+                    make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+            }
+        }
+        proxy_fence();
+    }
+    named_sync(kBarEpilogue);
+    if (t < kHeads) {
+        const int64_t h = static_cast<int64_t>(hg) * kHeads + t;
+        float* dst = n_split == 1 ? p.out + (i * p.n_head + h) * kDv
+                                  : static_cast<float*>(p.scratch) + ((i * n_split + split) * p.n_head + h) * kDv;
+        bulk_store(dst, smem_u32(reinterpret_cast<float*>(smem) + t * kOutStride), kDv * 4);
+    }
+}
 }  // namespace wg
 
 // Merges the n_split normalised partials of each (token, head) by their log2-sum-exp. 128 threads × 4 columns.
@@ -753,14 +803,27 @@ __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMla
     reinterpret_cast<float4*>(p.out + ih * kDv)[t] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-// Kernel switch read once per process (measurement): MEGACTX_SPARSE_MLA_IMPL unset: the wgmma2 kernel; "m": the
-// mma.sync kernel.
-bool mma_sync_impl() {
-    static const bool v = [] {
+// Default: the warp-specialised kernel for BF16 caches, the two-warpgroup kernel for FP8 (in the warp-specialised
+// kernel one producer warpgroup dequantises too slowly: FP8 b128 187 µs against 166; BF16 109 against 127).
+// MEGACTX_SPARSE_MLA_IMPL forces one for both formats: 'w' warp-specialised, '2' two-warpgroup.
+char impl_choice() {
+    static const char v = [] {
         const char* e = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
-        return e && e[0] == 'm';
+        return e && (e[0] == '2' || e[0] == 'w') ? e[0] : 'd';
     }();
     return v;
+}
+
+// The warp-specialised kernel's setmaxnreg split assumes ptxas gave it 168 registers (see its header); any other
+// count would make the consumers' request unbalanced, so the kernel is then not used.
+bool ws_registers_as_planned() {
+    static const bool ok = [] {
+        cudaFuncAttributes a{}, b{};
+        return cudaFuncGetAttributes(&a, wg::sparse_mla_ws_kernel<true>) == cudaSuccess &&
+               cudaFuncGetAttributes(&b, wg::sparse_mla_ws_kernel<false>) == cudaSuccess && a.numRegs == 168 &&
+               b.numRegs == 168;
+    }();
+    return ok;
 }
 
 // Launches plainly, or with programmatic dependent launch when `pdl` (the combine: its CTAs may become resident
@@ -798,25 +861,30 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
     // The attribute is per (function, device); set once per device (not a stream operation: not captured in graphs).
     const cudaError_t cfg_err = per_device_once([] {
-        cudaError_t e = cudaFuncSetAttribute(sparse_mla_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             Smem<true>::total);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(sparse_mla_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     Smem<false>::total);
+        cudaError_t e = cudaSuccess;
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      wg::kSmem);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      wg::kSmem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     wg::kWsSmem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     wg::kWsSmem);
         return e;
     });
     if (cfg_err != cudaSuccess) return cfg_err;
     // Main kernels: plain launches. PDL on them (measured at ec813d3) saved 0.4 us at b1 but cost 0.2-0.9 us at
     // b16-b128 and ~6% in BF16 prefill; the maximum shared carveout changed nothing.
-    if (mma_sync_impl())
-        return fp8 ? launch_kernel(sparse_mla_kernel<true>, grid, kThreads, Smem<true>::total, stream, false, p, cps)
-                   : launch_kernel(sparse_mla_kernel<false>, grid, kThreads, Smem<false>::total, stream, false, p, cps);
+    const char impl = impl_choice();
+    if ((impl == 'w' || (impl == 'd' && !fp8)) && ws_registers_as_planned())
+        return fp8 ? launch_kernel(wg::sparse_mla_ws_kernel<true>, grid, wg::kWsThreads, wg::kWsSmem, stream, false, p,
+                                   cps, lbo, sbo)
+                   : launch_kernel(wg::sparse_mla_ws_kernel<false>, grid, wg::kWsThreads, wg::kWsSmem, stream, false,
+                                   p, cps, lbo, sbo);
     return fp8 ? launch_kernel(wg::sparse_mla_wgmma2_kernel<true>, grid, kThreads, wg::kSmem, stream, false, p, cps,
                                lbo, sbo)
                : launch_kernel(wg::sparse_mla_wgmma2_kernel<false>, grid, kThreads, wg::kSmem, stream, false, p, cps,
