@@ -436,9 +436,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 //       row rescale factors to shared memory, then O[:, 0:256] += P·V (4 × m64n256k16) and releases tile b;
 //   WG1: waits for P, rescales, O[:, 256:512] += P·V, releases P and tile b; while it multiplies, WG0 already runs
 //       the next chunk's Q·Kᵀ on the other tile;
-//   WG2 (producer): fills the two K tiles in turn: FP8 rows are loaded into registers one chunk ahead and
-//       dequantised into a tile as soon as both consumers released it; BF16 rows stream in with cp.async one chunk
-//       ahead. It holds no accumulators, so setmaxnreg moves its registers to the consumers: 168 at launch (384
+//   WG2 (producer): fills the two K tiles in turn, one chunk ahead: rows stream in with cp.async into the tile as
+//       soon as both consumers released it (BF16: in place; FP8: staged codes in the tile's upper half, then
+//       dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg moves its registers to the consumers: 168 at launch (384
 //       threads), 120 for the producer, 192 for each consumer. The CTA's register pool is fixed at launch, so what
 //       the consumers add must equal what the producer releases ((168 - 120) = 2 · (192 - 168)); an unbalanced
 //       request never completes and the kernel hangs.
@@ -474,6 +474,25 @@ __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
+// FP8 producer staging: chunk c's raw rows stream in with cp.async into tile c%2 itself, the e4m3 codes (512 B
+// per row, 16-B pieces XOR-swizzled by row) over blocks 4..7 and k_pe straight to its place in block 8; the tile
+// scales go to registers. Nothing waits in registers for a whole chunk, so the producer needs no large arrays.
+__device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0..31 of the codes of `row`
+    return static_cast<uint32_t>(4 * kBlk + row * 512 + ((piece ^ (row & 7)) << 4));
+}
+__device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot, int row, int part, uint32_t tile) {
+    const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) cp_async16(tile + stage_off(row, part + 4 * j), src + (part + 4 * j) * 16, slot >= 0);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
+        cp_async16(tile + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16, slot >= 0);
+}
+__device__ __forceinline__ float4 fp8_scales(const uint8_t* cache, int32_t slot) {
+    return __ldg(reinterpret_cast<const float4*>(cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes + 512));
+}
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 4, 128;\n" ::: "memory"); }
+
 template <bool kFp8>
 __global__ void __launch_bounds__(kWsThreads, 1)
     sparse_mla_ws_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo) {
@@ -507,9 +526,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     // Producer state: rows a = pt/4 and b = a + 32 of each chunk, 16-B pieces part, part + 4, ... of each row.
     const int pt = t - 256, ra = (pt & 127) >> 2, rb = ra + 32, part = pt & 3, pw = warp & 3;
-    int32_t sa = -1, sbb = -1;  // slots of the chunk held in rawa / rawb (FP8) or in flight (BF16)
+    int32_t sa = -1, sbb = -1;  // slots of the chunk in flight
     int32_t na = -1, nb = -1;   // FP8: slots of the chunk after it (one more chunk ahead)
-    uint4 rawa[11], rawb[11];
+    float4 sca = make_float4(0.f, 0.f, 0.f, 0.f), scb = sca;  // FP8: tile scales of rows a, b of the chunk in flight
     if (wgi == 2 && c_begin < c_end) {
         sa = tok_slots[c_begin * kChunk + ra];
         sbb = tok_slots[c_begin * kChunk + rb];
@@ -518,8 +537,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 na = tok_slots[(c_begin + 1) * kChunk + ra];
                 nb = tok_slots[(c_begin + 1) * kChunk + rb];
             }
-            fp8_load(cache, sa, part, rawa);  // while the consumers convert Q
-            fp8_load(cache, sbb, part, rawb);
+            fp8_stage_issue(cache, sa, ra, part, sb + kK0);  // while the consumers convert Q
+            fp8_stage_issue(cache, sbb, rb, part, sb + kK0);
+            cp_async_commit();
+            sca = fp8_scales(cache, sa);
+            scb = fp8_scales(cache, sbb);
         } else {
             bf16_issue(cache, sa, ra, part, sb + kK0);
             bf16_issue(cache, sbb, rb, part, sb + kK0);
@@ -557,10 +579,39 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int c = c_begin; c < c_end; ++c) {
             const int it = c - c_begin, buf = it & 1;
             if constexpr (kFp8) {
-                if (it >= 2) mbar_wait(bar_free + 8 * buf, ((it >> 1) - 1) & 1);  // chunk c-2 released tile buf
+                // Chunk c is in flight into tile buf (issued an iteration ago). Once every producer's pieces have
+                // landed: the codes of dims 256..511 (pieces 16..31, staged over blocks 4..7) go to registers and
+                // dims 0..255 are dequantised into blocks 0..3 straight from the staging; after a producer barrier
+                // (no one reads the staging any more) the saved half goes to blocks 4..7.
                 uint8_t* tile = smem + kK0 + buf * kTile;
-                fp8_store(tile, ra, part, rawa);
-                fp8_store(tile, rb, part, rawb);
+                cp_async_wait_all();
+                producer_sync();
+                uint4 ha[4], hb[4];
+#pragma unroll
+                for (int j = 4; j < 8; ++j) {
+                    ha[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(ra, part + 4 * j));
+                    hb[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(rb, part + 4 * j));
+                }
+                // piece pc = part + 4j: codes 16pc.. → bf16 chunks 2pc, 2pc+1 of the row; its scale is tile j/2
+                auto put = [&](int row, int pc, const uint4& w, float sc) {
+                    uint4 lo, hi;
+                    lo.x = deq2(w.x, sc), lo.y = deq2(w.x >> 16, sc), lo.z = deq2(w.y, sc), lo.w = deq2(w.y >> 16, sc);
+                    hi.x = deq2(w.z, sc), hi.y = deq2(w.z >> 16, sc), hi.z = deq2(w.w, sc), hi.w = deq2(w.w >> 16, sc);
+                    *reinterpret_cast<uint4*>(tile + tile_off(row, 2 * pc)) = lo;
+                    *reinterpret_cast<uint4*>(tile + tile_off(row, 2 * pc + 1)) = hi;
+                };
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int pc = part + 4 * j;
+                    put(ra, pc, *reinterpret_cast<const uint4*>(tile + stage_off(ra, pc)), j < 2 ? sca.x : sca.y);
+                    put(rb, pc, *reinterpret_cast<const uint4*>(tile + stage_off(rb, pc)), j < 2 ? scb.x : scb.y);
+                }
+                producer_sync();
+#pragma unroll
+                for (int j = 4; j < 8; ++j) {
+                    put(ra, part + 4 * j, ha[j - 4], j < 6 ? sca.z : sca.w);
+                    put(rb, part + 4 * j, hb[j - 4], j < 6 ? scb.z : scb.w);
+                }
                 if (part == 0) {
                     sidx[buf * kChunk + ra] = sa;
                     sidx[buf * kChunk + rb] = sbb;
@@ -569,11 +620,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 if (lane == 0) sflags[buf * 4 + pw] = any != 0;
                 proxy_fence();
                 mbar_arrive(bar_ready + 8 * buf);
-                if (c + 1 < c_end) {  // next chunk's rows into registers while the consumers work
+                if (c + 1 < c_end) {  // chunk c+1 into the other tile once chunk c-1 has released it
+                    if (it >= 1) mbar_wait(bar_free + 8 * (buf ^ 1), ((it - 1) >> 1) & 1);
                     sa = na;
                     sbb = nb;
-                    fp8_load(cache, sa, part, rawa);
-                    fp8_load(cache, sbb, part, rawb);
+                    const uint32_t nt = sb + kK0 + (buf ^ 1) * kTile;
+                    fp8_stage_issue(cache, sa, ra, part, nt);
+                    fp8_stage_issue(cache, sbb, rb, part, nt);
+                    cp_async_commit();
+                    sca = fp8_scales(cache, sa);
+                    scb = fp8_scales(cache, sbb);
                     na = nb = -1;
                     if (c + 2 < c_end) {
                         na = tok_slots[(c + 2) * kChunk + ra];
