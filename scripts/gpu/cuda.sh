@@ -39,14 +39,6 @@ if has tests; then
         summary+=("$name: $r ($(grep -cE '^\[       OK|^\[  FAILED  \] [A-Z]' "$out/$name.log") lines)")
         [ "$r" != PASS ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
     done
-    # sparse MLA: each of its two kernels in both cache formats (the default picks one per format)
-    if [ -z "${TESTS:-}" ] || [[ " $TESTS " == *" test_sparse_mla "* ]]; then
-        for impl in w 2; do
-            if MEGACTX_SPARSE_MLA_IMPL=$impl timeout "${TEST_TIMEOUT:-600}" build-cuda/tests/cuda/test_sparse_mla \
-                --gtest_brief=1 >"$out/test_sparse_mla-$impl.log" 2>&1; then r=PASS; else r="FAIL (exit $?)"; fi
-            summary+=("test_sparse_mla MEGACTX_SPARSE_MLA_IMPL=$impl: $r")
-        done
-    fi
 fi
 if has sanitize; then
     # compute-sanitizer memcheck over the op tests (slow: it instruments every access), SANITIZE_FILTER narrows them.

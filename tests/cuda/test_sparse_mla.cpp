@@ -1,8 +1,6 @@
 // Tests of the sparse MLA CUDA kernels (src/backend/cuda/sparse_mla.h, latent_cache.h) against plain CPU loops:
 // latent_cache_write vs RMSNorm + RoPE + kv_format's fp8_latent_pack; sparse_mla vs a double-precision softmax over
 // the dequantised cache rows with bf16-rounded queries (what the kernel multiplies). Skipped without a GPU.
-// The kernel is chosen once per process (default: warp-specialised for BF16, two-warpgroup for FP8): run the binary
-// again with MEGACTX_SPARSE_MLA_IMPL=w and =2 to cover each kernel in both formats (scripts/gpu/cuda.sh does).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -5,25 +5,19 @@
 //
 // One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
 // is 1-D with the head group fastest (the two CTAs of a 128-head token gather the same rows together: L2 hits).
-// Both main kernels are sm_90a wgmma kernels over the same shared tiles (Q and two K tiles in bf16, 128-B swizzle;
-// FP8 rows are dequantised on the way in: e4m3 · pow2 tile scale is exact in bf16, k_pe copied):
-//   sparse_mla_ws_kernel     warp-specialised, 3 warpgroups and mbarriers (softmax WG, second P·V WG, producer);
-//                            the default for BF16 caches (header above the kernel);
-//   sparse_mla_wgmma2_kernel 2 warpgroups between CTA barriers (WG0: Q·Kᵀ + softmax, WG1: gathers the next chunk;
-//                            both P·V); the default for FP8 caches, where its two loading warpgroups keep up and the
-//                            single producer warpgroup of the first does not.
-// MEGACTX_SPARSE_MLA_IMPL = w / 2 forces one for both formats (measurement switch, read once per process). The first
-// mma.sync kernel was removed (session 4); its numbers stay in docs/benchmarks.md.
-// The combine is launched with programmatic dependent launch; the main kernels execute griddepcontrol.wait before
-// any global access (a no-op in their plain launches; PDL for them measured no better). Measured: a cp.async ring
-// variant for FP8 (dequant by all threads) was 3-7% slower (bench/results/cuda-h200-2026-11-29-ec813d3-sparse_mla.json).
+// One sm_90a kernel, warp-specialised (three warpgroups and mbarriers; header above sparse_mla_ws_kernel), with Q
+// and two K tiles in bf16 in shared memory; FP8 rows are dequantised on the way in (e4m3 · pow2 tile scale is exact
+// in bf16, k_pe copied). History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel
+// between CTA barriers (FP8 b128 164 µs), both removed in session 4 when this one beat them in every case measured
+// (FP8 b128 131 µs; bench/results/cuda-h200-2026-11-29-7dc0362-sparse_mla-ws.json).
+// The combine is launched with programmatic dependent launch; the main kernel executes griddepcontrol.wait before
+// any global access (a no-op in its plain launch; PDL for it measured no better).
 // Softmax online in fp32 (exp2 domain), P stored as bf16 for the P·V product; unused slots are masked to −inf and
 // chunks with no valid slot are skipped.
 // n_split > 1: each CTA writes its normalised partial output and log2-sum-exp to scratch; a combine kernel merges.
 // Epilogue: the normalised [64 heads × 512] fp32 rows are staged in shared memory and leave with one bulk async
-// copy per head (cp.async.bulk): 24.4 → 17.1 µs at batch 1, 172 → 163 µs at 128 (FP8, h 64), BF16 prefill 381 →
-// 445 TFLOP/s. An L2 bulk prefetch of the FP8 rows two chunks ahead was measured and dropped (no gain at batch 1,
-// 4-9% slower at 64-128). bench/results/cuda-h200-2026-11-29-*-sparse_mla-epilogue.txt.
+// copy per head (cp.async.bulk; in the two-warpgroup kernel it took b1 from 24.4 to 17.1 µs: direct stores from the
+// accumulator layout held the LSU queue full).
 #include "backend/cuda/sparse_mla.h"
 #include "backend/cuda/per_device.cuh"
 
@@ -32,15 +26,14 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
-#include <cstdlib>
 
 namespace megactx::cuda {
 namespace {
 
-constexpr int kD = 576, kDv = 512, kHeads = 64, kChunk = 64, kThreads = 256;
+constexpr int kD = 576, kDv = 512, kHeads = 64, kChunk = 64;
 constexpr int kRowBytes = kD * 2;          // bf16 row in shared memory: 72 chunks of 16 B
 constexpr int kRowChunks = kRowBytes / 16; // 72
-constexpr int kFp8RowBytes = 656, kFp8RowChunks = 41;
+constexpr int kFp8RowBytes = 656;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -64,21 +57,16 @@ __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint16_t codes, float s) {
     return pack_bf16(f.x * s, f.y * s);
 }
 
-// ---- wgmma path (sm_90a) ------------------------------------------------------------------------------------------
-// One CTA = one token × 64 heads × a range of 64-slot chunks, two warpgroups (256 threads). Shared tiles use the
-// canonical 128-B swizzle: a [64 rows, 576] bf16 tile is 9 blocks of [64 rows × 128 B] (8 KB each, 1024-B aligned),
-// 16-B chunk c of row r at r·128 + ((c ^ (r & 7)) << 4).
-//   S = Q·Kᵀ: warpgroup 0 computes S[64 heads, 64 slots] with 36 × wgmma m64n64k16 (A = Q, B = K tile, both K-major
-//   from shared memory) and the softmax (fp32, exp2 domain); P (bf16) goes to a shared [64 × 64] K-major tile and the
-//   rescale factors through shared memory; O[64 heads, dims 256w..256w+255] += P · V with 4 × wgmma m64n256k16 per
-//   warpgroup w (B = V read MN-major straight from the same K tile: no transposed copy).
+// ---- the kernel (sm_90a) ----------------------------------------------------------------------------------------
+// Shared tiles use the canonical 128-B swizzle: a [64 rows, 576] bf16 tile is 9 blocks of [64 rows × 128 B] (8 KB
+// each, 1024-B aligned), 16-B chunk c of row r at r·128 + ((c ^ (r & 7)) << 4). S = Q·Kᵀ takes 36 × wgmma
+// m64n64k16 (A = Q, B = K tile, both K-major from shared memory); O[64 heads, dims 256w..256w+255] += P · V takes
+// 4 × wgmma m64n256k16 per consumer warpgroup w (B = V read MN-major straight from the same K tile: no transposed
+// copy). Layout: Q tile, two K tiles, P [64 × 64] bf16, slot ids, flags, rescale factors, mbarriers.
 namespace wg {
 constexpr int kBlk = 8192;      // [64 rows × 128 B]
 constexpr int kTile = 9 * kBlk; // [64 rows × 576] bf16
-constexpr int kQ = 0, kK0 = kTile, kP = 3 * kTile, kIdx = kP + kBlk, kRed = kIdx + 2 * 64 * 4;
-constexpr int kUsed = kRed + 2 * 64 * 4;
-constexpr int kSmem = kUsed + 1024;  // + alignment slack (the tiles need a 1024-B aligned base)
-static_assert(kSmem <= 232448);
+constexpr int kQ = 0, kK0 = kTile, kP = 3 * kTile, kIdx = kP + kBlk;
 
 __device__ __forceinline__ uint32_t tile_off(int r, int c) {  // 16-B chunk c (0..71) of row r
     return static_cast<uint32_t>((c >> 3) * kBlk + r * 128 + (((c & 7) ^ (r & 7)) << 4));
@@ -96,14 +84,6 @@ __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 #pragma unroll
     for (int k = 0; k < N; ++k) asm volatile("" : "+f"(r[k])::"memory");
 }
-__device__ __forceinline__ uint4 ldg_nc(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 // Output staging row stride (floats): 512 + 8, so the 8 rows a warp stores at once fall on different banks.
 constexpr int kOutStride = kDv + 8;
 static_assert(kHeads * kOutStride * 4 <= 3 * kTile);
@@ -117,47 +97,7 @@ __device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t byt
 }
 #include "backend/cuda/sparse_mla_wgmma.inc"
 
-// FP8 row loader: thread (row, part) holds pieces part + 4k (k < 11, piece < 41) of its row's 656 B.
-__device__ __forceinline__ void fp8_load(const uint8_t* cache, int32_t slot, int part, uint4 (&raw)[11]) {
-    const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
-#pragma unroll
-    for (int k = 0; k < 11; ++k) {
-        const int pc = part + 4 * k;
-        if (slot >= 0 && pc < kFp8RowChunks) raw[k] = ldg_nc(src + pc * 16);
-        else raw[k] = make_uint4(0u, 0u, 0u, 0u);
-    }
-}
 __device__ __forceinline__ uint32_t deq2(uint32_t w16, float s) { return fp8x2_to_bf16x2(static_cast<uint16_t>(w16), s); }
-// Dequantises into the swizzled bf16 tile at `tile` (generic pointer). Every lane of the warp must call it.
-__device__ __forceinline__ void fp8_store(uint8_t* tile, int row, int part, const uint4 (&raw)[11]) {
-    const int lane = threadIdx.x & 31, src = lane & ~3;
-    float sc[4];
-    sc[0] = __shfl_sync(0xffffffffu, __uint_as_float(raw[8].x), src);
-    sc[1] = __shfl_sync(0xffffffffu, __uint_as_float(raw[8].y), src);
-    sc[2] = __shfl_sync(0xffffffffu, __uint_as_float(raw[8].z), src);
-    sc[3] = __shfl_sync(0xffffffffu, __uint_as_float(raw[8].w), src);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const int pc = part + 4 * k;  // codes 16pc..16pc+15 → bf16 chunks 2pc, 2pc+1
-        const float s = sc[k >> 1];
-        uint4 lo, hi;
-        lo.x = deq2(raw[k].x, s);
-        lo.y = deq2(raw[k].x >> 16, s);
-        lo.z = deq2(raw[k].y, s);
-        lo.w = deq2(raw[k].y >> 16, s);
-        hi.x = deq2(raw[k].z, s);
-        hi.y = deq2(raw[k].z >> 16, s);
-        hi.z = deq2(raw[k].w, s);
-        hi.w = deq2(raw[k].w >> 16, s);
-        *reinterpret_cast<uint4*>(tile + tile_off(row, 2 * pc)) = lo;
-        *reinterpret_cast<uint4*>(tile + tile_off(row, 2 * pc + 1)) = hi;
-    }
-#pragma unroll
-    for (int k = 8; k < 11; ++k) {
-        const int pc = part + 4 * k;  // 32 = scales (skip); 33..40 = k_pe bf16 chunks 64..71
-        if (pc >= 33 && pc < kFp8RowChunks) *reinterpret_cast<uint4*>(tile + tile_off(row, 64 + pc - 33)) = raw[k];
-    }
-}
 __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, int row, int part, uint32_t tile) {
     const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kRowBytes;
 #pragma unroll
@@ -167,269 +107,6 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
     }
 }
 
-// Specialised variant: warpgroup 0 computes S = Q·Kᵀ for all 64 slots of the chunk (wgmma m64n64k16: A and B
-// reads balance the tensor rate, where two m64n32 products re-read Q) and the softmax; warpgroup 1 meanwhile
-// gathers the next chunk (BF16: cp.async one chunk ahead; FP8: raw rows loaded into registers — half of them a
-// chunk earlier — and dequantised while warpgroup 0 multiplies). Both then do PV for their 256 output dims (P and the rescale factors
-// through shared memory).
-template <bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1)
-    sparse_mla_wgmma2_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo) {
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const uint32_t sb = smem_u32(smem);
-    const int n_split = p.plan.n_split;
-    const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
-    const int64_t i = blockIdx.x / (n_split * n_hg);
-    const int split = (blockIdx.x / n_hg) % n_split, hg = blockIdx.x % n_hg;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wgi = warp >> 2, wi = warp & 3;
-    const int g = lane >> 2, qd = lane & 3;
-    const int ra = (t & 127) >> 2, rb = ra + 32, part = t & 3;  // warpgroup 1 loader rows
-    const int n_chunks = p.topk / kChunk;
-    const int c_begin = split * chunks_per_split;
-    const int c_end = min(n_chunks, c_begin + chunks_per_split);
-    const int32_t* tok_slots = p.slots + i * p.topk;
-    const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
-    int32_t* sidx = reinterpret_cast<int32_t*>(smem + kIdx);
-    float* salpha = reinterpret_cast<float*>(smem + kRed);        // [64]
-    float* sl = reinterpret_cast<float*>(smem + kRed) + kHeads;  // [64]
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-
-    const bool loader = wgi == 1;
-    int32_t s1a = -1, s1b = -1, s2a = -1, s2b = -1;  // slots of chunks c+1 and c+2 (loader rows a, b)
-    uint4 rawa[11];                                   // FP8: raw row a of chunk c+1
-    uint4 rawb0[11];                                  // FP8 prologue: raw row b of the first chunk
-    int first_valid = 0;
-    if (loader && c_begin < c_end) {
-        const int32_t s0a = tok_slots[c_begin * kChunk + ra], s0b = tok_slots[c_begin * kChunk + rb];
-        if (c_begin + 1 < c_end) {
-            s1a = tok_slots[(c_begin + 1) * kChunk + ra];
-            s1b = tok_slots[(c_begin + 1) * kChunk + rb];
-        }
-        if (c_begin + 2 < c_end) {
-            s2a = tok_slots[(c_begin + 2) * kChunk + ra];
-            s2b = tok_slots[(c_begin + 2) * kChunk + rb];
-        }
-        if (part == 0) {
-            sidx[ra] = s0a;
-            sidx[rb] = s0b;
-        }
-        first_valid = s0a >= 0 || s0b >= 0;
-        if constexpr (kFp8) {
-            fp8_load(cache, s0a, part, rawa);  // stored after the Q conversion (its latency overlaps it)
-            fp8_load(cache, s0b, part, rawb0);
-        } else {
-            bf16_issue(cache, s0a, ra, part, sb + kK0);
-            bf16_issue(cache, s0b, rb, part, sb + kK0);
-            cp_async_commit();
-        }
-    }
-    {
-        const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-            float4 v[18];
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
-                v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
-            }
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                uint4 w;
-                w.x = pack_bf16(v[2 * k].x, v[2 * k].y);
-                w.y = pack_bf16(v[2 * k].z, v[2 * k].w);
-                w.z = pack_bf16(v[2 * k + 1].x, v[2 * k + 1].y);
-                w.w = pack_bf16(v[2 * k + 1].z, v[2 * k + 1].w);
-                *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
-            }
-        }
-    }
-    if constexpr (kFp8) {
-        if (loader && c_begin < c_end) {
-            fp8_store(smem + kK0, ra, part, rawa);
-            fp8_store(smem + kK0, rb, part, rawb0);
-            if (c_begin + 1 < c_end) fp8_load(cache, s1a, part, rawa);
-        }
-    } else {
-        cp_async_wait_all();
-    }
-    proxy_fence();
-    int any = __syncthreads_or(first_valid);
-
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    float o[128];
-#pragma unroll
-    for (int a = 0; a < 128; ++a) o[a] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    const int row0 = 16 * wi + g, row1 = row0 + 8;
-
-    for (int c = c_begin; c < c_end; ++c) {
-        const int buf = (c - c_begin) & 1;
-        const uint32_t kt = sb + kK0 + buf * kTile, kt_next = sb + kK0 + (buf ^ 1) * kTile;
-        const int32_t* cidx = sidx + buf * kChunk;
-        int next_valid = 0;
-        if (loader) {
-            if (c + 1 < c_end) {  // chunk c+1 → the other buffer
-                if constexpr (kFp8) {  // row a was loaded an iteration ago; row b now (bounded registers)
-                    fp8_store(smem + kK0 + (buf ^ 1) * kTile, ra, part, rawa);
-                    fp8_load(cache, s1b, part, rawa);
-                    fp8_store(smem + kK0 + (buf ^ 1) * kTile, rb, part, rawa);
-                } else {
-                    bf16_issue(cache, s1a, ra, part, kt_next);
-                    bf16_issue(cache, s1b, rb, part, kt_next);
-                    cp_async_commit();
-                }
-                if (part == 0) {
-                    sidx[(buf ^ 1) * kChunk + ra] = s1a;
-                    sidx[(buf ^ 1) * kChunk + rb] = s1b;
-                }
-                next_valid = s1a >= 0 || s1b >= 0;
-            }
-            s1a = s2a;
-            s1b = s2b;
-            if constexpr (kFp8) {
-                if (c + 2 < c_end) fp8_load(cache, s1a, part, rawa);  // row a of chunk c+2, stored next iteration
-            }
-            s2a = s2b = -1;
-            if (c + 3 < c_end) {
-                s2a = tok_slots[(c + 3) * kChunk + ra];
-                s2b = tok_slots[(c + 3) * kChunk + rb];
-            }
-        } else if (any) {
-            float s[32];
-#pragma unroll
-            for (int a = 0; a < 32; ++a) s[a] = 0.f;
-            reg_fence(s);
-            fence();
-#pragma unroll
-            for (int kk = 0; kk < kD / 16; ++kk) {
-                const uint32_t koff = (kk >> 2) * kBlk + (kk & 3) * 32;
-                wgmma_m64n64_ss(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff, 16, 1024), 1);
-            }
-            commit();
-            wait0();
-            reg_fence(s);
-            float mloc[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int col = 8 * j + 2 * qd;
-                const bool v0 = cidx[col] >= 0, v1 = cidx[col + 1] >= 0;
-                if (!v0) s[4 * j] = s[4 * j + 2] = -INFINITY;
-                if (!v1) s[4 * j + 1] = s[4 * j + 3] = -INFINITY;
-                mloc[0] = fmaxf(mloc[0], fmaxf(s[4 * j], s[4 * j + 1]));
-                mloc[1] = fmaxf(mloc[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-            }
-            float alpha[2], mref[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 1));
-                mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 2));
-                const float m_new = fmaxf(m_run[r], mloc[r]);
-                mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-                alpha[r] = exp2f(m_run[r] * scale_log2 - mref[r]);
-                m_run[r] = m_new;
-                l_run[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float p0 = exp2f(fmaf(s[4 * j], scale_log2, -mref[0]));
-                const float p1 = exp2f(fmaf(s[4 * j + 1], scale_log2, -mref[0]));
-                const float p2 = exp2f(fmaf(s[4 * j + 2], scale_log2, -mref[1]));
-                const float p3 = exp2f(fmaf(s[4 * j + 3], scale_log2, -mref[1]));
-                l_run[0] += p0 + p1;
-                l_run[1] += p2 + p3;
-                *reinterpret_cast<uint32_t*>(smem + kP + row0 * 128 + ((j ^ (row0 & 7)) << 4) + 4 * qd) =
-                    pack_bf16(p0, p1);
-                *reinterpret_cast<uint32_t*>(smem + kP + row1 * 128 + ((j ^ (row1 & 7)) << 4) + 4 * qd) =
-                    pack_bf16(p2, p3);
-            }
-            if (qd == 0) {
-                salpha[row0] = alpha[0];
-                salpha[row1] = alpha[1];
-            }
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                o[4 * j] *= alpha[0];
-                o[4 * j + 1] *= alpha[0];
-                o[4 * j + 2] *= alpha[1];
-                o[4 * j + 3] *= alpha[1];
-            }
-        }
-        proxy_fence();
-        __syncthreads();  // P, alpha complete; FP8: the next tile written
-        if (any) {
-            if (loader) {
-                const float a0 = salpha[row0], a1 = salpha[row1];
-#pragma unroll
-                for (int j = 0; j < 32; ++j) {
-                    o[4 * j] *= a0;
-                    o[4 * j + 1] *= a0;
-                    o[4 * j + 2] *= a1;
-                    o[4 * j + 3] *= a1;
-                }
-            }
-            reg_fence(o);
-            fence();
-#pragma unroll
-            for (int ks = 0; ks < kChunk / 16; ++ks)
-                wgmma_m64n256_ss_tb(o, desc(sb + kP + ks * 32, 16, 1024),
-                                    desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
-            commit();
-            wait0();
-            reg_fence(o);
-        }
-        if constexpr (!kFp8) cp_async_wait_all();
-        proxy_fence();
-        any = __syncthreads_or(next_valid);  // next tile landed; this chunk's tiles free
-    }
-
-    if (!loader) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-        }
-        if (qd == 0) {
-            sl[row0] = l_run[0];
-            sl[row1] = l_run[1];
-        }
-    }
-    __syncthreads();  // sl complete; every tile is free (the loop ended on a barrier after its last wgmma)
-    // Epilogue: the normalised rows go to shared memory ([64 heads][kOutStride] fp32, over the Q and K tiles), then
-    // each head's 2 KB row leaves with one bulk async copy. (Direct stores from the accumulator layout wrote 8 rows
-    // × 32 B per warp instruction and held the LSU queue full: ~60% of a batch-1 CTA's time in ncu samples.)
-    float* so = reinterpret_cast<float*>(smem);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = r ? row1 : row0;
-        const float l = sl[row];
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        if (n_split > 1 && !loader && qd == 0) {
-            const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
-            float* lse = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
-            lse[(i * n_split + split) * p.n_head + h] = l > 0.f ? m_run[r] * scale_log2 + log2f(l) : -INFINITY;
-        }
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int col = 256 * wgi + 8 * j + 2 * qd;
-            *reinterpret_cast<float2*>(so + row * kOutStride + col) =
-                make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        }
-    }
-    proxy_fence();  // the generic-proxy stores above are visible to the bulk copies (async proxy)
-    __syncthreads();
-    if (t < kHeads) {
-        const int64_t h = static_cast<int64_t>(hg) * kHeads + t;
-        float* dst = n_split == 1 ? p.out + (i * p.n_head + h) * kDv
-                                  : static_cast<float*>(p.scratch) + ((i * n_split + split) * p.n_head + h) * kDv;
-        bulk_store(dst, smem_u32(so + t * kOutStride), kDv * 4);
-    }
-}
-// ---- warp-specialised wgmma kernel (default) ------------------------------------------------------------------------
 // Three warpgroups (384 threads) and mbarriers instead of CTA-wide barriers, so loading, Q·Kᵀ and P·V of different
 // chunks overlap:
 //   WG0 (softmax): waits for K tile b, S = Q·Kᵀ (36 × m64n64k16), masks and online softmax, writes P (bf16) and the
@@ -438,10 +115,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 //       the next chunk's Q·Kᵀ on the other tile;
 //   WG2 (producer): fills the two K tiles in turn, one chunk ahead: rows stream in with cp.async into the tile as
 //       soon as both consumers released it (BF16: in place; FP8: staged codes in the tile's upper half, then
-//       dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg moves its registers to the consumers: 168 at launch (384
-//       threads), 120 for the producer, 192 for each consumer. The CTA's register pool is fixed at launch, so what
-//       the consumers add must equal what the producer releases ((168 - 120) = 2 · (192 - 168)); an unbalanced
-//       request never completes and the kernel hangs.
+//       dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg moves its
+//       registers to the consumers: 168 at launch (384 threads), 120 for the producer, 192 for each consumer. The
+//       CTA's register pool is fixed at launch, so what the consumers add must equal what the producer releases
+//       ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and the kernel hangs.
 // Barriers: k_ready[b] (mbarrier, 128 producer arrivals, tile b and its slot ids written), k_free[b] (mbarrier, one
 // arrival per consumer warp, 8), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose
 // 64 slots are all unused is skipped by both consumers (per-warp valid flags from the producer).
@@ -555,13 +232,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             float4 v[18];
 #pragma unroll
             for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
+                const int e = t + 256 * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
                 v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
                 v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
             }
 #pragma unroll
             for (int k = 0; k < 9; ++k) {
-                const int e = t + kThreads * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
+                const int e = t + 256 * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
                 uint4 w;
                 w.x = pack_bf16(v[2 * k].x, v[2 * k].y);
                 w.y = pack_bf16(v[2 * k].z, v[2 * k].w);
@@ -859,20 +536,9 @@ __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMla
     reinterpret_cast<float4*>(p.out + ih * kDv)[t] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-// Default: the warp-specialised kernel for BF16 caches, the two-warpgroup kernel for FP8 (in the warp-specialised
-// kernel one producer warpgroup dequantises too slowly: FP8 b128 187 µs against 166; BF16 109 against 127).
-// MEGACTX_SPARSE_MLA_IMPL forces one for both formats: 'w' warp-specialised, '2' two-warpgroup.
-char impl_choice() {
-    static const char v = [] {
-        const char* e = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
-        return e && (e[0] == '2' || e[0] == 'w') ? e[0] : 'd';
-    }();
-    return v;
-}
-
-// The warp-specialised kernel's setmaxnreg split assumes ptxas gave it 168 registers (see its header); any other
-// count would make the consumers' request unbalanced, so the kernel is then not used.
-bool ws_registers_as_planned() {
+// The kernel's setmaxnreg split assumes ptxas gave it 168 registers (see its header); with any other count the
+// consumers' request would never be granted and the kernel would hang, so it is refused instead.
+bool registers_as_planned() {
     static const bool ok = [] {
         cudaFuncAttributes a{}, b{};
         return cudaFuncGetAttributes(&a, wg::sparse_mla_ws_kernel<true>) == cudaSuccess &&
@@ -917,34 +583,21 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
     // The attribute is per (function, device); set once per device (not a stream operation: not captured in graphs).
     const cudaError_t cfg_err = per_device_once([] {
-        cudaError_t e = cudaSuccess;
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     wg::kSmem);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(wg::sparse_mla_wgmma2_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     wg::kSmem);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     wg::kWsSmem);
+        cudaError_t e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             wg::kWsSmem);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      wg::kWsSmem);
         return e;
     });
     if (cfg_err != cudaSuccess) return cfg_err;
-    // Main kernels: plain launches. PDL on them (measured at ec813d3) saved 0.4 us at b1 but cost 0.2-0.9 us at
-    // b16-b128 and ~6% in BF16 prefill; the maximum shared carveout changed nothing.
-    const char impl = impl_choice();
-    if ((impl == 'w' || (impl == 'd' && !fp8)) && ws_registers_as_planned())
-        return fp8 ? launch_kernel(wg::sparse_mla_ws_kernel<true>, grid, wg::kWsThreads, wg::kWsSmem, stream, false, p,
-                                   cps, lbo, sbo)
-                   : launch_kernel(wg::sparse_mla_ws_kernel<false>, grid, wg::kWsThreads, wg::kWsSmem, stream, false,
-                                   p, cps, lbo, sbo);
-    return fp8 ? launch_kernel(wg::sparse_mla_wgmma2_kernel<true>, grid, kThreads, wg::kSmem, stream, false, p, cps,
+    if (!registers_as_planned()) return cudaErrorInvalidConfiguration;
+    // Plain launch. PDL on the main kernel (measured at ec813d3) saved 0.4 us at b1 but cost 0.2-0.9 us at b16-b128
+    // and ~6% in BF16 prefill; the maximum shared carveout changed nothing.
+    return fp8 ? launch_kernel(wg::sparse_mla_ws_kernel<true>, grid, wg::kWsThreads, wg::kWsSmem, stream, false, p, cps,
                                lbo, sbo)
-               : launch_kernel(wg::sparse_mla_wgmma2_kernel<false>, grid, kThreads, wg::kSmem, stream, false, p, cps,
-                               lbo, sbo);
+               : launch_kernel(wg::sparse_mla_ws_kernel<false>, grid, wg::kWsThreads, wg::kWsSmem, stream, false, p,
+                               cps, lbo, sbo);
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // over the token's selected slots s_ij = slots[i, j] (j < topk, -1 = unused). d_qk 576 = [q_abs 512 | q_pe 64],
 // d_v 512. Queries fp32 (converted to bf16 inside the kernel), cache BF16 rows [n_slots, 576] or FP8 656-B rows
 // (kv/kv_format.h), softmax and accumulation in fp32, out fp32. Decode and prefill are the same kernel.
-// Implementation (sparse_mla.cu): two wgmma (sm_90a) kernels, a three-warpgroup warp-specialised one (default for
-// BF16 caches) and a two-warpgroup one (default for FP8); MEGACTX_SPARSE_MLA_IMPL=w or 2 forces one (read once).
+// Implementation (sparse_mla.cu): one warp-specialised wgmma (sm_90a) kernel: a producer warpgroup streams the
+// selected rows into shared memory (dequantising FP8), two consumer warpgroups run Q·Kᵀ, softmax and P·V.
 // Plan, then run: sparse_mla_plan() picks the split of each token's slots over CTAs on the host (from n and the
 // SM count); the run only launches (main kernel + a log-sum-exp combine when n_split > 1), so it can be captured
 // in a CUDA graph. Scratch for the split partials is passed in (sparse_mla_scratch_bytes).
