@@ -1,6 +1,6 @@
 // Tests of the sparse MLA CUDA kernels (src/backend/cuda/sparse_mla.h, latent_cache.h) against plain CPU loops:
 // latent_cache_write vs RMSNorm + RoPE + kv_format's fp8_latent_pack; sparse_mla vs a double-precision softmax over
-// the dequantised cache rows with bf16-rounded queries (what the kernel multiplies). Skipped without a GPU.
+// the dequantised cache rows (queries rounded to bf16 for BF16 caches, as the kernel multiplies). Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -167,6 +167,7 @@ TEST(LatentCacheWrite, Fp8AndBf16MatchCpu) {
 struct Case {
     int n_head;
     MlaCacheFormat fmt;
+    float q_mul = 1.0f;  // queries × q_mul, softmax scale ÷ q_mul (same scores); 1e5 puts |q| beyond f16's range
 };
 
 // Slot lists: token 0 full (2048 distinct), token 1 a short context (1000 valid, rest −1), token 2 full with
@@ -213,18 +214,20 @@ void run_case(const Case& c) {
         }
     }
     std::vector<float> q(static_cast<size_t>(n_tok) * h * kD);
-    for (auto& x : q) x = 1.5f * nd(rng);
+    for (auto& x : q) x = 1.5f * c.q_mul * nd(rng);
     const std::vector<int32_t> slots = make_slots(n_tok, topk, n_slots, rng);
-    const float scale = 1.0f / 16.0f;
+    const float scale = 1.0f / 16.0f / c.q_mul;
 
-    // Reference: double softmax over the valid slots; q rounded to bf16 as the kernel does.
+    // Reference: double softmax over the valid slots. BF16 caches: q rounded to bf16 as the kernel does. FP8 caches:
+    // q as given (the kernel rounds the latent dims to f16, 2^-11 relative, and the RoPE dims to bf16).
+    const bool q_bf16 = c.fmt == MlaCacheFormat::BF16;
     std::vector<double> ref(static_cast<size_t>(n_tok) * h * kDv, 0.0);
     double ref_max = 0;
     for (int t = 0; t < n_tok; ++t)
         for (int hh = 0; hh < h; ++hh) {
             const float* qr = &q[(static_cast<size_t>(t) * h + hh) * kD];
             double qb[kD];
-            for (int k = 0; k < kD; ++k) qb[k] = bf16_to_f32(f32_to_bf16(qr[k]));
+            for (int k = 0; k < kD; ++k) qb[k] = q_bf16 ? bf16_to_f32(f32_to_bf16(qr[k])) : qr[k];
             std::vector<double> sc;
             std::vector<int32_t> ids;
             for (int j = 0; j < topk; ++j) {
@@ -286,10 +289,11 @@ void run_case(const Case& c) {
         }
         // Token 4 has no valid slot: exactly zero.
         for (int k = 0; k < h * kDv; ++k) ASSERT_EQ(got[static_cast<size_t>(4) * h * kDv + k], 0.0f);
-        std::printf("sparse_mla h=%d %s n_split=%d: max abs err %.3e, max|ref| %.3e (rel %.2e)\n", h,
-                    c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", plan.n_split, err, ref_max, err / ref_max);
-        // P is rounded to bf16 before the PV product (relative 2^-9 per weight). Measured on the H200
-        // (2026-11-29): 7.4e-4 .. 1.04e-3 of max|ref| over all cases and splits.
+        std::printf("sparse_mla h=%d %s q×%g n_split=%d: max abs err %.3e, max|ref| %.3e (rel %.2e)\n", h,
+                    c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", c.q_mul, plan.n_split, err, ref_max,
+                    err / ref_max);
+        // P is rounded to bf16 (BF16 caches) or f16 (FP8) before the PV product. Measured on the H200 (2026-11-29,
+        // bf16 P and q everywhere): 7.4e-4 .. 1.04e-3 of max|ref| over all cases and splits.
         EXPECT_LE(err, 3e-3 * ref_max);
     }
 }
@@ -297,6 +301,10 @@ void run_case(const Case& c) {
 TEST(SparseMla, Fp8Heads64) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     run_case({64, MlaCacheFormat::FP8});
+}
+TEST(SparseMla, Fp8LargeQueries) {  // |q| up to ~1e6: the f16 latent queries are scaled by a power of two
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    run_case({64, MlaCacheFormat::FP8, 1e5f});
 }
 TEST(SparseMla, Bf16Heads64) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";

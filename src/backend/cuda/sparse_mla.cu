@@ -6,13 +6,14 @@
 // One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
 // is 1-D with the head group fastest (the two CTAs of a 128-head token gather the same rows together: L2 hits).
 // One sm_90a kernel, warp-specialised (three warpgroups and mbarriers; header above sparse_mla_ws_kernel), with Q
-// and two K tiles in bf16 in shared memory; FP8 rows are dequantised on the way in (e4m3 · pow2 tile scale is exact
-// in bf16, k_pe copied). History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel
+// and two K tiles in shared memory: bf16 for BF16 caches; for FP8 caches f16 latent dims (e4m3 → f16 and the pow2 tile
+// scale are exact, 2 instructions per 2 codes against 6 for bf16, which made the dequantisation the bound) and bf16
+// RoPE dims (k_pe is stored bf16), so Q·Kᵀ mixes f16 and bf16 k-steps into one fp32 accumulator. History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel
 // between CTA barriers (FP8 b128 164 µs), both removed in session 4 when this one beat them in every case measured
 // (FP8 b128 131 µs; bench/results/cuda-h200-2026-11-29-7dc0362-sparse_mla-ws.json).
 // The combine is launched with programmatic dependent launch; the main kernel executes griddepcontrol.wait before
 // any global access (a no-op in its plain launch; PDL for it measured no better).
-// Softmax online in fp32 (exp2 domain), P stored as bf16 for the P·V product; unused slots are masked to −inf and
+// Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are masked to −inf and
 // chunks with no valid slot are skipped.
 // n_split > 1: each CTA writes its normalised partial output and log2-sum-exp to scratch; a combine kernel merges.
 // Epilogue: the normalised [64 heads × 512] fp32 rows are staged in shared memory and leave with one bulk async
@@ -50,11 +51,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Two e4m3 codes (low byte first) times a power-of-two scale → two bf16 (exact).
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint16_t codes, float s) {
-    __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
-    return pack_bf16(f.x * s, f.y * s);
+// Two e4m3 codes (low byte first) → f16x2 (exact), times a power-of-two scale in f16 (exact unless a product falls
+// below f16's normal range, 2^-14: only in rows whose largest value is below ~2^-5).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t codes16, __half2 s) {
+    __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes16 & 0xffffu), __NV_E4M3);
+    const __half2 v = __hmul2(*reinterpret_cast<__half2*>(&hr), s);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_f16(float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // ---- the kernel (sm_90a) ----------------------------------------------------------------------------------------
@@ -97,7 +103,6 @@ __device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t byt
 }
 #include "backend/cuda/sparse_mla_wgmma.inc"
 
-__device__ __forceinline__ uint32_t deq2(uint32_t w16, float s) { return fp8x2_to_bf16x2(static_cast<uint16_t>(w16), s); }
 __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, int row, int part, uint32_t tile) {
     const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kRowBytes;
 #pragma unroll
@@ -109,7 +114,7 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
 
 // Three warpgroups (384 threads) and mbarriers instead of CTA-wide barriers, so loading, Q·Kᵀ and P·V of different
 // chunks overlap:
-//   WG0 (softmax): waits for K tile b, S = Q·Kᵀ (36 × m64n64k16), masks and online softmax, writes P (bf16) and the
+//   WG0 (softmax): waits for K tile b, S = Q·Kᵀ (36 × m64n64k16), masks and online softmax, writes P (bf16/f16) and the
 //       row rescale factors to shared memory, then O[:, 0:256] += P·V (4 × m64n256k16) and releases tile b;
 //   WG1: waits for P, rescales, O[:, 256:512] += P·V, releases P and tile b; while it multiplies, WG0 already runs
 //       the next chunk's Q·Kᵀ on the other tile;
@@ -225,8 +230,37 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             cp_async_commit();
         }
     }
-    if (wgi < 2) {  // Q: fp32 → bf16 into the swizzled Q tile by the consumers, 2 × 9 16-B chunks per thread
+    // Q: fp32 → the swizzled Q tile by the consumers, 2 × 9 16-B chunks per thread. BF16 caches: bf16. FP8 caches:
+    // the 512 latent dims in f16 (the dequantised K/V are f16: 2 instructions per 2 codes instead of 6 for bf16) and
+    // the 64 RoPE dims in bf16 (k_pe is stored bf16), every value times q_pow2 = 2^-e, the power of two that keeps
+    // the block's largest |q| at or below 2^15 (e = 0 unless it is larger; f16 ends at 65504); the softmax scale
+    // takes 2^e back. The block's amax costs a second read of Q, ~0.8 µs at batch 1. Measured slower: flagging the
+    // overflow during the conversion with a rare second conversion (registers: 120 against 112 µs at b128), and the
+    // producer finding the amax meanwhile (18.7 against 17.3 µs at b1).
+    float q_pow2_inv = 1.f;  // 2^e
+    if (wgi < 2) {
         const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
+        float q_pow2 = 1.f;
+        if constexpr (kFp8) {
+            float amax = 0.f;
+#pragma unroll 6
+            for (int k = 0; k < 36; ++k) {
+                const float4 v = __ldg(q + t + 256 * k);
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+            }
+            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            if (lane == 0) sl[warp] = amax;  // sl is free until the epilogue
+            named_sync(kBarEpilogue);
+#pragma unroll
+            for (int w = 0; w < 8; ++w) amax = fmaxf(amax, sl[w]);
+            if (amax > 32768.f) {
+                int e = 0;
+                frexpf(amax / 32768.f, &e);  // amax / 2^15 <= 2^e
+                e = min(e, 120);
+                q_pow2 = ldexpf(1.f, -e);
+                q_pow2_inv = ldexpf(1.f, e);
+            }
+        }
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
             float4 v[18];
@@ -239,11 +273,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
             for (int k = 0; k < 9; ++k) {
                 const int e = t + 256 * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
+                const float4 a = v[2 * k], d = v[2 * k + 1];
+                const float m = q_pow2;
+                const bool f16 = kFp8 && c < 64;  // FP8 caches: latent dims (16-B chunks 0..63) in f16
                 uint4 w;
-                w.x = pack_bf16(v[2 * k].x, v[2 * k].y);
-                w.y = pack_bf16(v[2 * k].z, v[2 * k].w);
-                w.z = pack_bf16(v[2 * k + 1].x, v[2 * k + 1].y);
-                w.w = pack_bf16(v[2 * k + 1].z, v[2 * k + 1].w);
+                w.x = f16 ? pack_f16(a.x * m, a.y * m) : pack_bf16(a.x * m, a.y * m);
+                w.y = f16 ? pack_f16(a.z * m, a.w * m) : pack_bf16(a.z * m, a.w * m);
+                w.z = f16 ? pack_f16(d.x * m, d.y * m) : pack_bf16(d.x * m, d.y * m);
+                w.w = f16 ? pack_f16(d.z * m, d.w * m) : pack_bf16(d.z * m, d.w * m);
                 *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
             }
         }
@@ -270,10 +307,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     hb[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(rb, part + 4 * j));
                 }
                 // piece pc = part + 4j: codes 16pc.. → bf16 chunks 2pc, 2pc+1 of the row; its scale is tile j/2
-                auto put = [&](int row, int pc, const uint4& w, float sc) {
+                auto put = [&](int row, int pc, const uint4& w, float scale) {
+                    const __half2 sc = __float2half2_rn(scale);  // a power of two: exact in f16
                     uint4 lo, hi;
-                    lo.x = deq2(w.x, sc), lo.y = deq2(w.x >> 16, sc), lo.z = deq2(w.y, sc), lo.w = deq2(w.y >> 16, sc);
-                    hi.x = deq2(w.z, sc), hi.y = deq2(w.z >> 16, sc), hi.z = deq2(w.w, sc), hi.w = deq2(w.w >> 16, sc);
+                    lo.x = fp8x2_to_f16x2(w.x, sc), lo.y = fp8x2_to_f16x2(w.x >> 16, sc);
+                    lo.z = fp8x2_to_f16x2(w.y, sc), lo.w = fp8x2_to_f16x2(w.y >> 16, sc);
+                    hi.x = fp8x2_to_f16x2(w.z, sc), hi.y = fp8x2_to_f16x2(w.z >> 16, sc);
+                    hi.z = fp8x2_to_f16x2(w.w, sc), hi.w = fp8x2_to_f16x2(w.w >> 16, sc);
                     *reinterpret_cast<uint4*>(tile + tile_off(row, 2 * pc)) = lo;
                     *reinterpret_cast<uint4*>(tile + tile_off(row, 2 * pc + 1)) = hi;
                 };
@@ -339,7 +379,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         return;
     }
     setmaxnreg_inc<192>();  // both consumers the same count: they share one code path (ptxas allocates per region)
-    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const float scale_log2 = p.scale * 1.4426950408889634f * q_pow2_inv;
     const int row0 = 16 * wi + g, row1 = row0 + 8;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
     float o[128];
@@ -363,7 +403,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
                     for (int kk = 0; kk < kD / 16; ++kk) {
                         const uint32_t koff = (kk >> 2) * kBlk + (kk & 3) * 32;
-                        wgmma_m64n64_ss(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff, 16, 1024), 1);
+                        if (kFp8 && kk < 32)  // latent dims in f16; the RoPE dims (kk 32..35) in bf16
+                            wgmma_m64n64_ss_f16(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff, 16, 1024), 1);
+                        else
+                            wgmma_m64n64_ss(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff, 16, 1024), 1);
                     }
                     commit();
                     wait0();
@@ -401,9 +444,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
                     for (int j = 0; j < 8; ++j) {
                         *reinterpret_cast<uint32_t*>(smem + kP + row0 * 128 + ((j ^ (row0 & 7)) << 4) + 4 * qd) =
-                            pack_bf16(s[4 * j], s[4 * j + 1]);
+                            kFp8 ? pack_f16(s[4 * j], s[4 * j + 1]) : pack_bf16(s[4 * j], s[4 * j + 1]);
                         *reinterpret_cast<uint32_t*>(smem + kP + row1 * 128 + ((j ^ (row1 & 7)) << 4) + 4 * qd) =
-                            pack_bf16(s[4 * j + 2], s[4 * j + 3]);
+                            kFp8 ? pack_f16(s[4 * j + 2], s[4 * j + 3]) : pack_bf16(s[4 * j + 2], s[4 * j + 3]);
                     }
                     if (qd == 0) {
                         salpha[row0] = alpha[0];
@@ -439,8 +482,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 fence();
 #pragma unroll
                 for (int ks = 0; ks < kChunk / 16; ++ks)
-                    wgmma_m64n256_ss_tb(o, desc(sb + kP + ks * 32, 16, 1024),
-                                        desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
+                    if constexpr (kFp8)
+                        wgmma_m64n256_ss_tb_f16(o, desc(sb + kP + ks * 32, 16, 1024),
+                                                desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
+                    else
+                        wgmma_m64n256_ss_tb(o, desc(sb + kP + ks * 32, 16, 1024),
+                                            desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
                 commit();
                 wait0();
                 reg_fence(o);

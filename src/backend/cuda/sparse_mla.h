@@ -1,8 +1,9 @@
 // sparse_mla: absorbed ("MQA mode") sparse MLA attention over selected latent cache rows (model-spec §2.5).
 // For token i, head h:  out[i,h,:] = Σ_j softmax_j(scale · q[i,h,:]·K[s_ij,:]) · K[s_ij, 0:512]
 // over the token's selected slots s_ij = slots[i, j] (j < topk, -1 = unused). d_qk 576 = [q_abs 512 | q_pe 64],
-// d_v 512. Queries fp32 (converted to bf16 inside the kernel), cache BF16 rows [n_slots, 576] or FP8 656-B rows
-// (kv/kv_format.h), softmax and accumulation in fp32, out fp32. Decode and prefill are the same kernel.
+// d_v 512. Queries fp32, rounded inside the kernel: to bf16 for BF16 caches; for FP8 caches the 512 latent dims to
+// f16 (times a power of two when |q| > 2^15) and the 64 RoPE dims to bf16. Cache BF16 rows [n_slots, 576] or FP8
+// 656-B rows (kv/kv_format.h); softmax and accumulation in fp32, out fp32. Decode and prefill are the same kernel.
 // Implementation (sparse_mla.cu): one warp-specialised wgmma (sm_90a) kernel: a producer warpgroup streams the
 // selected rows into shared memory (dequantising FP8), two consumer warpgroups run Q·Kᵀ, softmax and P·V.
 // Plan, then run: sparse_mla_plan() picks the split of each token's slots over CTAs on the host (from n and the
