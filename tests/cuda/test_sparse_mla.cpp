@@ -1,6 +1,7 @@
 // Tests of the sparse MLA CUDA kernels (src/backend/cuda/sparse_mla.h, latent_cache.h) against plain CPU loops:
 // latent_cache_write vs RMSNorm + RoPE + kv_format's fp8_latent_pack; sparse_mla vs a double-precision softmax over
-// the dequantised cache rows (queries rounded to bf16 for BF16 caches, as the kernel multiplies). Skipped without a GPU.
+// the dequantised cache rows (queries rounded to bf16 for BF16 caches, as the kernel multiplies). Skipped without a
+// GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

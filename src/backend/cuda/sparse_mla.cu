@@ -6,34 +6,35 @@
 // One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
 // is 1-D with the head group fastest (the two CTAs of a 128-head token gather the same rows together: L2 hits).
 // One sm_90a kernel, warp-specialised (three warpgroups and mbarriers; header above sparse_mla_ws_kernel), with Q
-// and two K tiles in shared memory: bf16 for BF16 caches; for FP8 caches f16 latent dims (e4m3 → f16 and the pow2 tile
-// scale are exact, 2 instructions per 2 codes against 6 for bf16, which made the dequantisation the bound) and bf16
-// RoPE dims (k_pe is stored bf16), so Q·Kᵀ mixes f16 and bf16 k-steps into one fp32 accumulator. History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel
-// between CTA barriers (FP8 b128 164 µs), both removed in session 4 when this one beat them in every case measured
-// (FP8 b128 131 µs; bench/results/cuda-h200-2026-11-29-7dc0362-sparse_mla-ws.json).
+// and two K tiles in shared memory: bf16 for BF16 caches; for FP8 caches f16 latent dims (e4m3 → f16 and the pow2
+// tile scale are exact, 2 instructions per 2 codes against 6 for bf16, which made the dequantisation the bound) and
+// bf16 RoPE dims (k_pe is stored bf16), so Q·Kᵀ mixes f16 and bf16 k-steps into one fp32 accumulator.
+// History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel between CTA barriers (FP8
+// b128 164 µs), both removed in session 4 when this one beat them in every case measured (FP8 b128 131 µs with bf16
+// K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*).
 // The combine is launched with programmatic dependent launch; the main kernel executes griddepcontrol.wait before
 // any global access (a no-op in its plain launch; PDL for it measured no better).
-// Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are masked to −inf and
-// chunks with no valid slot are skipped.
+// Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
+// masked to −inf and chunks with no valid slot are skipped.
 // n_split > 1: each CTA writes its normalised partial output and log2-sum-exp to scratch; a combine kernel merges.
 // Epilogue: the normalised [64 heads × 512] fp32 rows are staged in shared memory and leave with one bulk async
 // copy per head (cp.async.bulk; in the two-warpgroup kernel it took b1 from 24.4 to 17.1 µs: direct stores from the
 // accumulator layout held the LSU queue full).
-#include "backend/cuda/sparse_mla.h"
-#include "backend/cuda/per_device.cuh"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cmath>
 
+#include "backend/cuda/per_device.cuh"
+#include "backend/cuda/sparse_mla.h"
+
 namespace megactx::cuda {
 namespace {
 
 constexpr int kD = 576, kDv = 512, kHeads = 64, kChunk = 64;
-constexpr int kRowBytes = kD * 2;          // bf16 row in shared memory: 72 chunks of 16 B
-constexpr int kRowChunks = kRowBytes / 16; // 72
+constexpr int kRowBytes = kD * 2;           // bf16 row in shared memory: 72 chunks of 16 B
+constexpr int kRowChunks = kRowBytes / 16;  // 72
 constexpr int kFp8RowBytes = 656;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -70,8 +71,8 @@ __device__ __forceinline__ uint32_t pack_f16(float a, float b) {
 // 4 × wgmma m64n256k16 per consumer warpgroup w (B = V read MN-major straight from the same K tile: no transposed
 // copy). Layout: Q tile, two K tiles, P [64 × 64] bf16, slot ids, flags, rescale factors, mbarriers.
 namespace wg {
-constexpr int kBlk = 8192;      // [64 rows × 128 B]
-constexpr int kTile = 9 * kBlk; // [64 rows × 576] bf16
+constexpr int kBlk = 8192;       // [64 rows × 128 B]
+constexpr int kTile = 9 * kBlk;  // [64 rows × 576] bf16
 constexpr int kQ = 0, kK0 = kTile, kP = 3 * kTile, kIdx = kP + kBlk;
 
 __device__ __forceinline__ uint32_t tile_off(int r, int c) {  // 16-B chunk c (0..71) of row r
@@ -152,9 +153,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 // FP8 producer staging: chunk c's raw rows stream in with cp.async into tile c%2 itself, the e4m3 codes (512 B
 // per row, 16-B pieces XOR-swizzled by row) over blocks 4..7 and k_pe straight to its place in block 8; the tile
@@ -171,7 +176,8 @@ __device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t sl
         cp_async16(tile + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16, slot >= 0);
 }
 __device__ __forceinline__ float4 fp8_scales(const uint8_t* cache, int32_t slot) {
-    return __ldg(reinterpret_cast<const float4*>(cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes + 512));
+    return __ldg(
+        reinterpret_cast<const float4*>(cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes + 512));
 }
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 4, 128;\n" ::: "memory"); }
 
@@ -192,10 +198,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int c_end = min(n_chunks, c_begin + chunks_per_split);
     const int32_t* tok_slots = p.slots + i * p.topk;
     const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
-    int32_t* sidx = reinterpret_cast<int32_t*>(smem + kIdx);       // [2][64]
-    int32_t* sflags = reinterpret_cast<int32_t*>(smem + kWsFlags);  // [2][4]
-    float* salpha = reinterpret_cast<float*>(smem + kWsRed);        // [64]
-    float* sl = salpha + kHeads;                                    // [64]
+    int32_t* sidx = reinterpret_cast<int32_t*>(smem + kIdx);              // [2][64]
+    int32_t* sflags = reinterpret_cast<int32_t*>(smem + kWsFlags);        // [2][4]
+    float* salpha = reinterpret_cast<float*>(smem + kWsRed);              // [64]
+    float* sl = salpha + kHeads;                                          // [64]
     const uint32_t bar_ready = sb + kWsBar, bar_free = sb + kWsBar + 16;  // + 8·b
     if (t == 0) {
         mbar_init(bar_ready, 128);
@@ -208,8 +214,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     // Producer state: rows a = pt/4 and b = a + 32 of each chunk, 16-B pieces part, part + 4, ... of each row.
     const int pt = t - 256, ra = (pt & 127) >> 2, rb = ra + 32, part = pt & 3, pw = warp & 3;
-    int32_t sa = -1, sbb = -1;  // slots of the chunk in flight
-    int32_t na = -1, nb = -1;   // FP8: slots of the chunk after it (one more chunk ahead)
+    int32_t sa = -1, sbb = -1;                                // slots of the chunk in flight
+    int32_t na = -1, nb = -1;                                 // FP8: slots of the chunk after it (one more chunk ahead)
     float4 sca = make_float4(0.f, 0.f, 0.f, 0.f), scb = sca;  // FP8: tile scales of rows a, b of the chunk in flight
     if (wgi == 2 && c_begin < c_end) {
         sa = tok_slots[c_begin * kChunk + ra];
@@ -544,9 +550,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 // The split weights are computed once into shared memory ([n_split] floats, dynamic) and the partial rows are read
 // with unrolled independent loads (the loop is latency-bound otherwise).
 __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMlaRunParams p) {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // launched early (PDL): wait for the partials
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");               // launched early (PDL): wait for the partials
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the next step's main kernel may start
-    extern __shared__ float sw[];  // [n_split]
+    extern __shared__ float sw[];                                      // [n_split]
     __shared__ float sred[4];
     const int64_t ih = blockIdx.x, i = ih / p.n_head, h = ih % p.n_head;
     const int n_split = p.plan.n_split, t = threadIdx.x;
@@ -598,8 +604,8 @@ bool registers_as_planned() {
 // Launches plainly, or with programmatic dependent launch when `pdl` (the combine: its CTAs may become resident
 // while the main kernel runs; it executes griddepcontrol.wait before reading the partials).
 template <class... KArgs, class... Args>
-cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
-                          bool pdl, Args... args) {
+cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t stream, bool pdl,
+                          Args... args) {
     if (!pdl) {
         kern<<<grid, threads, smem, stream>>>(args...);
         return cudaGetLastError();
@@ -630,8 +636,8 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
     // The attribute is per (function, device); set once per device (not a stream operation: not captured in graphs).
     const cudaError_t cfg_err = per_device_once([] {
-        cudaError_t e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             wg::kWsSmem);
+        cudaError_t e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kWsSmem);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      wg::kWsSmem);
