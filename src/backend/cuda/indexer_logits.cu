@@ -20,6 +20,7 @@
 
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/per_device.cuh"
+#include "backend/cuda/launch_pdl.cuh"
 #include "backend/cuda/indexer_logits.h"
 
 namespace megactx {
@@ -431,16 +432,7 @@ bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_s
 }
 
 void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(kPlanThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, indexer_plan_kernel, p);
+    cuda::launch_pdl(indexer_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream, p);
 }
 
 namespace {
@@ -497,17 +489,8 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     int64_t per_item = (total + slots * waves - 1) / (slots * waves);
     per_item = std::min<int64_t>(std::max<int64_t>(per_item, 1), wg::kMaxPages);
     const int64_t chunks = (max_pages + per_item - 1) / per_item;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups));
-    cfg.blockDim = dim3(wg::kWgThreads);
-    cfg.dynamicSmemBytes = C::kSmem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, wg::logits_kernel<QT, SUB>, p, static_cast<int>(per_item));
+    cuda::launch_pdl(wg::logits_kernel<QT, SUB>, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
+                     dim3(wg::kWgThreads), C::kSmem, stream, p, static_cast<int>(per_item));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/indexer_q_quant.h"
 #include "backend/cuda/indexer_topk.h"
+#include "backend/cuda/launch_pdl.cuh"
 
 #include "backend/cuda/topk.h"
 
@@ -130,17 +131,9 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         launch_topk(tp, stream);
 
         const int64_t total = rows * p.topk;
-        cudaLaunchConfig_t cfg = {};  // programmatic dependent launch: resident while the top-k finishes
-        cfg.gridDim = dim3(static_cast<unsigned>((total + 255) / 256));
-        cfg.blockDim = dim3(256);
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        cudaLaunchKernelEx(&cfg, positions_to_slots_kernel, p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq,
-                           p.table_offset, p.tables);
+        // resident while the top-k finishes
+        cuda::launch_pdl(positions_to_slots_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0,
+                         stream, p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq, p.table_offset, p.tables);
     }
     return cudaGetLastError() == cudaSuccess;
 }

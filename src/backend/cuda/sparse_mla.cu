@@ -26,6 +26,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/launch_pdl.cuh"
 #include "backend/cuda/per_device.cuh"
 #include "backend/cuda/sparse_mla.h"
 
@@ -610,17 +611,7 @@ cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t
         kern<<<grid, threads, smem, stream>>>(args...);
         return cudaGetLastError();
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess) return cudaSuccess;
+    if (launch_pdl(kern, grid, dim3(threads), smem, stream, args...) == cudaSuccess) return cudaSuccess;
     (void)cudaGetLastError();  // PDL refused: plain launch
     kern<<<grid, threads, smem, stream>>>(args...);
     return cudaGetLastError();
