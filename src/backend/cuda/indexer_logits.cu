@@ -20,7 +20,7 @@
 
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/per_device.cuh"
-#include "backend/cuda/launch_pdl.cuh"
+#include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/indexer_logits.h"
 
 namespace megactx {
@@ -432,7 +432,7 @@ bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_s
 }
 
 void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
-    cuda::launch_pdl(indexer_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream, p);
+    cuda::launch_ex(indexer_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream, true, p);
 }
 
 namespace {
@@ -489,8 +489,8 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     int64_t per_item = (total + slots * waves - 1) / (slots * waves);
     per_item = std::min<int64_t>(std::max<int64_t>(per_item, 1), wg::kMaxPages);
     const int64_t chunks = (max_pages + per_item - 1) / per_item;
-    cuda::launch_pdl(wg::logits_kernel<QT, SUB>, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
-                     dim3(wg::kWgThreads), C::kSmem, stream, p, static_cast<int>(per_item));
+    cuda::launch_ex(wg::logits_kernel<QT, SUB>, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
+                    dim3(wg::kWgThreads), C::kSmem, stream, true, p, static_cast<int>(per_item));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/indexer_q_quant.h"
 #include "backend/cuda/indexer_topk.h"
-#include "backend/cuda/launch_pdl.cuh"
+#include "backend/cuda/launch_ex.cuh"
 
 #include "backend/cuda/topk.h"
 
@@ -132,8 +132,8 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
 
         const int64_t total = rows * p.topk;
         // resident while the top-k finishes
-        cuda::launch_pdl(positions_to_slots_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0,
-                         stream, p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq, p.table_offset, p.tables);
+        cuda::launch_ex(positions_to_slots_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0,
+                        stream, true, p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq, p.table_offset, p.tables);
     }
     return cudaGetLastError() == cudaSuccess;
 }

@@ -26,7 +26,7 @@
 
 #include <cmath>
 
-#include "backend/cuda/launch_pdl.cuh"
+#include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
 #include "backend/cuda/sparse_mla.h"
 
@@ -611,7 +611,7 @@ cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t
         kern<<<grid, threads, smem, stream>>>(args...);
         return cudaGetLastError();
     }
-    if (launch_pdl(kern, grid, dim3(threads), smem, stream, args...) == cudaSuccess) return cudaSuccess;
+    if (launch_ex(kern, grid, dim3(threads), smem, stream, true, args...) == cudaSuccess) return cudaSuccess;
     (void)cudaGetLastError();  // PDL refused: plain launch
     kern<<<grid, threads, smem, stream>>>(args...);
     return cudaGetLastError();

@@ -68,6 +68,7 @@
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
+#include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
 
 namespace megactx::cuda {
@@ -1145,21 +1146,6 @@ FewLayout few_layout(int64_t n_rows, int64_t k) {
     l.eq_ids = l.ids + align256(n * kFewCap * sizeof(int32_t));
     l.total = l.eq_ids + align256(n * static_cast<size_t>(k) * sizeof(int32_t));
     return l;
-}
-
-template <class Kern, class... Args>
-void launch_ex(Kern kern, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, Args... args) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
 int sm_count() {
