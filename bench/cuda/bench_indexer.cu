@@ -5,7 +5,7 @@
 //           L = 128K, 256K, 512K, 1M: effective TB/s over 132 · L · batch bytes vs the 4.23 TB/s copy bandwidth;
 //           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph: the default top-k,
 //           for <= 2 rows the few-rows kernel; kernel 2 also: decode_topk_chain_graph, the three-kernel chain
-//           (few_rows = 0), and decode_topk_alt_graph, the other few-rows variant);
+//           (few_rows = 0));
 //   each for kernel 1 (mma.sync) and kernel 2 (wgmma) of indexer_logits;
 //   prefill: 4096 queries (positions L − 4096 .. L − 1) of one sequence over L = 16K, 32K, 64K keys:
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
     MEGACTX_BENCH_CK(cudaMalloc(&d_toff, max_batch * 4 * 8));
     constexpr int kRot = 8;
     const int64_t plan_ints = indexer_plan_ints(max_rows);
-    MEGACTX_BENCH_CK(cudaMalloc(&d_plan, plan_ints * 4 * kRot));  // one plan per rotation (a plan records its table offsets)
-    int32_t* d_len;                                 // [kRot, max_rows] top-k row lengths
+    MEGACTX_BENCH_CK(
+        cudaMalloc(&d_plan, plan_ints * 4 * kRot));  // one plan per rotation (a plan records its table offsets)
+    int32_t* d_len;                                  // [kRot, max_rows] top-k row lengths
     MEGACTX_BENCH_CK(cudaMalloc(&d_len, max_rows * 4 * kRot));
     cudaStream_t stream;
     MEGACTX_BENCH_CK(cudaStreamCreate(&stream));
@@ -201,10 +202,9 @@ int main(int argc, char** argv) {
                 // adds the exact top-2048 of each launch's scores (the whole decode selection).
                 // with_topk 2 (kernel 2 only): the top-k on its three-kernel chain (TopkTuning::few_rows = 0),
                 // the path decode took before the few-rows kernel.
-                for (int with_topk = 0; with_topk < (kernel == 2 ? 4 : 2); ++with_topk) {
+                for (int with_topk = 0; with_topk < (kernel == 2 ? 3 : 2); ++with_topk) {
                     cuda::TopkTuning tt = topk_base;
                     if (with_topk == 2) tt.few_rows = 0;
-                    if (with_topk == 3) tt.few_rows = topk_base.few_rows == 1 ? 2 : 1;
                     cuda::topk_set_tuning(tt);
                     const int n_rot = kRot;
                     setup(1, qps, L, n_rot);
@@ -241,8 +241,7 @@ int main(int argc, char** argv) {
                     cuda::topk_set_tuning(topk_base);
                     const char* kind = with_topk == 0   ? "decode_graph"
                                        : with_topk == 1 ? "decode_topk_graph"
-                                       : with_topk == 2 ? "decode_topk_chain_graph"
-                                                        : "decode_topk_alt_graph";
+                                                        : "decode_topk_chain_graph";
                     results.push_back(
                         {kind, kernel, 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }

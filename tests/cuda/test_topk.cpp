@@ -2,6 +2,7 @@
 // sets (every chosen value >= every other value, right counts) on rows with ties, -1 padding, short rows
 // (one CTA per row), long rows (sampled threshold, candidate buffer, and the whole-row fallback) and the
 // few-rows kernel of decode (<= 4 long rows, one grid-wide kernel: the default there; FewRows* tests).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,16 +12,14 @@
 #include <random>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "backend/cuda/topk.h"
 
 namespace {
 
 using megactx::cuda::launch_topk;
 using megactx::cuda::topk_scratch_bytes;
-using megactx::cuda::topk_supported;
 using megactx::cuda::topk_set_tuning;
+using megactx::cuda::topk_supported;
 using megactx::cuda::TopkParams;
 using megactx::cuda::TopkTuning;
 
@@ -33,8 +32,8 @@ bool have_gpu() {
 
 struct Batch {
     int64_t n_rows = 0, row_stride = 0;
-    std::vector<float> values;    // [n_rows, row_stride]
-    std::vector<int32_t> lengths; // [n_rows]
+    std::vector<float> values;     // [n_rows, row_stride]
+    std::vector<int32_t> lengths;  // [n_rows]
 };
 
 // Tie-free values: a random permutation of distinct floats (spread over many binades, both signs).
@@ -143,8 +142,7 @@ void check_row(const Batch& b, int64_t r, int64_t k, const int32_t* got, bool ex
     if (exact && m < len) {
         std::vector<int> idx(len);
         std::iota(idx.begin(), idx.end(), 0);
-        std::nth_element(idx.begin(), idx.begin() + (m - 1), idx.end(),
-                         [&](int a, int c) { return row[a] > row[c]; });
+        std::nth_element(idx.begin(), idx.begin() + (m - 1), idx.end(), [&](int a, int c) { return row[a] > row[c]; });
         std::vector<int> ref(idx.begin(), idx.begin() + m), mine(got, got + m);
         std::sort(ref.begin(), ref.end());
         std::sort(mine.begin(), mine.end());
@@ -173,7 +171,7 @@ Batch distinct_batch(const std::vector<int>& lengths, int64_t row_stride, uint32
 }
 
 class Topk : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     }
@@ -287,11 +285,10 @@ TEST_F(Topk, ClusterPathTiesAndGraph) {
         topk_set_tuning(t);
         check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
         check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
-        check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);          // all equal
+        check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);           // all equal
         check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
         check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
-        for (int64_t k : {1, 100, 16384})
-            check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
+        for (int64_t k : {1, 100, 16384}) check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
         topk_set_tuning(TopkTuning{});
         if (HasFatalFailure()) return;
     }
@@ -360,27 +357,23 @@ TEST_F(Topk, TuningVariantsLong) {
 }
 
 // ---- few long rows (<= 4 rows of > 32K: decode): one kernel of G CTAs per row, default there ----
-// Each FewRows test runs both variants: TopkTuning::few_rows = 1 (per-CTA thresholds, the default) and 2
-// (sampled threshold after a grid barrier).
-class TopkFew : public Topk, public ::testing::WithParamInterface<int> {
+class TopkFew : public Topk {
   protected:
     void SetUp() override {
         Topk::SetUp();
         topk_set_tuning(tuning());
     }
     void TearDown() override { topk_set_tuning(TopkTuning{}); }
-    // The variant, on batches of up to 4 rows (the default takes the kernels for <= 2).
+    // The few-rows kernel on batches of up to 4 rows (the default takes it for <= 2).
     static TopkTuning tuning() {
         TopkTuning t;
-        t.few_rows = GetParam();
         t.few_max_rows = 4;
         return t;
     }
 };
-INSTANTIATE_TEST_SUITE_P(Variants, TopkFew, ::testing::Values(1, 2));
 // Lengths below / at / above k, not multiples of 64, mixed in one batch; 1..4 rows (G = SMs / rows CTAs per
 // row, up to ~32K elements each at 4 x 1M); k from 1 to 16384.
-TEST_P(TopkFew, FewRowsExactSets) {
+TEST_F(TopkFew, FewRowsExactSets) {
     check_batch(distinct_batch({131072}, 131072, 201), 2048, true);
     check_batch(distinct_batch({131072 - 5}, 131072, 202), 2048, true);
     check_batch(distinct_batch({(1 << 18) - 37}, 1 << 18, 203), 2048, true);
@@ -394,7 +387,7 @@ TEST_P(TopkFew, FewRowsExactSets) {
         check_batch(distinct_batch({1 << 20, 131072 + 7, 20000}, 1 << 20, 210 + k), k, true);
 }
 
-TEST_P(TopkFew, FewRowsNegativeAndExtremes) {
+TEST_F(TopkFew, FewRowsNegativeAndExtremes) {
     check_batch(distinct_batch({200000, 70000, 1 << 20}, 1 << 20, 221, true), 2048, true);
     Batch b = distinct_batch({200000, 150001}, 200000, 222);
     std::mt19937 rng(223);
@@ -407,7 +400,7 @@ TEST_P(TopkFew, FewRowsNegativeAndExtremes) {
 
 // Ties: k-th value 0 of a ReLU-like row (tie buffer), all equal, few levels (candidates overflow: the
 // whole-row fallback of the last CTA).
-TEST_P(TopkFew, FewRowsTies) {
+TEST_F(TopkFew, FewRowsTies) {
     check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 231, 3, 0.999f), 2048, false);
     check_batch(tied_batch({131072}, 131072, 232, 1, 0.0f), 2048, false);
     check_batch(tied_batch({1 << 20, 100000}, 1 << 20, 233, 7, 0.5f), 2048, false);
@@ -415,7 +408,7 @@ TEST_P(TopkFew, FewRowsTies) {
 }
 
 // Strided-sample adversaries on one row: the big values all off the sampled positions, or only on them.
-TEST_P(TopkFew, FewRowsSampleAdversaries) {
+TEST_F(TopkFew, FewRowsSampleAdversaries) {
     const int len = 1 << 20;
     for (int period : {128, 64, 7944}) {
         Batch b = distinct_batch({len}, len, 241 + period);
@@ -432,9 +425,30 @@ TEST_P(TopkFew, FewRowsSampleAdversaries) {
     }
 }
 
+// Hot slices: windows of large values (attention sinks at the start, the most recent tokens at the end, a
+// block in the middle) give some CTAs far more of the top k than their share, so their own thresholds sit
+// above the row's k-th value and the last CTA re-reads them. Shifted values stay distinct (tie-free check).
+TEST_F(TopkFew, FewRowsHotSlices) {
+    const auto heat = [](Batch& b, int64_t r, int64_t begin, int64_t count) {
+        for (int64_t i = begin; i < begin + count; ++i) b.values[r * b.row_stride + i] += 1000.f;
+    };
+    Batch b = distinct_batch({1 << 20, 300007}, 1 << 20, 271);
+    heat(b, 0, 0, 300);                  // sinks
+    heat(b, 0, (1 << 20) - 1500, 1500);  // recent window: ~1500 of the top 2048 in one slice
+    heat(b, 1, 300007 - 900, 900);
+    heat(b, 1, 150000, 700);
+    check_batch(b, 2048, false);
+    check_batch(b, 4096, false);
+    check_batch(b, 37, false);          // every hot slice holds more than k
+    check_batch(b, 2048, false, true);  // inside a CUDA graph
+    Batch c = distinct_batch({131072 - 3}, 131072, 272);
+    for (int64_t w = 0; w < 6; ++w) heat(c, 0, 5000 + w * 20000, 400);  // six hot slices of a 128K row
+    check_batch(c, 2048, false);
+}
+
 // Graph replays (the control words are re-zeroed by each call), the same scratch over successive calls of
 // different inputs, and the same results as the three-kernel path.
-TEST_P(TopkFew, FewRowsGraphAndAgreesWithChain) {
+TEST_F(TopkFew, FewRowsGraphAndAgreesWithChain) {
     check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 251), 2048, true, true);
     check_batch(distinct_batch({131072 - 5}, 131072, 252), 2048, true, true);
     check_batch(tied_batch({1 << 20}, 1 << 20, 253, 3, 0.999f), 2048, false, true);
@@ -459,7 +473,7 @@ TEST_P(TopkFew, FewRowsGraphAndAgreesWithChain) {
 }
 
 // G from the slice-size knob: 8 .. 128 CTAs per 128K row, 33 per row of 4 x 1M (~32K keys each).
-TEST_P(TopkFew, FewRowsSliceSizes) {
+TEST_F(TopkFew, FewRowsSliceSizes) {
     const Batch b = distinct_batch({131072, 131072 - 3, 70001}, 131072, 261);
     for (int slice : {1024, 4096, 16384}) {
         TopkTuning t = tuning();
@@ -471,7 +485,7 @@ TEST_P(TopkFew, FewRowsSliceSizes) {
     TopkTuning t = tuning();
     topk_set_tuning(t);
     check_batch(distinct_batch({1 << 20, (1 << 20) - 1, 1 << 19, 40000}, 1 << 20, 262), 2048, true);
-    t.few_threads = 512;  // few_rows = 1 only (2 ignores it)
+    t.few_threads = 512;
     topk_set_tuning(t);
     check_batch(b, 2048, true);
     check_batch(distinct_batch({1 << 20, 70001}, 1 << 20, 263), 2048, true, true);

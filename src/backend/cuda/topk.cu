@@ -45,10 +45,13 @@
 // select 11-12 us as separate launches). topk_few_local_kernel does it in ONE kernel of G CTAs per row
 // (G = min(stride / 2048, SMs / rows rounded down to a multiple of 8)), with no CTA waiting for another:
 // each CTA stages its slice in shared memory (the row is read once), takes its own one-level radix threshold
-// t_c, appends its keys >= t_c, and the row's last CTA to finish selects exactly among those >= max t_c
-// (exact whenever >= k remain; else the whole-row select). A 1-CTA init kernel zeroes the row counters first
-// (the scratch may hold anything). Variant few_rows = 2 (topk_few_kernel: strided samples, grid barrier,
-// T_est, filter, last-CTA select) is slower (its T_est radix over 8K samples costs ~6 us) and kept opt-in.
+// t_c and appends its keys >= t_c; the row's last CTA to finish takes T = the k-th largest of those, re-reads
+// the slices whose t_c > T ("hot" slices, holding more of the top k than their share: the recent tokens of real
+// indexer scores) for their keys in [T, t_c), and selects exactly (kernel comment below). A 1-CTA init kernel
+// zeroes the row counters first (the scratch may hold anything). Before session 5 the last CTA kept only the
+// keys >= max t_c, which fell back to a one-CTA select over the whole row whenever one slice was hot.
+// Selects among staged candidates (this last CTA, the chain's select kernel) find each radix level's bin with
+// one warp (select_staged), not a block scan.
 // H200 (434402f, bench_indexer decode_topk_graph: batch 1, wgmma scores + top-2048 in a CUDA graph, µs):
 //   L        scores   + chain   + few-rows   top-k share   % of copy (132 B/token)
 //   128K       9.3     28.4       23.3      19.1 -> 14.0     14.4 -> 17.5
@@ -62,14 +65,14 @@
 // the last CTA's exact select among |U'| ~ 3.4K keys 8.2 us (1 x 1M: 4.1 / 2.1 / 1.8 / 1.8 / 10.5). That
 // select dominates: find_threshold costs ~2.5 us per radix level at 1024 threads (cub BlockScan raking over
 // 2048 bins + 4 barriers per level) — the next thing to cut (a warp-level bin search, 12-bit digits).
-#include "backend/cuda/topk.h"
+#include <cooperative_groups.h>
 
 #include <algorithm>
-#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
+#include "backend/cuda/topk.h"
 
 namespace megactx::cuda {
 namespace {
@@ -79,29 +82,27 @@ constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = 8192;
 constexpr int kFilterThreads = 256;
-constexpr int kFilterUnroll = 8;             // float4 loads in flight per thread
+constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
 // Elements per filter work item: 4K, fewer when the batch is small. Measured on the H200 (b935d1e, 64 x 1M
 // normal, whole call): 2K 214 us, 4K 199 us, 8K 291 us, 16K 311 us — longer work items stream worse.
 constexpr int kFilterChunkMax = 4096;
 constexpr int kFilterChunkMin = 1024;
 constexpr int kSelectThreads = 1024;
-constexpr int kStageCap = 16384;             // candidates staged in shared memory (8 B each)
-constexpr int kLocalCap = 2048;              // candidates a filter CTA gathers in shared memory per work item
-constexpr int kCountStride = 32;             // per-row counters 128 B apart (different L2 lines/slices)
+constexpr int kStageCap = 16384;  // candidates staged in shared memory (8 B each)
+constexpr int kLocalCap = 2048;   // candidates a filter CTA gathers in shared memory per work item
+constexpr int kCountStride = 32;  // per-row counters 128 B apart (different L2 lines/slices)
 constexpr int kClusterThreads = 1024;
-constexpr int kClusterSliceMax = 16384;      // row elements per CTA of a cluster (64 KB of keys)
-constexpr int kClusterMax = 8;               // portable cluster size: rows up to 8 x 16K = 128K
-constexpr int kClusterAutoRows = 16;         // auto: cluster path up to this many rows (about one wave)
-// Few long rows (decode, <= kFewMaxRows rows): one grid of G CTAs per row, all co-resident (G * rows <= SMs).
-constexpr int kFewThreads = 1024;
+constexpr int kClusterSliceMax = 16384;  // row elements per CTA of a cluster (64 KB of keys)
+constexpr int kClusterMax = 8;           // portable cluster size: rows up to 8 x 16K = 128K
+constexpr int kClusterAutoRows = 16;     // auto: cluster path up to this many rows (about one wave)
+// Few long rows (decode, <= kFewMaxRows rows): one grid of G CTAs per row (G * rows <= SMs).
 constexpr int kFewMaxRows = 4;
-constexpr int kFewSliceMin = 2048;                // row elements per CTA at least (fewer CTAs for shorter rows)
-constexpr int kFewSliceMax = 32768;               // at most: 128 KB of keys in shared memory
-constexpr int kFewSamples = 8192;                 // sample target per row
-constexpr int kFewSlotsMax = kFewSamples + 1024;  // >= G * ceil(kFewSamples / G) for G <= 1024
-constexpr int kFewLocal = 4096;                   // (key, index) pairs a CTA gathers before one global atomic
-constexpr int kFewCap = 16384;                    // candidates > T_est per row (staged by the selecting CTA)
-constexpr int kFewCtl = 32;                       // ints per row: [0] arrivals, [1] done, [2] > T_est, [3] == T_est
+constexpr int kFewSliceMin = 2048;   // row elements per CTA at least (fewer CTAs for shorter rows)
+constexpr int kFewSliceMax = 32768;  // at most: 128 KB of keys in shared memory
+constexpr int kFewGMax = 512;        // CTAs per row at most (their thresholds: [kFewGMax] per row)
+constexpr int kFewLocal = 4096;      // (key, index) pairs a CTA gathers before one global atomic
+constexpr int kFewCap = 16384;       // candidates per row (staged by the selecting CTA)
+constexpr int kFewCtl = 32;          // ints per row: [1] done, [2] candidates
 
 TopkTuning g_tuning;
 
@@ -243,6 +244,107 @@ __device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& s
     return {base + low, kk};
 }
 
+// ---- exact select among keys staged in shared memory (candidate sets of up to ~16K) ----
+// 11-bit range-relative digits like find_threshold, but each level's bin is found by ONE warp (two warp scans
+// over the 2048 bins) instead of a block scan, and the next level's histogram is zeroed while this one fills:
+// two barriers per level. (find_threshold's block scan cost ~2.5 us per level at 1024 threads.)
+constexpr int kBinBits = 11;
+constexpr int kBins = 1 << kBinBits;
+
+struct StagedSmem {
+    int hist[2][kBins];
+    int digit, above;
+};
+
+// Run by warp 0 alone: the bin of h[kBins] that holds the kk-th largest item counting down from the top bin,
+// and how many items lie in the bins above it (1 <= kk <= the histogram's total).
+__device__ __forceinline__ void warp_find_bin(const int* h, int kk, int* digit, int* above) {
+    constexpr int kPer = kBins / 32;  // 64 bins per lane; lane 0 holds the top ones
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int b0 = kBins - kPer * (lane + 1);
+    const int4* h4 = reinterpret_cast<const int4*>(h + b0);
+    int s = 0;
+#pragma unroll
+    for (int j = 0; j < kPer / 4; ++j) {
+        const int4 v = h4[j];
+        s += v.x + v.y + v.z + v.w;
+    }
+    int incl = s;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+    }
+    const unsigned hit = __ballot_sync(0xffffffffu, incl - s < kk && incl >= kk);
+    const int hl = hit ? __ffs(hit) - 1 : 31;
+    // The hit lane's 64 bins, two per lane, descending: a second scan.
+    const int above0 = __shfl_sync(0xffffffffu, incl - s, hl);
+    const int ba = kBins - kPer * hl - 1 - 2 * lane, bb = ba - 1;
+    const int ca = h[ba], cb = h[bb];
+    int incl2 = ca + cb;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl2, off);
+        if (lane >= off) incl2 += v;
+    }
+    const int ex = above0 + incl2 - ca - cb;  // items above bin ba
+    if (ex < kk && ex + ca >= kk) {
+        *digit = ba;
+        *above = ex;
+    } else if (ex + ca < kk && ex + ca + cb >= kk) {
+        *digit = bb;
+        *above = ex + ca;
+    }
+}
+
+// Min and max over the CTA of each thread's lo / hi (all threads get them).
+template <int NT>
+__device__ void block_min_max(uint32_t& lo, uint32_t& hi, SelectSmem<NT>& sm) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) {
+        sm.red_lo[warp] = lo;
+        sm.red_hi[warp] = hi;
+    }
+    __syncthreads();
+    lo = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
+    hi = __reduce_max_sync(0xffffffffu, lane < NT / 32 ? sm.red_hi[lane] : 0u);
+    __syncthreads();  // red_lo / red_hi may be reused
+}
+
+// The exact k-th largest of the n keys staged in shared memory (1 <= k <= n), all within [lo, hi]. All NT
+// threads call it.
+template <int NT>
+__device__ Threshold select_staged(const uint32_t* keys, int n, int k, uint32_t lo, uint32_t hi, StagedSmem& st) {
+    const uint32_t span = hi - lo;
+    int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;  // bits of d = key - lo still undecided
+    uint32_t prefix = 0;
+    int kk = k;
+    for (int b = threadIdx.x; b < kBins; b += NT) st.hist[0][b] = 0;
+    __syncthreads();
+#pragma unroll 1
+    for (int level = 0; rem > 0; ++level) {
+        const int w = rem < kBinBits ? rem : kBinBits;
+        const int shift = rem - w;
+        int* h = st.hist[level & 1];
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n; i += NT) {
+            const uint32_t d = keys[i] - lo;
+            if ((static_cast<uint64_t>(d) >> rem) == prefix) atomicAdd(&h[(d >> shift) & (kBins - 1)], 1);
+        }
+        int* next = st.hist[(level + 1) & 1];  // read by warp 0 in the previous level, before its 2nd barrier
+        for (int b = threadIdx.x; b < kBins; b += NT) next[b] = 0;
+        __syncthreads();
+        if (threadIdx.x < 32) warp_find_bin(h, kk, &st.digit, &st.above);
+        __syncthreads();
+        prefix = (prefix << w) | static_cast<uint32_t>(st.digit);
+        kk -= st.above;
+        rem = shift;
+    }
+    return {lo + prefix, kk};
+}
+
 // Warp-aggregated slot allocation: returns this lane's slot (base + rank among the warp's set lanes).
 // All 32 lanes call it.
 __device__ __forceinline__ int warp_slot(bool pred, int* counter) {
@@ -305,9 +407,9 @@ __device__ void write_all_padded(int len, int k, int32_t* out) {
 
 // ---- short rows: one CTA per row, keys staged in shared memory ----
 template <int NT>
-__global__ void __launch_bounds__(NT) topk_short_kernel(const float* __restrict__ values,
-                                                       const int32_t* __restrict__ lengths, int64_t row_stride,
-                                                       int k, int32_t* __restrict__ out_idx) {
+__global__ void __launch_bounds__(NT)
+    topk_short_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
+                      int32_t* __restrict__ out_idx) {
     __shared__ SelectSmem<NT> sm;
     extern __shared__ uint32_t keys[];  // [row_stride]
     const int64_t r = blockIdx.x;
@@ -326,16 +428,14 @@ __global__ void __launch_bounds__(NT) topk_short_kernel(const float* __restrict_
     emit_topk_atomic<NT>(ld, len, k, t, out, sm);
 }
 
-
 // ---- medium rows of small batches (decode): a cluster of CS CTAs per row, one kernel ----
 // CTA q of the cluster stages keys of row elements [q*slice, (q+1)*slice) in shared memory; each radix
 // level builds a local histogram, every CTA sums the CS histograms over distributed shared memory and
 // scans the merged one (all reach the same digit); emission allocates output slots with warp-aggregated
 // atomics on CTA 0's counters. No sample, no candidate buffer, no HBM traffic beyond one read of the row.
-__global__ void __launch_bounds__(kClusterThreads, 1) topk_cluster_kernel(const float* __restrict__ values,
-                                                                        const int32_t* __restrict__ lengths,
-                                                                        int64_t row_stride, int k, int slice,
-                                                                        int32_t* __restrict__ out_idx) {
+__global__ void __launch_bounds__(kClusterThreads, 1)
+    topk_cluster_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
+                        int k, int slice, int32_t* __restrict__ out_idx) {
     namespace cg = cooperative_groups;
     constexpr int NT = kClusterThreads;
     __shared__ SelectSmem<NT> sm;
@@ -422,11 +522,9 @@ __global__ void __launch_bounds__(kClusterThreads, 1) topk_cluster_kernel(const 
 }
 
 // ---- long rows, step 1: estimated threshold from a strided sample ----
-__global__ void __launch_bounds__(kSampleThreads) topk_sample_kernel(const float* __restrict__ values,
-                                                                    const int32_t* __restrict__ lengths,
-                                                                    int64_t row_stride, int k,
-                                                                    uint32_t* __restrict__ t_est,
-                                                                    int* __restrict__ cand_count) {
+__global__ void __launch_bounds__(kSampleThreads)
+    topk_sample_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
+                       uint32_t* __restrict__ t_est, int* __restrict__ cand_count) {
     pdl_trigger();  // the filter grid may become resident now (it waits for this grid's results)
     __shared__ SelectSmem<kSampleThreads> sm;
     __shared__ uint32_t keys[kSampleSize];
@@ -487,9 +585,7 @@ __device__ __forceinline__ int warp_append(bool pred, uint32_t key, int32_t idx,
     return base + __popc(ballot);
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // ---- long rows, step 2: one streaming pass, candidates >= T_est into a compact buffer ----
 // Work item w: row w / chunks_per_row, elements [c * chunk, (c + 1) * chunk) with c = w % chunks_per_row.
@@ -497,11 +593,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // bit mask of the batch's items >= T_est; a compact loop then appends one flagged item per lane per step,
 // re-reading its value. Keeps the hot code small (the inlined append path per slot is ~32 copies).
 template <bool kVec, bool kMask>
-__global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
-    const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
-    const uint32_t* __restrict__ t_est, int* __restrict__ cand_count, uint32_t* __restrict__ cand_keys,
-    int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx, int cap, int chunk, int chunks_per_row,
-    int n_work) {
+__global__ void __launch_bounds__(kFilterThreads, 4)
+    topk_filter_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
+                       const uint32_t* __restrict__ t_est, int* __restrict__ cand_count,
+                       uint32_t* __restrict__ cand_keys, int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx,
+                       int cap, int chunk, int chunks_per_row, int n_work) {
     // Before waiting for the sample grid: pull the start of the first work item towards L2.
     if (static_cast<int>(blockIdx.x) < n_work) {
         const int64_t r = blockIdx.x / chunks_per_row;
@@ -657,11 +753,13 @@ __global__ void __launch_bounds__(kFilterThreads, 4) topk_filter_kernel(
 }
 
 // ---- long rows, step 3: exact select among the candidates, or over the whole row as fallback ----
-__global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(
-    const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
-    int32_t* __restrict__ out_idx, const int* __restrict__ cand_count, const uint32_t* __restrict__ cand_keys,
-    const int32_t* __restrict__ cand_idx, const int32_t* __restrict__ eq_idx, int cap) {
+__global__ void __launch_bounds__(kSelectThreads)
+    topk_select_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
+                       int32_t* __restrict__ out_idx, const int* __restrict__ cand_count,
+                       const uint32_t* __restrict__ cand_keys, const int32_t* __restrict__ cand_idx,
+                       const int32_t* __restrict__ eq_idx, int cap) {
     __shared__ SelectSmem<kSelectThreads> sm;
+    __shared__ StagedSmem st;
     extern __shared__ uint32_t stage[];  // [kStageCap] keys then [kStageCap] indices
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
@@ -671,7 +769,7 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(
         write_all_padded<kSelectThreads>(len, k, out);
         return;
     }
-    const int c = cand_count[kCountStride * r];       // items > T_est
+    const int c = cand_count[kCountStride * r];         // items > T_est
     const int c_eq = cand_count[kCountStride * r + 1];  // items == T_est
     if (c < k && c + c_eq >= k) {
         // The k-th value is T_est itself: every item > T_est, then any k - c of the ties.
@@ -685,15 +783,18 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(
         if (c <= kStageCap) {
             uint32_t* sk = stage;
             int32_t* si = reinterpret_cast<int32_t*>(stage + kStageCap);
+            uint32_t lo = 0xffffffffu, hi = 0;
 #pragma unroll 4
             for (int i = threadIdx.x; i < c; i += kSelectThreads) {
-                sk[i] = gk[i];
+                const uint32_t key = gk[i];
+                sk[i] = key;
                 si[i] = gi[i];
+                lo = min(lo, key);
+                hi = max(hi, key);
             }
-            __syncthreads();
-            const KeysIdxLoader ld{sk, si};
-            const Threshold t = find_threshold<kSelectThreads>(ld, c, k, sm);
-            emit_topk<kSelectThreads>(ld, c, k, t, out, sm);
+            block_min_max<kSelectThreads>(lo, hi, sm);
+            const Threshold t = select_staged<kSelectThreads>(sk, c, k, lo, hi, st);
+            emit_topk<kSelectThreads>(KeysIdxLoader{sk, si}, c, k, t, out, sm);
         } else {
             const KeysIdxLoader ld{gk, gi};
             const Threshold t = find_threshold<kSelectThreads>(ld, c, k, sm);
@@ -725,212 +826,32 @@ __device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
     }
 }
 
-__device__ __forceinline__ int ld_acquire(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// CTA c of row r (G per row) owns row elements [c * per, (c + 1) * per), per = ceil(len / G):
-//   1. stages their keys in shared memory and writes sp strided samples (all of them when per <= sp: the
-//      threshold below is then the exact k-th key);
-//   2. grid barrier of the row's G CTAs (one atomic each, spin on an acquire load);
-//   3. every CTA reads the row's samples and computes the same T_est (about the m-th largest sample, m aimed
-//      at k·s/len + 4·sqrt(k·s/len) + 8 samples: the smallest sample key >= the bin floor of a 2-level radix;
-//      the exact k-th key when every item was sampled);
-//   4. filters its shared-memory keys: items > T_est gather in shared memory and reach the row's candidate
-//      buffer with one global atomic per CTA; up to k indices of items == T_est go to the tie buffer;
-//   5. the last CTA of the row to finish (done counter) selects exactly: among the candidates (staged in
-//      shared memory), or all candidates + ties when the k-th value is T_est itself, or (a sample that
-//      misrepresents the row) over the whole row from global memory.
-// The row is read once from global memory (L2 when the scores were just written).
-__global__ void __launch_bounds__(kFewThreads, 1)
-    topk_few_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
-                    int ctas_per_row, int sp, int* __restrict__ ctl_all, uint32_t* __restrict__ samples_all,
-                    uint32_t* __restrict__ cand_keys, int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx,
-                    int32_t* __restrict__ out_idx, unsigned long long* dbg) {
-    constexpr int NT = kFewThreads;
-    __shared__ SelectSmem<NT> sm;
-    __shared__ int s_n, s_base, s_last;
-    extern __shared__ uint32_t dyn[];  // [per] keys, then [max(slots, 2 * kFewLocal)]; later [2 * kFewCap]
-    const int G = ctas_per_row;
-    const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
-    const int slots = G * sp;
-    unsigned long long* dbg0 = blockIdx.x == 0 ? dbg : nullptr;  // CTA 0's phases
-    unsigned long long* dbgr = r == 0 ? dbg : nullptr;           // row 0's last CTA
-    pdl_wait();
-    stamp(dbg0, 0);
-    const int len = lengths[r];
-    int32_t* out = out_idx + static_cast<int64_t>(r) * k;
-    if (len <= k) {  // the same for all CTAs of the row: none reaches the barrier
-        if (c == 0) write_all_padded<NT>(len, k, out);
-        return;
-    }
-    int* ctl = ctl_all + r * kFewCtl;
-    uint32_t* samples = samples_all + static_cast<int64_t>(r) * kFewSlotsMax;
-    uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kFewCap;
-    int32_t* cids = cand_idx + static_cast<int64_t>(r) * kFewCap;
-    int32_t* eids = eq_idx + static_cast<int64_t>(r) * k;
-    const int per = (len + G - 1) / G;
-    const int b0 = c * per;
-    const int n = max(0, min(len - b0, per));
-    uint32_t* keys = dyn;
-    uint32_t* reg2 = dyn + per;
-
-    // 1. keys and samples
-    const float* row = values + static_cast<int64_t>(r) * row_stride + b0;
-#pragma unroll 8
-    for (int i = threadIdx.x; i < n; i += NT) keys[i] = float_key(__ldg(row + i));
-    __syncthreads();
-    const bool all = per <= sp;
-    for (int j = threadIdx.x; j < sp; j += NT) {
-        const int pos = n >= sp ? static_cast<int>(static_cast<int64_t>(j) * n / sp) : j;
-        samples[c * sp + j] = pos < n ? keys[pos] : 0u;  // key 0 (a NaN pattern) sorts below every real key
-    }
-    // 2. barrier of the row's CTAs
-    __syncthreads();
-    stamp(dbg0, 1);
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(ctl, 1);
-        while (ld_acquire(ctl) < G) __nanosleep(32);
-        __threadfence();
-    }
-    __syncthreads();
-    pdl_trigger();  // every CTA of this grid is resident: dependents may launch
-    stamp(dbg0, 2);
-    // 3. T_est from the samples
-    for (int j = threadIdx.x; j < slots; j += NT) reg2[j] = __ldcg(samples + j);
-    __syncthreads();
-    int m = k;
-    if (!all) {
-        const int full = len / per, rem = len - full * per;  // per > sp here
-        const int s = full * sp + min(sp, rem);
-        const double mu = static_cast<double>(k) * s / len;
-        const double want = ceil(mu + 4.0 * sqrt(mu) + 8.0);
-        m = want < s ? static_cast<int>(want) : s;
-    }
-    // Range-relative digits for the sample (absolute ones put a row of similar scores in a few bins, and the
-    // shared-histogram atomics serialize); padding keys 0 (only in rare tail shapes) make them absolute again.
-    uint32_t thr = all ? find_threshold<NT, KeysLoader, false>(KeysLoader{reg2}, slots, m, sm).key
-                       : find_threshold<NT, KeysLoader, true>(KeysLoader{reg2}, slots, m, sm, true).key;
-    if (!all) {
-        // The bin floor -> the smallest sample key >= it (still <= the m-th largest sample): an actual key,
-        // so a row whose k-th value is shared by many items (ReLU zeros) takes the tie path, not the fallback.
-        uint32_t best = 0xffffffffu;
-        for (int j = threadIdx.x; j < slots; j += NT)
-            if (reg2[j] >= thr) best = min(best, reg2[j]);
-        best = __reduce_min_sync(0xffffffffu, best);
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        if (lane == 0) sm.red_lo[warp] = best;
-        __syncthreads();
-        if (warp == 0) {
-            best = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
-            if (lane == 0) sm.lo = best;
-        }
-        __syncthreads();
-        thr = sm.lo;
-    }
-    __syncthreads();  // reg2 becomes the local candidate buffer
-    stamp(dbg0, 3);
-    if (threadIdx.x == 0) s_n = 0;
-    __syncthreads();
-    // 4. filter
-    uint32_t* lkeys = reg2;
-    int32_t* lids = reinterpret_cast<int32_t*>(reg2 + kFewLocal);
-    bool eq_full = false;                 // warp-uniform
-    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps take part in the ballots
-        const int i = i0 + static_cast<int>(threadIdx.x);
-        const bool ok = i < n;
-        const uint32_t key = ok ? keys[i] : 0u;
-        const bool gt = ok && key > thr;
-        const unsigned ballot = __ballot_sync(0xffffffffu, gt);
-        if (ballot != 0) {
-            const int lane = threadIdx.x & 31;
-            const int leader = __ffs(ballot) - 1;
-            int b = 0;
-            if (lane == leader) b = atomicAdd(&s_n, __popc(ballot));
-            b = __shfl_sync(0xffffffffu, b, leader);
-            const int pos = b + __popc(ballot & ((1u << lane) - 1u));
-            if (gt && pos < kFewLocal) {
-                lkeys[pos] = key;
-                lids[pos] = b0 + i;
-            }
-            if (b + __popc(ballot) > kFewLocal)
-                warp_append(gt && pos >= kFewLocal, key, b0 + i, ctl + 2, ckeys, cids, kFewCap);
-        }
-        if (!eq_full) eq_full = warp_append(ok && key == thr, key, b0 + i, ctl + 3, nullptr, eids, k) >= k;
-    }
-    __syncthreads();
-    const int n_local = min(s_n, kFewLocal);
-    if (threadIdx.x == 0) s_base = n_local > 0 ? atomicAdd(ctl + 2, n_local) : 0;
-    __syncthreads();
-    for (int j = threadIdx.x; j < n_local; j += NT) {
-        const int p = s_base + j;
-        if (p < kFewCap) {
-            ckeys[p] = lkeys[j];
-            cids[p] = lids[j];
-        }
-    }
-    // 5. the row's last CTA selects
-    __syncthreads();
-    stamp(dbg0, 4);
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(ctl + 1, 1) == G - 1;
-        if (s_last) __threadfence();
-    }
-    __syncthreads();
-    if (!s_last) return;
-    stamp(dbgr, 5);
-    const int n_gt = __ldcg(ctl + 2), n_eq = __ldcg(ctl + 3);
-    if (n_gt < k && n_gt + n_eq >= k) {
-        // The k-th value is T_est itself: every item > T_est, then any k - n_gt of the ties.
-        for (int i = threadIdx.x; i < k; i += NT) out[i] = i < n_gt ? __ldcg(cids + i) : __ldcg(eids + i - n_gt);
-    } else if (n_gt >= k && n_gt <= kFewCap) {
-        uint32_t* sk = dyn;
-        int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
-        for (int i = threadIdx.x; i < n_gt; i += NT) {
-            sk[i] = __ldcg(ckeys + i);
-            si[i] = __ldcg(cids + i);
-        }
-        __syncthreads();
-        const KeysIdxLoader ld{sk, si};
-        const Threshold t = find_threshold<NT>(ld, n_gt, k, sm);
-        emit_topk<NT>(ld, n_gt, k, t, out, sm);
-    } else {
-        const RowLoader ld{values + static_cast<int64_t>(r) * row_stride};
-        const Threshold t = find_threshold<NT>(ld, len, k, sm);
-        emit_topk<NT>(ld, len, k, t, out, sm);
-    }
-    if (dbgr != nullptr) {
-        __syncthreads();
-        stamp(dbgr, 6);
-        if (threadIdx.x == 0) dbgr[7] = static_cast<unsigned long long>(n_gt);
-    }
-}
-
-// Few long rows, variant without a grid barrier (TopkTuning::few_rows = 1): CTA c of row r owns row
-// elements [c * per, (c + 1) * per) and
+// Few long rows (TopkTuning::few_rows = 1, the default for <= 2 rows): CTA c of row r owns row elements
+// [c * per, (c + 1) * per) and
 //   1. stages their keys in shared memory, with their min and max;
 //   2. finds t_c, the floor of the range-relative 11-bit bin that holds its m_c-th largest key (one radix
 //      level; m_c = mu + 4·sqrt(mu) + 8 with mu = k·n_c/len, the slice's expected share of the top k), so
 //      at least m_c of its keys are >= t_c;
-//   3. appends its keys >= t_c to the row's candidate set U (one global atomic per CTA) and raises the row's
-//      t_max = max_c t_c (atomicMax);
-//   4. the row's last CTA to finish (done counter) keeps U' = the keys of U >= t_max (the final one). Every
-//      key outside U' is < t_max; when |U'| >= k, the k-th largest key of the row is therefore >= t_max and
-//      the top k of U' are the top k of the row: exact select among U' in shared memory. Otherwise (a slice
-//      holding more than m_c of the top k: rare by the margin; or |U| beyond the buffer: heavy ties, e.g.
-//      ReLU zeros) the exact select over the whole row from global memory.
-// No CTA waits for another: no co-residency needed, no barrier, no sample.
+//   3. appends its keys >= t_c to the row's candidate set U (one global atomic per CTA) and publishes t_c;
+//   4. the row's last CTA to finish (done counter) stages U in shared memory and takes T, the k-th largest
+//      key of U. U is part of the row, so at least k row keys are >= T: the top k of the row are among the
+//      keys >= T. A slice whose t_c <= T put all of those into U. A "hot" slice (t_c > T: it holds more of
+//      the top k than m_c, as the most recent tokens of real indexer scores do) is re-read from global
+//      memory (L2: the scores were just written) for its keys in [T, t_c). The exact select over U plus
+//      those is the row's top k.
+// The whole-row select from global memory remains only for candidate sets beyond the shared-memory buffer
+// (heavy ties, e.g. a row of ReLU zeros). No CTA waits for another: no co-residency needed, no barrier.
 template <int NT>
 __global__ void __launch_bounds__(NT, 1)
     topk_few_local_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
-                          int k, int ctas_per_row, int* __restrict__ ctl_all, uint32_t* __restrict__ cand_keys,
-                          int32_t* __restrict__ cand_idx, int32_t* __restrict__ out_idx, unsigned long long* dbg) {
+                          int k, int ctas_per_row, int* __restrict__ ctl_all, uint32_t* __restrict__ tc_all,
+                          uint32_t* __restrict__ cand_keys, int32_t* __restrict__ cand_idx,
+                          int32_t* __restrict__ out_idx, unsigned long long* dbg) {
     __shared__ SelectSmem<NT> sm;
-    __shared__ int s_n, s_base, s_last;
+    __shared__ StagedSmem st;
+    __shared__ int s_n, s_base, s_last, s_n_hot;
+    __shared__ int s_hot[kFewGMax];
+    __shared__ uint32_t s_hot_tc[kFewGMax];
     extern __shared__ uint32_t dyn[];  // [per] keys, then [2 * kFewLocal] (key, index) pairs; later [2 * kFewCap]
     const int G = ctas_per_row;
     const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
@@ -944,7 +865,8 @@ __global__ void __launch_bounds__(NT, 1)
         if (c == 0) write_all_padded<NT>(len, k, out);
         return;
     }
-    int* ctl = ctl_all + r * kFewCtl;  // [1] done, [2] |U|, [4] t_max
+    int* ctl = ctl_all + r * kFewCtl;  // [1] done, [2] |U|
+    uint32_t* tcs = tc_all + static_cast<int64_t>(r) * kFewGMax;
     uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kFewCap;
     int32_t* cids = cand_idx + static_cast<int64_t>(r) * kFewCap;
     const int per = (len + G - 1) / G;
@@ -953,60 +875,37 @@ __global__ void __launch_bounds__(NT, 1)
     uint32_t* keys = dyn;
     uint32_t* lkeys = dyn + per;
     int32_t* lids = reinterpret_cast<int32_t*>(dyn + per + kFewLocal);
+    const int lane = threadIdx.x & 31;
 
     // 1. keys, min and max
-    const float* row = values + static_cast<int64_t>(r) * row_stride + b0;
+    const float* row = values + static_cast<int64_t>(r) * row_stride;
     uint32_t lo = 0xffffffffu, hi = 0;
 #pragma unroll 8
     for (int i = threadIdx.x; i < n; i += NT) {
-        const uint32_t key = float_key(__ldg(row + i));
+        const uint32_t key = float_key(__ldg(row + b0 + i));
         keys[i] = key;
         lo = min(lo, key);
         hi = max(hi, key);
     }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    lo = __reduce_min_sync(0xffffffffu, lo);
-    hi = __reduce_max_sync(0xffffffffu, hi);
-    if (lane == 0) {
-        sm.red_lo[warp] = lo;
-        sm.red_hi[warp] = hi;
-    }
     if (threadIdx.x == 0) s_n = 0;
-    __syncthreads();
-    lo = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
-    hi = __reduce_max_sync(0xffffffffu, lane < NT / 32 ? sm.red_hi[lane] : 0u);
+    block_min_max<NT>(lo, hi, sm);
     stamp(dbg0, 1);
     // 2. t_c: one radix level over [lo, hi]
     uint32_t tc = lo;
     const double mu = static_cast<double>(k) * n / len;
     const double want = ceil(mu + 4.0 * sqrt(mu) + 8.0);
     if (n > 0 && want < n && hi > lo) {  // uniform
-        const int mc = static_cast<int>(want);
-        const uint32_t span = hi - lo;
-        const int rem = 32 - __clz(static_cast<int>(span));
-        const int w = rem < 11 ? rem : 11;
-        const int shift = rem - w;
-        const int nb = 1 << w;
-        for (int b = threadIdx.x; b < nb; b += NT) sm.hist[b] = 0;
+        const int rem = 32 - __clz(static_cast<int>(hi - lo));
+        const int shift = rem - (rem < kBinBits ? rem : kBinBits);
+        int* h = st.hist[0];
+        for (int b = threadIdx.x; b < kBins; b += NT) h[b] = 0;
         __syncthreads();
 #pragma unroll 8
-        for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&sm.hist[(keys[i] - lo) >> shift], 1);
+        for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&h[(keys[i] - lo) >> shift], 1);
         __syncthreads();
-        const int pb = (nb + NT - 1) / NT;
-        const int tb = nb - 1 - static_cast<int>(threadIdx.x) * pb;
-        int local = 0;
-        for (int j = 0; j < pb; ++j)
-            if (tb - j >= 0) local += sm.hist[tb - j];
-        int acc = 0;
-        cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(local, acc);
-        for (int j = 0; j < pb; ++j) {
-            if (tb - j < 0) break;
-            const int h = sm.hist[tb - j];
-            if (acc < mc && acc + h >= mc) sm.digit = tb - j;
-            acc += h;
-        }
+        if (threadIdx.x < 32) warp_find_bin(h, static_cast<int>(want), &st.digit, &st.above);
         __syncthreads();
-        tc = lo + (static_cast<uint32_t>(sm.digit) << shift);
+        tc = lo + (static_cast<uint32_t>(st.digit) << shift);
     }
     stamp(dbg0, 2);
     // 3. keys >= t_c into U
@@ -1034,7 +933,7 @@ __global__ void __launch_bounds__(NT, 1)
     const int n_local = min(s_n, kFewLocal);
     if (threadIdx.x == 0) {
         s_base = n_local > 0 ? atomicAdd(ctl + 2, n_local) : 0;
-        if (n > 0) atomicMax(reinterpret_cast<unsigned*>(ctl + 4), tc);  // result unused: no round trip
+        tcs[c] = tc == lo ? 0u : tc;  // 0: every key of the slice is in U (also for an empty slice)
     }
     __syncthreads();
     for (int j = threadIdx.x; j < n_local; j += NT) {
@@ -1057,18 +956,15 @@ __global__ void __launch_bounds__(NT, 1)
     if (!s_last) return;
     stamp(dbgr, 5);
     const int n_u = __ldcg(ctl + 2);
-    const uint32_t t_max = static_cast<uint32_t>(__ldcg(ctl + 4));
-    // Only U' = the keys of U >= t_max are staged: when |U'| >= k, the k-th largest key of the row is >= t_max,
-    // every key not in U' is below it, and the top k of U' are the top k of the row.
+    const uint32_t my_tc = static_cast<int>(threadIdx.x) < G ? __ldcg(tcs + threadIdx.x) : 0u;
     bool done = false;
     int n_s = 0;
-    if (n_u >= k && n_u <= kFewCap) {
+    if (n_u >= k && n_u <= kFewCap) {  // uniform
         uint32_t* sk = dyn;
         int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
-        if (threadIdx.x == 0) s_n = 0;
-        __syncthreads();
-        constexpr int kU = 8;                        // all loads of a batch in flight before the compaction
-        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {  // uniform trip count (warp_slot)
+        uint32_t ulo = 0xffffffffu, uhi = 0;
+        constexpr int kU = 8;  // all loads of a batch in flight
+        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {
             uint32_t kv[kU];
             int32_t iv[kU];
 #pragma unroll
@@ -1080,25 +976,62 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
             for (int u = 0; u < kU; ++u) {
                 const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
-                const bool keep = i < n_u && kv[u] >= t_max;
-                const int slot = warp_slot(keep, &s_n);
-                if (keep) {
-                    sk[slot] = kv[u];
-                    si[slot] = iv[u];
+                if (i < n_u) {
+                    sk[i] = kv[u];
+                    si[i] = iv[u];
+                    ulo = min(ulo, kv[u]);
+                    uhi = max(uhi, kv[u]);
+                }
+            }
+        }
+        if (threadIdx.x == 0) {
+            s_n = n_u;
+            s_n_hot = 0;
+        }
+        block_min_max<NT>(ulo, uhi, sm);
+        Threshold t = select_staged<NT>(sk, n_u, k, ulo, uhi, st);
+        // Hot slices: their keys in [t.key, t_c) join the staged set.
+        if (my_tc > t.key) {
+            const int h = atomicAdd(&s_n_hot, 1);
+            s_hot[h] = static_cast<int>(threadIdx.x);
+            s_hot_tc[h] = my_tc;
+        }
+        __syncthreads();
+        const int n_hot = s_n_hot;
+        for (int h = 0; h < n_hot; ++h) {  // uniform
+            const int hb0 = s_hot[h] * per;
+            const int hn = max(0, min(len - hb0, per));
+            const uint32_t htc = s_hot_tc[h];
+            for (int i0 = 0; i0 < hn; i0 += NT * kU) {  // uniform trip count (warp_slot)
+                uint32_t kv[kU];
+#pragma unroll
+                for (int u = 0; u < kU; ++u) {
+                    const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+                    kv[u] = i < hn ? float_key(__ldcg(row + hb0 + i)) : 0u;
+                }
+#pragma unroll
+                for (int u = 0; u < kU; ++u) {
+                    const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+                    const bool add = i < hn && kv[u] >= t.key && kv[u] < htc;
+                    const int slot = warp_slot(add, &s_n);
+                    if (add && slot < kFewCap) {
+                        sk[slot] = kv[u];
+                        si[slot] = hb0 + i;
+                    }
                 }
             }
         }
         __syncthreads();
         n_s = s_n;
-        if (n_s >= k) {  // uniform
-            const KeysIdxLoader ld{sk, si};
-            const Threshold t = find_threshold<NT>(ld, n_s, k, sm);
-            emit_topk<NT>(ld, n_s, k, t, out, sm);
+        // Added keys lie in [t.key, t_c), inside [ulo, uhi] (t_c <= the slice's largest key, which is in U).
+        if (n_s > n_u && n_s <= kFewCap) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
+        if (n_s <= kFewCap) {
+            emit_topk<NT>(KeysIdxLoader{sk, si}, n_s, k, t, out, sm);
             done = true;
         }
     }
     if (!done) {
-        const RowLoader ld{values + static_cast<int64_t>(r) * row_stride};
+        const RowLoader ld{row};
         const Threshold t = find_threshold<NT>(ld, len, k, sm);
         emit_topk<NT>(ld, len, k, t, out, sm);
     }
@@ -1134,17 +1067,16 @@ LongLayout long_layout(int64_t n_rows, int64_t row_stride, int64_t k) {
 }
 
 struct FewLayout {
-    size_t ctl = 0, samples = 0, keys = 0, ids = 0, eq_ids = 0, total = 0;
+    size_t ctl = 0, tcs = 0, keys = 0, ids = 0, total = 0;
 };
 
-FewLayout few_layout(int64_t n_rows, int64_t k) {
+FewLayout few_layout(int64_t n_rows) {
     const size_t n = static_cast<size_t>(n_rows);
     FewLayout l;
-    l.samples = align256(n * kFewCtl * sizeof(int));
-    l.keys = l.samples + align256(n * kFewSlotsMax * sizeof(uint32_t));
+    l.tcs = align256(n * kFewCtl * sizeof(int));
+    l.keys = l.tcs + align256(n * kFewGMax * sizeof(uint32_t));
     l.ids = l.keys + align256(n * kFewCap * sizeof(uint32_t));
-    l.eq_ids = l.ids + align256(n * kFewCap * sizeof(int32_t));
-    l.total = l.eq_ids + align256(n * static_cast<size_t>(k) * sizeof(int32_t));
+    l.total = l.ids + align256(n * kFewCap * sizeof(int32_t));
     return l;
 }
 
@@ -1166,7 +1098,7 @@ size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k) {
     if (row_stride <= kShortMaxStride || n_rows <= 0) return 0;
     const size_t chain = long_layout(n_rows, row_stride, k).total;
     if (n_rows > kFewMaxRows) return chain;
-    const size_t few = few_layout(n_rows, k).total;
+    const size_t few = few_layout(n_rows).total;
     return few > chain ? few : chain;
 }
 
@@ -1181,11 +1113,12 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (p.row_stride <= kShortMaxStride) {
         per_device_once([] {
             const int bytes = static_cast<int>(kShortMaxStride * sizeof(uint32_t));
-            return cudaFuncSetAttribute(topk_short_kernel<kShortThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+            return cudaFuncSetAttribute(topk_short_kernel<kShortThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        bytes);
         });
         const size_t smem = static_cast<size_t>(p.row_stride > 0 ? p.row_stride : 1) * sizeof(uint32_t);
-        topk_short_kernel<kShortThreads><<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k,
-                                                                                p.out_idx);
+        topk_short_kernel<kShortThreads>
+            <<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx);
         return;
     }
     // Medium rows, few of them: one cluster per row (a single kernel, latency-bound decode shapes).
@@ -1194,7 +1127,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (cluster_ok && (g_tuning.cluster > 0 || (g_tuning.cluster < 0 && p.n_rows <= kClusterAutoRows))) {
         per_device_once([] {
             return cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kClusterSliceMax * sizeof(uint32_t)));
+                                        static_cast<int>(kClusterSliceMax * sizeof(uint32_t)));
         });
         const int slice = static_cast<int>((p.row_stride + cs - 1) / cs);
         cudaLaunchConfig_t cfg{};
@@ -1223,52 +1156,38 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         const int64_t want = (p.row_stride + slice_min - 1) / slice_min;
         // CTAs per row: at most the SMs per row, rounded down to a multiple of 8 (132 -> 128: a few SMs stay free
         // for the init kernel and the previous kernel's tail; 1 x 1M: 23.1 us at G = 128, 25.9 at G = 132).
-        int64_t g_max = sm_count() / p.n_rows;
+        const bool half = tu.few_threads == 512;
+        int64_t g_max = std::min<int64_t>(sm_count() / p.n_rows, std::min(kFewGMax, half ? 512 : 1024));
         if (g_max >= 16) g_max &= ~int64_t{7};
         const int G = static_cast<int>(want < g_max ? want : g_max);
         const int64_t per_max = (p.row_stride + G - 1) / G;
         if (per_max <= kFewSliceMax) {
             per_device_once([] {
-                return cudaFuncSetAttribute(topk_few_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>((kFewSliceMax + kFewSlotsMax) * sizeof(uint32_t)));
+                const int bytes = static_cast<int>((kFewSliceMax + 2 * kFewLocal) * sizeof(uint32_t));
+                const cudaError_t e = cudaFuncSetAttribute(topk_few_local_kernel<1024>,
+                                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+                return e != cudaSuccess ? e
+                                        : cudaFuncSetAttribute(topk_few_local_kernel<512>,
+                                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
             });
-            const int sp = (kFewSamples + G - 1) / G;
-            const int64_t region2 = std::max<int64_t>(static_cast<int64_t>(G) * sp, 2 * kFewLocal);
-            const size_t smem =
-                static_cast<size_t>(std::max<int64_t>(per_max + region2, 2 * kFewCap)) * sizeof(uint32_t);
-            const FewLayout fl = few_layout(p.n_rows, p.k);
+            const FewLayout fl = few_layout(p.n_rows);
             char* fb = static_cast<char*>(p.scratch);
             auto* ctl = reinterpret_cast<int*>(fb + fl.ctl);
             launch_ex(topk_few_init_kernel, dim3(1), dim3(128), 0, stream, pdl, ctl,
                       static_cast<int>(p.n_rows * kFewCtl));
-            if (tu.few_rows == 1) {
-                per_device_once([] {
-                    const int bytes = static_cast<int>((kFewSliceMax + 2 * kFewLocal) * sizeof(uint32_t));
-                    const cudaError_t e = cudaFuncSetAttribute(topk_few_local_kernel<1024>,
-                                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-                    return e != cudaSuccess ? e
-                                            : cudaFuncSetAttribute(topk_few_local_kernel<512>,
-                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-                });
-                const size_t smem_local =
-                    static_cast<size_t>(std::max<int64_t>(per_max + 2 * kFewLocal, 2 * kFewCap)) * sizeof(uint32_t);
-                const bool half = tu.few_threads == 512;
-                launch_ex(half ? topk_few_local_kernel<512> : topk_few_local_kernel<1024>,
-                          dim3(rows * static_cast<unsigned>(G)), dim3(half ? 512 : 1024), smem_local, stream, pdl,
-                          p.values, p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(fb + fl.keys),
-                          reinterpret_cast<int32_t*>(fb + fl.ids), p.out_idx, tu.debug_times);
-                return;
-            }
-            launch_ex(topk_few_kernel, dim3(rows * static_cast<unsigned>(G)), dim3(kFewThreads), smem, stream, pdl,
-                      p.values, p.lengths, p.row_stride, k, G, sp, ctl, reinterpret_cast<uint32_t*>(fb + fl.samples),
-                      reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids),
-                      reinterpret_cast<int32_t*>(fb + fl.eq_ids), p.out_idx, tu.debug_times);
+            const size_t smem =
+                static_cast<size_t>(std::max<int64_t>(per_max + 2 * kFewLocal, 2 * kFewCap)) * sizeof(uint32_t);
+            launch_ex(half ? topk_few_local_kernel<512> : topk_few_local_kernel<1024>,
+                      dim3(rows * static_cast<unsigned>(G)), dim3(half ? 512 : 1024), smem, stream, pdl, p.values,
+                      p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(fb + fl.tcs),
+                      reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids), p.out_idx,
+                      tu.debug_times);
             return;
         }
     }
     per_device_once([] {
         return cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(2 * kStageCap * sizeof(uint32_t)));
+                                    static_cast<int>(2 * kStageCap * sizeof(uint32_t)));
     });
     const LongLayout l = long_layout(p.n_rows, p.row_stride, p.k);
     const int cap = static_cast<int>(candidate_cap(p.row_stride, p.k));
@@ -1297,22 +1216,22 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     }
     const bool vec = (reinterpret_cast<uintptr_t>(p.values) & 15) == 0 && (p.row_stride & 3) == 0;
     if (vec && tu.filter_variant == 1)
-        launch_ex(topk_filter_kernel<true, true>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values,
-                  p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap,
-                  chunk, chunks_per_row, n_work);
-    else if (vec)
-        launch_ex(topk_filter_kernel<true, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
+        launch_ex(topk_filter_kernel<true, true>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
                   p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
                   chunks_per_row, n_work);
+    else if (vec)
+        launch_ex(topk_filter_kernel<true, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values,
+                  p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
+                  chunks_per_row, n_work);
     else
-        launch_ex(topk_filter_kernel<false, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
-                  p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
+        launch_ex(topk_filter_kernel<false, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values,
+                  p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
                   chunks_per_row, n_work);
     if (ev) cudaEventRecord(ev[2], stream);
     launch_ex(topk_select_kernel, dim3(rows), dim3(kSelectThreads), 2 * kStageCap * sizeof(uint32_t), stream, pdl,
               p.values, p.lengths, p.row_stride, k, p.out_idx, static_cast<const int*>(count),
-              static_cast<const uint32_t*>(keys), static_cast<const int32_t*>(ids),
-              static_cast<const int32_t*>(eq_ids), cap);
+              static_cast<const uint32_t*>(keys), static_cast<const int32_t*>(ids), static_cast<const int32_t*>(eq_ids),
+              cap);
     if (ev) cudaEventRecord(ev[3], stream);
 }
 

@@ -2,20 +2,21 @@
 // indices of the k largest of its first lengths[r] values. Plain C++ contract; kernels in topk.cu.
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace megactx::cuda {
 
 struct TopkParams {
-    const float* values = nullptr;     // [n_rows, row_stride] scores; row r's candidates are values[r*row_stride + 0 .. lengths[r])
+    // [n_rows, row_stride] scores; row r's candidates are values[r * row_stride + 0 .. lengths[r])
+    const float* values = nullptr;
     const int32_t* lengths = nullptr;  // [n_rows] device, 0 <= length <= row_stride
     int64_t n_rows = 0, row_stride = 0;
-    int64_t k = 0;                     // e.g. 2048
-    int32_t* out_idx = nullptr;        // [n_rows, k] device: indices into the row of the k largest values; when
-                                       // length < k, all candidates then -1 padding. Order within a row unspecified.
-    void* scratch = nullptr;           // >= topk_scratch_bytes(n_rows, row_stride, k) bytes, 256-B aligned
+    int64_t k = 0;               // e.g. 2048
+    int32_t* out_idx = nullptr;  // [n_rows, k] device: indices into the row of the k largest values; when
+                                 // length < k, all candidates then -1 padding. Order within a row unspecified.
+    void* scratch = nullptr;     // >= topk_scratch_bytes(n_rows, row_stride, k) bytes, 256-B aligned
     size_t scratch_bytes = 0;
 };
 
@@ -30,20 +31,20 @@ void launch_topk(const TopkParams& p, cudaStream_t stream);
 
 // Benchmark/profiling knobs (bench/cuda/bench_topk.cu); production callers leave the defaults.
 struct TopkTuning {
-    int pdl = 1;                        // long rows: programmatic dependent launch between the three kernels
-    int filter_chunk = 0;               // elements per filter work item (multiple of 1024); 0: automatic
-    int filter_ctas_per_sm = 0;         // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
-    int filter_variant = 1;             // 1: mask-then-compact-loop filter (16-B path); 0: the unrolled-append one
-    int cluster = 0;                    // rows of 32K..128K: one cluster per row; -1: when <= 16 rows, 0: never, 1: always
-    // <= 4 long rows, one kernel of G CTAs per row: 1 per-CTA thresholds (no barrier), 2 sampled threshold
-    // after a grid barrier; 0: the three kernels above.
+    int pdl = 1;                 // long rows: programmatic dependent launch between the three kernels
+    int filter_chunk = 0;        // elements per filter work item (multiple of 1024); 0: automatic
+    int filter_ctas_per_sm = 0;  // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
+    int filter_variant = 1;      // 1: mask-then-compact-loop filter (16-B path); 0: the unrolled-append one
+    int cluster = 0;             // rows of 32K..128K: one cluster per row; -1: when <= 16 rows, 0: never, 1: always
+    // <= few_max_rows long rows: 1 one kernel of G CTAs per row (per-CTA thresholds, no barrier); 0: the three
+    // kernels above.
     int few_rows = 1;
     int few_max_rows = 2;                       // few-rows kernels for batches of <= this many rows (at most 4)
-    int few_threads = 0;                        // few_rows = 1: 512 or 1024 (0) threads per CTA
-    int few_slice_min = 0;                      // few-rows kernels: row elements per CTA at least (sets G); 0: 2048
-    unsigned long long* debug_times = nullptr;  // few-rows kernels: device [8], globaltimer stamps (topk.cu)
-    cudaEvent_t* step_events = nullptr; // long rows: when set, events [0..3] recorded around sample/filter/select
-                                        // (PDL then off)
+    int few_threads = 0;                        // few-rows kernel: 512 or 1024 (0) threads per CTA
+    int few_slice_min = 0;                      // few-rows kernel: row elements per CTA at least (sets G); 0: 2048
+    unsigned long long* debug_times = nullptr;  // few-rows kernel: device [8], globaltimer stamps (topk.cu)
+    cudaEvent_t* step_events = nullptr;  // long rows: when set, events [0..3] recorded around sample/filter/select
+                                         // (PDL then off)
 };
 void topk_set_tuning(const TopkTuning& t);
 
