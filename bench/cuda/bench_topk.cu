@@ -233,43 +233,40 @@ int main(int argc, char** argv) {
                 time_graph(v, vm, vn);
                 std::printf("    sweep few_rows=%d few_threads=512: %8.1f us (min %.1f)\n", base.few_rows, vm, vn);
             }
+            // Phases from the kernel's globaltimer stamps (topk.cu): CTA 0 [0] start, [1] keys loaded, [2] t_c,
+            // [4] appended; row 0's last CTA [5] start, [8] candidates staged, [9] first select, [10] hot slices
+            // re-read, [6] end; [7] staged count (bit 32: whole-row fallback), [11] |U| and hot slices (<< 32).
             unsigned long long* d_dbg = nullptr;
-            MEGACTX_BENCH_CK(cudaMalloc(&d_dbg, 8 * sizeof(unsigned long long)));
-            for (int v = 1; v <= 1; ++v) {
+            MEGACTX_BENCH_CK(cudaMalloc(&d_dbg, 16 * sizeof(unsigned long long)));
+            {
                 TopkTuning tu = base;
-                tu.few_rows = v;
                 tu.debug_times = d_dbg;
                 topk_set_tuning(tu);
-                std::vector<double> ph[7];
-                unsigned long long last7 = 0;
+                const int spans[][2] = {{0, 1}, {1, 2}, {2, 4}, {4, 5}, {5, 8}, {8, 9}, {9, 10}, {10, 6}, {0, 6}};
+                constexpr int kSpans = sizeof spans / sizeof spans[0];
+                std::vector<double> ph[kSpans];
+                unsigned long long h[16] = {};
                 for (int i = 0; i < 30; ++i) {
                     p.values = d_v + (i % n_buf) * elems;
-                    MEGACTX_BENCH_CK(cudaMemset(d_dbg, 0, 8 * sizeof(unsigned long long)));
+                    MEGACTX_BENCH_CK(cudaMemset(d_dbg, 0, 16 * sizeof(unsigned long long)));
                     launch_topk(p, stream);
                     MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
-                    unsigned long long h[8];
                     MEGACTX_BENCH_CK(cudaMemcpy(h, d_dbg, sizeof h, cudaMemcpyDeviceToHost));
-                    h[3] = h[2];  // no barrier phase: stamps 0, 1, 2, 4
-                    h[2] = h[1];
-                    for (int j = 0; j < 4; ++j) ph[j].push_back((double(h[j + 1]) - double(h[j])) * 1e-3);
-                    ph[4].push_back((double(h[6]) - double(h[5])) * 1e-3);
-                    ph[5].push_back((double(h[5]) - double(h[4])) * 1e-3);
-                    ph[6].push_back((double(h[6]) - double(h[0])) * 1e-3);
-                    last7 = h[7];
+                    for (int j = 0; j < kSpans; ++j)
+                        ph[j].push_back((double(h[spans[j][1]]) - double(h[spans[j][0]])) * 1e-3);
                 }
                 topk_set_tuning(base);
-                double m[7];
-                for (int j = 0; j < 7; ++j) {
+                double m[kSpans];
+                for (int j = 0; j < kSpans; ++j) {
                     std::sort(ph[j].begin(), ph[j].end());
                     m[j] = ph[j][ph[j].size() / 2];
                 }
                 std::printf(
-                    "    phases few_rows=%d (CTA 0, us): load %.2f  (no barrier %.2f)  threshold %.2f  filter+flush "
-                    "%.2f;"
-                    " then to the last CTA %.2f, its select %.2f; CTA 0 start to end %.2f; |candidates| "
-                    "%llu%s\n",
-                    v, m[0], m[1], m[2], m[3], m[5], m[4], m[6], last7 & 0xffffffffull,
-                    (last7 >> 32) ? " FALLBACK" : "");
+                    "    phases (us): CTA 0 load %.2f, t_c %.2f, append %.2f; to the last CTA %.2f; its staging %.2f, "
+                    "select %.2f, hot re-read %.2f, final select + emit %.2f; CTA 0 start to end %.2f; |U| %llu, "
+                    "staged %llu, hot slices %llu%s\n",
+                    m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], h[11] & 0xffffffffull, h[7] & 0xffffffffull,
+                    h[11] >> 32, (h[7] >> 32) ? " FALLBACK" : "");
             }
             MEGACTX_BENCH_CK(cudaFree(d_dbg));
             char b3[160];

@@ -850,8 +850,8 @@ __global__ void __launch_bounds__(NT, 1)
     __shared__ SelectSmem<NT> sm;
     __shared__ StagedSmem st;
     __shared__ int s_n, s_base, s_last, s_n_hot;
-    __shared__ int s_hot[kFewGMax];
-    __shared__ uint32_t s_hot_tc[kFewGMax];
+    __shared__ int s_hot[kFewGMax], s_cnt[kFewGMax];
+    __shared__ uint32_t s_hot_tc[kFewGMax], s_tc[kFewGMax];
     extern __shared__ uint32_t dyn[];  // [per] keys, then [2 * kFewLocal] (key, index) pairs; later [2 * kFewCap]
     const int G = ctas_per_row;
     const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
@@ -865,8 +865,9 @@ __global__ void __launch_bounds__(NT, 1)
         if (c == 0) write_all_padded<NT>(len, k, out);
         return;
     }
-    int* ctl = ctl_all + r * kFewCtl;  // [1] done, [2] |U|
-    uint32_t* tcs = tc_all + static_cast<int64_t>(r) * kFewGMax;
+    int* ctl = ctl_all + r * kFewCtl;                                 // [1] done, [2] |U|
+    uint32_t* tcs = tc_all + static_cast<int64_t>(r) * 2 * kFewGMax;  // [G] t_c, then [G] counts
+    uint32_t* cnts = tcs + kFewGMax;
     uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kFewCap;
     int32_t* cids = cand_idx + static_cast<int64_t>(r) * kFewCap;
     const int per = (len + G - 1) / G;
@@ -933,7 +934,8 @@ __global__ void __launch_bounds__(NT, 1)
     const int n_local = min(s_n, kFewLocal);
     if (threadIdx.x == 0) {
         s_base = n_local > 0 ? atomicAdd(ctl + 2, n_local) : 0;
-        tcs[c] = tc == lo ? 0u : tc;  // 0: every key of the slice is in U (also for an empty slice)
+        tcs[c] = tc;
+        cnts[c] = static_cast<uint32_t>(s_n) | (tc == lo ? 0x80000000u : 0u);  // top bit: the whole slice is in U
     }
     __syncthreads();
     for (int j = threadIdx.x; j < n_local; j += NT) {
@@ -956,15 +958,37 @@ __global__ void __launch_bounds__(NT, 1)
     if (!s_last) return;
     stamp(dbgr, 5);
     const int n_u = __ldcg(ctl + 2);
-    const uint32_t my_tc = static_cast<int>(threadIdx.x) < G ? __ldcg(tcs + threadIdx.x) : 0u;
+    uint32_t my_tc = 0;
+    bool my_all = true;
+    if (static_cast<int>(threadIdx.x) < G) {
+        my_tc = __ldcg(tcs + threadIdx.x);
+        const uint32_t w = __ldcg(cnts + threadIdx.x);
+        my_all = (w >> 31) != 0;
+        s_tc[threadIdx.x] = my_tc;
+        s_cnt[threadIdx.x] = static_cast<int>(w & 0x7fffffffu);
+    }
+    if (threadIdx.x == 0) {
+        s_n = 0;
+        s_n_hot = 0;
+    }
+    __syncthreads();
+    // V = the largest t_c with at least k keys of U >= it (counting whole slices' appended keys): the k-th
+    // largest key of U is >= V, so only the keys of U >= V are staged.
+    uint32_t v = 0, v_unused = 0xffffffffu;
+    if (static_cast<int>(threadIdx.x) < G) {
+        int above = 0;
+        for (int j = 0; j < G; ++j) above += s_tc[j] >= my_tc ? s_cnt[j] : 0;
+        if (above >= k) v = my_tc;
+    }
+    block_min_max<NT>(v_unused, v, sm);
     bool done = false;
-    int n_s = 0;
+    int n_s = 0, n_hot = 0;
     if (n_u >= k && n_u <= kFewCap) {  // uniform
         uint32_t* sk = dyn;
         int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
         uint32_t ulo = 0xffffffffu, uhi = 0;
-        constexpr int kU = 8;  // all loads of a batch in flight
-        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {
+        constexpr int kU = 8;                        // all loads of a batch in flight
+        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {  // uniform trip count (warp_slot)
             uint32_t kv[kU];
             int32_t iv[kU];
 #pragma unroll
@@ -976,28 +1000,29 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
             for (int u = 0; u < kU; ++u) {
                 const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
-                if (i < n_u) {
-                    sk[i] = kv[u];
-                    si[i] = iv[u];
+                const bool keep = i < n_u && kv[u] >= v;
+                const int slot = warp_slot(keep, &s_n);
+                if (keep) {
+                    sk[slot] = kv[u];
+                    si[slot] = iv[u];
                     ulo = min(ulo, kv[u]);
                     uhi = max(uhi, kv[u]);
                 }
             }
         }
-        if (threadIdx.x == 0) {
-            s_n = n_u;
-            s_n_hot = 0;
-        }
         block_min_max<NT>(ulo, uhi, sm);
-        Threshold t = select_staged<NT>(sk, n_u, k, ulo, uhi, st);
+        const int n_v = s_n;
+        stamp(dbgr, 8);
+        Threshold t = select_staged<NT>(sk, n_v, k, ulo, uhi, st);
+        stamp(dbgr, 9);
         // Hot slices: their keys in [t.key, t_c) join the staged set.
-        if (my_tc > t.key) {
+        if (!my_all && my_tc > t.key) {
             const int h = atomicAdd(&s_n_hot, 1);
             s_hot[h] = static_cast<int>(threadIdx.x);
             s_hot_tc[h] = my_tc;
         }
         __syncthreads();
-        const int n_hot = s_n_hot;
+        n_hot = s_n_hot;
         for (int h = 0; h < n_hot; ++h) {  // uniform
             const int hb0 = s_hot[h] * per;
             const int hn = max(0, min(len - hb0, per));
@@ -1023,8 +1048,9 @@ __global__ void __launch_bounds__(NT, 1)
         }
         __syncthreads();
         n_s = s_n;
+        stamp(dbgr, 10);
         // Added keys lie in [t.key, t_c), inside [ulo, uhi] (t_c <= the slice's largest key, which is in U).
-        if (n_s > n_u && n_s <= kFewCap) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
+        if (n_s > n_v && n_s <= kFewCap) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
         if (n_s <= kFewCap) {
             emit_topk<NT>(KeysIdxLoader{sk, si}, n_s, k, t, out, sm);
             done = true;
@@ -1038,7 +1064,10 @@ __global__ void __launch_bounds__(NT, 1)
     if (dbgr != nullptr) {
         __syncthreads();
         stamp(dbgr, 6);
-        if (threadIdx.x == 0) dbgr[7] = static_cast<unsigned long long>(n_s) | (done ? 0ull : 1ull << 32);
+        if (threadIdx.x == 0) {
+            dbgr[7] = static_cast<unsigned long long>(n_s) | (done ? 0ull : 1ull << 32);
+            dbgr[11] = static_cast<unsigned long long>(n_u) | static_cast<unsigned long long>(n_hot) << 32;
+        }
     }
 }
 
@@ -1074,7 +1103,7 @@ FewLayout few_layout(int64_t n_rows) {
     const size_t n = static_cast<size_t>(n_rows);
     FewLayout l;
     l.tcs = align256(n * kFewCtl * sizeof(int));
-    l.keys = l.tcs + align256(n * kFewGMax * sizeof(uint32_t));
+    l.keys = l.tcs + align256(n * 2 * kFewGMax * sizeof(uint32_t));
     l.ids = l.keys + align256(n * kFewCap * sizeof(uint32_t));
     l.total = l.ids + align256(n * kFewCap * sizeof(int32_t));
     return l;

@@ -42,7 +42,7 @@ struct TopkTuning {
     int few_max_rows = 2;                       // few-rows kernels for batches of <= this many rows (at most 4)
     int few_threads = 0;                        // few-rows kernel: 512 or 1024 (0) threads per CTA
     int few_slice_min = 0;                      // few-rows kernel: row elements per CTA at least (sets G); 0: 2048
-    unsigned long long* debug_times = nullptr;  // few-rows kernel: device [8], globaltimer stamps (topk.cu)
+    unsigned long long* debug_times = nullptr;  // few-rows kernel: device [16], globaltimer stamps (topk.cu)
     cudaEvent_t* step_events = nullptr;  // long rows: when set, events [0..3] recorded around sample/filter/select
                                          // (PDL then off)
 };
