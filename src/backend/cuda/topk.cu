@@ -266,7 +266,7 @@ __device__ __forceinline__ void warp_find_bin(const int* h, int kk, int* digit, 
     int s = 0;
 #pragma unroll
     for (int j = 0; j < kPer / 4; ++j) {
-        const int4 v = h4[j];
+        const int4 v = h4[(j + lane) & (kPer / 4 - 1)];  // rotated: the lanes' 256-B segments share banks
         s += v.x + v.y + v.z + v.w;
     }
     int incl = s;
@@ -356,6 +356,59 @@ __device__ __forceinline__ int warp_slot(bool pred, int* counter) {
     if (lane == leader) base = atomicAdd(counter, __popc(ballot));
     base = __shfl_sync(0xffffffffu, base, leader);
     return base + __popc(ballot & ((1u << lane) - 1u));
+}
+
+// Slots for a thread's `count` items in one shared atomic per warp (all 32 lanes call it): returns the thread's
+// first slot; its items take consecutive slots from there.
+__device__ __forceinline__ int warp_slots(int count, int* counter) {
+    const int lane = threadIdx.x & 31;
+    int incl = count;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+    }
+    int base = 0;
+    if (lane == 31 && incl > 0) base = atomicAdd(counter, incl);
+    return __shfl_sync(0xffffffffu, base, 31) + incl - count;
+}
+
+// emit_topk for keys and indices staged in shared memory: kU items per thread per round, one shared atomic per
+// warp and round for each of the two counters.
+template <int NT>
+__device__ void emit_staged(const uint32_t* keys, const int32_t* ids, int n, int k, Threshold t, int32_t* out,
+                            SelectSmem<NT>& sm) {
+    constexpr int kU = 4;
+    if (threadIdx.x == 0) {
+        sm.n_gt = 0;
+        sm.n_eq = 0;
+    }
+    __syncthreads();
+    const int eq_base = k - t.n_eq;
+    for (int i0 = 0; i0 < n; i0 += NT * kU) {  // uniform trip count
+        uint32_t kv[kU];
+        int n_gt = 0, n_eq = 0;
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+            kv[u] = i < n ? keys[i] : 0u;
+            n_gt += i < n && kv[u] > t.key;
+            n_eq += i < n && kv[u] == t.key;
+        }
+        int sg = warp_slots(n_gt, &sm.n_gt);
+        int se = warp_slots(n_eq, &sm.n_eq);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+            if (i >= n) continue;
+            if (kv[u] > t.key) {
+                out[sg++] = ids[i];
+            } else if (kv[u] == t.key) {
+                if (se < t.n_eq) out[eq_base + se] = ids[i];
+                ++se;
+            }
+        }
+    }
 }
 
 // Writes the indices of the top k (threshold t) to out[0, k).
@@ -794,7 +847,7 @@ __global__ void __launch_bounds__(kSelectThreads)
             }
             block_min_max<kSelectThreads>(lo, hi, sm);
             const Threshold t = select_staged<kSelectThreads>(sk, c, k, lo, hi, st);
-            emit_topk<kSelectThreads>(KeysIdxLoader{sk, si}, c, k, t, out, sm);
+            emit_staged<kSelectThreads>(sk, si, c, k, t, out, sm);
         } else {
             const KeysIdxLoader ld{gk, gi};
             const Threshold t = find_threshold<kSelectThreads>(ld, c, k, sm);
@@ -997,14 +1050,15 @@ __global__ void __launch_bounds__(NT, 1)
                 kv[u] = i < n_u ? __ldcg(ckeys + i) : 0u;
                 iv[u] = i < n_u ? __ldcg(cids + i) : 0;
             }
+            int n_keep = 0;
+#pragma unroll
+            for (int u = 0; u < kU; ++u) n_keep += i0 + u * NT + static_cast<int>(threadIdx.x) < n_u && kv[u] >= v;
+            int slot = warp_slots(n_keep, &s_n);
 #pragma unroll
             for (int u = 0; u < kU; ++u) {
-                const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
-                const bool keep = i < n_u && kv[u] >= v;
-                const int slot = warp_slot(keep, &s_n);
-                if (keep) {
+                if (i0 + u * NT + static_cast<int>(threadIdx.x) < n_u && kv[u] >= v) {
                     sk[slot] = kv[u];
-                    si[slot] = iv[u];
+                    si[slot++] = iv[u];
                     ulo = min(ulo, kv[u]);
                     uhi = max(uhi, kv[u]);
                 }
@@ -1034,14 +1088,19 @@ __global__ void __launch_bounds__(NT, 1)
                     const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
                     kv[u] = i < hn ? float_key(__ldcg(row + hb0 + i)) : 0u;
                 }
+                unsigned add = 0;
+#pragma unroll
+                for (int u = 0; u < kU; ++u)
+                    add |= (i0 + u * NT + static_cast<int>(threadIdx.x) < hn && kv[u] >= t.key && kv[u] < htc) << u;
+                int slot = warp_slots(__popc(add), &s_n);
 #pragma unroll
                 for (int u = 0; u < kU; ++u) {
-                    const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
-                    const bool add = i < hn && kv[u] >= t.key && kv[u] < htc;
-                    const int slot = warp_slot(add, &s_n);
-                    if (add && slot < kFewCap) {
-                        sk[slot] = kv[u];
-                        si[slot] = hb0 + i;
+                    if (add >> u & 1) {
+                        if (slot < kFewCap) {
+                            sk[slot] = kv[u];
+                            si[slot] = hb0 + i0 + u * NT + static_cast<int>(threadIdx.x);
+                        }
+                        ++slot;
                     }
                 }
             }
@@ -1052,7 +1111,7 @@ __global__ void __launch_bounds__(NT, 1)
         // Added keys lie in [t.key, t_c), inside [ulo, uhi] (t_c <= the slice's largest key, which is in U).
         if (n_s > n_v && n_s <= kFewCap) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
         if (n_s <= kFewCap) {
-            emit_topk<NT>(KeysIdxLoader{sk, si}, n_s, k, t, out, sm);
+            emit_staged<NT>(sk, si, n_s, k, t, out, sm);
             done = true;
         }
     }
