@@ -234,8 +234,9 @@ int main(int argc, char** argv) {
                 std::printf("    sweep few_rows=%d few_threads=512: %8.1f us (min %.1f)\n", base.few_rows, vm, vn);
             }
             // Phases from the kernel's globaltimer stamps (topk.cu): CTA 0 [0] start, [1] keys loaded, [2] t_c,
-            // [4] appended; row 0's last CTA [5] start, [8] candidates staged, [9] first select, [10] hot slices
-            // re-read, [6] end; [7] staged count (bit 32: whole-row fallback), [11] |U| and hot slices (<< 32).
+            // [4] appended; row 0's last CTA [5] start, [8] candidates >= t_max staged, [9] their select, [10] the
+            // hot-slice path done (V, staging, select, re-read, select), [6] end; [7] staged count (bit 32: whole-row
+            // fallback), [11] |U| and hot slices (<< 32).
             unsigned long long* d_dbg = nullptr;
             MEGACTX_BENCH_CK(cudaMalloc(&d_dbg, 16 * sizeof(unsigned long long)));
             {
@@ -263,7 +264,7 @@ int main(int argc, char** argv) {
                 }
                 std::printf(
                     "    phases (us): CTA 0 load %.2f, t_c %.2f, append %.2f; to the last CTA %.2f; its staging %.2f, "
-                    "select %.2f, hot re-read %.2f, final select + emit %.2f; CTA 0 start to end %.2f; |U| %llu, "
+                    "select %.2f, hot-slice path %.2f, emit %.2f; CTA 0 start to end %.2f; |U| %llu, "
                     "staged %llu, hot slices %llu%s\n",
                     m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], h[11] & 0xffffffffull, h[7] & 0xffffffffull,
                     h[11] >> 32, (h[7] >> 32) ? " FALLBACK" : "");

@@ -886,12 +886,15 @@ __device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
 //      level; m_c = mu + 4·sqrt(mu) + 8 with mu = k·n_c/len, the slice's expected share of the top k), so
 //      at least m_c of its keys are >= t_c;
 //   3. appends its keys >= t_c to the row's candidate set U (one global atomic per CTA) and publishes t_c;
-//   4. the row's last CTA to finish (done counter) stages U in shared memory and takes T, the k-th largest
-//      key of U. U is part of the row, so at least k row keys are >= T: the top k of the row are among the
-//      keys >= T. A slice whose t_c <= T put all of those into U. A "hot" slice (t_c > T: it holds more of
-//      the top k than m_c, as the most recent tokens of real indexer scores do) is re-read from global
-//      memory (L2: the scores were just written) for its keys in [T, t_c). The exact select over U plus
-//      those is the row's top k.
+//   4. the row's last CTA to finish (done counter) stages the keys of U >= t_max = max t_c in shared memory.
+//      Every row key >= t_max is in U, so when at least k are staged the row's k-th largest key is >= t_max
+//      and the exact select among them is the row's top k (the common case). Otherwise one slice is "hot":
+//      it holds more of the top k than m_c (as the most recent tokens of real indexer scores do) and its t_c
+//      lies above the row's k-th largest key. Then the last CTA takes T = the k-th largest key of U (staging
+//      only the keys >= V, a lower bound on T from the slices' thresholds and counts). U is part of the row,
+//      so the top k of the row are >= T; a slice with t_c <= T put all of its keys >= T into U, and a slice
+//      with t_c > T is re-read from global memory (L2: the scores were just written) for its keys in
+//      [T, t_c). The exact select over U plus those is the row's top k.
 // The whole-row select from global memory remains only for candidate sets beyond the shared-memory buffer
 // (heavy ties, e.g. a row of ReLU zeros). No CTA waits for another: no co-residency needed, no barrier.
 template <int NT>
@@ -1012,7 +1015,7 @@ __global__ void __launch_bounds__(NT, 1)
     stamp(dbgr, 5);
     const int n_u = __ldcg(ctl + 2);
     uint32_t my_tc = 0;
-    bool my_all = true;
+    bool my_all = true;  // this thread's slice (threads < G) put every key into U
     if (static_cast<int>(threadIdx.x) < G) {
         my_tc = __ldcg(tcs + threadIdx.x);
         const uint32_t w = __ldcg(cnts + threadIdx.x);
@@ -1020,28 +1023,20 @@ __global__ void __launch_bounds__(NT, 1)
         s_tc[threadIdx.x] = my_tc;
         s_cnt[threadIdx.x] = static_cast<int>(w & 0x7fffffffu);
     }
-    if (threadIdx.x == 0) {
-        s_n = 0;
-        s_n_hot = 0;
-    }
-    __syncthreads();
-    // V = the largest t_c with at least k keys of U >= it (counting whole slices' appended keys): the k-th
-    // largest key of U is >= V, so only the keys of U >= V are staged.
-    uint32_t v = 0, v_unused = 0xffffffffu;
-    if (static_cast<int>(threadIdx.x) < G) {
-        int above = 0;
-        for (int j = 0; j < G; ++j) above += s_tc[j] >= my_tc ? s_cnt[j] : 0;
-        if (above >= k) v = my_tc;
-    }
-    block_min_max<NT>(v_unused, v, sm);
+    // t_max = the largest t_c of the slices not wholly in U: every row key >= t_max is in U.
+    uint32_t t_max = my_all ? 0u : my_tc, unused = 0xffffffffu;
+    block_min_max<NT>(unused, t_max, sm);
     bool done = false;
     int n_s = 0, n_hot = 0;
-    if (n_u >= k && n_u <= kFewCap) {  // uniform
-        uint32_t* sk = dyn;
-        int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
+    uint32_t* sk = dyn;
+    int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
+    constexpr int kU = 8;  // loads in flight per thread
+    // Stages the keys of U >= bound (and their indices) in sk / si; returns how many, with their min and max.
+    const auto stage = [&](uint32_t bound, uint32_t& lo_out, uint32_t& hi_out) {
+        if (threadIdx.x == 0) s_n = 0;
+        __syncthreads();
         uint32_t ulo = 0xffffffffu, uhi = 0;
-        constexpr int kU = 8;                        // all loads of a batch in flight
-        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {  // uniform trip count (warp_slot)
+        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {  // uniform trip count (warp_slots)
             uint32_t kv[kU];
             int32_t iv[kU];
 #pragma unroll
@@ -1050,13 +1045,14 @@ __global__ void __launch_bounds__(NT, 1)
                 kv[u] = i < n_u ? __ldcg(ckeys + i) : 0u;
                 iv[u] = i < n_u ? __ldcg(cids + i) : 0;
             }
-            int n_keep = 0;
+            unsigned keep = 0;
 #pragma unroll
-            for (int u = 0; u < kU; ++u) n_keep += i0 + u * NT + static_cast<int>(threadIdx.x) < n_u && kv[u] >= v;
-            int slot = warp_slots(n_keep, &s_n);
+            for (int u = 0; u < kU; ++u)
+                keep |= (i0 + u * NT + static_cast<int>(threadIdx.x) < n_u && kv[u] >= bound) << u;
+            int slot = warp_slots(__popc(keep), &s_n);
 #pragma unroll
             for (int u = 0; u < kU; ++u) {
-                if (i0 + u * NT + static_cast<int>(threadIdx.x) < n_u && kv[u] >= v) {
+                if (keep >> u & 1) {
                     sk[slot] = kv[u];
                     si[slot++] = iv[u];
                     ulo = min(ulo, kv[u]);
@@ -1065,51 +1061,76 @@ __global__ void __launch_bounds__(NT, 1)
             }
         }
         block_min_max<NT>(ulo, uhi, sm);
-        const int n_v = s_n;
+        lo_out = ulo;
+        hi_out = uhi;
+        return s_n;
+    };
+    if (n_u >= k && n_u <= kFewCap) {  // uniform
+        uint32_t ulo = 0, uhi = 0;
+        // Common case: at least k keys of U are >= t_max, so the row's k-th largest is >= t_max and the top k
+        // of those are the row's.
+        n_s = stage(t_max, ulo, uhi);
         stamp(dbgr, 8);
-        Threshold t = select_staged<NT>(sk, n_v, k, ulo, uhi, st);
+        Threshold t{};
+        if (n_s >= k) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
         stamp(dbgr, 9);
-        // Hot slices: their keys in [t.key, t_c) join the staged set.
-        if (!my_all && my_tc > t.key) {
-            const int h = atomicAdd(&s_n_hot, 1);
-            s_hot[h] = static_cast<int>(threadIdx.x);
-            s_hot_tc[h] = my_tc;
-        }
-        __syncthreads();
-        n_hot = s_n_hot;
-        for (int h = 0; h < n_hot; ++h) {  // uniform
-            const int hb0 = s_hot[h] * per;
-            const int hn = max(0, min(len - hb0, per));
-            const uint32_t htc = s_hot_tc[h];
-            for (int i0 = 0; i0 < hn; i0 += NT * kU) {  // uniform trip count (warp_slot)
-                uint32_t kv[kU];
+        if (n_s < k) {  // a hot slice: its t_c is above the row's k-th largest key
+            // V = the largest t_c with at least k keys of U >= it (counting whole slices' appended keys): the
+            // k-th largest key of U, T, is >= V, so the keys of U >= V hold it.
+            uint32_t v = 0;
+            if (static_cast<int>(threadIdx.x) < G) {
+                int above = 0;
+                for (int j = 0; j < G; ++j) above += s_tc[j] >= my_tc ? s_cnt[j] : 0;
+                if (above >= k) v = my_tc;
+            }
+            unused = 0xffffffffu;
+            block_min_max<NT>(unused, v, sm);
+            const int n_v = stage(v, ulo, uhi);
+            t = select_staged<NT>(sk, n_v, k, ulo, uhi, st);
+            // The slices with t_c > T kept none of their keys in [T, t_c): those join the staged set.
+            if (threadIdx.x == 0) s_n_hot = 0;
+            __syncthreads();
+            if (!my_all && my_tc > t.key) {
+                const int h = atomicAdd(&s_n_hot, 1);
+                s_hot[h] = static_cast<int>(threadIdx.x);
+                s_hot_tc[h] = my_tc;
+            }
+            __syncthreads();
+            n_hot = s_n_hot;
+            for (int h = 0; h < n_hot; ++h) {  // uniform
+                const int hb0 = s_hot[h] * per;
+                const int hn = max(0, min(len - hb0, per));
+                const uint32_t htc = s_hot_tc[h];
+                for (int i0 = 0; i0 < hn; i0 += NT * kU) {  // uniform trip count (warp_slots)
+                    uint32_t kv[kU];
 #pragma unroll
-                for (int u = 0; u < kU; ++u) {
-                    const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
-                    kv[u] = i < hn ? float_key(__ldcg(row + hb0 + i)) : 0u;
-                }
-                unsigned add = 0;
+                    for (int u = 0; u < kU; ++u) {
+                        const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+                        kv[u] = i < hn ? float_key(__ldcg(row + hb0 + i)) : 0u;
+                    }
+                    unsigned add = 0;
 #pragma unroll
-                for (int u = 0; u < kU; ++u)
-                    add |= (i0 + u * NT + static_cast<int>(threadIdx.x) < hn && kv[u] >= t.key && kv[u] < htc) << u;
-                int slot = warp_slots(__popc(add), &s_n);
+                    for (int u = 0; u < kU; ++u)
+                        add |= (i0 + u * NT + static_cast<int>(threadIdx.x) < hn && kv[u] >= t.key && kv[u] < htc) << u;
+                    int slot = warp_slots(__popc(add), &s_n);
 #pragma unroll
-                for (int u = 0; u < kU; ++u) {
-                    if (add >> u & 1) {
-                        if (slot < kFewCap) {
-                            sk[slot] = kv[u];
-                            si[slot] = hb0 + i0 + u * NT + static_cast<int>(threadIdx.x);
+                    for (int u = 0; u < kU; ++u) {
+                        if (add >> u & 1) {
+                            if (slot < kFewCap) {
+                                sk[slot] = kv[u];
+                                si[slot] = hb0 + i0 + u * NT + static_cast<int>(threadIdx.x);
+                            }
+                            ++slot;
                         }
-                        ++slot;
                     }
                 }
             }
+            __syncthreads();
+            n_s = s_n;
+            // Added keys lie in [T, t_c), inside [ulo, uhi] (t_c <= the slice's largest key, which is in U).
+            if (n_s > n_v && n_s <= kFewCap) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
         }
-        __syncthreads();
-        n_s = s_n;
         stamp(dbgr, 10);
-        // Added keys lie in [t.key, t_c), inside [ulo, uhi] (t_c <= the slice's largest key, which is in U).
-        if (n_s > n_v && n_s <= kFewCap) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
         if (n_s <= kFewCap) {
             emit_staged<NT>(sk, si, n_s, k, t, out, sm);
             done = true;
