@@ -61,10 +61,10 @@
 // bench_topk alone (1 call per graph, scores from HBM): 1 x 128K 23.3 -> 19.3, 1 x 256K 23.6 -> 20.1,
 // 1 x 512K 23.6 -> 22.5, 1 x 1M 24.7 -> 25.9 at G = 132 (23.1 at G = 128: hence the multiple of 8), 2 x 128K
 // 23.6 -> 19.5; 4 rows a wash (4 x 1M 31.6 -> 30.9; in bench_indexer -3 .. +3 us), so <= 2 rows by default.
-// Phases (globaltimer, CTA 0, 1 x 128K): load 1.5, t_c 1.5, filter + flush 1.3, wait for the last CTA 1.3,
-// the last CTA's exact select among |U'| ~ 3.4K keys 8.2 us (1 x 1M: 4.1 / 2.1 / 1.8 / 1.8 / 10.5). That
-// select dominates: find_threshold costs ~2.5 us per radix level at 1024 threads (cub BlockScan raking over
-// 2048 bins + 4 barriers per level) — the next thing to cut (a warp-level bin search, 12-bit digits).
+// Phases (globaltimer, 8e82caf, 1 x 1M): CTA 0 load 1.5, t_c 1.3, append 1.3, then 1.3 until the last CTA,
+// whose staging takes 2.3, its select among ~3.5K candidates 4.4 and the emit 1.3 us: that serial tail is what
+// keeps batch-1 top-k near 18-21 us. Rows with hot slices (bench_topk "hot windows") take the V path, ~14 us more
+// (1 x 1M: 36 us; it was 706 us when they fell back to the whole-row select).
 #include <cooperative_groups.h>
 
 #include <algorithm>
