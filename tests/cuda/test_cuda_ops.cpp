@@ -27,7 +27,7 @@ namespace megactx {
 namespace {
 
 class CudaOpsTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
         gpu_ = make_cuda_ops(CudaOptions{});
@@ -92,7 +92,8 @@ protected:
             for (int64_t r = 0; r < rows; ++r) {
                 for (int64_t c = 0; c < cols; ++c) {
                     const float sc = w.scale_inv[static_cast<size_t>((r / 128) * bc + c / 128)];
-                    bytes[static_cast<size_t>(r * cols + c)] = f32_to_fp8e4m3(v[static_cast<size_t>(r * cols + c)] / sc);
+                    bytes[static_cast<size_t>(r * cols + c)] =
+                        f32_to_fp8e4m3(v[static_cast<size_t>(r * cols + c)] / sc);
                 }
             }
         }
@@ -138,8 +139,10 @@ TEST_F(CudaOpsTest, Norms) {
             for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get()}) {
                 Tensor tx = put(*ops, x, {n, d});
                 Tensor ty = ops->alloc(DType::F32, {n, d});
-                if (k == 0) ops->rms_norm(tx, w, 1e-6f, ty);
-                else ops->layer_norm(tx, w, b, 1e-6f, ty);
+                if (k == 0)
+                    ops->rms_norm(tx, w, 1e-6f, ty);
+                else
+                    ops->layer_norm(tx, w, b, 1e-6f, ty);
                 out[i++] = get(*ops, ty);
             }
             expect_close(out[1], out[0], 1e-5,
@@ -155,9 +158,10 @@ TEST_F(CudaOpsTest, Linear) {
         double tol;
     };
     // fp32 weights: fp32 GEMM; bf16: activations rounded to bf16; fp8: weights dequantised to bf16 as well.
-    for (const C c : {C{DType::F32, 1, 64, 48, 1e-5}, C{DType::F32, 37, 256, 320, 1e-5}, C{DType::F32, 5, 200, 130, 1e-5},
-                      C{DType::BF16, 1, 64, 48, 1e-2}, C{DType::BF16, 37, 512, 320, 1e-2}, C{DType::BF16, 5, 200, 130, 1e-2},
-                      C{DType::F8_E4M3, 3, 256, 384, 1.5e-2}, C{DType::F8_E4M3, 9, 300, 200, 1.5e-2}}) {
+    for (const C c :
+         {C{DType::F32, 1, 64, 48, 1e-5}, C{DType::F32, 37, 256, 320, 1e-5}, C{DType::F32, 5, 200, 130, 1e-5},
+          C{DType::BF16, 1, 64, 48, 1e-2}, C{DType::BF16, 37, 512, 320, 1e-2}, C{DType::BF16, 5, 200, 130, 1e-2},
+          C{DType::F8_E4M3, 3, 256, 384, 1.5e-2}, C{DType::F8_E4M3, 9, 300, 200, 1.5e-2}}) {
         const Weight w = make_weight(c.t, c.out, c.in);
         const auto x = randv(c.n * c.in);
         std::vector<float> out[2];
@@ -253,8 +257,8 @@ TEST_F(CudaOpsTest, AbsorbAndExpand) {
                 ++i;
             }
             const double tol = t == DType::F32 ? 1e-5 : 1e-2;
-            const std::string tag = std::string(dtype_name(t)) + " H" + std::to_string(g.n_head) + " r" +
-                                    std::to_string(g.rank);
+            const std::string tag =
+                std::string(dtype_name(t)) + " H" + std::to_string(g.n_head) + " r" + std::to_string(g.rank);
             expect_close(out[1][0], out[0][0], tol, "mla_absorb_q " + tag);
             expect_close(out[1][1], out[0][1], tol, "mla_expand_v " + tag);
         }
@@ -280,44 +284,54 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
         int64_t n_exp, n_group, topk_group, top_k;
         bool norm;
     };
-    for (const R r : {R{8, 1, 1, 2, true}, R{16, 4, 2, 4, true}, R{32, 8, 3, 6, false}}) {
-        const Weight gate = make_weight(DType::F32, r.n_exp, d, 0.3f);
-        auto& bias = keep(randv(r.n_exp, 0.05f));
-        MoeRouteParams p;
-        p.n_group = r.n_group;
-        p.topk_group = r.topk_group;
-        p.top_k = r.top_k;
-        p.norm_topk_prob = r.norm;
-        p.routed_scaling_factor = 2.5f;
-        std::vector<MlpWeights> experts;
-        for (int64_t e = 0; e < r.n_exp; ++e) {
-            experts.push_back(
-                {make_weight(DType::F32, ff, d), make_weight(DType::F32, ff, d), make_weight(DType::F32, d, ff)});
-        }
-        std::vector<int32_t> ids[2];
-        std::vector<float> w[2], y[2];
-        int i = 0;
-        for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get()}) {
-            Tensor tx = put(*ops, x, {n, d});
-            Tensor ti = ops->alloc(DType::I32, {n, r.top_k});
-            Tensor tw = ops->alloc(DType::F32, {n, r.top_k});
-            ops->moe_route(tx, gate, bias, p, ti, tw);
-            ids[i] = get_i32(*ops, ti);
-            w[i] = get(*ops, tw);
-            // Both backends run the experts on the CPU's routing (computed first), so the expert check does not
-            // depend on the router.
-            Tensor ti_ref = put_i32(*ops, ids[0], {n, r.top_k});
-            Tensor tw_ref = put(*ops, w[0], {n, r.top_k});
-            Tensor ty = ops->alloc(DType::F32, {n, d});
-            ops->moe_experts(tx, ti_ref, tw_ref, experts, ty);
-            y[i] = get(*ops, ty);
-            ++i;
-        }
-        const std::string tag = "E" + std::to_string(r.n_exp) + " groups " + std::to_string(r.n_group);
-        EXPECT_EQ(ids[1], ids[0]) << "moe_route ids " << tag;
-        expect_close(w[1], w[0], 1e-5, "moe_route weights " + tag);
-        expect_close(y[1], y[0], 1e-5, "moe_experts " + tag);
-    }
+    // n = 11 tokens: the few-token expert kernels (device-side ids, no host sync); 40: the grouped GEMMs. bf16
+    // weights round the activations to bf16 on the GPU (the CPU keeps fp32): 1e-2. Empty experts: held by another
+    // rank (expert parallel), they contribute 0 on both backends.
+    for (const int64_t nt : {int64_t{11}, int64_t{40}})
+        for (const DType wt : {DType::F32, DType::BF16})
+            for (const R r : {R{8, 1, 1, 2, true}, R{16, 4, 2, 4, true}, R{32, 8, 3, 6, false}}) {
+                const auto xt = randv(nt * d);
+                const Weight gate = make_weight(DType::F32, r.n_exp, d, 0.3f);
+                auto& bias = keep(randv(r.n_exp, 0.05f));
+                MoeRouteParams p;
+                p.n_group = r.n_group;
+                p.topk_group = r.topk_group;
+                p.top_k = r.top_k;
+                p.norm_topk_prob = r.norm;
+                p.routed_scaling_factor = 2.5f;
+                std::vector<MlpWeights> experts;
+                for (int64_t e = 0; e < r.n_exp; ++e) {
+                    if (r.n_exp == 16 && e % 5 == 3) {
+                        experts.emplace_back();
+                        continue;
+                    }
+                    experts.push_back({make_weight(wt, ff, d), make_weight(wt, ff, d), make_weight(wt, d, ff)});
+                }
+                std::vector<int32_t> ids[2];
+                std::vector<float> w[2], y[2];
+                int i = 0;
+                for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get()}) {
+                    Tensor tx = put(*ops, xt, {nt, d});
+                    Tensor ti = ops->alloc(DType::I32, {nt, r.top_k});
+                    Tensor tw = ops->alloc(DType::F32, {nt, r.top_k});
+                    ops->moe_route(tx, gate, bias, p, ti, tw);
+                    ids[i] = get_i32(*ops, ti);
+                    w[i] = get(*ops, tw);
+                    // Both backends run the experts on the CPU's routing (computed first), so the expert check
+                    // does not depend on the router.
+                    Tensor ti_ref = put_i32(*ops, ids[0], {nt, r.top_k});
+                    Tensor tw_ref = put(*ops, w[0], {nt, r.top_k});
+                    Tensor ty = ops->alloc(DType::F32, {nt, d});
+                    ops->moe_experts(tx, ti_ref, tw_ref, experts, ty);
+                    y[i] = get(*ops, ty);
+                    ++i;
+                }
+                const std::string tag = "E" + std::to_string(r.n_exp) + " groups " + std::to_string(r.n_group) + " n " +
+                                        std::to_string(nt) + " " + dtype_name(wt);
+                EXPECT_EQ(ids[1], ids[0]) << "moe_route ids " << tag;
+                expect_close(w[1], w[0], 1e-5, "moe_route weights " + tag);
+                expect_close(y[1], y[0], wt == DType::F32 ? 1e-5 : 1e-2, "moe_experts " + tag);
+            }
 }
 
 // --- KV cache ops --------------------------------------------------------------------------------------------
@@ -424,8 +438,8 @@ TEST_F(CudaOpsTest, FusedCacheWrites) {
             Tensor gc = f == KvFormat::F32    ? gpu_->alloc(DType::F32, {n_slots, dim})
                         : f == KvFormat::BF16 ? gpu_->alloc(DType::BF16, {n_slots, dim})
                                               : gpu_->alloc(DType::F8_E4M3, {n_blocks, fp8_indexer_block_bytes(dim)});
-            gpu_->indexer_cache_write(put(*gpu_, k, {n, dim}), w, b, 1e-6f, put_i32(*gpu_, pos, {n}), d_rope,
-                                      10000.0f, put_i32(*gpu_, slots, {n}), gc);
+            gpu_->indexer_cache_write(put(*gpu_, k, {n, dim}), w, b, 1e-6f, put_i32(*gpu_, pos, {n}), d_rope, 10000.0f,
+                                      put_i32(*gpu_, slots, {n}), gc);
             const size_t esize = f == KvFormat::F32 ? 4 : f == KvFormat::BF16 ? 2 : 1;
             std::vector<uint8_t> raw(static_cast<size_t>(gc.numel()) * esize);
             gpu_->download(gc, raw.data());
@@ -458,12 +472,13 @@ TEST_F(CudaOpsTest, FusedCacheWrites) {
                     for (int64_t c = 0; c < dim; ++c) {
                         bytes_differ += raw[base + off * dim + c] != ref_pool[base + off * dim + c];
                     }
-                    bytes_differ += std::memcmp(&raw[base + 64 * dim + 4 * off], &ref_pool[base + 64 * dim + 4 * off], 4) != 0;
+                    bytes_differ +=
+                        std::memcmp(&raw[base + 64 * dim + 4 * off], &ref_pool[base + 64 * dim + 4 * off], 4) != 0;
                     bytes_total += dim + 1;
                 }
             }
-            const std::string tag = std::string("indexer_cache_write ") + kv_format_name(f) + " dim " +
-                                    std::to_string(dim);
+            const std::string tag =
+                std::string("indexer_cache_write ") + kv_format_name(f) + " dim " + std::to_string(dim);
             expect_close(got, want, f == KvFormat::FP8 ? 0.07 : f == KvFormat::BF16 ? 8e-3 : 1e-5, tag);
             if (f == KvFormat::FP8) {
                 std::printf("    fp8 codes/scales differing from kv_format.cpp's packer: %lld of %lld\n",
@@ -588,7 +603,8 @@ TEST_F(CudaOpsTest, IndexerTopk) {
                 }
                 // scores in double over this token's candidates
                 const int64_t n_cand = pb.pos[static_cast<size_t>(t)] + 1;
-                const int32_t* table = pb.tables.data() + pb.offsets[static_cast<size_t>(pb.seq[static_cast<size_t>(t)])];
+                const int32_t* table =
+                    pb.tables.data() + pb.offsets[static_cast<size_t>(pb.seq[static_cast<size_t>(t)])];
                 std::vector<double> sc(static_cast<size_t>(n_cand));
                 std::map<int32_t, double> by_slot;
                 for (int64_t c = 0; c < n_cand; ++c) {

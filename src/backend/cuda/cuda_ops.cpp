@@ -43,10 +43,14 @@ int64_t rows_of(const Tensor& t) { return t.shape.empty() ? 1 : t.numel() / t.sh
 // KV pool element kind from its dtype (kv_cache.h).
 int kv_elem(const Tensor& pool, const char* op) {
     switch (pool.dtype) {
-        case DType::F32: return 0;
-        case DType::BF16: return 1;
-        case DType::F8_E4M3: return 2;
-        default: MEGACTX_FAIL("{}: KV pool of dtype {} is not F32, BF16 or FP8", op, dtype_name(pool.dtype));
+        case DType::F32:
+            return 0;
+        case DType::BF16:
+            return 1;
+        case DType::F8_E4M3:
+            return 2;
+        default:
+            MEGACTX_FAIL("{}: KV pool of dtype {} is not F32, BF16 or FP8", op, dtype_name(pool.dtype));
     }
 }
 
@@ -343,10 +347,10 @@ void CudaOps::gemm(const Gemm& g) {
     const uint32_t al_a = align_of(g.a, g.stride_a * esize), al_b = align_of(g.b, g.stride_b * esize),
                    al_c = align_of(g.c, g.stride_c * 4);
     char key[320];
-    std::snprintf(key, sizeof key, "%d/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%d/%u/%u/%u", g.trans_a ? 1 : 0,
-                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
-                  static_cast<long long>(g.lda), static_cast<long long>(g.ldb), static_cast<long long>(g.ldc),
-                  static_cast<long long>(g.stride_a), static_cast<long long>(g.stride_b),
+    std::snprintf(key, sizeof key, "%d/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%d/%u/%u/%u",
+                  g.trans_a ? 1 : 0, static_cast<long long>(g.m), static_cast<long long>(g.n),
+                  static_cast<long long>(g.k), static_cast<long long>(g.lda), static_cast<long long>(g.ldb),
+                  static_cast<long long>(g.ldc), static_cast<long long>(g.stride_a), static_cast<long long>(g.stride_b),
                   static_cast<long long>(g.stride_c), static_cast<long long>(g.batch), g.bf16 ? 1 : 0, al_a, al_b,
                   al_c);
     auto it = plans_.find(key);
@@ -357,10 +361,11 @@ void CudaOps::gemm(const Gemm& g) {
         const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
         MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
         MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-        const auto rows_a = static_cast<uint64_t>(g.trans_a ? g.k : g.m), cols_a = static_cast<uint64_t>(g.trans_a ? g.m : g.k);
+        const auto rows_a = static_cast<uint64_t>(g.trans_a ? g.k : g.m),
+                   cols_a = static_cast<uint64_t>(g.trans_a ? g.m : g.k);
         MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, rows_a, cols_a, g.lda));
-        MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, static_cast<uint64_t>(g.k),
-                                                        static_cast<uint64_t>(g.n), g.ldb));
+        MEGACTX_CUBLAS_CHECK(
+            cublasLtMatrixLayoutCreate(&p.b, ab, static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.ldb));
         MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, static_cast<uint64_t>(g.m),
                                                         static_cast<uint64_t>(g.n), g.ldc));
         if (g.batch > 1) {
@@ -377,8 +382,8 @@ void CudaOps::gemm(const Gemm& g) {
         cublasLtMatmulPreference_t pref = nullptr;
         MEGACTX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         const uint64_t ws = kWorkspaceBytes;
-        MEGACTX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                                  sizeof ws));
+        MEGACTX_CUBLAS_CHECK(
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
         const uint32_t al[4] = {al_a, al_b, al_c, al_c};
         const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -388,8 +393,7 @@ void CudaOps::gemm(const Gemm& g) {
         }
         cublasLtMatmulHeuristicResult_t res{};
         int n_res = 0;
-        const cublasStatus_t st =
-            cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &n_res);
+        const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &n_res);
         cublasLtMatmulPreferenceDestroy(pref);
         MEGACTX_CHECK(st == CUBLAS_STATUS_SUCCESS && n_res > 0,
                       "cuBLASLt has no algorithm for GEMM {} (status {}, {} results)", key, static_cast<int>(st),
@@ -579,8 +583,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         indexer_topk(padded);
         return;
     }
-    if (fast_ && elem == 2 &&
-        indexer_topk_supported(n_head, d, p.map.block_size, p.topk, p.map.max_context)) {
+    if (fast_ && elem == 2 && indexer_topk_supported(n_head, d, p.map.block_size, p.topk, p.map.max_context)) {
         // indexer_topk.cu: FP8 MMA scores + exact top-k, row groups under the fixed scratch budget.
         const int64_t ctx = p.map.max_context;
         int64_t rows = std::clamp<int64_t>(kIndexerScratchBytes / (ctx * 4 + 64 * 1024), 1, n);
@@ -689,8 +692,8 @@ void CudaOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, 
     g.c = q_out.f32();
     gemm(g);
     // q_out[:, h, r:] = q_pe[:, h]
-    MEGACTX_CUDA_CHECK(launch_copy_2d(q_out.f32() + r, d_out, q.f32() + d_nope, d_qk, n * n_head, d_qk - d_nope,
-                                      stream_));
+    MEGACTX_CUDA_CHECK(
+        launch_copy_2d(q_out.f32() + r, d_out, q.f32() + d_nope, d_qk, n * n_head, d_qk - d_nope, stream_));
     after_op("mla_absorb_q");
 }
 
@@ -713,10 +716,9 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
         padded.q = &qp;
         padded.out = &op;
         sparse_mla(padded);
-        MEGACTX_CUDA_CHECK(cudaMemcpy2DAsync(p.out->data, static_cast<size_t>(n_head * d_v) * 4, op.data,
-                                             static_cast<size_t>(kPadHeads * d_v) * 4,
-                                             static_cast<size_t>(n_head * d_v) * 4, static_cast<size_t>(n),
-                                             cudaMemcpyDeviceToDevice, stream_));
+        MEGACTX_CUDA_CHECK(cudaMemcpy2DAsync(
+            p.out->data, static_cast<size_t>(n_head * d_v) * 4, op.data, static_cast<size_t>(kPadHeads * d_v) * 4,
+            static_cast<size_t>(n_head * d_v) * 4, static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream_));
         return;
     }
     if (fast_ && elem != 0 && p.q->dim(2) == 576 && p.d_v == 512 &&
@@ -752,8 +754,8 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
     s.d_v = p.d_v;
     s.topk = p.slots->dim(1);
     const int64_t smem = sparse_mla_ref_smem_bytes(s.d, s.topk);
-    MEGACTX_CHECK(smem <= smem_optin_, "sparse_mla: top-k {} with rows of {} needs {} B of shared memory", s.topk,
-                  s.d, smem);
+    MEGACTX_CHECK(smem <= smem_optin_, "sparse_mla: top-k {} with rows of {} needs {} B of shared memory", s.topk, s.d,
+                  smem);
     s.q = p.q->f32();
     s.cache = p.cache->data;
     s.slots = p.slots->i32();
@@ -825,9 +827,70 @@ void CudaOps::moe_route(const Tensor& x, const Weight& gate, const std::vector<f
 
 // Tokens are grouped per expert on the host (one sync to read the ids), gathered into one sorted buffer, each
 // expert runs its SwiGLU on its contiguous rows, and a combine kernel sums the k outputs per token in k order.
+const CudaOps::ExpertTable& CudaOps::expert_table(const std::vector<MlpWeights>& experts) {
+    const int64_t n_exp = static_cast<int64_t>(experts.size());
+    std::vector<const void*> host(static_cast<size_t>(3 * n_exp));  // identifies the weights behind the table
+    for (int64_t e = 0; e < n_exp; ++e) {
+        const MlpWeights& m = experts[static_cast<size_t>(e)];
+        host[static_cast<size_t>(3 * e)] = m.gate.data;
+        host[static_cast<size_t>(3 * e + 1)] = m.up.data;
+        host[static_cast<size_t>(3 * e + 2)] = m.down.data;
+    }
+    auto it = expert_tables_.find(experts.data());
+    if (it != expert_tables_.end() && it->second.host == host) return it->second;
+    ExpertTable t;
+    t.host = std::move(host);
+    std::vector<const void*> ptrs(static_cast<size_t>(3 * n_exp), nullptr);
+    int kinds = 0;  // bit 0: an fp32 operand, bit 1: a bf16 one
+    for (int64_t e = 0; e < n_exp; ++e) {
+        const MlpWeights& m = experts[static_cast<size_t>(e)];
+        if (m.gate.empty()) continue;
+        const Weight* w3[3] = {&m.gate, &m.up, &m.down};
+        for (int i = 0; i < 3; ++i) {
+            const Tensor& op = gemm_operand(weight(*w3[i]));
+            kinds |= op.dtype == DType::BF16 ? 2 : 1;
+            ptrs[static_cast<size_t>(3 * e + i)] = op.data;
+        }
+        t.ff = m.gate.rows;
+        t.d = m.gate.cols;
+    }
+    t.usable = kinds != 3 && t.ff > 0;
+    t.bf16 = kinds == 2;
+    t.ptrs = alloc(DType::I32, {2 * 3 * n_exp});  // [n_exp][3] device pointers
+    MEGACTX_CUDA_CHECK(
+        cudaMemcpyAsync(t.ptrs.data, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream_));
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ExpertTable& slot = expert_tables_[experts.data()];
+    slot = std::move(t);
+    return slot;
+}
+
 void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, Tensor& y) {
     const int64_t n = rows_of(x), d = x.shape.back(), k = ids.dim(1);
+    // Few tokens (decode): the experts run from device-side ids, no host round trip (capturable).
+    if (n <= kMoeSmallMaxTokens) {
+        const ExpertTable& t = expert_table(experts);
+        if (t.usable && t.d == d && d <= kMoeSmallMaxRow && k * t.ff <= kMoeSmallMaxRow) {
+            Tensor h = alloc(DType::F32, {n, k, t.ff});
+            MoeSmallParams p;
+            p.x = x.f32();
+            p.ids = ids.i32();
+            p.w = weights.f32();
+            p.experts = static_cast<const void* const*>(t.ptrs.data);
+            p.h = h.f32();
+            p.y = y.f32();
+            p.n = n;
+            p.k = k;
+            p.d = d;
+            p.ff = t.ff;
+            p.n_exp = static_cast<int64_t>(experts.size());
+            p.bf16 = t.bf16;
+            MEGACTX_CUDA_CHECK(launch_moe_small(p, stream_));
+            after_op("moe_experts");
+            return;
+        }
+    }
     std::vector<int32_t> hid(static_cast<size_t>(n * k));
     download(ids, hid.data());
     std::vector<int64_t> count(experts.size() + 1, 0);
@@ -849,7 +912,8 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
     Tensor ys = alloc(DType::F32, {n * k, d});  // [n · k, d] expert outputs, same order
     MEGACTX_CUDA_CHECK(launch_gather_rows(xs.f32(), x.f32(), rows_dev.i32(), n * k, d, stream_));
     // Experts with empty weights are held by another rank (expert parallel): their rows contribute 0.
-    const bool partial = std::any_of(experts.begin(), experts.end(), [](const MlpWeights& m) { return m.gate.empty(); });
+    const bool partial =
+        std::any_of(experts.begin(), experts.end(), [](const MlpWeights& m) { return m.gate.empty(); });
     if (partial) MEGACTX_CUDA_CHECK(cudaMemsetAsync(ys.data, 0, static_cast<size_t>(n * k * d) * 4, stream_));
     for (size_t e = 0; e < experts.size(); ++e) {
         const int64_t r0 = count[e], m = count[e + 1] - count[e];

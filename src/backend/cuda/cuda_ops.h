@@ -25,7 +25,7 @@ namespace megactx::cuda {
 // 2 MiB and reuse any cached block up to twice their size. Exceeding the budget first returns the cached blocks
 // to the driver, then fails with an Error naming the request and the budget.
 class DeviceAllocator {
-public:
+  public:
     DeviceAllocator(int device, int64_t budget_bytes, cudaStream_t stream);
     ~DeviceAllocator();
     void* allocate(size_t bytes, size_t* capacity);
@@ -36,7 +36,7 @@ public:
         weight_bytes_ += b;
     }
 
-private:
+  private:
     void trim_locked();
 
     int device_;
@@ -48,7 +48,7 @@ private:
 };
 
 class CudaOps final : public Ops {
-public:
+  public:
     explicit CudaOps(const CudaOptions& options);
     ~CudaOps() override;
 
@@ -88,7 +88,7 @@ public:
     void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;
     void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;
 
-private:
+  private:
     // A checkpoint weight on the device: fp32, bf16 or e4m3 (+ fp32 block scales and, for GEMMs, a bf16 copy).
     struct DeviceWeight {
         DType dtype = DType::F32;  // F32, BF16 or F8_E4M3 (F16 checkpoints are widened to F32)
@@ -111,7 +111,18 @@ private:
         cublasLtMatmulAlgo_t algo{};
     };
 
+    // One MoE layer's experts as a device table of weight pointers (moe.h MoeSmallParams), built on first use.
+    struct ExpertTable {
+        Tensor ptrs;
+        std::vector<const void*> host;  // the host weights it was built from (gate, up, down per expert)
+        int64_t ff = 0, d = 0;
+        bool bf16 = false, usable = false;  // usable: every held expert has fp32, or every one bf16, operands
+    };
+    // Decode batches up to this many tokens take the few-token expert kernels (no host sync).
+    static constexpr int64_t kMoeSmallMaxTokens = 32;
+
     DeviceWeight& weight(const Weight& w);
+    const ExpertTable& expert_table(const std::vector<MlpWeights>& experts);
     // The weight as a GEMM operand: fp32 or bf16 data (FP8: its bf16 copy, made on first use).
     const Tensor& gemm_operand(DeviceWeight& dw);
     // The weight as fp32 (an fp32 copy of bf16 / FP8 weights, made once).
@@ -141,6 +152,7 @@ private:
     std::unordered_map<const float*, std::pair<size_t, Tensor>> vectors_;
     std::map<std::string, GemmPlan> plans_;
     std::map<std::pair<float, int64_t>, Tensor> inv_freq_;
+    std::unordered_map<const void*, ExpertTable> expert_tables_;  // keyed by the experts vector's data()
 };
 
 }  // namespace megactx::cuda

@@ -1,7 +1,16 @@
-// MoE router selection (contract: moe.h; model-spec §1.2 MoE). Reference: one thread per token walks the CPU
-// oracle's steps in the same order and fp32 operations, so ids match exactly and weights to rounding.
+// MoE router selection and the few-token expert MLPs (contract: moe.h; model-spec §1.2 MoE).
+// Router reference: one thread per token walks the CPU oracle's steps in the same order and fp32 operations, so
+// ids match exactly and weights to rounding.
+// Few-token experts: two warp-per-output GEMV kernels (gate/up with SwiGLU, then down with the weighted sum over
+// the token's choices) that read the expert ids on the device, so decode needs no host sync and can be captured.
+// Weights are streamed once per (token, choice) with 16-B loads; the activation row sits in shared memory.
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/per_device.cuh"
 
 namespace megactx::cuda {
 
@@ -66,6 +75,115 @@ __global__ void moe_route_kernel(MoeRouteKernelParams p) {
     }
 }
 
+constexpr int kSmallWarps = 8;                   // outputs per CTA (one per warp)
+constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation rows: d, or k · ff, fp32
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+// Dot of the shared-memory row a[len] (already rounded like the weights) with weight row wr[len], by one warp.
+template <class W>
+__device__ __forceinline__ float warp_dot(const float* a, const W* wr, int64_t len) {
+    float acc = 0.0f;
+    const int lane = threadIdx.x & 31;
+    if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+        if ((len & 7) == 0 && (reinterpret_cast<uintptr_t>(wr) & 15) == 0) {
+            for (int64_t c = lane * 8; c < len; c += 32 * 8) {
+                const uint4 raw = *reinterpret_cast<const uint4*>(wr + c);
+                const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float2 f = __bfloat1622float2(b[q]);
+                    acc = fmaf(a[c + 2 * q], f.x, acc);
+                    acc = fmaf(a[c + 2 * q + 1], f.y, acc);
+                }
+            }
+        } else {
+            for (int64_t c = lane; c < len; c += 32) acc = fmaf(a[c], __bfloat162float(wr[c]), acc);
+        }
+    } else {
+        if ((len & 3) == 0 && (reinterpret_cast<uintptr_t>(wr) & 15) == 0) {
+            for (int64_t c = lane * 4; c < len; c += 32 * 4) {
+                const float4 f = *reinterpret_cast<const float4*>(wr + c);
+                acc = fmaf(a[c], f.x, acc);
+                acc = fmaf(a[c + 1], f.y, acc);
+                acc = fmaf(a[c + 2], f.z, acc);
+                acc = fmaf(a[c + 3], f.w, acc);
+            }
+        } else {
+            for (int64_t c = lane; c < len; c += 32) acc = fmaf(a[c], wr[c], acc);
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    return acc;
+}
+
+template <class W>
+__device__ __forceinline__ float round_like(float v) {
+    if constexpr (std::is_same_v<W, __nv_bfloat16>)
+        return __bfloat162float(__float2bfloat16_rn(v));
+    else
+        return v;
+}
+
+// grid (ceil(ff / kSmallWarps), n · k): h[row, f] for the row's expert.
+template <class W>
+__global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(MoeSmallParams p) {
+    extern __shared__ float s_x[];  // [d]
+    const int64_t row = blockIdx.y, t = row / p.k;
+    const int32_t e = p.ids[row];
+    const W* gate = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[3 * e]) : nullptr;
+    const W* up = gate ? static_cast<const W*>(p.experts[3 * e + 1]) : nullptr;
+    for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) s_x[c] = round_like<W>(p.x[t * p.d + c]);
+    __syncthreads();
+    const int64_t f = static_cast<int64_t>(blockIdx.x) * kSmallWarps + (threadIdx.x >> 5);
+    if (f >= p.ff) return;
+    float hv = 0.0f;
+    if (gate != nullptr) {
+        const float g = warp_dot<W>(s_x, gate + f * p.d, p.d);
+        const float u = warp_dot<W>(s_x, up + f * p.d, p.d);
+        hv = silu(g) * u;
+    }
+    if ((threadIdx.x & 31) == 0) p.h[row * p.ff + f] = hv;
+}
+
+// grid (ceil(d / kSmallWarps), n): y[t, o] = Σ_j w[t, j] · (ĥ_{t,j} · down_e[o]).
+template <class W>
+__global__ void __launch_bounds__(kSmallWarps * 32) moe_small_down_kernel(MoeSmallParams p) {
+    extern __shared__ float s_h[];  // [k][ff]
+    const int64_t t = blockIdx.y;
+    for (int64_t c = threadIdx.x; c < p.k * p.ff; c += blockDim.x) s_h[c] = round_like<W>(p.h[t * p.k * p.ff + c]);
+    __syncthreads();
+    const int64_t o = static_cast<int64_t>(blockIdx.x) * kSmallWarps + (threadIdx.x >> 5);
+    if (o >= p.d) return;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < p.k; ++j) {
+        const int32_t e = p.ids[t * p.k + j];
+        const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[3 * e + 2]) : nullptr;
+        if (down == nullptr) continue;
+        acc += p.w[t * p.k + j] * warp_dot<W>(s_h + j * p.ff, down + o * p.ff, p.ff);
+    }
+    if ((threadIdx.x & 31) == 0) p.y[t * p.d + o] = acc;
+}
+
+template <class W>
+cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
+    const size_t smem_x = static_cast<size_t>(p.d) * 4, smem_h = static_cast<size_t>(p.k * p.ff) * 4;
+    const cudaError_t e = per_device_once([] {
+        const cudaError_t e1 =
+            cudaFuncSetAttribute(moe_small_gate_up_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);
+        return e1 != cudaSuccess ? e1
+                                 : cudaFuncSetAttribute(moe_small_down_kernel<W>,
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);
+    });
+    if (e != cudaSuccess) return e;
+    const dim3 g1(static_cast<unsigned>((p.ff + kSmallWarps - 1) / kSmallWarps), static_cast<unsigned>(p.n * p.k));
+    moe_small_gate_up_kernel<W><<<g1, kSmallWarps * 32, smem_x, stream>>>(p);
+    const dim3 g2(static_cast<unsigned>((p.d + kSmallWarps - 1) / kSmallWarps), static_cast<unsigned>(p.n));
+    moe_small_down_kernel<W><<<g2, kSmallWarps * 32, smem_h, stream>>>(p);
+    return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t launch_moe_route(const MoeRouteKernelParams& p, cudaStream_t stream) {
@@ -73,6 +191,12 @@ cudaError_t launch_moe_route(const MoeRouteKernelParams& p, cudaStream_t stream)
     const size_t smem = static_cast<size_t>(2 * p.n_exp + p.n_group) * 4;
     moe_route_kernel<<<static_cast<unsigned>(p.n), 128, smem, stream>>>(p);
     return cudaGetLastError();
+}
+
+cudaError_t launch_moe_small(const MoeSmallParams& p, cudaStream_t stream) {
+    if (p.n == 0) return cudaSuccess;
+    if (p.d > kMoeSmallMaxRow || p.k * p.ff > kMoeSmallMaxRow) return cudaErrorInvalidValue;
+    return p.bf16 ? launch_small<__nv_bfloat16>(p, stream) : launch_small<float>(p, stream);
 }
 
 }  // namespace megactx::cuda

@@ -22,4 +22,26 @@ struct MoeRouteKernelParams {
 
 cudaError_t launch_moe_route(const MoeRouteKernelParams& p, cudaStream_t stream);
 
+// Routed experts of a few tokens without a host round trip (decode; capturable in a CUDA graph). Token t's
+// j-th choice e = ids[t, j] runs expert e's SwiGLU MLP, its weights found through the device table
+// experts[3 e + {0, 1, 2}] = gate [ff, d], up [ff, d], down [d, ff] (row-major, fp32 or bf16 as `bf16` says;
+// null: an expert this rank does not hold, contributing 0):
+//   h[t, j, f] = silu(x̂_t · gate_e[f]) · (x̂_t · up_e[f])     (x̂ = x rounded to bf16 for bf16 weights)
+//   y[t, o]   = Σ_j w[t, j] · (ĥ_{t,j} · down_e[o])            (ĥ likewise), the sum over j in order
+// fp32 accumulation: the same products as the grouped GEMM path, in another summation order.
+//   x [n, d] fp32, ids [n, k] int32, w [n, k] fp32, h [n, k, ff] fp32 scratch, y [n, d] fp32
+struct MoeSmallParams {
+    const float* x = nullptr;
+    const int32_t* ids = nullptr;
+    const float* w = nullptr;
+    const void* const* experts = nullptr;  // device [n_exp][3]
+    float* h = nullptr;
+    float* y = nullptr;
+    int64_t n = 0, k = 0, d = 0, ff = 0, n_exp = 0;
+    bool bf16 = true;
+};
+// cudaErrorInvalidValue when d or k · ff exceed kMoeSmallMaxRow (the rows staged in shared memory, fp32).
+constexpr int64_t kMoeSmallMaxRow = 51200;
+cudaError_t launch_moe_small(const MoeSmallParams& p, cudaStream_t stream);
+
 }  // namespace megactx::cuda
