@@ -31,6 +31,7 @@
 #include "kv/kv_cache.h"
 #include "model/batch.h"
 #include "model/glm_dsa.h"
+#include "model/graphed_forward.h"
 #include "parallel/comm_thread.h"
 #include "parallel/tp_group.h"
 
@@ -58,9 +59,10 @@ void fill_pools(KvCache& kv, const ModelConfig& c, KvFormat fmt) {
     }
 }
 
-double time_forward(const GlmDsaModel& model, Ops& ops, const Batch& b, KvCache& kv, std::vector<float>& host) {
+double time_forward(const GlmDsaModel& model, Ops& ops, const Batch& b, KvCache& kv, std::vector<float>& host,
+                    GraphedForward* graphs = nullptr) {
     const auto t0 = Clock::now();
-    const ForwardResult r = model.forward(ops, b, kv);
+    const ForwardResult r = graphs ? graphs->forward(b) : model.forward(ops, b, kv);
     host.resize(static_cast<size_t>(r.logits.numel()));
     ops.download(r.logits, host.data());  // synchronises the stream
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -98,13 +100,22 @@ int main(int argc, char** argv) {
         MEGACTX_CHECK(kv_arg == "fp8" || kv_arg == "bf16", "--kv must be fp8 or bf16, got '{}'", kv_arg);
         const KvFormat fmt = kv_arg == "fp8" ? KvFormat::FP8 : KvFormat::BF16;
         const cuda::DeviceInfo dev = cuda::device_info(0);
-        nlohmann::json out = {{"bench", "bench_model"}, {"device", dev.name}, {"date", bench::utc_now()},
-                              {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)}, {"kv", kv_arg},
-                              {"steps", steps}, {"chunk", chunk}, {"cuda_graphs", false},
-                              {"tensor_parallel", po.n_gpus}, {"expert_parallel", po.expert_parallel}, {"layer_split", po.layer_split}, {"indexer_split", po.indexer_split},
-                              {"tp_transport", po.n_gpus > 1 ? transport : "none"}, {"results", nlohmann::json::array()}};
-        std::printf("%-28s %9s %6s %6s %12s %12s %16s\n", "model", "L", "full", "batch", "decode ms", "decode tok/s",
-                    "prefill tok/s");
+        nlohmann::json out = {{"bench", "bench_model"},
+                              {"device", dev.name},
+                              {"date", bench::utc_now()},
+                              {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)},
+                              {"kv", kv_arg},
+                              {"steps", steps},
+                              {"chunk", chunk},
+                              {"cuda_graphs", "decode_graph_* columns: GraphedForward replays"},
+                              {"tensor_parallel", po.n_gpus},
+                              {"expert_parallel", po.expert_parallel},
+                              {"layer_split", po.layer_split},
+                              {"indexer_split", po.indexer_split},
+                              {"tp_transport", po.n_gpus > 1 ? transport : "none"},
+                              {"results", nlohmann::json::array()}};
+        std::printf("%-28s %9s %6s %6s %12s %12s %16s %12s\n", "model", "L", "full", "batch", "decode ms",
+                    "decode tok/s", "prefill tok/s", "graph ms");
         const int64_t max_l = *std::max_element(contexts.begin(), contexts.end());
         for (const std::string& dir : models) {
             std::unique_ptr<TensorParallelGroup> group;
@@ -118,10 +129,10 @@ int main(int argc, char** argv) {
                     o.device = static_cast<int>(r % n_dev);
                     rank_ops.push_back(make_cuda_ops(o));
                 }
-                group = std::make_unique<TensorParallelGroup>(
-                    dir, po, std::move(rank_ops),
-                    transport == "thread" ? TensorParallelGroup::CommFactory(make_thread_comms)
-                                          : TensorParallelGroup::CommFactory(make_nccl_comms));
+                group = std::make_unique<TensorParallelGroup>(dir, po, std::move(rank_ops),
+                                                              transport == "thread"
+                                                                  ? TensorParallelGroup::CommFactory(make_thread_comms)
+                                                                  : TensorParallelGroup::CommFactory(make_nccl_comms));
             } else {
                 single = std::make_unique<GlmDsaModel>(dir);
                 single_ops = make_cuda_ops(CudaOptions{});
@@ -135,6 +146,7 @@ int main(int argc, char** argv) {
             fill_pools(kv, c, fmt);
             if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
             std::vector<float> host;
+            GraphedForward graphs(model, *ops, kv);  // decode steps as CUDA graph replays (single device)
             for (const int64_t L : contexts) {
                 // The decode token sits at position L (L cached keys before it): L + 1 ≤ max_position_embeddings,
                 // so "1M" is --contexts 1048575.
@@ -146,7 +158,8 @@ int main(int argc, char** argv) {
                 double prefill_tok_s = 0, prefill_ms = 0;
                 if (chunk > 0 && L >= chunk) {
                     std::vector<int32_t> toks(static_cast<size_t>(chunk));
-                    for (int64_t i = 0; i < chunk; ++i) toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % c.vocab_size);
+                    for (int64_t i = 0; i < chunk; ++i)
+                        toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % c.vocab_size);
                     Batch p;
                     p.add_sequence(&seq.blocks, toks.data(), chunk, L - chunk, false);
                     p.want_logits.back() = true;
@@ -168,21 +181,34 @@ int main(int argc, char** argv) {
                     Batch d;
                     for (auto& t : tables) d.add_sequence(&t, &tok, 1, L, true);
                     for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host);
-                    std::vector<double> ms;
+                    std::vector<double> ms, gms;
                     for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, d, kv, host));
+                    // The same step through GraphedForward: a first eager step, a recorded one, then replays.
+                    for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host, &graphs);
+                    for (int64_t i = 0; i < steps; ++i) gms.push_back(time_forward(model, *ops, d, kv, host, &graphs));
                     for (int32_t b : own) kv.blocks().release(b);
-                    const double dec = median(ms);
-                    std::printf("%-28s %9lld %3lld/%-2lld %6lld %12.3f %12.0f %16.0f\n",
+                    const double dec = median(ms), gdec = median(gms);
+                    const bool graphed = graphs.stats().replayed > 0 && graphs.enabled();
+                    std::printf("%-28s %9lld %3lld/%-2lld %6lld %12.3f %12.0f %16.0f %12.3f%s\n",
                                 dir.substr(dir.find_last_of('/') + 1).c_str(), static_cast<long long>(L),
                                 static_cast<long long>(n_full), static_cast<long long>(c.n_layers),
-                                static_cast<long long>(B), dec, 1e3 * static_cast<double>(B) / dec, prefill_tok_s);
+                                static_cast<long long>(B), dec, 1e3 * static_cast<double>(B) / dec, prefill_tok_s, gdec,
+                                graphed ? "" : " (eager: no graphs)");
                     std::fflush(stdout);
-                    out["results"].push_back({{"model", dir}, {"n_layers", c.n_layers}, {"n_full", n_full},
-                                              {"n_experts", c.n_routed_experts}, {"context", L}, {"decode_batch", B},
+                    out["results"].push_back({{"model", dir},
+                                              {"n_layers", c.n_layers},
+                                              {"n_full", n_full},
+                                              {"n_experts", c.n_routed_experts},
+                                              {"context", L},
+                                              {"decode_batch", B},
                                               {"decode_ms_median", dec},
                                               {"decode_tok_s", 1e3 * static_cast<double>(B) / dec},
                                               {"decode_ms_min", *std::min_element(ms.begin(), ms.end())},
-                                              {"prefill_chunk", chunk}, {"prefill_ms", prefill_ms},
+                                              {"decode_graph_ms_median", gdec},
+                                              {"decode_graphed", graphed},
+                                              {"decode_graph_tok_s", 1e3 * static_cast<double>(B) / gdec},
+                                              {"prefill_chunk", chunk},
+                                              {"prefill_ms", prefill_ms},
                                               {"prefill_tok_s", prefill_tok_s}});
                 }
                 seq.free(kv.blocks());

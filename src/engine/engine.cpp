@@ -9,11 +9,16 @@ namespace megactx {
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
-        case FinishReason::kNone: return "none";
-        case FinishReason::kStop: return "stop";
-        case FinishReason::kLength: return "length";
-        case FinishReason::kCancelled: return "cancelled";
-        case FinishReason::kError: return "error";
+        case FinishReason::kNone:
+            return "none";
+        case FinishReason::kStop:
+            return "stop";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kCancelled:
+            return "cancelled";
+        case FinishReason::kError:
+            return "error";
     }
     return "?";
 }
@@ -47,8 +52,9 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
       ops_(ops),
       config_(config),
       max_model_len_(resolve_max_model_len(model.config(), config)),
-      kv_(ops, model.config(), resolve_blocks(model.config(), config, model.kv_bytes_per_token_max(config.kv_format)), config.kv_format,
-          model.kv_layers()) {
+      kv_(ops, model.config(), resolve_blocks(model.config(), config, model.kv_bytes_per_token_max(config.kv_format)),
+          config.kv_format, model.kv_layers()),
+      graphs_(model, ops, kv_) {
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");
     snapshot_.kv_blocks_total = kv_.n_blocks();
@@ -72,8 +78,8 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& para
                   "the prompt ({} tokens) plus max_tokens ({}) is {} tokens, beyond the maximum context length of {}",
                   prompt.size(), params.max_tokens, total, max_model_len_);
     MEGACTX_CHECK(total <= kv_capacity_tokens(),
-                  "the prompt ({} tokens) plus max_tokens ({}) does not fit in the KV cache ({} tokens)",
-                  prompt.size(), params.max_tokens, kv_capacity_tokens());
+                  "the prompt ({} tokens) plus max_tokens ({}) does not fit in the KV cache ({} tokens)", prompt.size(),
+                  params.max_tokens, kv_capacity_tokens());
     MEGACTX_CHECK(alive_.load(), "the engine is not running");
 
     auto s = std::make_unique<Sequence>();
@@ -136,8 +142,7 @@ void Engine::finish(Sequence* s, FinishReason r, const std::string& error) {
     seqs_.erase(s->id);
 }
 
-PrefixMatch Engine::match_prefix(const Sequence& s, std::vector<int32_t>* blocks,
-                                 std::vector<uint64_t>* hashes) const {
+PrefixMatch Engine::match_prefix(const Sequence& s, std::vector<int32_t>* blocks, std::vector<uint64_t>* hashes) const {
     PrefixMatch m;
     if (!config_.prefix_caching) return m;
     // At least one token must be computed to produce logits.
@@ -216,7 +221,8 @@ bool Engine::step_once() {
         const char* v = std::getenv("MEGACTX_FAULT_STEP");
         return v ? std::atoll(v) : int64_t{-1};
     }();
-    if (counters_.steps == fault_step) MEGACTX_FAIL("fault injected at engine step {} (MEGACTX_FAULT_STEP)", fault_step);
+    if (counters_.steps == fault_step)
+        MEGACTX_FAIL("fault injected at engine step {} (MEGACTX_FAULT_STEP)", fault_step);
     const SchedulePlan plan = schedule(config_.scheduler, running_, waiting_, kv_.blocks(),
                                        [&](const Sequence& s) { return match_prefix(s, nullptr, nullptr); });
 
@@ -242,7 +248,7 @@ bool Engine::step_once() {
         batch.add_sequence(&s->kv.blocks, s->tokens.data() + s->n_computed, ch.n_tokens, s->n_computed, false);
         batch.want_logits.back() = last;
     }
-    const ForwardResult out = model_.forward(ops_, batch, kv_);
+    const ForwardResult out = graphs_.forward(batch);
     const int64_t vocab = model_.config().vocab_size;
     std::vector<float> logits(static_cast<size_t>(out.logits.numel()));
     if (!logits.empty()) ops_.download(out.logits, logits.data());

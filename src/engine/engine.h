@@ -19,11 +19,12 @@
 #include "engine/sequence.h"
 #include "kv/kv_cache.h"
 #include "model/glm_dsa.h"
+#include "model/graphed_forward.h"
 
 namespace megactx {
 
 struct EngineConfig {
-    int64_t n_kv_blocks = 0;   // 0: enough for max_num_seqs sequences of max_model_len (capped by kv_cache_bytes)
+    int64_t n_kv_blocks = 0;     // 0: enough for max_num_seqs sequences of max_model_len (capped by kv_cache_bytes)
     int64_t kv_cache_bytes = 0;  // 0: no byte cap
     int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
     bool prefix_caching = true;
@@ -41,7 +42,7 @@ struct EngineStats {
 };
 
 class Engine {
-public:
+  public:
     Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config);
     ~Engine();
 
@@ -63,7 +64,7 @@ public:
     int64_t kv_capacity_tokens() const { return kv_.n_blocks() * kBlockSize; }
     const GlmDsaModel& model() const { return model_; }
 
-private:
+  private:
     void finish(Sequence* s, FinishReason r, const std::string& error = "");
     void free_kv(Sequence* s);
     PrefixMatch match_prefix(const Sequence& s, std::vector<int32_t>* blocks, std::vector<uint64_t>* hashes) const;
@@ -80,6 +81,7 @@ private:
     EngineConfig config_;
     int64_t max_model_len_ = 0;
     KvCache kv_;
+    GraphedForward graphs_;  // all-decode steps of <= 32 sequences replay recorded graphs on the GPU
 
     // Engine-thread state
     std::map<int64_t, std::unique_ptr<Sequence>> seqs_;

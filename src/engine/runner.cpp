@@ -21,7 +21,8 @@ void validate_tokens(const ModelConfig& c, const std::vector<int32_t>& tokens, i
 SequenceRunner::SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_tokens, KvFormat kv_format)
     : model_(model),
       ops_(ops),
-      kv_(ops, model.config(), (max_tokens + kBlockSize - 1) / kBlockSize, kv_format, model.kv_layers()) {
+      kv_(ops, model.config(), (max_tokens + kBlockSize - 1) / kBlockSize, kv_format, model.kv_layers()),
+      graphs_(model, ops, kv_) {
     model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
 }
 
@@ -36,7 +37,7 @@ std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, int6
         Batch b;
         b.add_sequence(&seq_.blocks, tokens.data() + i0, m, seq_.n_tokens, all_logits);
         if (!all_logits && last_chunk) b.want_logits.back() = true;
-        last_ = model_.forward(ops_, b, kv_);
+        last_ = graphs_.forward(b);
         seq_.n_tokens += m;
         const size_t off = out.size();
         out.resize(off + static_cast<size_t>(last_.logits.numel()));

@@ -8,11 +8,12 @@
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "model/glm_dsa.h"
+#include "model/graphed_forward.h"
 
 namespace megactx {
 
 class SequenceRunner {
-public:
+  public:
     // Capacity: the KV cache holds max_tokens tokens, stored in `kv_format`.
     SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_tokens, KvFormat kv_format = KvFormat::F32);
 
@@ -22,15 +23,17 @@ public:
     int64_t n_cached() const { return seq_.n_tokens; }
     KvCache& kv() { return kv_; }
     const ForwardResult& last_result() const { return last_; }
+    const GraphedForward& graphs() const { return graphs_; }
 
     // Prompt → prompt + up to max_new tokens (stops after an EOS id of the config when stop_at_eos).
     std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t max_new, const SamplingParams& sp,
                                   bool stop_at_eos);
 
-private:
+  private:
     const GlmDsaModel& model_;
     Ops& ops_;
     KvCache kv_;
+    GraphedForward graphs_;  // one-token steps (generate) replay recorded graphs on the GPU
     SeqKv seq_;
     ForwardResult last_;
 };

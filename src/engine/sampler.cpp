@@ -9,8 +9,7 @@
 namespace megactx {
 
 void SamplingParams::validate() const {
-    MEGACTX_CHECK(std::isfinite(temperature) && temperature >= 0.0f, "temperature must be >= 0, got {}",
-                  temperature);
+    MEGACTX_CHECK(std::isfinite(temperature) && temperature >= 0.0f, "temperature must be >= 0, got {}", temperature);
     MEGACTX_CHECK(std::isfinite(top_p) && top_p > 0.0f && top_p <= 1.0f, "top_p must be in (0, 1], got {}", top_p);
     MEGACTX_CHECK(top_k >= 0, "top_k must be >= 0, got {}", top_k);
     MEGACTX_CHECK(std::isfinite(min_p) && min_p >= 0.0f && min_p <= 1.0f, "min_p must be in [0, 1], got {}", min_p);
@@ -56,8 +55,9 @@ TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, 
         std::vector<int32_t> order(static_cast<size_t>(vocab));
         std::iota(order.begin(), order.end(), 0);
         const auto k = static_cast<size_t>(std::min(n_top, vocab));
-        std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(),
-                          [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+        std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(), [&](int32_t a, int32_t b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        });
         for (size_t i = 0; i < k; ++i) r.top.push_back({order[i], static_cast<float>(logits[order[i]] - lse)});
     }
     return r;

@@ -21,7 +21,7 @@ struct SamplingParams {
 };
 
 class Sampler {
-public:
+  public:
     explicit Sampler(const SamplingParams& p);
     int32_t sample(const float* logits, int64_t vocab);
 
@@ -29,7 +29,7 @@ public:
     // verification. Greedy gives a one-hot.
     std::vector<float> probs(const float* logits, int64_t vocab) const;
 
-private:
+  private:
     SamplingParams p_;
     std::mt19937_64 rng_;
 };

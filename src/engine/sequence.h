@@ -19,10 +19,10 @@ const char* finish_reason_name(FinishReason r);
 
 struct GenerationParams {
     SamplingParams sampling;
-    int64_t max_tokens = 16;           // generated tokens at most
+    int64_t max_tokens = 16;  // generated tokens at most
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
-    int64_t top_logprobs = -1;         // -1: no logprobs; n >= 0: logprob of each token plus the n best
+    int64_t top_logprobs = -1;  // -1: no logprobs; n >= 0: logprob of each token plus the n best
 };
 
 // What the engine reports per generated token (on the engine thread).
@@ -45,14 +45,14 @@ struct Sequence {
     int64_t id = 0;
     std::vector<int32_t> tokens;  // prompt then generated
     int64_t n_prompt = 0;
-    int64_t n_computed = 0;       // tokens whose KV is written
-    int64_t n_cached_prompt = 0;  // from the prefix cache at the last admission
-    SeqKv kv;                     // block table; kv.n_tokens mirrors n_computed
+    int64_t n_computed = 0;              // tokens whose KV is written
+    int64_t n_cached_prompt = 0;         // from the prefix cache at the last admission
+    SeqKv kv;                            // block table; kv.n_tokens mirrors n_computed
     std::vector<uint64_t> block_hashes;  // chained hashes of the full blocks published so far
     GenerationParams params;
     std::unique_ptr<Sampler> sampler;
     TokenSink sink;
-    int64_t arrival = 0;          // admission order, for preemption (newest first)
+    int64_t arrival = 0;  // admission order, for preemption (newest first)
     bool cancelled = false;
     std::chrono::steady_clock::time_point t_arrival;
 

@@ -10,11 +10,14 @@
 namespace megactx {
 
 struct Batch {
-    std::vector<int32_t> tokens;  // [n]
-    std::vector<int32_t> pos;     // [n] position in its sequence
-    std::vector<int32_t> seq;     // [n] index into block_tables
+    std::vector<int32_t> tokens;                            // [n]
+    std::vector<int32_t> pos;                               // [n] position in its sequence
+    std::vector<int32_t> seq;                               // [n] index into block_tables
     std::vector<const std::vector<int32_t>*> block_tables;  // per sequence, covering every position in the batch
-    std::vector<bool> want_logits;  // [n] or empty = all tokens
+    std::vector<bool> want_logits;                          // [n] or empty = all tokens
+    // > 0: fixed shapes for recorded graphs (graphed_forward.h): each block table is padded (or cut) to this many
+    // entries and the plan's max_context is pad_blocks · block size, so a replay's inputs keep their sizes.
+    int64_t pad_blocks = 0;
 
     int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
     // Appends `count` consecutive tokens of one sequence starting at position `pos0`.
@@ -30,6 +33,9 @@ struct BatchPlan {
     Tensor logit_rows_dev;
 
     BatchPlan(Ops& ops, const Batch& b);
+    // The host arrays the plan uploads, in upload order: tokens, pos, seq, write slots, table offsets, tables,
+    // logit rows (what a graph replay of this batch's shape sends as OpsGraph::inputs).
+    static std::vector<std::vector<int32_t>> host_inputs(const Batch& b);
 };
 
 }  // namespace megactx

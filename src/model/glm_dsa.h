@@ -89,6 +89,8 @@ public:
     void prepare_kv(const KvCache& kv) const {
         if (followers_) followers_->prepare(kv);
     }
+    // One device, no collectives: the whole forward can be recorded as one graph (graphed_forward.h).
+    bool single_device() const { return followers_ == nullptr && comm_ == nullptr; }
     // The layers whose KV this model's KV cache holds: all, or this rank's group under LayerSplit.
     Range kv_layers() const;
     // KV bytes per token of the rank that holds the most (LayerSplit groups differ; every rank gets the same
@@ -98,6 +100,8 @@ public:
     // Runs the decoder over the batch: writes every token's KV at its slot, computes logits for the
     // requested rows. The tokens' positions must be covered by their block tables.
     ForwardResult forward(Ops& ops, const Batch& batch, KvCache& kv) const;
+    // The token ids and positions of a batch against the vocabulary and context (forward's first step).
+    void check_batch(const Batch& batch) const;
 
     // The MTP layer for a batch whose tokens are the *next* tokens (t+1) at the positions p of the hidden
     // states `hidden_in` [n, hidden] (the main model's normed hidden at p, or the previous MTP step's).
@@ -114,7 +118,6 @@ private:
                    bool run_indexer, Tensor& out) const;
     ForwardResult finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
                          Tensor topk) const;
-    void check_batch(const Batch& batch) const;
     ForwardResult forward_local(Ops& ops, const Batch& batch, KvCache& kv) const;
     void load(const std::string& dir);
     void all_reduce(Tensor& t) const;  // sums the ranks' partial results (no-op without a group)

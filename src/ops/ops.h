@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "model/weight.h"
@@ -17,10 +19,10 @@ namespace megactx {
 // + t % block_size. Built on the host by the model runner ("plan"), consumed by the indexer.
 struct CacheMap {
     int64_t block_size = 64;
-    const int32_t* pos = nullptr;          // [n] position of each token
-    const int32_t* seq = nullptr;          // [n] sequence index of each token
-    const int32_t* table_offset = nullptr; // [n_seq] offset of each sequence's block table in `tables`
-    const int32_t* tables = nullptr;       // concatenated block tables
+    const int32_t* pos = nullptr;           // [n] position of each token
+    const int32_t* seq = nullptr;           // [n] sequence index of each token
+    const int32_t* table_offset = nullptr;  // [n_seq] offset of each sequence's block table in `tables`
+    const int32_t* tables = nullptr;        // concatenated block tables
     // Host-side facts of the batch, so a backend can plan (scratch sizes, row groups) without reading back
     // (the CUDA indexer requires them; BatchPlan fills them):
     int64_t n_seq = 0;        // sequences in the batch
@@ -32,10 +34,10 @@ struct IndexerTopkParams {
     const Tensor* weights = nullptr;  // [n, n_head_indexer]            per-head gates (weights_proj output)
     const Tensor* keys = nullptr;     // [n_slots, d_indexer]           the layer's indexer key cache
     CacheMap map;
-    float softmax_scale = 0;          // d_indexer^-0.5
-    float head_scale = 0;             // n_head_indexer^-0.5, applied to the gates
+    float softmax_scale = 0;  // d_indexer^-0.5
+    float head_scale = 0;     // n_head_indexer^-0.5, applied to the gates
     int64_t topk = 0;
-    Tensor* out_slots = nullptr;      // [n, topk] int32, selected slots, -1 padded
+    Tensor* out_slots = nullptr;  // [n, topk] int32, selected slots, -1 padded
     // Tensor parallel with the indexer split by heads: q / weights hold this rank's heads, and the backend calls
     // reduce_scores(scores, count) on every group of fp32 score rows (its own memory) before selecting, to sum
     // the ranks' partial scores (a score is a sum over heads). Same batch → same calls on every rank.
@@ -43,12 +45,12 @@ struct IndexerTopkParams {
 };
 
 struct SparseMlaParams {
-    const Tensor* q = nullptr;        // [n, n_head, d_latent]  [q_abs (kv_lora_rank) | q_pe (rope)]
-    const Tensor* cache = nullptr;    // [n_slots, d_latent]    [c (kv_lora_rank) | k_pe (rope)]
-    const Tensor* slots = nullptr;    // [n, topk] int32, -1 = unused
-    int64_t d_v = 0;                  // kv_lora_rank: V is the first d_v values of each cache row
+    const Tensor* q = nullptr;      // [n, n_head, d_latent]  [q_abs (kv_lora_rank) | q_pe (rope)]
+    const Tensor* cache = nullptr;  // [n_slots, d_latent]    [c (kv_lora_rank) | k_pe (rope)]
+    const Tensor* slots = nullptr;  // [n, topk] int32, -1 = unused
+    int64_t d_v = 0;                // kv_lora_rank: V is the first d_v values of each cache row
     float scale = 0;
-    Tensor* out = nullptr;            // [n, n_head, d_v]
+    Tensor* out = nullptr;  // [n, n_head, d_v]
 };
 
 struct MoeRouteParams {
@@ -61,9 +63,33 @@ struct MlpWeights {
     Weight gate, up, down;  // gate/up [d_ff, d_model], down [d_model, d_ff]
 };
 
+// A recorded sequence of ops (Ops::record), replayed with new host inputs: `inputs` holds, in order, the vectors
+// the recorded upload_i32 calls sent; a replay sends what they hold then (each must keep its recorded size).
+// Everything else (tensor addresses, shapes, launch grids) is fixed at recording.
+class OpsGraph {
+  public:
+    virtual ~OpsGraph() = default;
+    std::vector<std::vector<int32_t>> inputs;
+};
+
 class Ops {
-public:
+  public:
     virtual ~Ops() = default;
+
+    // Whether record() can work here (CUDA: yes; CPU: no).
+    virtual bool can_record() const { return false; }
+    // Records the ops `body` issues without running them (CUDA graphs); nullptr where the backend cannot. The
+    // memory of tensors allocated while recording stays reserved for the graph. Throws if an op cannot be
+    // recorded (a host sync, a first-use upload): run the same body once without recording first.
+    virtual std::unique_ptr<OpsGraph> record(const std::function<void()>& body) {
+        (void)body;
+        return nullptr;
+    }
+    // Runs a recorded graph with its current inputs.
+    virtual void replay(OpsGraph& g) {
+        (void)g;
+        throw std::logic_error("Ops::replay: this backend records no graphs");
+    }
 
     virtual Tensor alloc(DType dtype, std::vector<int64_t> shape) = 0;
     // Host → backend memory (and back) for small metadata and results.
@@ -94,9 +120,9 @@ public:
     // The token's indexer key, fused: LayerNorm(k_raw) · ln_w + ln_b, interleaved RoPE on dims [0, d_rope),
     // stored at slots[i] in the cache's format (FP8: the paged layout).
     //   k_raw [n, d_indexer], pos/slots [n] int32, cache: KvCache::indexer_keys
-    virtual void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                                     float eps, const Tensor& pos, int64_t d_rope, float rope_theta,
-                                     const Tensor& slots, Tensor& cache) = 0;
+    virtual void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w,
+                                     const std::vector<float>& ln_b, float eps, const Tensor& pos, int64_t d_rope,
+                                     float rope_theta, const Tensor& slots, Tensor& cache) = 0;
     // DSA lightning indexer: per token, scores over its candidates, top-k slots (model-spec §3.2).
     virtual void indexer_topk(const IndexerTopkParams& p) = 0;
     // q_out[i, h] = [q_nope[i, h] · W_UK_h | q_pe[i, h]]
@@ -111,8 +137,8 @@ public:
     virtual void swiglu_mlp(const Tensor& x, const MlpWeights& w, Tensor& y) = 0;
     // Router: sigmoid scores, bias for choice only, group limit, top-k, renormalise, scale.
     //   x [n, d_model] → ids [n, top_k] int32, weights [n, top_k]
-    virtual void moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias,
-                           const MoeRouteParams& p, Tensor& ids, Tensor& weights) = 0;
+    virtual void moe_route(const Tensor& x, const Weight& gate, const std::vector<float>& bias, const MoeRouteParams& p,
+                           Tensor& ids, Tensor& weights) = 0;
     // y = Σ_k weights[:, k] · expert_{ids[:, k]}(x)                y [n, d_model] (overwritten)
     // An expert with empty weights is held by another rank (expert parallel) and contributes 0.
     virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -12,11 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../model/fixture_util.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_info.h"
@@ -25,7 +26,6 @@
 #include "kv/kv_format.h"
 #include "model/gen_model.h"
 #include "model/glm_dsa.h"
-#include "../model/fixture_util.h"
 
 namespace megactx {
 namespace {
@@ -44,7 +44,7 @@ std::vector<int32_t> fixture_tokens(const std::string& name) {
 // The CPU oracle with the GPU's KV storage: rows pass through `format` (bf16 rounding, or FP8 pack + unpack) before
 // they are stored in the CPU's F32 pool.
 class KvFormatCpuOps : public CpuOps {
-public:
+  public:
     explicit KvFormatCpuOps(KvFormat format) : format_(format) {}
 
     void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
@@ -82,7 +82,7 @@ public:
         CpuOps::cache_write(r, slots, cache);
     }
 
-private:
+  private:
     enum class Writing { kNone, kLatent, kIndexer };
     KvFormat format_;
     Writing writing_ = Writing::kNone;
@@ -139,11 +139,12 @@ TEST_P(CudaFixtureLogits, MatchesCpu) {
             first_bad = t;
     }
     const CudaMemoryStats ms = cuda_memory_stats(*gpu);
-    std::printf("%-18s kv %-4s chunk %lld: |gpu-ref|/max = %.2e (tol %.0e); vs plain f32 cpu %.2e, vs transformers "
-                "%.2e; first token over: %lld; %lld B reserved, %lld cudaMalloc\n",
-                c.fixture.c_str(), kv_format_name(c.format), static_cast<long long>(c.chunk), err / scale, tol,
-                err_plain, err_ref, static_cast<long long>(first_bad), static_cast<long long>(ms.reserved_bytes),
-                static_cast<long long>(ms.n_cuda_malloc));
+    std::printf(
+        "%-18s kv %-4s chunk %lld: |gpu-ref|/max = %.2e (tol %.0e); vs plain f32 cpu %.2e, vs transformers "
+        "%.2e; first token over: %lld; %lld B reserved, %lld cudaMalloc\n",
+        c.fixture.c_str(), kv_format_name(c.format), static_cast<long long>(c.chunk), err / scale, tol, err_plain,
+        err_ref, static_cast<long long>(first_bad), static_cast<long long>(ms.reserved_bytes),
+        static_cast<long long>(ms.n_cuda_malloc));
     if (c.format != KvFormat::FP8) {
         EXPECT_LE(err, tol * scale) << c.fixture << " kv " << kv_format_name(c.format) << " chunk " << c.chunk;
     } else {
@@ -190,15 +191,18 @@ TEST(CudaGenerate, Greedy32MatchesCpu) {
             const std::vector<int32_t> got = gpu_run.generate(prompt, max_new, sp, false);
             ASSERT_EQ(got.size(), want.size());
             int64_t same_prefix = 0;
-            while (same_prefix < static_cast<int64_t>(got.size()) && got[same_prefix] == want[same_prefix]) ++same_prefix;
+            while (same_prefix < static_cast<int64_t>(got.size()) && got[same_prefix] == want[same_prefix])
+                ++same_prefix;
             std::printf("%s greedy 32, kv %s: first %lld of %zu new tokens agree with the CPU\n", fixture.c_str(),
                         kv_format_name(f), static_cast<long long>(same_prefix - static_cast<int64_t>(prompt.size())),
                         static_cast<size_t>(max_new));
             // f32 KV must agree token for token. bf16 KV is compared with the CPU that stores the same bf16 rows, but
             // the GPU's fp32 rows can still round to a neighbouring bf16 value and swap a near-tied top-k candidate:
             // there only the first new token is required.
-            if (f == KvFormat::F32) EXPECT_EQ(got, want) << fixture << " kv f32";
-            else EXPECT_GT(same_prefix, static_cast<int64_t>(prompt.size())) << fixture << " kv bf16: first new token";
+            if (f == KvFormat::F32)
+                EXPECT_EQ(got, want) << fixture << " kv f32";
+            else
+                EXPECT_GT(same_prefix, static_cast<int64_t>(prompt.size())) << fixture << " kv bf16: first new token";
         }
     }
 }
@@ -290,7 +294,8 @@ TEST(CudaFastKernels, ModelMatchesReferenceKernelsOnGlm52Geometry) {
             for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(r[v])));
             rel.push_back(test::max_abs_diff(fast.data() + t * vocab, r, static_cast<size_t>(vocab)) / scale);
             rel_chunk.push_back(test::max_abs_diff(fast_chunked.data() + t * vocab, fast.data() + t * vocab,
-                                                   static_cast<size_t>(vocab)) / scale);
+                                                   static_cast<size_t>(vocab)) /
+                                scale);
         }
         auto stats = [](std::vector<double> v) {
             std::sort(v.begin(), v.end());
@@ -300,9 +305,10 @@ TEST(CudaFastKernels, ModelMatchesReferenceKernelsOnGlm52Geometry) {
         const auto [med_c, worst_c] = stats(rel_chunk);
         std::vector<double> tail(rel.begin() + 2048, rel.end());  // rows where top-k actually selects
         const auto [med_tail, worst_tail] = stats(tail);
-        std::printf("glm52-mini kv %s: fast vs reference kernels, max|Δlogit|/max|ref| per row: median %.2e, worst "
-                    "%.2e (rows ≥ 2048: median %.2e, worst %.2e); fast chunk 512 vs one pass: median %.2e, worst %.2e\n",
-                    kv_format_name(f), med, worst, med_tail, worst_tail, med_c, worst_c);
+        std::printf(
+            "glm52-mini kv %s: fast vs reference kernels, max|Δlogit|/max|ref| per row: median %.2e, worst "
+            "%.2e (rows ≥ 2048: median %.2e, worst %.2e); fast chunk 512 vs one pass: median %.2e, worst %.2e\n",
+            kv_format_name(f), med, worst, med_tail, worst_tail, med_c, worst_c);
         // Measured on the H200 (2026-11-29): bf16 median 1.3e-2 (tail 1.4e-2), fp8 1.6e-2 (tail 8.8e-2: the FP8
         // indexer query swaps near-tied boundary candidates of the flat random scores), chunked vs one pass
         // 7.5e-3 / 8.6e-3; single rows reach ~1 where a selection swap lands. A wrong slot, scale or layout
@@ -312,6 +318,54 @@ TEST(CudaFastKernels, ModelMatchesReferenceKernelsOnGlm52Geometry) {
         EXPECT_LT(med_tail, fp8 ? 0.15 : 3e-2) << kv_format_name(f);
         EXPECT_LT(med_c, 1.5e-2) << kv_format_name(f) << ": chunked prefill moved the fast path's logits";
     }
+}
+
+// Decode steps replayed from recorded CUDA graphs (GraphedForward, on by default in SequenceRunner) against the
+// same steps run eagerly (MEGACTX_GRAPHS=0), on glm52-mini's fast kernels with FP8 KV: 4040 cached tokens (so
+// top-2048 selects), then 80 one-token steps that cross the 64 → 128-block bucket at 4096. The selected sets are
+// exact in both runs; only the order of the selected slots may differ (the top-k emits them in any order), which
+// moves the sparse attention's fp32 sums by rounding.
+TEST(CudaGraphs, DecodeReplaysMatchEager) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const GlmDsaModel model(glm52_mini_dir());
+    const int64_t vocab = model.config().vocab_size, n_ctx = 4040, n_dec = 80;
+    std::vector<int32_t> toks(static_cast<size_t>(n_ctx + n_dec));
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % (vocab - 8));
+    const std::vector<int32_t> ctx(toks.begin(), toks.begin() + n_ctx), dec(toks.begin() + n_ctx, toks.end());
+    const std::unique_ptr<Ops> gpu = make_cuda_ops(CudaOptions{});
+    std::vector<float> logits[2];
+    GraphedForward::Stats stats[2];
+    for (int graphs : {1, 0}) {
+        if (graphs)
+            unsetenv("MEGACTX_GRAPHS");
+        else
+            setenv("MEGACTX_GRAPHS", "0", 1);
+        SequenceRunner run(model, *gpu, n_ctx + n_dec, KvFormat::FP8);
+        run.feed(ctx, 512, false);
+        logits[graphs] = run.feed(dec, 1, true);
+        stats[graphs] = run.graphs().stats();
+    }
+    unsetenv("MEGACTX_GRAPHS");
+    // Two shapes (64 and 128 blocks): each one eager step, one recorded, the rest replayed.
+    EXPECT_EQ(stats[1].eager, 2);
+    EXPECT_EQ(stats[1].recorded, 2);
+    EXPECT_EQ(stats[1].replayed, n_dec - 2);
+    EXPECT_EQ(stats[0].replayed, 0);
+    ASSERT_EQ(logits[1].size(), logits[0].size());
+    double worst = 0;
+    for (int64_t t = 0; t < n_dec; ++t) {
+        const float* r = logits[0].data() + t * vocab;
+        double scale = 0;
+        for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(r[v])));
+        worst =
+            std::max(worst, test::max_abs_diff(logits[1].data() + t * vocab, r, static_cast<size_t>(vocab)) / scale);
+    }
+    std::printf(
+        "graph replays vs eager, %lld decode steps: worst max|Δlogit|/max|ref| %.2e (%lld eager, %lld "
+        "recorded, %lld replayed)\n",
+        static_cast<long long>(n_dec), worst, static_cast<long long>(stats[1].eager),
+        static_cast<long long>(stats[1].recorded), static_cast<long long>(stats[1].replayed));
+    EXPECT_LT(worst, 1e-3);
 }
 
 }  // namespace megactx

@@ -91,6 +91,8 @@ void* DeviceAllocator::allocate(size_t bytes, size_t* capacity) {
         *capacity = it->first;
         free_.erase(it);
         in_use_ += static_cast<int64_t>(*capacity);
+        live_[p] = *capacity;
+        if (recording_) recorded_[p] = *capacity;
         return p;
     }
     if (budget_ > 0 && reserved_ + static_cast<int64_t>(size) > budget_) trim_locked();
@@ -114,13 +116,47 @@ void* DeviceAllocator::allocate(size_t bytes, size_t* capacity) {
     reserved_ += static_cast<int64_t>(size);
     in_use_ += static_cast<int64_t>(size);
     *capacity = size;
+    live_[p] = size;
+    if (recording_) recorded_[p] = size;
     return p;
 }
 
 void DeviceAllocator::release(void* p, size_t capacity) {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_ -= static_cast<int64_t>(capacity);
-    free_.emplace(capacity, p);
+    live_.erase(p);
+    if (graph_owned_.count(p) == 0) free_.emplace(capacity, p);
+}
+
+void DeviceAllocator::begin_record() {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording_ = true;
+    recorded_.clear();
+}
+
+std::vector<std::pair<void*, size_t>> DeviceAllocator::end_record() {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording_ = false;
+    std::vector<std::pair<void*, size_t>> blocks(recorded_.begin(), recorded_.end());
+    recorded_.clear();
+    for (const auto& [p, cap] : blocks) {
+        graph_owned_[p] = cap;
+        for (auto it = free_.lower_bound(cap); it != free_.end() && it->first == cap; ++it) {
+            if (it->second == p) {
+                free_.erase(it);
+                break;
+            }
+        }
+    }
+    return blocks;
+}
+
+void DeviceAllocator::unown(const std::vector<std::pair<void*, size_t>>& blocks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [p, cap] : blocks) {
+        graph_owned_.erase(p);
+        if (live_.count(p) == 0) free_.emplace(cap, p);  // else its holder's release returns it
+    }
 }
 
 CudaMemoryStats DeviceAllocator::stats() const {
@@ -200,9 +236,81 @@ Tensor CudaOps::alloc(DType dtype, std::vector<int64_t> shape) {
     return t;
 }
 
+// A recorded graph: the executable, the pinned host buffers its uploads copy from, and the device blocks its
+// tensors live in (held until the graph goes).
+struct CudaOps::Graph final : OpsGraph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<std::pair<int32_t*, size_t>> pinned;  // per recorded upload: buffer, element count
+    std::vector<std::pair<void*, size_t>> blocks;
+    std::shared_ptr<DeviceAllocator> alloc;
+
+    ~Graph() override {
+        if (exec) cudaGraphExecDestroy(exec);
+        for (auto& [p, n] : pinned) cudaFreeHost(p);
+        if (alloc) alloc->unown(blocks);
+    }
+};
+
+std::unique_ptr<OpsGraph> CudaOps::record(const std::function<void()>& body) {
+    bind_thread();
+    MEGACTX_CHECK(recording_ == nullptr, "CudaOps::record: already recording");
+    auto g = std::make_unique<Graph>();
+    g->alloc = alloc_;
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    alloc_->begin_record();
+    recording_ = g.get();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t begin = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+    try {
+        MEGACTX_CHECK(begin == cudaSuccess, "CudaOps::record: cannot capture ({})", cudaGetErrorString(begin));
+        body();
+    } catch (...) {
+        if (begin == cudaSuccess) cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        recording_ = nullptr;
+        g->blocks = alloc_->end_record();
+        throw;  // g's destructor gives the blocks back
+    }
+    recording_ = nullptr;
+    g->blocks = alloc_->end_record();
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    MEGACTX_CHECK(end == cudaSuccess && graph != nullptr, "CudaOps::record: capture failed ({})",
+                  cudaGetErrorString(end));
+    const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MEGACTX_CHECK(inst == cudaSuccess, "CudaOps::record: cannot instantiate the graph ({})", cudaGetErrorString(inst));
+    return g;
+}
+
+void CudaOps::replay(OpsGraph& og) {
+    bind_thread();
+    auto* g = dynamic_cast<Graph*>(&og);
+    MEGACTX_CHECK(g != nullptr && g->exec != nullptr, "CudaOps::replay: not a graph recorded by this backend");
+    MEGACTX_CHECK(g->inputs.size() == g->pinned.size(), "CudaOps::replay: {} inputs for {} recorded uploads",
+                  g->inputs.size(), g->pinned.size());
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the previous replay may still read the buffers
+    for (size_t i = 0; i < g->pinned.size(); ++i) {
+        MEGACTX_CHECK(g->inputs[i].size() == g->pinned[i].second,
+                      "CudaOps::replay: input {} has {} values, recorded with {}", i, g->inputs[i].size(),
+                      g->pinned[i].second);
+        std::copy(g->inputs[i].begin(), g->inputs[i].end(), g->pinned[i].first);
+    }
+    MEGACTX_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
+}
+
 Tensor CudaOps::upload_i32(const std::vector<int32_t>& v) {
     bind_thread();
     Tensor t = alloc(DType::I32, {static_cast<int64_t>(v.size())});
+    if (recording_ != nullptr) {  // copied from a pinned buffer at each replay
+        int32_t* pin = nullptr;
+        MEGACTX_CUDA_CHECK(cudaMallocHost(&pin, std::max<size_t>(v.size(), 1) * 4));
+        recording_->pinned.emplace_back(pin, v.size());
+        recording_->inputs.push_back(v);
+        std::copy(v.begin(), v.end(), pin);
+        if (!v.empty()) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(t.data, pin, v.size() * 4, cudaMemcpyHostToDevice, stream_));
+        return t;
+    }
     if (!v.empty()) {
         MEGACTX_CUDA_CHECK(cudaMemcpyAsync(t.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_));
         MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));

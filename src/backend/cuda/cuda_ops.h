@@ -24,12 +24,17 @@ namespace megactx::cuda {
 // Small requests round up to powers of two (≥ 512 B) and reuse exact classes; requests above 1 MiB round up to
 // 2 MiB and reuse any cached block up to twice their size. Exceeding the budget first returns the cached blocks
 // to the driver, then fails with an Error naming the request and the budget.
+// Graph recording: between begin_record and end_record every block handed out is noted; end_record takes those
+// blocks out of circulation (a released one never returns to the free lists) until unown gives them back.
 class DeviceAllocator {
   public:
     DeviceAllocator(int device, int64_t budget_bytes, cudaStream_t stream);
     ~DeviceAllocator();
     void* allocate(size_t bytes, size_t* capacity);
     void release(void* p, size_t capacity);
+    void begin_record();
+    std::vector<std::pair<void*, size_t>> end_record();  // the recorded blocks, now owned by the caller's graph
+    void unown(const std::vector<std::pair<void*, size_t>>& blocks);
     CudaMemoryStats stats() const;
     void add_weight_bytes(int64_t b) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -44,6 +49,10 @@ class DeviceAllocator {
     cudaStream_t stream_;
     mutable std::mutex mu_;
     std::multimap<size_t, void*> free_;
+    bool recording_ = false;
+    std::map<void*, size_t> recorded_;     // blocks handed out while recording
+    std::map<void*, size_t> graph_owned_;  // blocks a graph holds: not returned to free_ on release
+    std::map<void*, size_t> live_;         // blocks handed out and not yet released
     int64_t reserved_ = 0, in_use_ = 0, weight_bytes_ = 0, n_malloc_ = 0;
 };
 
@@ -56,6 +65,12 @@ class CudaOps final : public Ops {
     cudaStream_t stream() const { return stream_; }
     int device() const { return options_.device; }
     void bind_thread();  // makes this device current on the calling thread
+
+    // CUDA graphs: stream capture (relaxed mode) of `body`; upload_i32 then copies from pinned host buffers the
+    // graph keeps, refilled from OpsGraph::inputs at each replay.
+    bool can_record() const override { return true; }
+    std::unique_ptr<OpsGraph> record(const std::function<void()>& body) override;
+    void replay(OpsGraph& g) override;
 
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
@@ -137,8 +152,11 @@ class CudaOps final : public Ops {
     Tensor to_bf16(const Tensor& x);
     void after_op(const char* name);
 
+    struct Graph;
+
     CudaOptions options_;
     cudaStream_t stream_ = nullptr;
+    Graph* recording_ = nullptr;  // the graph being recorded, if any
     cublasLtHandle_t lt_ = nullptr;
     std::shared_ptr<DeviceAllocator> alloc_;
     Tensor workspace_;
