@@ -322,11 +322,10 @@ TEST(CudaFastKernels, ModelMatchesReferenceKernelsOnGlm52Geometry) {
 
 // Decode steps replayed from recorded CUDA graphs (GraphedForward, on by default in SequenceRunner) against the
 // same steps run eagerly (MEGACTX_GRAPHS=0), on glm52-mini's fast kernels with FP8 KV: 4040 cached tokens (so
-// top-2048 selects), then 80 one-token steps that cross the 64 → 128-block bucket at 4096. Both runs select
-// exact top-k sets, but the random model's ReLU'd indexer scores tie (exact zeros) at the boundary, and ties go
-// either way (the top-k's order of emission is not fixed): such a step's logits move by O(1). A replay with a
-// stale position, slot or block table would move every step, so the test bounds the median step tightly and
-// requires most steps to agree.
+// top-2048 selects), then 80 one-token steps that cross the 64 → 128-block bucket at 4096. The fast path is not
+// bitwise reproducible (the top-k emits its set in any order, the sparse attention sums in that order), so a
+// second eager run measures the noise, and the graph run must stay within a small multiple of it. A replay with a
+// stale position, slot or block table would move every step by O(1).
 TEST(CudaGraphs, DecodeReplaysMatchEager) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const GlmDsaModel model(glm52_mini_dir());
@@ -335,42 +334,46 @@ TEST(CudaGraphs, DecodeReplaysMatchEager) {
     for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % (vocab - 8));
     const std::vector<int32_t> ctx(toks.begin(), toks.begin() + n_ctx), dec(toks.begin() + n_ctx, toks.end());
     const std::unique_ptr<Ops> gpu = make_cuda_ops(CudaOptions{});
-    std::vector<float> logits[2];
-    GraphedForward::Stats stats[2];
-    for (int graphs : {1, 0}) {
-        if (graphs)
+    // Runs 0 and 1 eager (their difference is the fast path's run-to-run noise), run 2 through graphs.
+    std::vector<float> logits[3];
+    GraphedForward::Stats stats[3];
+    for (int run = 0; run < 3; ++run) {
+        if (run == 2)
             unsetenv("MEGACTX_GRAPHS");
         else
             setenv("MEGACTX_GRAPHS", "0", 1);
-        SequenceRunner run(model, *gpu, n_ctx + n_dec, KvFormat::FP8);
-        run.feed(ctx, 512, false);
-        logits[graphs] = run.feed(dec, 1, true);
-        stats[graphs] = run.graphs().stats();
+        SequenceRunner r(model, *gpu, n_ctx + n_dec, KvFormat::FP8);
+        r.feed(ctx, 512, false);
+        logits[run] = r.feed(dec, 1, true);
+        stats[run] = r.graphs().stats();
     }
     unsetenv("MEGACTX_GRAPHS");
     // Two shapes (64 and 128 blocks): each one eager step, one recorded, the rest replayed.
-    EXPECT_EQ(stats[1].eager, 2);
-    EXPECT_EQ(stats[1].recorded, 2);
-    EXPECT_EQ(stats[1].replayed, n_dec - 2);
+    EXPECT_EQ(stats[2].eager, 2);
+    EXPECT_EQ(stats[2].recorded, 2);
+    EXPECT_EQ(stats[2].replayed, n_dec - 2);
     EXPECT_EQ(stats[0].replayed, 0);
-    ASSERT_EQ(logits[1].size(), logits[0].size());
-    std::vector<double> rel;
-    for (int64_t t = 0; t < n_dec; ++t) {
-        const float* r = logits[0].data() + t * vocab;
-        double scale = 0;
-        for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(r[v])));
-        rel.push_back(test::max_abs_diff(logits[1].data() + t * vocab, r, static_cast<size_t>(vocab)) / scale);
-    }
-    const int64_t close = std::count_if(rel.begin(), rel.end(), [](double v) { return v < 1e-3; });
-    std::sort(rel.begin(), rel.end());
+    const auto diffs = [&](const std::vector<float>& a, const std::vector<float>& ref) {
+        std::vector<double> rel;
+        for (int64_t t = 0; t < n_dec; ++t) {
+            const float* r = ref.data() + t * vocab;
+            double scale = 0;
+            for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, static_cast<double>(std::fabs(r[v])));
+            rel.push_back(test::max_abs_diff(a.data() + t * vocab, r, static_cast<size_t>(vocab)) / scale);
+        }
+        std::sort(rel.begin(), rel.end());
+        return rel;
+    };
+    ASSERT_EQ(logits[2].size(), logits[0].size());
+    const std::vector<double> noise = diffs(logits[1], logits[0]), graph = diffs(logits[2], logits[0]);
+    const double med_noise = noise[noise.size() / 2], med_graph = graph[graph.size() / 2];
     std::printf(
-        "graph replays vs eager, %lld decode steps: max|Δlogit|/max|ref| median %.2e, worst %.2e, %lld steps "
-        "below 1e-3 (%lld eager, %lld recorded, %lld replayed)\n",
-        static_cast<long long>(n_dec), rel[rel.size() / 2], rel.back(), static_cast<long long>(close),
-        static_cast<long long>(stats[1].eager), static_cast<long long>(stats[1].recorded),
-        static_cast<long long>(stats[1].replayed));
-    EXPECT_LT(rel[rel.size() / 2], 1e-4);
-    EXPECT_GE(close, n_dec * 3 / 4);
+        "%lld decode steps, max|Δlogit|/max|ref| per step: eager vs eager median %.2e (worst %.2e), graph "
+        "replays vs eager median %.2e (worst %.2e); %lld eager, %lld recorded, %lld replayed\n",
+        static_cast<long long>(n_dec), med_noise, noise.back(), med_graph, graph.back(),
+        static_cast<long long>(stats[2].eager), static_cast<long long>(stats[2].recorded),
+        static_cast<long long>(stats[2].replayed));
+    EXPECT_LT(med_graph, std::max(1e-4, 3 * med_noise));
 }
 
 }  // namespace megactx

@@ -75,47 +75,71 @@ __global__ void moe_route_kernel(MoeRouteKernelParams p) {
     }
 }
 
-constexpr int kSmallWarps = 8;                   // outputs per CTA (one per warp)
+constexpr int kSmallWarps = 8;     // warps per CTA
+constexpr int kGateUpPerWarp = 2;  // features per warp (a gate and an up row each)
+constexpr int kGateUpPerCta = kSmallWarps * kGateUpPerWarp;
+constexpr int kDownPerWarp = 4;  // outputs per warp
+constexpr int kDownPerCta = kSmallWarps * kDownPerWarp;
 constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation rows: d, or k · ff, fp32
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
-// Dot of the shared-memory row a[len] (already rounded like the weights) with weight row wr[len], by one warp.
-template <class W>
-__device__ __forceinline__ float warp_dot(const float* a, const W* wr, int64_t len) {
-    float acc = 0.0f;
-    const int lane = threadIdx.x & 31;
-    if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-        if ((len & 7) == 0 && (reinterpret_cast<uintptr_t>(wr) & 15) == 0) {
-            for (int64_t c = lane * 8; c < len; c += 32 * 8) {
-                const uint4 raw = *reinterpret_cast<const uint4*>(wr + c);
-                const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw);
+// Dots of the shared-memory row a[len] (already rounded like the weights) with R weight rows, by one warp: each
+// step loads 16 B of every row (all R in flight), then sums over the warp. Every lane gets the R results.
+template <class W, int R>
+__device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R], int64_t len, float (&out)[R]) {
+    float acc[R];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const float2 f = __bfloat1622float2(b[q]);
-                    acc = fmaf(a[c + 2 * q], f.x, acc);
-                    acc = fmaf(a[c + 2 * q + 1], f.y, acc);
+    for (int q = 0; q < R; ++q) acc[q] = 0.0f;
+    const int lane = threadIdx.x & 31;
+    bool vec = true;
+#pragma unroll
+    for (int q = 0; q < R; ++q) vec = vec && (reinterpret_cast<uintptr_t>(wr[q]) & 15) == 0;
+    constexpr int kPer = 16 / sizeof(W);  // elements per 16-B load
+    if (vec && len % kPer == 0) {
+        for (int64_t c = lane * kPer; c < len; c += 32 * kPer) {
+            uint4 raw[R];
+#pragma unroll
+            for (int q = 0; q < R; ++q) raw[q] = *reinterpret_cast<const uint4*>(wr[q] + c);
+            float xa[kPer];
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) xa[e] = a[c + e];
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+                if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+                    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw[q]);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float2 f = __bfloat1622float2(b[e]);
+                        acc[q] = fmaf(xa[2 * e], f.x, acc[q]);
+                        acc[q] = fmaf(xa[2 * e + 1], f.y, acc[q]);
+                    }
+                } else {
+                    const float* f = reinterpret_cast<const float*>(&raw[q]);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[q] = fmaf(xa[e], f[e], acc[q]);
                 }
             }
-        } else {
-            for (int64_t c = lane; c < len; c += 32) acc = fmaf(a[c], __bfloat162float(wr[c]), acc);
         }
     } else {
-        if ((len & 3) == 0 && (reinterpret_cast<uintptr_t>(wr) & 15) == 0) {
-            for (int64_t c = lane * 4; c < len; c += 32 * 4) {
-                const float4 f = *reinterpret_cast<const float4*>(wr + c);
-                acc = fmaf(a[c], f.x, acc);
-                acc = fmaf(a[c + 1], f.y, acc);
-                acc = fmaf(a[c + 2], f.z, acc);
-                acc = fmaf(a[c + 3], f.w, acc);
+        for (int64_t c = lane; c < len; c += 32) {
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+                float wv;
+                if constexpr (std::is_same_v<W, __nv_bfloat16>)
+                    wv = __bfloat162float(wr[q][c]);
+                else
+                    wv = wr[q][c];
+                acc[q] = fmaf(a[c], wv, acc[q]);
             }
-        } else {
-            for (int64_t c = lane; c < len; c += 32) acc = fmaf(a[c], wr[c], acc);
         }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    return acc;
+    for (int q = 0; q < R; ++q) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], off);
+        out[q] = acc[q];
+    }
 }
 
 template <class W>
@@ -126,7 +150,7 @@ __device__ __forceinline__ float round_like(float v) {
         return v;
 }
 
-// grid (ceil(ff / kSmallWarps), n · k): h[row, f] for the row's expert.
+// grid (ceil(ff / kGateUpPerCta), n · k): h[row, f] for the row's expert; each warp kGateUpPerWarp features.
 template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(MoeSmallParams p) {
     extern __shared__ float s_x[];  // [d]
@@ -136,34 +160,57 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(Moe
     const W* up = gate ? static_cast<const W*>(p.experts[3 * e + 1]) : nullptr;
     for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) s_x[c] = round_like<W>(p.x[t * p.d + c]);
     __syncthreads();
-    const int64_t f = static_cast<int64_t>(blockIdx.x) * kSmallWarps + (threadIdx.x >> 5);
-    if (f >= p.ff) return;
-    float hv = 0.0f;
+    const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kGateUpPerCta + (threadIdx.x >> 5) * kGateUpPerWarp;
+    if (f0 >= p.ff) return;
+    float hv[kGateUpPerWarp] = {};
     if (gate != nullptr) {
-        const float g = warp_dot<W>(s_x, gate + f * p.d, p.d);
-        const float u = warp_dot<W>(s_x, up + f * p.d, p.d);
-        hv = silu(g) * u;
+        const W* rows[2 * kGateUpPerWarp];
+#pragma unroll
+        for (int q = 0; q < kGateUpPerWarp; ++q) {
+            const int64_t f = min(f0 + q, p.ff - 1);  // a past-the-end feature reads the last row, unused
+            rows[2 * q] = gate + f * p.d;
+            rows[2 * q + 1] = up + f * p.d;
+        }
+        float dots[2 * kGateUpPerWarp];
+        warp_dots<W, 2 * kGateUpPerWarp>(s_x, rows, p.d, dots);
+#pragma unroll
+        for (int q = 0; q < kGateUpPerWarp; ++q) hv[q] = silu(dots[2 * q]) * dots[2 * q + 1];
     }
-    if ((threadIdx.x & 31) == 0) p.h[row * p.ff + f] = hv;
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int q = 0; q < kGateUpPerWarp; ++q)
+            if (f0 + q < p.ff) p.h[row * p.ff + f0 + q] = hv[q];
+    }
 }
 
-// grid (ceil(d / kSmallWarps), n): y[t, o] = Σ_j w[t, j] · (ĥ_{t,j} · down_e[o]).
+// grid (ceil(d / kDownPerCta), n): y[t, o] = Σ_j w[t, j] · (ĥ_{t,j} · down_e[o]); each warp kDownPerWarp outputs.
 template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_down_kernel(MoeSmallParams p) {
     extern __shared__ float s_h[];  // [k][ff]
     const int64_t t = blockIdx.y;
     for (int64_t c = threadIdx.x; c < p.k * p.ff; c += blockDim.x) s_h[c] = round_like<W>(p.h[t * p.k * p.ff + c]);
     __syncthreads();
-    const int64_t o = static_cast<int64_t>(blockIdx.x) * kSmallWarps + (threadIdx.x >> 5);
-    if (o >= p.d) return;
-    float acc = 0.0f;
+    const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kDownPerCta + (threadIdx.x >> 5) * kDownPerWarp;
+    if (o0 >= p.d) return;
+    float acc[kDownPerWarp] = {};
     for (int64_t j = 0; j < p.k; ++j) {
         const int32_t e = p.ids[t * p.k + j];
         const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[3 * e + 2]) : nullptr;
         if (down == nullptr) continue;
-        acc += p.w[t * p.k + j] * warp_dot<W>(s_h + j * p.ff, down + o * p.ff, p.ff);
+        const W* rows[kDownPerWarp];
+#pragma unroll
+        for (int q = 0; q < kDownPerWarp; ++q) rows[q] = down + min(o0 + q, p.d - 1) * p.ff;
+        float dots[kDownPerWarp];
+        warp_dots<W, kDownPerWarp>(s_h + j * p.ff, rows, p.ff, dots);
+        const float wj = p.w[t * p.k + j];
+#pragma unroll
+        for (int q = 0; q < kDownPerWarp; ++q) acc[q] += wj * dots[q];
     }
-    if ((threadIdx.x & 31) == 0) p.y[t * p.d + o] = acc;
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int q = 0; q < kDownPerWarp; ++q)
+            if (o0 + q < p.d) p.y[t * p.d + o0 + q] = acc[q];
+    }
 }
 
 template <class W>
@@ -177,9 +224,9 @@ cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);
     });
     if (e != cudaSuccess) return e;
-    const dim3 g1(static_cast<unsigned>((p.ff + kSmallWarps - 1) / kSmallWarps), static_cast<unsigned>(p.n * p.k));
+    const dim3 g1(static_cast<unsigned>((p.ff + kGateUpPerCta - 1) / kGateUpPerCta), static_cast<unsigned>(p.n * p.k));
     moe_small_gate_up_kernel<W><<<g1, kSmallWarps * 32, smem_x, stream>>>(p);
-    const dim3 g2(static_cast<unsigned>((p.d + kSmallWarps - 1) / kSmallWarps), static_cast<unsigned>(p.n));
+    const dim3 g2(static_cast<unsigned>((p.d + kDownPerCta - 1) / kDownPerCta), static_cast<unsigned>(p.n));
     moe_small_down_kernel<W><<<g2, kSmallWarps * 32, smem_h, stream>>>(p);
     return cudaGetLastError();
 }
