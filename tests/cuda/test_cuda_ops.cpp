@@ -157,11 +157,17 @@ TEST_F(CudaOpsTest, Linear) {
         int64_t n, in, out;
         double tol;
     };
-    // fp32 weights: fp32 GEMM; bf16: activations rounded to bf16; fp8: weights dequantised to bf16 as well.
+    // fp32 weights: fp32 GEMM; bf16: activations rounded to bf16; fp8, more than 8 rows (or an input width not a
+    // multiple of 4): weights dequantised to bf16 as well. fp8, up to 8 rows: the FP8 GEMV (fp8_gemv.h) reads the
+    // e4m3 weights and scales with fp32 activations, like the CPU: fp32 rounding only. Its cases cover partial
+    // 128-blocks in both directions, inputs beyond one 1024-column stage, and 1..8 rows.
     for (const C c :
          {C{DType::F32, 1, 64, 48, 1e-5}, C{DType::F32, 37, 256, 320, 1e-5}, C{DType::F32, 5, 200, 130, 1e-5},
           C{DType::BF16, 1, 64, 48, 1e-2}, C{DType::BF16, 37, 512, 320, 1e-2}, C{DType::BF16, 5, 200, 130, 1e-2},
-          C{DType::F8_E4M3, 3, 256, 384, 1.5e-2}, C{DType::F8_E4M3, 9, 300, 200, 1.5e-2}}) {
+          C{DType::F8_E4M3, 3, 256, 384, 1e-5}, C{DType::F8_E4M3, 9, 300, 200, 1.5e-2},
+          C{DType::F8_E4M3, 1, 2500, 130, 1e-5}, C{DType::F8_E4M3, 8, 1028, 257, 1e-5},
+          C{DType::F8_E4M3, 2, 132, 1, 1e-5}, C{DType::F8_E4M3, 5, 4096, 96, 1e-5},
+          C{DType::F8_E4M3, 2, 130, 64, 1.5e-2}}) {
         const Weight w = make_weight(c.t, c.out, c.in);
         const auto x = randv(c.n * c.in);
         std::vector<float> out[2];
@@ -285,10 +291,11 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
         bool norm;
     };
     // n = 11 tokens: the few-token expert kernels (device-side ids, no host sync); 40: the grouped GEMMs. bf16
-    // weights round the activations to bf16 on the GPU (the CPU keeps fp32): 1e-2. Empty experts: held by another
+    // weights round the activations to bf16 on the GPU (the CPU keeps fp32): 1e-2. fp8: d = 64, ff = 32 are
+    // partial 128-blocks. Empty experts: held by another
     // rank (expert parallel), they contribute 0 on both backends.
     for (const int64_t nt : {int64_t{11}, int64_t{40}})
-        for (const DType wt : {DType::F32, DType::BF16})
+        for (const DType wt : {DType::F32, DType::BF16, DType::F8_E4M3})
             for (const R r : {R{8, 1, 1, 2, true}, R{16, 4, 2, 4, true}, R{32, 8, 3, 6, false}}) {
                 const auto xt = randv(nt * d);
                 const Weight gate = make_weight(DType::F32, r.n_exp, d, 0.3f);
@@ -330,7 +337,12 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
                                         std::to_string(nt) + " " + dtype_name(wt);
                 EXPECT_EQ(ids[1], ids[0]) << "moe_route ids " << tag;
                 expect_close(w[1], w[0], 1e-5, "moe_route weights " + tag);
-                expect_close(y[1], y[0], wt == DType::F32 ? 1e-5 : 1e-2, "moe_experts " + tag);
+                // fp8 experts: the few-token kernels read e4m3 + scales with fp32 activations (1e-5); the grouped
+                // GEMMs use the bf16 copy (1.5e-2).
+                const double tol = wt == DType::F32 || (wt == DType::F8_E4M3 && nt <= 32) ? 1e-5
+                                   : wt == DType::BF16                                    ? 1e-2
+                                                                                          : 1.5e-2;
+                expect_close(y[1], y[0], tol, "moe_experts " + tag);
             }
 }
 

@@ -9,6 +9,7 @@
 #include "backend/cuda/attention_ref.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/indexer_cache_write.h"
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/kv_write.h"
@@ -542,6 +543,22 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
     MEGACTX_CHECK(x.shape.back() == in, "linear {}: input has {} columns, weight expects {}", w.name, x.shape.back(),
                   in);
     DeviceWeight& dw = weight(w);
+    // A few rows against FP8 weights (decode): read the FP8 weights as they are, half the bytes of the bf16 copy.
+    if (dw.dtype == DType::F8_E4M3 && !options_.gemm_f32 && fp8_gemv_supported(n, in, dw.block) &&
+        (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
+        Fp8GemvParams p;
+        p.x = x.f32();
+        p.w = static_cast<const uint8_t*>(dw.data.data);
+        p.scales = dw.scales.f32();
+        p.y = y.f32();
+        p.n = n;
+        p.out = out;
+        p.in = in;
+        p.block = dw.block;
+        MEGACTX_CUDA_CHECK(launch_fp8_gemv(p, stream_));
+        after_op("linear");
+        return;
+    }
     const Tensor& wt = gemm_operand(dw);
     Gemm g;
     g.trans_a = true;
@@ -948,23 +965,37 @@ const CudaOps::ExpertTable& CudaOps::expert_table(const std::vector<MlpWeights>&
     if (it != expert_tables_.end() && it->second.host == host) return it->second;
     ExpertTable t;
     t.host = std::move(host);
-    std::vector<const void*> ptrs(static_cast<size_t>(3 * n_exp), nullptr);
-    int kinds = 0;  // bit 0: an fp32 operand, bit 1: a bf16 one
+    std::vector<const void*> ptrs(static_cast<size_t>(6 * n_exp), nullptr);
+    // FP8 experts are read as e4m3 + block scales (unless fp32 GEMMs are forced); others through their GEMM
+    // operand (fp32 or the bf16 copy).
+    bool all_fp8 = !options_.gemm_f32;
+    for (const MlpWeights& m : experts)
+        if (!m.gate.empty())
+            all_fp8 = all_fp8 && m.gate.dtype == DType::F8_E4M3 && m.up.dtype == DType::F8_E4M3 &&
+                      m.down.dtype == DType::F8_E4M3 && m.gate.block == 128 && m.down.block == 128;
+    int kinds = 0;  // bit 0: an fp32 operand, bit 1: bf16, bit 2: e4m3
     for (int64_t e = 0; e < n_exp; ++e) {
         const MlpWeights& m = experts[static_cast<size_t>(e)];
         if (m.gate.empty()) continue;
         const Weight* w3[3] = {&m.gate, &m.up, &m.down};
         for (int i = 0; i < 3; ++i) {
-            const Tensor& op = gemm_operand(weight(*w3[i]));
-            kinds |= op.dtype == DType::BF16 ? 2 : 1;
-            ptrs[static_cast<size_t>(3 * e + i)] = op.data;
+            DeviceWeight& dw = weight(*w3[i]);
+            if (all_fp8) {
+                kinds |= 4;
+                ptrs[static_cast<size_t>(6 * e + i)] = dw.data.data;
+                ptrs[static_cast<size_t>(6 * e + 3 + i)] = dw.scales.data;
+            } else {
+                const Tensor& op = gemm_operand(dw);
+                kinds |= op.dtype == DType::BF16 ? 2 : 1;
+                ptrs[static_cast<size_t>(6 * e + i)] = op.data;
+            }
         }
         t.ff = m.gate.rows;
         t.d = m.gate.cols;
     }
-    t.usable = kinds != 3 && t.ff > 0;
-    t.bf16 = kinds == 2;
-    t.ptrs = alloc(DType::I32, {2 * 3 * n_exp});  // [n_exp][3] device pointers
+    t.usable = (kinds == 1 || kinds == 2 || kinds == 4) && t.ff > 0;
+    t.wtype = kinds == 4 ? 2 : kinds == 2 ? 1 : 0;
+    t.ptrs = alloc(DType::I32, {2 * 6 * n_exp});  // [n_exp][6] device pointers
     MEGACTX_CUDA_CHECK(
         cudaMemcpyAsync(t.ptrs.data, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream_));
     MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -993,7 +1024,7 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
             p.d = d;
             p.ff = t.ff;
             p.n_exp = static_cast<int64_t>(experts.size());
-            p.bf16 = t.bf16;
+            p.wtype = t.wtype;
             MEGACTX_CUDA_CHECK(launch_moe_small(p, stream_));
             after_op("moe_experts");
             return;

@@ -131,7 +131,8 @@ class CudaOps final : public Ops {
         Tensor ptrs;
         std::vector<const void*> host;  // the host weights it was built from (gate, up, down per expert)
         int64_t ff = 0, d = 0;
-        bool bf16 = false, usable = false;  // usable: every held expert has fp32, or every one bf16, operands
+        int wtype = 0;        // MoeSmallParams::wtype: 0 fp32, 1 bf16, 2 e4m3 (+ block scales)
+        bool usable = false;  // every held expert has operands of one type
     };
     // Decode batches up to this many tokens take the few-token expert kernels (no host sync).
     static constexpr int64_t kMoeSmallMaxTokens = 32;

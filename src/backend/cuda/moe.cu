@@ -5,6 +5,7 @@
 // the token's choices) that read the expert ids on the device, so decode needs no host sync and can be captured.
 // Weights are streamed once per (token, choice) with 16-B loads; the activation row sits in shared memory.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <type_traits>
 
@@ -84,10 +85,24 @@ constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation rows: d, or k
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
+__device__ __forceinline__ float4 e4m3x4_to_float4(uint32_t v) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v >> 16), __NV_E4M3);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__device__ __forceinline__ float e4m3_to_float(uint8_t v) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3);
+    return __half2float(*reinterpret_cast<const __half*>(&h));
+}
+
 // Dots of the shared-memory row a[len] (already rounded like the weights) with R weight rows, by one warp: each
 // step loads 16 B of every row (all R in flight), then sums over the warp. Every lane gets the R results.
 template <class W, int R>
-__device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R], int64_t len, float (&out)[R]) {
+__device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R], const float* const (&sr)[R],
+                                          int64_t len, float (&out)[R]) {
     float acc[R];
 #pragma unroll
     for (int q = 0; q < R; ++q) acc[q] = 0.0f;
@@ -106,7 +121,16 @@ __device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R
             for (int e = 0; e < kPer; ++e) xa[e] = a[c + e];
 #pragma unroll
             for (int q = 0; q < R; ++q) {
-                if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+                if constexpr (std::is_same_v<W, uint8_t>) {  // e4m3, the scale of the 128-column block
+                    const uint32_t* u = reinterpret_cast<const uint32_t*>(&raw[q]);
+                    float part = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float4 f = e4m3x4_to_float4(u[e]);
+                        part += f.x * xa[4 * e] + f.y * xa[4 * e + 1] + f.z * xa[4 * e + 2] + f.w * xa[4 * e + 3];
+                    }
+                    acc[q] = fmaf(sr[q][c / 128], part, acc[q]);
+                } else if constexpr (std::is_same_v<W, __nv_bfloat16>) {
                     const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw[q]);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
@@ -126,7 +150,9 @@ __device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R
 #pragma unroll
             for (int q = 0; q < R; ++q) {
                 float wv;
-                if constexpr (std::is_same_v<W, __nv_bfloat16>)
+                if constexpr (std::is_same_v<W, uint8_t>)
+                    wv = e4m3_to_float(wr[q][c]) * sr[q][c / 128];
+                else if constexpr (std::is_same_v<W, __nv_bfloat16>)
                     wv = __bfloat162float(wr[q][c]);
                 else
                     wv = wr[q][c];
@@ -156,8 +182,11 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(Moe
     extern __shared__ float s_x[];  // [d]
     const int64_t row = blockIdx.y, t = row / p.k;
     const int32_t e = p.ids[row];
-    const W* gate = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[3 * e]) : nullptr;
-    const W* up = gate ? static_cast<const W*>(p.experts[3 * e + 1]) : nullptr;
+    const W* gate = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e]) : nullptr;
+    const W* up = gate ? static_cast<const W*>(p.experts[6 * e + 1]) : nullptr;
+    const float* sg = gate ? static_cast<const float*>(p.experts[6 * e + 3]) : nullptr;  // fp8: block scales
+    const float* su = gate ? static_cast<const float*>(p.experts[6 * e + 4]) : nullptr;
+    const int64_t ncb = (p.d + 127) / 128;
     for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) s_x[c] = round_like<W>(p.x[t * p.d + c]);
     __syncthreads();
     const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kGateUpPerCta + (threadIdx.x >> 5) * kGateUpPerWarp;
@@ -165,14 +194,17 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(Moe
     float hv[kGateUpPerWarp] = {};
     if (gate != nullptr) {
         const W* rows[2 * kGateUpPerWarp];
+        const float* srows[2 * kGateUpPerWarp];
 #pragma unroll
         for (int q = 0; q < kGateUpPerWarp; ++q) {
             const int64_t f = min(f0 + q, p.ff - 1);  // a past-the-end feature reads the last row, unused
             rows[2 * q] = gate + f * p.d;
             rows[2 * q + 1] = up + f * p.d;
+            srows[2 * q] = sg ? sg + (f / 128) * ncb : nullptr;
+            srows[2 * q + 1] = su ? su + (f / 128) * ncb : nullptr;
         }
         float dots[2 * kGateUpPerWarp];
-        warp_dots<W, 2 * kGateUpPerWarp>(s_x, rows, p.d, dots);
+        warp_dots<W, 2 * kGateUpPerWarp>(s_x, rows, srows, p.d, dots);
 #pragma unroll
         for (int q = 0; q < kGateUpPerWarp; ++q) hv[q] = silu(dots[2 * q]) * dots[2 * q + 1];
     }
@@ -195,13 +227,20 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_down_kernel(MoeSma
     float acc[kDownPerWarp] = {};
     for (int64_t j = 0; j < p.k; ++j) {
         const int32_t e = p.ids[t * p.k + j];
-        const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[3 * e + 2]) : nullptr;
+        const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e + 2]) : nullptr;
         if (down == nullptr) continue;
+        const float* sd = static_cast<const float*>(p.experts[6 * e + 5]);
+        const int64_t ncb = (p.ff + 127) / 128;
         const W* rows[kDownPerWarp];
+        const float* srows[kDownPerWarp];
 #pragma unroll
-        for (int q = 0; q < kDownPerWarp; ++q) rows[q] = down + min(o0 + q, p.d - 1) * p.ff;
+        for (int q = 0; q < kDownPerWarp; ++q) {
+            const int64_t o = min(o0 + q, p.d - 1);
+            rows[q] = down + o * p.ff;
+            srows[q] = sd ? sd + (o / 128) * ncb : nullptr;
+        }
         float dots[kDownPerWarp];
-        warp_dots<W, kDownPerWarp>(s_h + j * p.ff, rows, p.ff, dots);
+        warp_dots<W, kDownPerWarp>(s_h + j * p.ff, rows, srows, p.ff, dots);
         const float wj = p.w[t * p.k + j];
 #pragma unroll
         for (int q = 0; q < kDownPerWarp; ++q) acc[q] += wj * dots[q];
@@ -243,7 +282,8 @@ cudaError_t launch_moe_route(const MoeRouteKernelParams& p, cudaStream_t stream)
 cudaError_t launch_moe_small(const MoeSmallParams& p, cudaStream_t stream) {
     if (p.n == 0) return cudaSuccess;
     if (p.d > kMoeSmallMaxRow || p.k * p.ff > kMoeSmallMaxRow) return cudaErrorInvalidValue;
-    return p.bf16 ? launch_small<__nv_bfloat16>(p, stream) : launch_small<float>(p, stream);
+    if (p.wtype == 2) return launch_small<uint8_t>(p, stream);
+    return p.wtype == 1 ? launch_small<__nv_bfloat16>(p, stream) : launch_small<float>(p, stream);
 }
 
 }  // namespace megactx::cuda

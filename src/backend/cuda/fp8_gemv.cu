@@ -1,0 +1,110 @@
+// FP8 block-scaled GEMV for decode (contract: fp8_gemv.h).
+// CTA = 8 warps, each warp two output rows for all n rows of x; x is staged in shared memory 1024 columns at a
+// time. Per chunk a lane loads 4 e4m3 (one 32-bit word) of each row at columns lane·4 + 128·q, q = 0..7: a warp's
+// load is 128 contiguous bytes, the 8 × 2 loads of a chunk are all in flight, and each q lies in one 128-column
+// scale block, so the scale is one warp-uniform load per (row, q).
+#include <cuda_fp8.h>
+
+#include "backend/cuda/fp8_gemv.h"
+
+namespace megactx::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRowsPerWarp = 2;
+constexpr int kChunk = 1024;  // columns of x per stage
+constexpr int kQ = kChunk / 128;
+
+__device__ __forceinline__ float4 e4m3x4_to_float4(uint32_t v) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v >> 16), __NV_E4M3);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <int N>
+__global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvParams p) {
+    __shared__ float4 s_x[N][kChunk / 4];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
+    const int64_t n_cb = (p.in + 127) / 128;  // scale blocks per row
+    float acc[kRowsPerWarp][N] = {};
+    for (int64_t c0 = 0; c0 < p.in; c0 += kChunk) {
+        __syncthreads();  // the previous chunk's reads of s_x are done
+        for (int i = threadIdx.x; i < N * kChunk / 4; i += kWarps * 32) {
+            const int r = i / (kChunk / 4), c4 = i % (kChunk / 4);
+            const int64_t c = c0 + 4 * c4;
+            s_x[r][c4] = r < p.n && c < p.in ? *reinterpret_cast<const float4*>(p.x + r * p.in + c)
+                                             : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        __syncthreads();
+        uint32_t wv[kRowsPerWarp][kQ];
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+            const int64_t o = min(o0 + rr, p.out - 1);  // a past-the-end row reads the last one, unused
+#pragma unroll
+            for (int q = 0; q < kQ; ++q) {
+                const int64_t c = c0 + 128 * q + 4 * lane;
+                wv[rr][q] = c < p.in ? __ldg(reinterpret_cast<const uint32_t*>(p.w + o * p.in + c)) : 0u;
+            }
+        }
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+            const int64_t o = min(o0 + rr, p.out - 1);
+#pragma unroll
+            for (int q = 0; q < kQ; ++q) {
+                const int64_t cb = (c0 + 128 * q) / 128;
+                if (cb >= n_cb) break;
+                const float s = __ldg(p.scales + (o / 128) * n_cb + cb);
+                const float4 w4 = e4m3x4_to_float4(wv[rr][q]);
+#pragma unroll
+                for (int r = 0; r < N; ++r) {
+                    const float4 xv = s_x[r][32 * q + lane];
+                    acc[rr][r] += s * (w4.x * xv.x + w4.y * xv.y + w4.z * xv.z + w4.w * xv.w);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+            float v = acc[rr][r];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            if (lane == 0 && o0 + rr < p.out && r < p.n) p.y[r * p.out + o0 + rr] = v;
+        }
+    }
+}
+
+template <int N>
+void launch(const Fp8GemvParams& p, cudaStream_t stream) {
+    const int64_t per_cta = kWarps * kRowsPerWarp;
+    fp8_gemv_kernel<N><<<static_cast<unsigned>((p.out + per_cta - 1) / per_cta), kWarps * 32, 0, stream>>>(p);
+}
+
+}  // namespace
+
+bool fp8_gemv_supported(int64_t n, int64_t in, int64_t block) {
+    return n >= 1 && n <= kFp8GemvMaxRows && in > 0 && in % 4 == 0 && block == 128;
+}
+
+cudaError_t launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
+    if (p.n == 0 || p.out == 0) return cudaSuccess;
+    if (!fp8_gemv_supported(p.n, p.in, p.block) || (reinterpret_cast<uintptr_t>(p.x) & 15) != 0 ||
+        (reinterpret_cast<uintptr_t>(p.w) & 3) != 0)
+        return cudaErrorInvalidValue;
+    if (p.n == 1)
+        launch<1>(p, stream);
+    else if (p.n == 2)
+        launch<2>(p, stream);
+    else if (p.n <= 4)
+        launch<4>(p, stream);
+    else
+        launch<8>(p, stream);
+    return cudaGetLastError();
+}
+
+}  // namespace megactx::cuda
