@@ -1010,7 +1010,7 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
     // Few tokens (decode): the experts run from device-side ids, no host round trip (capturable).
     if (n <= kMoeSmallMaxTokens) {
         const ExpertTable& t = expert_table(experts);
-        if (t.usable && t.d == d && d <= kMoeSmallMaxRow && k * t.ff <= kMoeSmallMaxRow) {
+        if (t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow) {
             Tensor h = alloc(DType::F32, {n, k, t.ff});
             MoeSmallParams p;
             p.x = x.f32();

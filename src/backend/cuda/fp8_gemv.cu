@@ -1,9 +1,13 @@
 // FP8 block-scaled GEMV for decode (contract: fp8_gemv.h).
-// CTA = 8 warps, each warp two output rows for all n rows of x; x is staged in shared memory 1024 columns at a
+// CTA = 8 warps, each warp four output rows for all n rows of x; x is staged in shared memory 1024 columns at a
 // time. Per chunk a lane loads 4 e4m3 (one 32-bit word) of each row at columns lane·4 + 128·q, q = 0..7: a warp's
-// load is 128 contiguous bytes, the 8 × 2 loads of a chunk are all in flight, and each q lies in one 128-column
-// scale block, so the scale is one warp-uniform load per (row, q).
+// load is 128 contiguous bytes, the 8 × 4 loads of a chunk are all in flight (32 KB per CTA), and each q lies in
+// one 128-column scale block, so the scale is one warp-uniform load per (row, q).
+// Split-K: HBM needs ~4 MB in flight, so when the output rows give fewer than two CTAs per SM, blockIdx.y splits
+// the columns and the CTAs add their partial sums into y (zeroed first) with atomics.
 #include <cuda_fp8.h>
+
+#include <algorithm>
 
 #include "backend/cuda/fp8_gemv.h"
 
@@ -12,7 +16,7 @@ namespace megactx::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kRowsPerWarp = 2;
+constexpr int kRowsPerWarp = 4;
 constexpr int kChunk = 1024;  // columns of x per stage
 constexpr int kQ = kChunk / 128;
 
@@ -31,7 +35,9 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvParams p) 
     const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
     const int64_t n_cb = (p.in + 127) / 128;  // scale blocks per row
     float acc[kRowsPerWarp][N] = {};
-    for (int64_t c0 = 0; c0 < p.in; c0 += kChunk) {
+    const int64_t n_chunks = (p.in + kChunk - 1) / kChunk, per = (n_chunks + gridDim.y - 1) / gridDim.y;
+    const int64_t c_begin = blockIdx.y * per * kChunk, c_end = min(p.in, (blockIdx.y + 1) * per * kChunk);
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += kChunk) {
         __syncthreads();  // the previous chunk's reads of s_x are done
         for (int i = threadIdx.x; i < N * kChunk / 4; i += kWarps * 32) {
             const int r = i / (kChunk / 4), c4 = i % (kChunk / 4);
@@ -74,15 +80,33 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvParams p) 
             float v = acc[rr][r];
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-            if (lane == 0 && o0 + rr < p.out && r < p.n) p.y[r * p.out + o0 + rr] = v;
+            if (lane == 0 && o0 + rr < p.out && r < p.n) {
+                if (gridDim.y > 1)
+                    atomicAdd(p.y + r * p.out + o0 + rr, v);
+                else
+                    p.y[r * p.out + o0 + rr] = v;
+            }
         }
     }
 }
 
 template <int N>
-void launch(const Fp8GemvParams& p, cudaStream_t stream) {
-    const int64_t per_cta = kWarps * kRowsPerWarp;
-    fp8_gemv_kernel<N><<<static_cast<unsigned>((p.out + per_cta - 1) / per_cta), kWarps * 32, 0, stream>>>(p);
+cudaError_t launch(const Fp8GemvParams& p, cudaStream_t stream) {
+    static int n_sm = [] {
+        int dev = 0, v = 132;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+        return v;
+    }();
+    const int64_t per_cta = kWarps * kRowsPerWarp, ctas = (p.out + per_cta - 1) / per_cta;
+    const int64_t n_chunks = (p.in + kChunk - 1) / kChunk;
+    const int64_t splits = std::clamp<int64_t>((2 * n_sm + ctas - 1) / ctas, 1, n_chunks);
+    if (splits > 1) {
+        const cudaError_t e = cudaMemsetAsync(p.y, 0, static_cast<size_t>(p.n * p.out) * sizeof(float), stream);
+        if (e != cudaSuccess) return e;
+    }
+    fp8_gemv_kernel<N><<<dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits)), kWarps * 32, 0, stream>>>(p);
+    return cudaGetLastError();
 }
 
 }  // namespace
@@ -96,15 +120,10 @@ cudaError_t launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
     if (!fp8_gemv_supported(p.n, p.in, p.block) || (reinterpret_cast<uintptr_t>(p.x) & 15) != 0 ||
         (reinterpret_cast<uintptr_t>(p.w) & 3) != 0)
         return cudaErrorInvalidValue;
-    if (p.n == 1)
-        launch<1>(p, stream);
-    else if (p.n == 2)
-        launch<2>(p, stream);
-    else if (p.n <= 4)
-        launch<4>(p, stream);
-    else
-        launch<8>(p, stream);
-    return cudaGetLastError();
+    if (p.n == 1) return launch<1>(p, stream);
+    if (p.n == 2) return launch<2>(p, stream);
+    if (p.n <= 4) return launch<4>(p, stream);
+    return launch<8>(p, stream);
 }
 
 }  // namespace megactx::cuda

@@ -81,7 +81,7 @@ constexpr int kGateUpPerWarp = 2;  // features per warp (a gate and an up row ea
 constexpr int kGateUpPerCta = kSmallWarps * kGateUpPerWarp;
 constexpr int kDownPerWarp = 4;  // outputs per warp
 constexpr int kDownPerCta = kSmallWarps * kDownPerWarp;
-constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation rows: d, or k · ff, fp32
+constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation row staged: d or ff floats
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
@@ -111,39 +111,55 @@ __device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R
 #pragma unroll
     for (int q = 0; q < R; ++q) vec = vec && (reinterpret_cast<uintptr_t>(wr[q]) & 15) == 0;
     constexpr int kPer = 16 / sizeof(W);  // elements per 16-B load
+    // acc[q] += row q's 16-B chunk `raw` at column c · a[c .. c + kPer)
+    const auto accum = [&](int q, const uint4& raw, int64_t c) {
+        float xa[kPer];
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) xa[e] = a[c + e];
+        if constexpr (std::is_same_v<W, uint8_t>) {  // e4m3, the scale of the 128-column block
+            const uint32_t* u = reinterpret_cast<const uint32_t*>(&raw);
+            float part = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float4 f = e4m3x4_to_float4(u[e]);
+                part += f.x * xa[4 * e] + f.y * xa[4 * e + 1] + f.z * xa[4 * e + 2] + f.w * xa[4 * e + 3];
+            }
+            acc[q] = fmaf(sr[q][c / 128], part, acc[q]);
+        } else if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+            const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 f = __bfloat1622float2(b[e]);
+                acc[q] = fmaf(xa[2 * e], f.x, acc[q]);
+                acc[q] = fmaf(xa[2 * e + 1], f.y, acc[q]);
+            }
+        } else {
+            const float* f = reinterpret_cast<const float*>(&raw);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[q] = fmaf(xa[e], f[e], acc[q]);
+        }
+    };
     if (vec && len % kPer == 0) {
-        for (int64_t c = lane * kPer; c < len; c += 32 * kPer) {
-            uint4 raw[R];
-#pragma unroll
-            for (int q = 0; q < R; ++q) raw[q] = *reinterpret_cast<const uint4*>(wr[q] + c);
-            float xa[kPer];
-#pragma unroll
-            for (int e = 0; e < kPer; ++e) xa[e] = a[c + e];
+        constexpr int kStep = 32 * kPer;
+        int64_t c = lane * kPer;
+        for (; c + kStep < len; c += 2 * kStep) {  // two steps' loads of every row in flight
+            uint4 r0[R], r1[R];
 #pragma unroll
             for (int q = 0; q < R; ++q) {
-                if constexpr (std::is_same_v<W, uint8_t>) {  // e4m3, the scale of the 128-column block
-                    const uint32_t* u = reinterpret_cast<const uint32_t*>(&raw[q]);
-                    float part = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float4 f = e4m3x4_to_float4(u[e]);
-                        part += f.x * xa[4 * e] + f.y * xa[4 * e + 1] + f.z * xa[4 * e + 2] + f.w * xa[4 * e + 3];
-                    }
-                    acc[q] = fmaf(sr[q][c / 128], part, acc[q]);
-                } else if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-                    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw[q]);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float2 f = __bfloat1622float2(b[e]);
-                        acc[q] = fmaf(xa[2 * e], f.x, acc[q]);
-                        acc[q] = fmaf(xa[2 * e + 1], f.y, acc[q]);
-                    }
-                } else {
-                    const float* f = reinterpret_cast<const float*>(&raw[q]);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[q] = fmaf(xa[e], f[e], acc[q]);
-                }
+                r0[q] = *reinterpret_cast<const uint4*>(wr[q] + c);
+                r1[q] = *reinterpret_cast<const uint4*>(wr[q] + c + kStep);
             }
+#pragma unroll
+            for (int q = 0; q < R; ++q) accum(q, r0[q], c);
+#pragma unroll
+            for (int q = 0; q < R; ++q) accum(q, r1[q], c + kStep);
+        }
+        if (c < len) {
+            uint4 r0[R];
+#pragma unroll
+            for (int q = 0; q < R; ++q) r0[q] = *reinterpret_cast<const uint4*>(wr[q] + c);
+#pragma unroll
+            for (int q = 0; q < R; ++q) accum(q, r0[q], c);
         }
     } else {
         for (int64_t c = lane; c < len; c += 32) {
@@ -215,46 +231,42 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(Moe
     }
 }
 
-// grid (ceil(d / kDownPerCta), n): y[t, o] = Σ_j w[t, j] · (ĥ_{t,j} · down_e[o]); each warp kDownPerWarp outputs.
+// grid (ceil(d / kDownPerCta), n, k): y[t, o] += w[t, j] · (ĥ_{t,j} · down_e[o]) for choice j = blockIdx.z (y is
+// zeroed first; the k choices of a token add up in any order). Each warp kDownPerWarp outputs.
 template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_down_kernel(MoeSmallParams p) {
-    extern __shared__ float s_h[];  // [k][ff]
-    const int64_t t = blockIdx.y;
-    for (int64_t c = threadIdx.x; c < p.k * p.ff; c += blockDim.x) s_h[c] = round_like<W>(p.h[t * p.k * p.ff + c]);
+    extern __shared__ float s_h[];  // [ff]
+    const int64_t t = blockIdx.y, j = blockIdx.z;
+    const int32_t e = p.ids[t * p.k + j];
+    const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e + 2]) : nullptr;
+    if (down == nullptr) return;
+    for (int64_t c = threadIdx.x; c < p.ff; c += blockDim.x) s_h[c] = round_like<W>(p.h[(t * p.k + j) * p.ff + c]);
     __syncthreads();
     const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kDownPerCta + (threadIdx.x >> 5) * kDownPerWarp;
     if (o0 >= p.d) return;
-    float acc[kDownPerWarp] = {};
-    for (int64_t j = 0; j < p.k; ++j) {
-        const int32_t e = p.ids[t * p.k + j];
-        const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e + 2]) : nullptr;
-        if (down == nullptr) continue;
-        const float* sd = static_cast<const float*>(p.experts[6 * e + 5]);
-        const int64_t ncb = (p.ff + 127) / 128;
-        const W* rows[kDownPerWarp];
-        const float* srows[kDownPerWarp];
+    const float* sd = static_cast<const float*>(p.experts[6 * e + 5]);
+    const int64_t ncb = (p.ff + 127) / 128;
+    const W* rows[kDownPerWarp];
+    const float* srows[kDownPerWarp];
 #pragma unroll
-        for (int q = 0; q < kDownPerWarp; ++q) {
-            const int64_t o = min(o0 + q, p.d - 1);
-            rows[q] = down + o * p.ff;
-            srows[q] = sd ? sd + (o / 128) * ncb : nullptr;
-        }
-        float dots[kDownPerWarp];
-        warp_dots<W, kDownPerWarp>(s_h + j * p.ff, rows, srows, p.ff, dots);
-        const float wj = p.w[t * p.k + j];
-#pragma unroll
-        for (int q = 0; q < kDownPerWarp; ++q) acc[q] += wj * dots[q];
+    for (int q = 0; q < kDownPerWarp; ++q) {
+        const int64_t o = min(o0 + q, p.d - 1);
+        rows[q] = down + o * p.ff;
+        srows[q] = sd ? sd + (o / 128) * ncb : nullptr;
     }
+    float dots[kDownPerWarp];
+    warp_dots<W, kDownPerWarp>(s_h, rows, srows, p.ff, dots);
+    const float wj = p.w[t * p.k + j];
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
         for (int q = 0; q < kDownPerWarp; ++q)
-            if (o0 + q < p.d) p.y[t * p.d + o0 + q] = acc[q];
+            if (o0 + q < p.d) atomicAdd(p.y + t * p.d + o0 + q, wj * dots[q]);
     }
 }
 
 template <class W>
 cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
-    const size_t smem_x = static_cast<size_t>(p.d) * 4, smem_h = static_cast<size_t>(p.k * p.ff) * 4;
+    const size_t smem_x = static_cast<size_t>(p.d) * 4, smem_h = static_cast<size_t>(p.ff) * 4;
     const cudaError_t e = per_device_once([] {
         const cudaError_t e1 =
             cudaFuncSetAttribute(moe_small_gate_up_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);
@@ -265,7 +277,10 @@ cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     const dim3 g1(static_cast<unsigned>((p.ff + kGateUpPerCta - 1) / kGateUpPerCta), static_cast<unsigned>(p.n * p.k));
     moe_small_gate_up_kernel<W><<<g1, kSmallWarps * 32, smem_x, stream>>>(p);
-    const dim3 g2(static_cast<unsigned>((p.d + kDownPerCta - 1) / kDownPerCta), static_cast<unsigned>(p.n));
+    const cudaError_t z = cudaMemsetAsync(p.y, 0, static_cast<size_t>(p.n * p.d) * sizeof(float), stream);
+    if (z != cudaSuccess) return z;
+    const dim3 g2(static_cast<unsigned>((p.d + kDownPerCta - 1) / kDownPerCta), static_cast<unsigned>(p.n),
+                  static_cast<unsigned>(p.k));
     moe_small_down_kernel<W><<<g2, kSmallWarps * 32, smem_h, stream>>>(p);
     return cudaGetLastError();
 }
@@ -281,7 +296,7 @@ cudaError_t launch_moe_route(const MoeRouteKernelParams& p, cudaStream_t stream)
 
 cudaError_t launch_moe_small(const MoeSmallParams& p, cudaStream_t stream) {
     if (p.n == 0) return cudaSuccess;
-    if (p.d > kMoeSmallMaxRow || p.k * p.ff > kMoeSmallMaxRow) return cudaErrorInvalidValue;
+    if (p.d > kMoeSmallMaxRow || p.ff > kMoeSmallMaxRow) return cudaErrorInvalidValue;
     if (p.wtype == 2) return launch_small<uint8_t>(p, stream);
     return p.wtype == 1 ? launch_small<__nv_bfloat16>(p, stream) : launch_small<float>(p, stream);
 }
