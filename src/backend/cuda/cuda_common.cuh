@@ -13,11 +13,22 @@ namespace megactx::cuda {
 // Storage kinds of KV pools and weights, as the kernels see them.
 enum class Elem : int { F32 = 0, BF16 = 1, FP8 = 2 };
 
-__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
+    return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
 
 __device__ __forceinline__ float fp8_to_f32(uint8_t v) {
     __half_raw hr = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3);
     return __half2float(__half(hr));
+}
+
+// Four e4m3 codes packed little-endian in a 32-bit word → float4 (two cvt.e4m3x2 → f16x2), exact.
+__device__ __forceinline__ float4 e4m3x4_to_float4(uint32_t v) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v >> 16), __NV_E4M3);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+    return make_float4(a.x, a.y, b.x, b.y);
 }
 
 __device__ __forceinline__ uint8_t f32_to_fp8(float x) {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/fp8_gemv.h"
 
 namespace megactx::cuda {
@@ -23,14 +24,6 @@ constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 4;
 constexpr int kChunk = 1024;  // columns of x per stage
 constexpr int kQ = kChunk / 128;
-
-__device__ __forceinline__ float4 e4m3x4_to_float4(uint32_t v) {
-    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
-    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v >> 16), __NV_E4M3);
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-    return make_float4(a.x, a.y, b.x, b.y);
-}
 
 template <int N>
 __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvParams p) {

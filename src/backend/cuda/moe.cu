@@ -85,19 +85,6 @@ constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation row staged: d
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
-__device__ __forceinline__ float4 e4m3x4_to_float4(uint32_t v) {
-    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
-    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v >> 16), __NV_E4M3);
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-    return make_float4(a.x, a.y, b.x, b.y);
-}
-
-__device__ __forceinline__ float e4m3_to_float(uint8_t v) {
-    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3);
-    return __half2float(*reinterpret_cast<const __half*>(&h));
-}
-
 // Dots of the shared-memory row a[len] (already rounded like the weights) with R weight rows, by one warp: each
 // step loads 16 B of every row (all R in flight), then sums over the warp. Every lane gets the R results.
 template <class W, int R>
@@ -167,7 +154,7 @@ __device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R
             for (int q = 0; q < R; ++q) {
                 float wv;
                 if constexpr (std::is_same_v<W, uint8_t>)
-                    wv = e4m3_to_float(wr[q][c]) * sr[q][c / 128];
+                    wv = fp8_to_f32(wr[q][c]) * sr[q][c / 128];
                 else if constexpr (std::is_same_v<W, __nv_bfloat16>)
                     wv = __bfloat162float(wr[q][c]);
                 else
