@@ -6,8 +6,10 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
 #include "engine/runner.h"
 #include "fixture_util.h"
+#include "model/batch.h"
 #include "model/glm_dsa.h"
 
 namespace megactx {
@@ -61,6 +63,57 @@ TEST(Exactness, RaggedBatchEqualsSeparateRuns) {
     ASSERT_EQ(r.logits.numel(), 6 * V);
     EXPECT_EQ(0, std::memcmp(r.logits.f32(), ref_b.data(), V * 4));
     EXPECT_EQ(0, std::memcmp(r.logits.f32() + V, ref_a.data(), 5 * V * 4));
+}
+
+// The padded plan GraphedForward uses for recorded decode steps (Batch::pad_blocks: block tables padded to a
+// bucket, max_context = the bucket) changes sizes only, not results: bit-identical decode logits on the CPU.
+TEST(Exactness, PaddedDecodePlanIsBitIdentical) {
+    const GlmDsaModel model(test::fixture_dir(kFixture));
+    const std::vector<int32_t> tokens = test::fixture_tokens(kFixture);
+    const int64_t V = model.config().vocab_size, n = static_cast<int64_t>(tokens.size()), n_prefix = 60;
+    CpuOps ops;
+    std::vector<float> out[2];
+    for (int64_t pad : {int64_t{0}, int64_t{16}}) {
+        KvCache kv(ops, model.config(), 4);
+        SeqKv seq;
+        seq.reserve(kv.blocks(), n);
+        Batch prefill;
+        prefill.add_sequence(&seq.blocks, tokens.data(), n_prefix, 0, false);
+        model.forward(ops, prefill, kv);
+        for (int64_t t = n_prefix; t < n; ++t) {  // one-token steps across the 64-token block boundary
+            Batch step;
+            step.add_sequence(&seq.blocks, tokens.data() + t, 1, t);
+            step.pad_blocks = pad;
+            const ForwardResult r = model.forward(ops, step, kv);
+            ASSERT_EQ(r.logits.numel(), V);
+            out[pad > 0].insert(out[pad > 0].end(), r.logits.f32(), r.logits.f32() + V);
+        }
+    }
+    ASSERT_EQ(out[0].size(), out[1].size());
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4));
+}
+
+// BatchPlan::host_inputs with padding: each table padded (or cut) to pad_blocks entries, offsets pad_blocks apart,
+// and a position beyond the padded blocks is an error naming it.
+TEST(Exactness, PaddedHostInputs) {
+    const std::vector<int32_t> ta = {7, 3, 9}, tb = {4};
+    const int32_t toks[2] = {11, 12};
+    Batch b;
+    b.add_sequence(&ta, toks, 1, 130);  // block 2 of ta
+    b.add_sequence(&tb, toks + 1, 1, 5);
+    b.pad_blocks = 4;
+    const std::vector<std::vector<int32_t>> in = BatchPlan::host_inputs(b);
+    ASSERT_EQ(in.size(), 7u);
+    EXPECT_EQ(in[3], (std::vector<int32_t>{9 * 64 + 2, 4 * 64 + 5}));  // write slots
+    EXPECT_EQ(in[4], (std::vector<int32_t>{0, 4}));                    // table offsets
+    EXPECT_EQ(in[5], (std::vector<int32_t>{7, 3, 9, 0, 4, 0, 0, 0}));  // padded tables
+    b.pad_blocks = 2;                                                  // position 130 needs block 2
+    try {
+        BatchPlan::host_inputs(b);
+        FAIL() << "a position beyond the padded blocks was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("padded"), std::string::npos) << e.what();
+    }
 }
 
 TEST(Exactness, GreedyGenerationIsArgmaxOfTheModelsLogits) {
