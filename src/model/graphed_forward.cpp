@@ -11,12 +11,24 @@
 
 namespace megactx {
 
-GraphedForward::GraphedForward(const GlmDsaModel& model, Ops& ops, KvCache& kv) : model_(model), ops_(ops), kv_(kv) {
+GraphedForward::GraphedForward(const GlmDsaModel& model, Ops& ops, KvCache& kv, int64_t max_bytes)
+    : model_(model), ops_(ops), kv_(kv), max_bytes_(max_bytes) {
     const char* env = std::getenv("MEGACTX_GRAPHS");
     enabled_ = ops.can_record() && (env == nullptr || std::strcmp(env, "0") != 0);
 }
 
 GraphedForward::~GraphedForward() = default;
+
+void GraphedForward::evict_lru() {
+    auto it = graphs_.find(lru_.back());
+    if (it->second.graph) {
+        --stats_.graphs;
+        stats_.bytes -= it->second.graph->bytes;
+        ++stats_.evicted;
+    }
+    graphs_.erase(it);
+    lru_.pop_back();
+}
 
 int64_t GraphedForward::bucket(const Batch& b) const {
     const int64_t n = b.n_tokens();
@@ -42,10 +54,7 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
     const Key key{b.n_tokens(), pad, rows};
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-        if (graphs_.size() >= kMaxGraphs) {  // drop the least recently used
-            graphs_.erase(lru_.back());
-            lru_.pop_back();
-        }
+        if (graphs_.size() >= kMaxGraphs) evict_lru();
         lru_.push_front(key);
         it = graphs_.emplace(key, Entry{}).first;
         it->second.lru = lru_.begin();
@@ -70,11 +79,16 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
             enabled_ = false;
             graphs_.clear();
             lru_.clear();
+            stats_.graphs = stats_.bytes = 0;
             ++stats_.eager;
             return model_.forward(ops_, b, kv_);
         }
         e.result = r;
         ++stats_.recorded;
+        ++stats_.graphs;
+        stats_.bytes += e.graph->bytes;
+        // Over the memory cap: older graphs go (this one, the most recent, stays).
+        while (stats_.bytes > max_bytes_ && lru_.size() > 1) evict_lru();
     }
     model_.check_batch(b);  // what forward checks first: a replay runs no host code of the model
     e.graph->inputs = BatchPlan::host_inputs(b);

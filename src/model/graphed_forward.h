@@ -14,7 +14,9 @@
 // stderr) and runs eagerly: the result is the same either way.
 //
 // The tensors of a returned ForwardResult live in the graph's memory: they hold until the next step of that
-// shape. At most kMaxGraphs graphs are kept (least recently used goes first).
+// shape. Each graph keeps its activations reserved (at long contexts mostly the indexer's score rows and top-k
+// scratch, up to ~0.3 GB), so at most kMaxGraphs graphs and max_bytes of them are kept: the least recently used
+// goes first.
 #pragma once
 
 #include <cstdint>
@@ -33,19 +35,21 @@ class KvCache;
 
 class GraphedForward {
   public:
-    GraphedForward(const GlmDsaModel& model, Ops& ops, KvCache& kv);
+    GraphedForward(const GlmDsaModel& model, Ops& ops, KvCache& kv, int64_t max_bytes = kMaxBytes);
     ~GraphedForward();
 
     ForwardResult forward(const Batch& batch);
 
     struct Stats {
-        int64_t eager = 0, recorded = 0, replayed = 0;
+        int64_t eager = 0, recorded = 0, replayed = 0, evicted = 0;
+        int64_t graphs = 0, bytes = 0;  // kept now
     };
     const Stats& stats() const { return stats_; }
     bool enabled() const { return enabled_; }
 
     static constexpr int64_t kMaxSequences = 32;
-    static constexpr size_t kMaxGraphs = 64;
+    static constexpr size_t kMaxGraphs = 32;
+    static constexpr int64_t kMaxBytes = int64_t{2} << 30;
 
   private:
     using Key = std::tuple<int64_t, int64_t, std::vector<bool>>;  // sequences, padded blocks, logit rows
@@ -57,10 +61,12 @@ class GraphedForward {
     };
     // The padded block count for the batch, or 0 when it does not qualify.
     int64_t bucket(const Batch& batch) const;
+    void evict_lru();  // the least recently used entry
 
     const GlmDsaModel& model_;
     Ops& ops_;
     KvCache& kv_;
+    int64_t max_bytes_;
     bool enabled_ = true;
     std::map<Key, Entry> graphs_;
     std::list<Key> lru_;  // most recent first

@@ -70,6 +70,7 @@ class OpsGraph {
   public:
     virtual ~OpsGraph() = default;
     std::vector<std::vector<int32_t>> inputs;
+    int64_t bytes = 0;  // backend memory the graph keeps reserved while it lives
 };
 
 class Ops {

@@ -275,6 +275,7 @@ std::unique_ptr<OpsGraph> CudaOps::record(const std::function<void()>& body) {
     }
     recording_ = nullptr;
     g->blocks = alloc_->end_record();
+    for (const auto& blk : g->blocks) g->bytes += static_cast<int64_t>(blk.second);
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     MEGACTX_CHECK(end == cudaSuccess && graph != nullptr, "CudaOps::record: capture failed ({})",
                   cudaGetErrorString(end));
