@@ -3,9 +3,9 @@
 // small shapes do not sit in the 50 MB L2. Reports µs and effective GB/s of the score bytes read
 // (vs the 4.23 TB/s copy ceiling), validates the first result (chosen >= unchosen), writes --json PATH.
 // Long-row shapes also get a per-kernel breakdown of the three-kernel chain (sample / filter / select, plain
-// stream launches with events between the kernels, PDL off, cluster and few-rows paths off); shapes of <= 4
+// stream launches with events between the kernels, PDL off, few-rows path off); shapes of <= 4
 // long rows are also timed on that chain (few_rows = 0) next to the default few-rows kernel; --sweep times
-// variants (PDL, filter work-item size, persistent filter grid, cluster path) through TopkTuning.
+// variants (PDL, filter work-item size, persistent filter grid) through TopkTuning.
 // Standalone (no megactx_core): nvcc -O3 -std=c++20 -arch=sm_90a -Isrc bench/cuda/bench_topk.cu
 //   src/backend/cuda/topk.cu.
 #include <cuda_runtime.h>
@@ -78,10 +78,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = megactx::bench_cuda::commit();
-    // MEGACTX_TOPK_CLUSTER / MEGACTX_TOPK_FILTER_VARIANT / MEGACTX_TOPK_FEW(_MAX_ROWS) override those TopkTuning
+    // MEGACTX_TOPK_FILTER_VARIANT / MEGACTX_TOPK_FEW(_MAX_ROWS) override those TopkTuning
     // defaults for the whole run.
     TopkTuning base;
-    if (const char* c = std::getenv("MEGACTX_TOPK_CLUSTER")) base.cluster = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) base.few_rows = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) base.few_max_rows = std::atoi(c);
@@ -309,24 +308,22 @@ int main(int argc, char** argv) {
             for (auto& e : se) MEGACTX_BENCH_CK(cudaEventDestroy(e));
             if (sweep && std::strncmp(s.name, "decode", 6) == 0) {
                 struct V {
-                    int pdl, chunk, cps, cluster, variant;
+                    int pdl, chunk, cps, variant;
                 };
-                std::vector<V> vs = {{0, 0, 0, 0, 0}, {1, 0, 0, 1, 0}};
+                std::vector<V> vs = {{0, 0, 0, 0}};
                 for (int variant : {0, 1})
                     for (int chunk : {0, 2048, 4096, 8192, 16384})
-                        for (int cps : {0, 8}) vs.push_back({1, chunk, cps, 0, variant});
+                        for (int cps : {0, 8}) vs.push_back({1, chunk, cps, variant});
                 for (const V& x : vs) {
                     TopkTuning v;
                     v.pdl = x.pdl;
                     v.filter_chunk = x.chunk;
                     v.filter_ctas_per_sm = x.cps;
-                    v.cluster = x.cluster;
                     v.filter_variant = x.variant;
                     double vm = 0, vn = 0;
                     time_graph(v, vm, vn);
-                    std::printf(
-                        "    sweep pdl=%d chunk=%5d ctas/sm=%d cluster=%2d filter_variant=%d: %8.1f us (min %.1f)\n",
-                        x.pdl, x.chunk, x.cps, x.cluster, x.variant, vm, vn);
+                    std::printf("    sweep pdl=%d chunk=%5d ctas/sm=%d filter_variant=%d: %8.1f us (min %.1f)\n", x.pdl,
+                                x.chunk, x.cps, x.variant, vm, vn);
                 }
             }
         }

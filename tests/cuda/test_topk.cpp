@@ -275,30 +275,24 @@ TEST_F(Topk, SingleLongRow) {
     check_batch(distinct_batch({32769}, 32772, 104), 2048, true);
 }
 
-// Rows of 32K..128K in small batches, on the opt-in cluster path (one CTA cluster per row) and on the
-// default three-kernel path: ties, zeros, graphs, mixed lengths.
-TEST_F(Topk, ClusterPathTiesAndGraph) {
-    for (int cl : {1, 0}) {
-        TopkTuning t;
-        t.cluster = cl;
-        t.few_rows = 0;  // cl = 0: the three-kernel path (FewRows* cover the default for <= 4 rows)
-        topk_set_tuning(t);
-        check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
-        check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
-        check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);           // all equal
-        check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
-        check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
-        for (int64_t k : {1, 100, 16384}) check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
-        topk_set_tuning(TopkTuning{});
-        if (HasFatalFailure()) return;
-    }
+// Rows of 32K..128K in small batches on the three-kernel path: ties, zeros, graphs, mixed lengths.
+TEST_F(Topk, MediumRowsTiesAndGraph) {
+    TopkTuning t;
+    t.few_rows = 0;  // the three-kernel path (TopkFew covers the default for <= 4 rows)
+    topk_set_tuning(t);
+    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
+    check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
+    check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);           // all equal
+    check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
+    check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
+    for (int64_t k : {1, 100, 16384}) check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
+    topk_set_tuning(TopkTuning{});
 }
 
 // The sample -> filter -> select path on small inputs (racecheck-sized): scalar and 16-B filter loads.
 TEST_F(Topk, ThreeKernelPathSmall) {
     for (int fv : {0, 1}) {
         TopkTuning t;
-        t.cluster = 0;
         t.few_rows = 0;
         t.filter_variant = fv;
         topk_set_tuning(t);
@@ -329,9 +323,8 @@ TEST_F(Topk, TuningVariantsLong) {
     const Batch b = distinct_batch({1 << 20, 131072, 70001, 5}, 1 << 20, 121);
     const Batch tied = tied_batch({1 << 20, 131072}, 1 << 20, 122, 3, 0.999f);
     const Batch mid = distinct_batch({131072, 131000, 40000, 2500}, 131072, 123);
-    for (int cl : {0, 1}) {  // medium rows: cluster path forced on and off
+    {  // medium rows
         TopkTuning t;
-        t.cluster = cl;
         t.few_rows = 0;
         topk_set_tuning(t);
         check_batch(mid, 2048, true);

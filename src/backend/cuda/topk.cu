@@ -33,10 +33,9 @@
 //      c < k <= c + e: the k-th value is T_est itself (e.g. ReLU zeros): all candidates + k - c ties;
 //      otherwise (a sample that misrepresents the row): the exact radix select over the whole row from
 //      global memory by this one CTA (correct, slower).
-//   Opt-in (TopkTuning::cluster): rows of 32K..128K run one CTA cluster (<= 8 CTAs of 16K keys) per row, the
-//   exact radix select over distributed shared memory in a single kernel. Off by default: measured slower
-//   on the H200 (1 x 128K 24.4 vs 22.7 us, 64 x 128K 112 vs 57 us) — the per-level cluster barriers and
-//   the shared-histogram atomics (absolute digits) cost more than the three-kernel chain.
+//   (An opt-in single-kernel variant ran one CTA cluster per row of 32K..128K over distributed shared memory; it
+//   measured slower on the H200, 1 x 128K 24.4 vs 22.7 us and 64 x 128K 112 vs 57 us, and was removed in
+//   session 5: the few-rows kernel below serves decode.)
 //   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
@@ -65,7 +64,6 @@
 // whose staging takes 2.3, its select among ~3.5K candidates 4.4 and the emit 1.3 us: that serial tail is what
 // keeps batch-1 top-k near 18-21 us. Rows with hot slices (bench_topk "hot windows") take the V path, ~14 us more
 // (1 x 1M: 36 us; it was 706 us when they fell back to the whole-row select).
-#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
@@ -91,10 +89,6 @@ constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;  // candidates staged in shared memory (8 B each)
 constexpr int kLocalCap = 2048;   // candidates a filter CTA gathers in shared memory per work item
 constexpr int kCountStride = 32;  // per-row counters 128 B apart (different L2 lines/slices)
-constexpr int kClusterThreads = 1024;
-constexpr int kClusterSliceMax = 16384;  // row elements per CTA of a cluster (64 KB of keys)
-constexpr int kClusterMax = 8;           // portable cluster size: rows up to 8 x 16K = 128K
-constexpr int kClusterAutoRows = 16;     // auto: cluster path up to this many rows (about one wave)
 // Few long rows (decode, <= kFewMaxRows rows): one grid of G CTAs per row (G * rows <= SMs).
 constexpr int kFewMaxRows = 4;
 constexpr int kFewSliceMin = 2048;   // row elements per CTA at least (fewer CTAs for shorter rows)
@@ -479,99 +473,6 @@ __global__ void __launch_bounds__(NT)
     const KeysLoader ld{keys};
     const Threshold t = find_threshold<NT, KeysLoader, false>(ld, len, k, sm);
     emit_topk_atomic<NT>(ld, len, k, t, out, sm);
-}
-
-// ---- medium rows of small batches (decode): a cluster of CS CTAs per row, one kernel ----
-// CTA q of the cluster stages keys of row elements [q*slice, (q+1)*slice) in shared memory; each radix
-// level builds a local histogram, every CTA sums the CS histograms over distributed shared memory and
-// scans the merged one (all reach the same digit); emission allocates output slots with warp-aggregated
-// atomics on CTA 0's counters. No sample, no candidate buffer, no HBM traffic beyond one read of the row.
-__global__ void __launch_bounds__(kClusterThreads, 1)
-    topk_cluster_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
-                        int k, int slice, int32_t* __restrict__ out_idx) {
-    namespace cg = cooperative_groups;
-    constexpr int NT = kClusterThreads;
-    __shared__ SelectSmem<NT> sm;
-    __shared__ int merged[2048];
-    extern __shared__ uint32_t keys[];  // [slice]
-    cg::cluster_group cluster = cg::this_cluster();
-    const int cs = static_cast<int>(cluster.num_blocks());
-    const int q = static_cast<int>(cluster.block_rank());
-    const int64_t r = blockIdx.x / cs;
-    const int len = lengths[r];
-    int32_t* out = out_idx + r * k;
-    if (len <= k) {  // the same for the whole cluster: all return
-        if (q == 0) write_all_padded<NT>(len, k, out);
-        return;
-    }
-    if (threadIdx.x == 0) {
-        sm.n_gt = 0;
-        sm.n_eq = 0;
-    }
-    const int begin = q * slice;
-    const int n = max(0, min(len - begin, slice));
-    const float* row = values + r * row_stride + begin;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += NT) keys[i] = float_key(__ldg(row + i));
-    uint32_t prefix = 0;
-    int kk = k;
-    int rem = 32;
-#pragma unroll 1
-    for (int level = 0; level < 3; ++level) {
-        const int w = level == 2 ? 10 : 11;
-        const int shift = rem - w;
-        const int nb = 1 << w;
-        for (int b = threadIdx.x; b < 2048; b += NT) sm.hist[b] = 0;
-        __syncthreads();
-#pragma unroll 8
-        for (int i = threadIdx.x; i < n; i += NT) {
-            const uint32_t key = keys[i];
-            if (level == 0 || (key >> rem) == prefix) atomicAdd(&sm.hist[(key >> shift) & (nb - 1)], 1);
-        }
-        cluster.sync();  // every CTA's histogram complete (and, at level 0, CTA 0's counters zeroed)
-        for (int b = threadIdx.x; b < nb; b += NT) {
-            int sum = 0;
-            for (int c = 0; c < cs; ++c) sum += cluster.map_shared_rank(sm.hist, c)[b];
-            merged[b] = sum;
-        }
-        __syncthreads();
-        const int per = (nb + NT - 1) / NT;
-        const int tb = nb - 1 - static_cast<int>(threadIdx.x) * per;
-        int local = 0;
-        for (int j = 0; j < per; ++j)
-            if (tb - j >= 0) local += merged[tb - j];
-        int acc = 0;
-        cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(local, acc);
-        for (int j = 0; j < per; ++j) {
-            if (tb - j < 0) break;
-            const int h = merged[tb - j];
-            if (acc < kk && acc + h >= kk) {
-                sm.digit = tb - j;
-                sm.above = acc;
-            }
-            acc += h;
-        }
-        cluster.sync();  // remote histograms read before anyone clears them; sm.digit visible
-        prefix = (prefix << w) | static_cast<uint32_t>(sm.digit);
-        kk -= sm.above;
-        rem = shift;
-        __syncthreads();  // sm.digit/above are rewritten by the next level
-    }
-    const uint32_t tkey = prefix;  // the k-th largest key of the row; kk of its copies belong to the top k
-    int* n_gt = cluster.map_shared_rank(&sm.n_gt, 0);
-    int* n_eq = cluster.map_shared_rank(&sm.n_eq, 0);
-    const int eq_base = k - kk;
-    for (int i0 = 0; i0 < n; i0 += NT) {
-        const int i = i0 + static_cast<int>(threadIdx.x);
-        const bool ok = i < n;
-        const uint32_t key = ok ? keys[i] : 0u;
-        const bool gt = ok && key > tkey, eq = ok && key == tkey;
-        const int sg = warp_slot(gt, n_gt);
-        const int se = warp_slot(eq, n_eq);
-        if (gt) out[sg] = begin + i;
-        if (eq && se < kk) out[eq_base + se] = begin + i;
-    }
-    cluster.sync();  // CTA 0's counters stay alive until every CTA has allocated
 }
 
 // ---- long rows, step 1: estimated threshold from a strided sample ----
@@ -1228,30 +1129,6 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         const size_t smem = static_cast<size_t>(p.row_stride > 0 ? p.row_stride : 1) * sizeof(uint32_t);
         topk_short_kernel<kShortThreads>
             <<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx);
-        return;
-    }
-    // Medium rows, few of them: one cluster per row (a single kernel, latency-bound decode shapes).
-    const int cs = static_cast<int>((p.row_stride + kClusterSliceMax - 1) / kClusterSliceMax);
-    const bool cluster_ok = cs <= kClusterMax && g_tuning.step_events == nullptr;
-    if (cluster_ok && (g_tuning.cluster > 0 || (g_tuning.cluster < 0 && p.n_rows <= kClusterAutoRows))) {
-        per_device_once([] {
-            return cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kClusterSliceMax * sizeof(uint32_t)));
-        });
-        const int slice = static_cast<int>((p.row_stride + cs - 1) / cs);
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(rows * static_cast<unsigned>(cs));
-        cfg.blockDim = dim3(kClusterThreads);
-        cfg.dynamicSmemBytes = static_cast<size_t>(slice) * sizeof(uint32_t);
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        cudaLaunchKernelEx(&cfg, topk_cluster_kernel, p.values, p.lengths, p.row_stride, k, slice, p.out_idx);
         return;
     }
     const TopkTuning& tu = g_tuning;

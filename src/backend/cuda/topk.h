@@ -21,7 +21,6 @@ struct TopkParams {
 };
 
 // Scratch for launch_topk; 0 for short rows (row_stride <= 32768), which run one CTA per row in shared memory.
-// (With TopkTuning::cluster, rows of up to 128K run one CTA cluster per row without scratch.)
 size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k);
 // 1 <= k <= 16384, row_stride <= 1 << 24.
 bool topk_supported(int64_t k, int64_t row_stride);
@@ -35,7 +34,6 @@ struct TopkTuning {
     int filter_chunk = 0;        // elements per filter work item (multiple of 1024); 0: automatic
     int filter_ctas_per_sm = 0;  // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
     int filter_variant = 1;      // 1: mask-then-compact-loop filter (16-B path); 0: the unrolled-append one
-    int cluster = 0;             // rows of 32K..128K: one cluster per row; -1: when <= 16 rows, 0: never, 1: always
     // <= few_max_rows long rows: 1 one kernel of G CTAs per row (per-CTA thresholds, no barrier); 0: the three
     // kernels above.
     int few_rows = 1;
