@@ -202,6 +202,9 @@ void Engine::update_snapshot() {
     snap.kv_blocks_total = kv_.n_blocks();
     snap.kv_blocks_used = kv_.blocks().n_used();
     snap.kv_blocks_cached = kv_.blocks().n_cached();
+    snap.graph_replays = graphs_.stats().replayed;
+    snap.graphs = graphs_.stats().graphs;
+    snap.graph_bytes = graphs_.stats().bytes;
     std::lock_guard<std::mutex> lock(mu_);
     snapshot_ = snap;
 }

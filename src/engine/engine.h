@@ -38,6 +38,9 @@ struct EngineStats {
     int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // prompt tokens looked up / found in the cache
     int64_t steps = 0, preemptions = 0;
     int64_t prompt_tokens = 0, generation_tokens = 0;
+    // Decode steps replayed from recorded CUDA graphs, and the graphs kept with their reserved memory
+    // (GraphedForward; 0 on backends without graphs).
+    int64_t graph_replays = 0, graphs = 0, graph_bytes = 0;
     bool alive = true;
 };
 

@@ -22,8 +22,10 @@ std::string api_error_body(int status, const std::string& message, const std::st
     const ApiError e(status, message, param, code);
     Json err = {{"message", message}, {"type", type.empty() ? e.type : type}, {"param", nullptr}, {"code", nullptr}};
     if (!param.empty()) err["param"] = param;
-    if (!code.empty()) err["code"] = code;
-    else err["code"] = status;
+    if (!code.empty())
+        err["code"] = code;
+    else
+        err["code"] = status;
     return Json{{"error", err}}.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
@@ -61,7 +63,8 @@ struct Fields {
         if (!v) return std::nullopt;
         if (!v->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), key);
         const double x = v->get<double>();
-        if (!(x >= lo && x <= hi)) throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x), key);
+        if (!(x >= lo && x <= hi))
+            throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x), key);
         return x;
     }
     std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const {
@@ -188,6 +191,11 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
         return s.prefix_query_tokens ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;
     });
     metrics_.gauge("megactx_engine_alive", "1 while the engine loop runs", [e] { return e->alive() ? 1.0 : 0.0; });
+    metrics_.gauge("megactx_decode_graph_replays", "Decode steps replayed from recorded CUDA graphs",
+                   [e] { return e->stats().graph_replays; });
+    metrics_.gauge("megactx_decode_graphs", "Recorded decode graphs kept", [e] { return e->stats().graphs; });
+    metrics_.gauge("megactx_decode_graph_bytes", "Device memory the kept decode graphs reserve",
+                   [e] { return e->stats().graph_bytes; });
 }
 
 void OpenAiApi::check_auth(const HttpRequest& req) const {
@@ -228,7 +236,9 @@ HttpResponse OpenAiApi::chat_completions(const HttpRequest& req) { return handle
 HttpResponse OpenAiApi::completions(const HttpRequest& req) { return handle(req, false); }
 
 HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
-    auto count = [this](int status) { metrics_.inc("megactx_requests_total", 1, fmt::format("status=\"{}\"", status)); };
+    auto count = [this](int status) {
+        metrics_.inc("megactx_requests_total", 1, fmt::format("status=\"{}\"", status));
+    };
     try {
         if (closed_.load()) throw ApiError(503, "the server is shutting down");
         if (!engine_.alive()) throw ApiError(503, "the engine has stopped; the server cannot generate");
@@ -245,8 +255,9 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
         p.chat = is_chat;
         p.model = f.string("model").value_or(config_.served_model_name);
         if (p.model != config_.served_model_name) {
-            throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", p.model,
-                                            config_.served_model_name),
+            throw ApiError(404,
+                           fmt::format("the model '{}' does not exist; this server serves '{}'", p.model,
+                                       config_.served_model_name),
                            "model", "model_not_found");
         }
         if (const auto n = f.integer("n", 1, 1 << 20); n && *n != 1) {
@@ -260,10 +271,12 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
 
         // Prompt
         if (is_chat) {
-            if (!tokenizer_) throw ApiError(400, "this model has no tokenizer.json: use /v1/completions with token ids");
+            if (!tokenizer_)
+                throw ApiError(400, "this model has no tokenizer.json: use /v1/completions with token ids");
             const Json* msgs = f.get("messages");
             if (!msgs) throw ApiError(400, "'messages' is required", "messages");
-            if (!msgs->is_array() || msgs->empty()) throw ApiError(400, "'messages' must be a non-empty array", "messages");
+            if (!msgs->is_array() || msgs->empty())
+                throw ApiError(400, "'messages' must be a non-empty array", "messages");
             std::vector<chat::Message> messages;
             try {
                 messages = chat::messages_from_json(*msgs);
@@ -291,7 +304,8 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                 } else if (e == "max" || e == "xhigh") {
                     opt.reasoning_effort = chat::ReasoningEffort::kMax;
                 } else {
-                    throw ApiError(400, "'reasoning_effort' must be one of max, high (or none, minimal, low, medium, xhigh)",
+                    throw ApiError(400,
+                                   "'reasoning_effort' must be one of max, high (or none, minimal, low, medium, xhigh)",
                                    "reasoning_effort");
                 }
             }
@@ -303,7 +317,8 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                 opt.enable_thinking = *type == "enabled";
             }
             if (const Json* kw = f.get("chat_template_kwargs")) {
-                if (!kw->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+                if (!kw->is_object())
+                    throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
                 if (const auto et = Fields{*kw}.boolean("enable_thinking")) opt.enable_thinking = *et;
                 if (const auto ct = Fields{*kw}.boolean("clear_thinking")) opt.clear_thinking = *ct;
             }
@@ -325,19 +340,22 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             if (!pr) throw ApiError(400, "'prompt' is required", "prompt");
             const Json* one = pr;
             if (pr->is_array() && !pr->empty() && !(*pr)[0].is_number()) {
-                if (pr->size() != 1) throw ApiError(400, "batched prompts are not supported: send one prompt", "prompt");
+                if (pr->size() != 1)
+                    throw ApiError(400, "batched prompts are not supported: send one prompt", "prompt");
                 one = &(*pr)[0];
             }
             if (one->is_string()) {
-                if (!tokenizer_) throw ApiError(400, "this model has no tokenizer.json: send the prompt as token ids", "prompt");
+                if (!tokenizer_)
+                    throw ApiError(400, "this model has no tokenizer.json: send the prompt as token ids", "prompt");
                 p.prompt = tokenizer_->encode(one->get<std::string>(), true);
             } else if (one->is_array()) {
                 for (const auto& t : *one) {
                     if (!t.is_number_integer()) throw ApiError(400, "'prompt' token ids must be integers", "prompt");
                     const int64_t v = t.get<int64_t>();
                     if (v < 0 || v >= engine_.model().config().vocab_size) {
-                        throw ApiError(400, fmt::format("prompt token id {} is out of range (vocabulary size {})", v,
-                                                        engine_.model().config().vocab_size),
+                        throw ApiError(400,
+                                       fmt::format("prompt token id {} is out of range (vocabulary size {})", v,
+                                                   engine_.model().config().vocab_size),
                                        "prompt");
                     }
                     p.prompt.push_back(static_cast<int32_t>(v));
@@ -356,16 +374,18 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
         const int64_t max_len = engine_.max_model_len();
         const auto n_prompt = static_cast<int64_t>(p.prompt.size());
         if (n_prompt >= max_len) {
-            throw ApiError(400, fmt::format("the prompt is {} tokens; the maximum context length is {}", n_prompt, max_len),
+            throw ApiError(400,
+                           fmt::format("the prompt is {} tokens; the maximum context length is {}", n_prompt, max_len),
                            is_chat ? "messages" : "prompt", "context_length_exceeded");
         }
         auto max_tokens = f.integer("max_completion_tokens", 1, INT64_MAX);
         if (!max_tokens) max_tokens = f.integer("max_tokens", 1, INT64_MAX);
         p.gen.max_tokens = max_tokens.value_or(max_len - n_prompt);
         if (n_prompt + p.gen.max_tokens > max_len) {
-            throw ApiError(400, fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the maximum context "
-                                            "length of {}",
-                                            n_prompt, p.gen.max_tokens, max_len),
+            throw ApiError(400,
+                           fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the maximum context "
+                                       "length of {}",
+                                       n_prompt, p.gen.max_tokens, max_len),
                            "max_tokens", "context_length_exceeded");
         }
         SamplingParams& sp = p.gen.sampling;
@@ -502,8 +522,9 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                 choice["finish_reason"] = finish_name(pending->finish, !out.tool_calls.empty());
             } else {
                 choice["text"] = text;
-                choice["logprobs"] = p.logprobs ? Json{{"tokens", c_tokens}, {"token_logprobs", c_lps}, {"top_logprobs", c_top}}
-                                                : Json(nullptr);
+                choice["logprobs"] =
+                    p.logprobs ? Json{{"tokens", c_tokens}, {"token_logprobs", c_lps}, {"top_logprobs", c_top}}
+                               : Json(nullptr);
                 choice["finish_reason"] = finish_name(pending->finish, false);
             }
             return json_response(200, Json{{"id", rid},
@@ -570,7 +591,8 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                             lp = Json{{"content", Json::array({chat_logprob_entry(tokenizer_, decodable_, pc)})}};
                         } else {
                             Json top = Json::object();
-                            for (const auto& [tid, l] : pc.logprobs.top) top[token_text(tokenizer_, decodable_, tid)] = l;
+                            for (const auto& [tid, l] : pc.logprobs.top)
+                                top[token_text(tokenizer_, decodable_, tid)] = l;
                             lp = Json{{"tokens", Json::array({token_text(tokenizer_, decodable_, pc.token)})},
                                       {"token_logprobs", Json::array({pc.logprobs.logprob})},
                                       {"top_logprobs", Json::array({top})}};
