@@ -67,6 +67,9 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
         ++stats_.eager;
         return model_.forward(ops_, b, kv_);
     }
+    // What forward checks first: bad input must not reach a recording (it would turn graphs off) or a replay
+    // (which runs no host code of the model).
+    model_.check_batch(b);
     if (!e.graph) {
         ForwardResult r;
         try {
@@ -90,7 +93,6 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
         // Over the memory cap: older graphs go (this one, the most recent, stays).
         while (stats_.bytes > max_bytes_ && lru_.size() > 1) evict_lru();
     }
-    model_.check_batch(b);  // what forward checks first: a replay runs no host code of the model
     e.graph->inputs = BatchPlan::host_inputs(b);
     ops_.replay(*e.graph);
     ++stats_.replayed;

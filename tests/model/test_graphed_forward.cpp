@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
 #include "fixture_util.h"
 #include "kv/kv_cache.h"
 #include "model/glm_dsa.h"
@@ -56,6 +57,17 @@ TEST(GraphedForward, EagerThenRecordThenReplayAndEviction) {
     EXPECT_EQ(gf.stats().evicted, 1);
     step(1, 7);  // shape 1 again: forgotten, so eager first
     EXPECT_EQ(gf.stats().eager, 4);
+    // A bad token id on a recorded shape is the model's clear error, before any replay; graphs stay on.
+    {
+        const int32_t bad = static_cast<int32_t>(model.config().vocab_size);
+        Batch b;
+        b.add_sequence(&seqs[0].blocks, &bad, 1, 9);
+        b.add_sequence(&seqs[1].blocks, &bad, 1, 9);
+        const int64_t replays = ops.replays;
+        EXPECT_THROW(gf.forward(b), Error);
+        EXPECT_EQ(ops.replays, replays);
+        EXPECT_TRUE(gf.enabled());
+    }
     // Not eligible: a multi-token chunk (prefill) runs plain forward, counted nowhere.
     const GraphedForward::Stats before = gf.stats();
     Batch chunk;
