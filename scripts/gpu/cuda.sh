@@ -3,7 +3,7 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [serve]   (default: tests bench); TESTS="a b" narrows tests
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve]   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
 # to point at the repo root here.
@@ -134,6 +134,10 @@ fi
 if has cli; then
     bash scripts/gpu/cli-smoke.sh 2>&1 | tee "$out/cli.log" | tail -15
     summary+=("cli-smoke: exit ${PIPESTATUS[0]}")
+fi
+if has graphs; then
+    bash scripts/gpu/serve-graphs.sh "$out" 2>&1 | tee "$out/graphs.log" | tail -8
+    summary+=("serve graphs vs eager: exit ${PIPESTATUS[0]}")
 fi
 if has serve; then
     bash scripts/gpu/serve-overhead.sh "$out" 2>&1 | tee "$out/serve.log" | tail -20
