@@ -235,14 +235,16 @@ int main(int argc, char** argv) {
             // Phases from the kernel's globaltimer stamps (topk.cu): CTA 0 [0] start, [1] keys loaded, [2] t_c,
             // [4] appended; row 0's last CTA [5] start, [8] candidates >= t_max staged, [9] their select, [10] the
             // hot-slice path done (V, staging, select, re-read, select), [6] end; [7] staged count (bit 32: whole-row
-            // fallback), [11] |U| and hot slices (<< 32).
+            // fallback), [11] |U| and hot slices (<< 32); the order kernel (row 0) [12] start, [13] ties resolved,
+            // [14] end, [15] entries marked as ties.
             unsigned long long* d_dbg = nullptr;
             MEGACTX_BENCH_CK(cudaMalloc(&d_dbg, 16 * sizeof(unsigned long long)));
             {
                 TopkTuning tu = base;
                 tu.debug_times = d_dbg;
                 topk_set_tuning(tu);
-                const int spans[][2] = {{0, 1}, {1, 2}, {2, 4}, {4, 5}, {5, 8}, {8, 9}, {9, 10}, {10, 6}, {0, 6}};
+                const int spans[][2] = {{0, 1},  {1, 2},  {2, 4}, {4, 5},  {5, 8},   {8, 9},
+                                        {9, 10}, {10, 6}, {0, 6}, {6, 12}, {12, 13}, {13, 14}};
                 constexpr int kSpans = sizeof spans / sizeof spans[0];
                 std::vector<double> ph[kSpans];
                 unsigned long long h[16] = {};
@@ -264,9 +266,10 @@ int main(int argc, char** argv) {
                 std::printf(
                     "    phases (us): CTA 0 load %.2f, t_c %.2f, append %.2f; to the last CTA %.2f; its staging %.2f, "
                     "select %.2f, hot-slice path %.2f, emit %.2f; CTA 0 start to end %.2f; |U| %llu, "
-                    "staged %llu, hot slices %llu%s\n",
+                    "staged %llu, hot slices %llu%s; order kernel: start %.2f after, ties %.2f (%llu marked), "
+                    "bitmap %.2f\n",
                     m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], h[11] & 0xffffffffull, h[7] & 0xffffffffull,
-                    h[11] >> 32, (h[7] >> 32) ? " FALLBACK" : "");
+                    h[11] >> 32, (h[7] >> 32) ? " FALLBACK" : "", m[9], m[10], h[15], m[11]);
             }
             MEGACTX_BENCH_CK(cudaFree(d_dbg));
             char b3[160];

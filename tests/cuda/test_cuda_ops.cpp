@@ -170,14 +170,16 @@ TEST_F(CudaOpsTest, Linear) {
           C{DType::F8_E4M3, 2, 130, 64, 1.5e-2}}) {
         const Weight w = make_weight(c.t, c.out, c.in);
         const auto x = randv(c.n * c.in);
-        std::vector<float> out[2];
+        std::vector<float> out[3];
         int i = 0;
-        for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get()}) {
+        for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get(), gpu_.get()}) {
             Tensor tx = put(*ops, x, {c.n, c.in});
             Tensor ty = ops->alloc(DType::F32, {c.n, c.out});
             ops->linear(tx, w, ty);
             out[i++] = get(*ops, ty);
         }
+        // Reproducible bit for bit (the FP8 GEMV's column splits add up in a fixed order).
+        EXPECT_EQ(out[2], out[1]) << "linear " << dtype_name(c.t) << " " << c.n << "x" << c.in << " differs run to run";
         expect_close(out[1], out[0], c.tol,
                      std::string("linear ") + dtype_name(c.t) + " " + std::to_string(c.n) + "x" + std::to_string(c.in) +
                          "->" + std::to_string(c.out));
@@ -331,6 +333,10 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
                     Tensor ty = ops->alloc(DType::F32, {nt, d});
                     ops->moe_experts(tx, ti_ref, tw_ref, experts, ty);
                     y[i] = get(*ops, ty);
+                    if (i == 1) {  // reproducible bit for bit: the k choices add up in order
+                        ops->moe_experts(tx, ti_ref, tw_ref, experts, ty);
+                        EXPECT_EQ(get(*ops, ty), y[1]) << "moe_experts differs run to run, n " << nt;
+                    }
                     ++i;
                 }
                 const std::string tag = "E" + std::to_string(r.n_exp) + " groups " + std::to_string(r.n_group) + " n " +

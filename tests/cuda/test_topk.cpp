@@ -1,5 +1,5 @@
-// launch_topk against a CPU reference (std::nth_element): exact top-k sets on tie-free rows, valid top-k
-// sets (every chosen value >= every other value, right counts) on rows with ties, -1 padding, short rows
+// launch_topk against a CPU reference (std::nth_element with ties to the lowest positions, then sorted): the exact
+// result, order included, on tie-free rows and rows with ties at the k-th value, -1 padding, short rows
 // (one CTA per row), long rows (sampled threshold, candidate buffer, and the whole-row fallback) and the
 // few-rows kernel of decode (<= 4 long rows, one grid-wide kernel: the default there; FewRows* tests).
 #include <cuda_runtime.h>
@@ -115,46 +115,31 @@ std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false) {
     return out;
 }
 
-// Checks row r of the result: m = min(len, k) distinct indices in [0, len) then -1s; every chosen value
-// >= every unchosen value; on tie-free rows (exact) also equal to the nth_element reference set.
-void check_row(const Batch& b, int64_t r, int64_t k, const int32_t* got, bool exact) {
+// Row r of the result must equal the CPU reference exactly (CpuOps::indexer_topk's selection): the m = min(len, k)
+// largest values, ties at the k-th value going to the lowest positions, ascending by position, then -1s. Order is
+// part of the contract (the sparse attention sums in it: a timing-dependent order makes decode irreproducible).
+void check_row(const Batch& b, int64_t r, int64_t k, const int32_t* got) {
     const int len = b.lengths[r];
     const float* row = b.values.data() + r * b.row_stride;
     const int m = static_cast<int>(std::min<int64_t>(len, k));
-    std::vector<char> chosen(len, 0);
-    for (int i = 0; i < m; ++i) {
-        ASSERT_GE(got[i], 0) << "row " << r << " slot " << i << " len " << len;
-        ASSERT_LT(got[i], len) << "row " << r << " slot " << i;
-        ASSERT_FALSE(chosen[got[i]]) << "row " << r << " duplicate index " << got[i];
-        chosen[got[i]] = 1;
-    }
-    for (int64_t i = m; i < k; ++i) ASSERT_EQ(got[i], -1) << "row " << r << " padding slot " << i;
-    float min_in = INFINITY, max_out = -INFINITY;
-    for (int i = 0; i < len; ++i) {
-        if (chosen[i])
-            min_in = std::min(min_in, row[i]);
-        else
-            max_out = std::max(max_out, row[i]);
-    }
-    if (m > 0 && m < len) {
-        ASSERT_GE(min_in, max_out) << "row " << r << " len " << len << " not a top-k set";
-    }
-    if (exact && m < len) {
-        std::vector<int> idx(len);
-        std::iota(idx.begin(), idx.end(), 0);
-        std::nth_element(idx.begin(), idx.begin() + (m - 1), idx.end(), [&](int a, int c) { return row[a] > row[c]; });
-        std::vector<int> ref(idx.begin(), idx.begin() + m), mine(got, got + m);
+    std::vector<int32_t> ref(len);
+    std::iota(ref.begin(), ref.end(), 0);
+    if (m < len) {
+        std::nth_element(ref.begin(), ref.begin() + m, ref.end(),
+                         [&](int a, int c) { return row[a] > row[c] || (row[a] == row[c] && a < c); });
+        ref.resize(m);
         std::sort(ref.begin(), ref.end());
-        std::sort(mine.begin(), mine.end());
-        ASSERT_EQ(ref, mine) << "row " << r << " len " << len;
     }
+    ref.resize(k, -1);
+    for (int64_t i = 0; i < k; ++i)
+        ASSERT_EQ(got[i], ref[i]) << "row " << r << " len " << len << " k " << k << ": first difference at slot " << i;
 }
 
-void check_batch(const Batch& b, int64_t k, bool exact, bool graph = false) {
+void check_batch(const Batch& b, int64_t k, bool graph = false) {
     ASSERT_TRUE(topk_supported(k, b.row_stride));
     const std::vector<int32_t> out = run_gpu(b, k, graph);
     for (int64_t r = 0; r < b.n_rows; ++r) {
-        check_row(b, r, k, out.data() + r * k, exact);
+        check_row(b, r, k, out.data() + r * k);
         if (::testing::Test::HasFatalFailure()) return;
     }
 }
@@ -179,37 +164,35 @@ class Topk : public ::testing::Test {
 
 TEST_F(Topk, ShortRowsEachLength) {
     const std::vector<int> lens = {1, 7, 63, 64, 2047, 2048, 2049, 5000, 0, 32768, 30001};
-    for (int64_t k : {2048, 1, 5, 100}) check_batch(distinct_batch(lens, 32768, 1 + k), k, true);
+    for (int64_t k : {2048, 1, 5, 100}) check_batch(distinct_batch(lens, 32768, 1 + k), k);
 }
 
-TEST_F(Topk, ShortStrideNotMultipleOf4) {
-    check_batch(distinct_batch({4099, 1, 4097, 3000, 2500}, 4099, 7), 2048, true);
-}
+TEST_F(Topk, ShortStrideNotMultipleOf4) { check_batch(distinct_batch({4099, 1, 4097, 3000, 2500}, 4099, 7), 2048); }
 
 TEST_F(Topk, LongRowsEachLength) {
     const std::vector<int> lens = {1, 7, 63, 64, 2047, 2048, 2049, 5000, 65536 + 3, 1 << 20, 0, 8192, 8193, 100000};
-    for (int64_t k : {2048, 1, 37}) check_batch(distinct_batch(lens, 1 << 20, 11 + k), k, true);
+    for (int64_t k : {2048, 1, 37}) check_batch(distinct_batch(lens, 1 << 20, 11 + k), k);
 }
 
 TEST_F(Topk, LongStrideUnaligned) {  // scalar filter path
-    check_batch(distinct_batch({65539, 40000, 65539, 3}, 65539, 21), 2048, true);
+    check_batch(distinct_batch({65539, 40000, 65539, 3}, 65539, 21), 2048);
 }
 
 TEST_F(Topk, NegativeValues) {
-    check_batch(distinct_batch({5000, 20000}, 20000, 31, true), 2048, true);
-    check_batch(distinct_batch({200000, 70000, 1 << 20}, 1 << 20, 32, true), 2048, true);
+    check_batch(distinct_batch({5000, 20000}, 20000, 31, true), 2048);
+    check_batch(distinct_batch({200000, 70000, 1 << 20}, 1 << 20, 32, true), 2048);
 }
 
 TEST_F(Topk, ManyRowsPrefillShape) {
     std::vector<int> lens(1000);
     for (int i = 0; i < 1000; ++i) lens[i] = 1 + (i * 37) % 6000;
-    check_batch(distinct_batch(lens, 6000, 41), 2048, true);
+    check_batch(distinct_batch(lens, 6000, 41), 2048);
 }
 
 TEST_F(Topk, LongBatchOf64Rows) {
     std::vector<int> lens(64);
     for (int i = 0; i < 64; ++i) lens[i] = (1 << 17) - (i * 977) % 5000;
-    check_batch(distinct_batch(lens, 1 << 17, 51), 2048, true);
+    check_batch(distinct_batch(lens, 1 << 17, 51), 2048);
 }
 
 // Ties: values from a tiny set (incl. +0 and -0, many zeros): any valid top-k set passes.
@@ -230,17 +213,45 @@ Batch tied_batch(const std::vector<int>& lengths, int64_t row_stride, uint32_t s
     return b;
 }
 
+// Ties spread along the row: distinct values, then every `every`-th position set to 5 and `above` positions (spread
+// too) above it, so the top k = the `above` items + the lowest-positioned k - above of the 5s, far apart: the order
+// kernel's ranges (32K positions each) must agree on which ties are in.
+Batch spread_ties_batch(const std::vector<int>& lengths, int64_t row_stride, uint32_t seed, int every, int above) {
+    Batch b = distinct_batch(lengths, row_stride, seed, true);  // all < 0
+    for (int64_t r = 0; r < b.n_rows; ++r) {
+        float* row = b.values.data() + r * row_stride;
+        for (int i = 3 + static_cast<int>(r); i < lengths[r]; i += every) row[i] = 5.0f;
+        for (int j = 0; j < above; ++j) row[(static_cast<int64_t>(j) * 7919 + 11) % lengths[r]] = 6.0f + 0.001f * j;
+    }
+    return b;
+}
+
+// every 997th of 1M: ~1050 fives, 1500 above, k 2048: 548 fives over ~546K positions (17 ranges); k 100: none.
+TEST_F(Topk, TiesSpreadAcrossOrderRanges) {
+    for (int64_t k : {2048, 2500, 100}) {
+        check_batch(spread_ties_batch({1 << 20}, 1 << 20, 301, 997, 1500), k);                  // few-rows kernel
+        check_batch(spread_ties_batch({1 << 20, 700001, 200000}, 1 << 20, 302, 997, 1500), k);  // chain
+        check_batch(spread_ties_batch({1 << 20}, 1 << 20, 303, 331, 1900), k, true);            // in a graph
+        if (HasFatalFailure()) return;
+    }
+    TopkTuning t;
+    t.few_rows = 0;  // one row on the three-kernel chain
+    topk_set_tuning(t);
+    check_batch(spread_ties_batch({1 << 20}, 1 << 20, 304, 997, 1500), 2048);
+    topk_set_tuning(TopkTuning{});
+}
+
 TEST_F(Topk, TiesShort) {
-    check_batch(tied_batch({5000, 30000, 2049, 100}, 30000, 61, 5, 0.9f), 2048, false);
-    check_batch(tied_batch({5000, 30000, 2049, 100}, 30000, 62, 1, 0.0f), 2048, false);  // all equal
+    check_batch(tied_batch({5000, 30000, 2049, 100}, 30000, 61, 5, 0.9f), 2048);
+    check_batch(tied_batch({5000, 30000, 2049, 100}, 30000, 62, 1, 0.0f), 2048);  // all equal
 }
 
 TEST_F(Topk, TiesLong) {
     // ReLU-like: 99.9 % zeros, a few positives: the k-th value is 0 (fallback over the whole row).
-    check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 71, 3, 0.999f), 2048, false);
+    check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 71, 3, 0.999f), 2048);
     // Few distinct levels: the candidate buffer overflows.
-    check_batch(tied_batch({1 << 20, 100000}, 1 << 20, 72, 7, 0.5f), 2048, false);
-    check_batch(tied_batch({1 << 20}, 1 << 20, 73, 1, 0.0f), 2048, false);  // all equal
+    check_batch(tied_batch({1 << 20, 100000}, 1 << 20, 72, 7, 0.5f), 2048);
+    check_batch(tied_batch({1 << 20}, 1 << 20, 73, 1, 0.0f), 2048);  // all equal
 }
 
 // Adversarial for the strided sample (stride 128 for a 1M row): 64K big values all off the sampled
@@ -258,21 +269,21 @@ TEST_F(Topk, SampleMissesOrOverestimates) {
                 if (big) row[i] += 1000.f;  // shifts a distinct set upward, stays distinct (mostly); check exactness
             }
         }
-        check_batch(b, 2048, false);
+        check_batch(b, 2048);
     }
 }
 
 TEST_F(Topk, InsideCudaGraph) {  // both paths captured and replayed
-    check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 91), 2048, true, true);
-    check_batch(distinct_batch({5000, 30000, 1000}, 30000, 92), 2048, true, true);
+    check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 91), 2048, true);
+    check_batch(distinct_batch({5000, 30000, 1000}, 30000, 92), 2048, true);
 }
 
 // Decode shapes: one long row (the filter spreads it over 1K-element work items), just above the short limit.
 TEST_F(Topk, SingleLongRow) {
-    check_batch(distinct_batch({131072}, 131072, 101), 2048, true);
-    check_batch(distinct_batch({131072 - 5}, 131072, 102), 2048, true);
-    check_batch(distinct_batch({40000}, 40000, 103), 2048, true);
-    check_batch(distinct_batch({32769}, 32772, 104), 2048, true);
+    check_batch(distinct_batch({131072}, 131072, 101), 2048);
+    check_batch(distinct_batch({131072 - 5}, 131072, 102), 2048);
+    check_batch(distinct_batch({40000}, 40000, 103), 2048);
+    check_batch(distinct_batch({32769}, 32772, 104), 2048);
 }
 
 // Rows of 32K..128K in small batches on the three-kernel path: ties, zeros, graphs, mixed lengths.
@@ -280,12 +291,12 @@ TEST_F(Topk, MediumRowsTiesAndGraph) {
     TopkTuning t;
     t.few_rows = 0;  // the three-kernel path (TopkFew covers the default for <= 4 rows)
     topk_set_tuning(t);
-    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048, false);
-    check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048, false);  // k-th value is 0
-    check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048, false);           // all equal
-    check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true, true);
-    check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37, true);
-    for (int64_t k : {1, 100, 16384}) check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k, true);
+    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 131, 5, 0.9f), 2048);
+    check_batch(tied_batch({131072, 65536}, 131072, 132, 3, 0.999f), 2048);  // k-th value is 0
+    check_batch(tied_batch({131072}, 131072, 133, 1, 0.0f), 2048);           // all equal
+    check_batch(distinct_batch({131072, 16385, 1, 2048, 98304 + 7}, 131072, 134), 2048, true);
+    check_batch(distinct_batch({65539, 65539}, 65539, 135, true), 37);
+    for (int64_t k : {1, 100, 16384}) check_batch(distinct_batch({131072, 50000, 20000}, 131072, 136 + k), k);
     topk_set_tuning(TopkTuning{});
 }
 
@@ -296,10 +307,10 @@ TEST_F(Topk, ThreeKernelPathSmall) {
         t.few_rows = 0;
         t.filter_variant = fv;
         topk_set_tuning(t);
-        check_batch(distinct_batch({65539, 40000, 3}, 65539, 141), 2048, true);
-        check_batch(distinct_batch({40000, 33001}, 40000, 142), 2048, true);
-        check_batch(tied_batch({40000, 36000}, 40000, 143, 3, 0.99f), 2048, false);
-        check_batch(distinct_batch({40000, 40000}, 40000, 144 + fv), 2048, true, true);
+        check_batch(distinct_batch({65539, 40000, 3}, 65539, 141), 2048);
+        check_batch(distinct_batch({40000, 33001}, 40000, 142), 2048);
+        check_batch(tied_batch({40000, 36000}, 40000, 143, 3, 0.99f), 2048);
+        check_batch(distinct_batch({40000, 40000}, 40000, 144 + fv), 2048, true);
         topk_set_tuning(TopkTuning{});
         if (HasFatalFailure()) return;
     }
@@ -313,8 +324,8 @@ TEST_F(Topk, ExtremeValues) {
         const float specials[] = {INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1e-40f, 0.f, -0.f};
         for (int64_t r = 0; r < b.n_rows; ++r)
             for (int i = 0; i < b.lengths[r]; i += 3) b.values[r * stride + i] = specials[rng() % 9];
-        check_batch(b, 2048, false);
-        check_batch(b, 1, false);
+        check_batch(b, 2048);
+        check_batch(b, 1);
     }
 }
 
@@ -327,8 +338,8 @@ TEST_F(Topk, TuningVariantsLong) {
         TopkTuning t;
         t.few_rows = 0;
         topk_set_tuning(t);
-        check_batch(mid, 2048, true);
-        check_batch(distinct_batch({131072}, 131072, 124), 2048, true);
+        check_batch(mid, 2048);
+        check_batch(distinct_batch({131072}, 131072, 124), 2048);
         topk_set_tuning(TopkTuning{});
         if (HasFatalFailure()) return;
     }
@@ -342,8 +353,8 @@ TEST_F(Topk, TuningVariantsLong) {
                 t.filter_variant = (chunk / 1024 + cps) & 1;  // both filter bodies over the grid shapes
                 t.few_rows = 0;                               // <= 4 rows would take the few-rows kernel
                 topk_set_tuning(t);
-                check_batch(b, 2048, true, pdl == 1 && cps == 8);
-                check_batch(tied, 2048, false);
+                check_batch(b, 2048, pdl == 1 && cps == 8);
+                check_batch(tied, 2048);
                 topk_set_tuning(TopkTuning{});
                 if (HasFatalFailure()) return;
             }
@@ -367,37 +378,37 @@ class TopkFew : public Topk {
 // Lengths below / at / above k, not multiples of 64, mixed in one batch; 1..4 rows (G = SMs / rows CTAs per
 // row, up to ~32K elements each at 4 x 1M); k from 1 to 16384.
 TEST_F(TopkFew, FewRowsExactSets) {
-    check_batch(distinct_batch({131072}, 131072, 201), 2048, true);
-    check_batch(distinct_batch({131072 - 5}, 131072, 202), 2048, true);
-    check_batch(distinct_batch({(1 << 18) - 37}, 1 << 18, 203), 2048, true);
-    check_batch(distinct_batch({1 << 20}, 1 << 20, 204), 2048, true);
-    check_batch(distinct_batch({32769}, 32772, 205), 2048, true);
-    check_batch(distinct_batch({1 << 20, 500001, 2049}, 1 << 20, 206), 2048, true);
-    check_batch(distinct_batch({1 << 20, (1 << 20) - 63, 2048, 2047}, 1 << 20, 207), 2048, true);
-    check_batch(distinct_batch({0, 1, 40000, 4097}, 40000, 208), 2048, true);
-    check_batch(distinct_batch({300007, 3, 99999, 65536 + 1}, 300007, 209), 2048, true);  // unaligned stride
+    check_batch(distinct_batch({131072}, 131072, 201), 2048);
+    check_batch(distinct_batch({131072 - 5}, 131072, 202), 2048);
+    check_batch(distinct_batch({(1 << 18) - 37}, 1 << 18, 203), 2048);
+    check_batch(distinct_batch({1 << 20}, 1 << 20, 204), 2048);
+    check_batch(distinct_batch({32769}, 32772, 205), 2048);
+    check_batch(distinct_batch({1 << 20, 500001, 2049}, 1 << 20, 206), 2048);
+    check_batch(distinct_batch({1 << 20, (1 << 20) - 63, 2048, 2047}, 1 << 20, 207), 2048);
+    check_batch(distinct_batch({0, 1, 40000, 4097}, 40000, 208), 2048);
+    check_batch(distinct_batch({300007, 3, 99999, 65536 + 1}, 300007, 209), 2048);  // unaligned stride
     for (int64_t k : {1, 37, 100, 4096, 16384})
-        check_batch(distinct_batch({1 << 20, 131072 + 7, 20000}, 1 << 20, 210 + k), k, true);
+        check_batch(distinct_batch({1 << 20, 131072 + 7, 20000}, 1 << 20, 210 + k), k);
 }
 
 TEST_F(TopkFew, FewRowsNegativeAndExtremes) {
-    check_batch(distinct_batch({200000, 70000, 1 << 20}, 1 << 20, 221, true), 2048, true);
+    check_batch(distinct_batch({200000, 70000, 1 << 20}, 1 << 20, 221, true), 2048);
     Batch b = distinct_batch({200000, 150001}, 200000, 222);
     std::mt19937 rng(223);
     const float specials[] = {INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1e-40f, 0.f, -0.f};
     for (int64_t r = 0; r < b.n_rows; ++r)
         for (int i = 0; i < b.lengths[r]; i += 3) b.values[r * b.row_stride + i] = specials[rng() % 9];
-    check_batch(b, 2048, false);
-    check_batch(b, 1, false);
+    check_batch(b, 2048);
+    check_batch(b, 1);
 }
 
 // Ties: k-th value 0 of a ReLU-like row (tie buffer), all equal, few levels (candidates overflow: the
 // whole-row fallback of the last CTA).
 TEST_F(TopkFew, FewRowsTies) {
-    check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 231, 3, 0.999f), 2048, false);
-    check_batch(tied_batch({131072}, 131072, 232, 1, 0.0f), 2048, false);
-    check_batch(tied_batch({1 << 20, 100000}, 1 << 20, 233, 7, 0.5f), 2048, false);
-    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 234, 5, 0.9f), 2048, false);
+    check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 231, 3, 0.999f), 2048);
+    check_batch(tied_batch({131072}, 131072, 232, 1, 0.0f), 2048);
+    check_batch(tied_batch({1 << 20, 100000}, 1 << 20, 233, 7, 0.5f), 2048);
+    check_batch(tied_batch({131072, 100000, 3000, 2049}, 131072, 234, 5, 0.9f), 2048);
 }
 
 // Strided-sample adversaries on one row: the big values all off the sampled positions, or only on them.
@@ -407,14 +418,14 @@ TEST_F(TopkFew, FewRowsSampleAdversaries) {
         Batch b = distinct_batch({len}, len, 241 + period);
         for (int i = 0; i < len; ++i)
             if (i % period == 1 || i % period == 0) b.values[i] += 1000.f;
-        check_batch(b, 2048, false);
+        check_batch(b, 2048);
     }
     // Ascending row (the top k all in the last CTA's slice), descending (all in the first).
     for (int dir : {0, 1}) {
         Batch b = distinct_batch({len}, len, 245 + dir);
         std::sort(b.values.begin(), b.values.end());
         if (dir) std::reverse(b.values.begin(), b.values.end());
-        check_batch(b, 2048, true);
+        check_batch(b, 2048);
     }
 }
 
@@ -430,21 +441,21 @@ TEST_F(TopkFew, FewRowsHotSlices) {
     heat(b, 0, (1 << 20) - 1500, 1500);  // recent window: ~1500 of the top 2048 in one slice
     heat(b, 1, 300007 - 900, 900);
     heat(b, 1, 150000, 700);
-    check_batch(b, 2048, false);
-    check_batch(b, 4096, false);
-    check_batch(b, 37, false);          // every hot slice holds more than k
-    check_batch(b, 2048, false, true);  // inside a CUDA graph
+    check_batch(b, 2048);
+    check_batch(b, 4096);
+    check_batch(b, 37);          // every hot slice holds more than k
+    check_batch(b, 2048, true);  // inside a CUDA graph
     Batch c = distinct_batch({131072 - 3}, 131072, 272);
     for (int64_t w = 0; w < 6; ++w) heat(c, 0, 5000 + w * 20000, 400);  // six hot slices of a 128K row
-    check_batch(c, 2048, false);
+    check_batch(c, 2048);
 }
 
 // Graph replays (the control words are re-zeroed by each call), the same scratch over successive calls of
 // different inputs, and the same results as the three-kernel path.
 TEST_F(TopkFew, FewRowsGraphAndAgreesWithChain) {
-    check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 251), 2048, true, true);
-    check_batch(distinct_batch({131072 - 5}, 131072, 252), 2048, true, true);
-    check_batch(tied_batch({1 << 20}, 1 << 20, 253, 3, 0.999f), 2048, false, true);
+    check_batch(distinct_batch({1 << 20, 70000, 1000}, 1 << 20, 251), 2048, true);
+    check_batch(distinct_batch({131072 - 5}, 131072, 252), 2048, true);
+    check_batch(tied_batch({1 << 20}, 1 << 20, 253, 3, 0.999f), 2048, true);
     const Batch b = distinct_batch({(1 << 19) + 11, 131072, 2049, 1 << 19}, 1 << 19, 254);
     const std::vector<int32_t> few = run_gpu(b, 2048);
     TopkTuning t = tuning();
@@ -452,17 +463,15 @@ TEST_F(TopkFew, FewRowsGraphAndAgreesWithChain) {
     topk_set_tuning(t);
     const std::vector<int32_t> chain = run_gpu(b, 2048);
     for (int64_t r = 0; r < b.n_rows; ++r) {
-        std::vector<int32_t> x(few.begin() + r * 2048, few.begin() + (r + 1) * 2048);
-        std::vector<int32_t> y(chain.begin() + r * 2048, chain.begin() + (r + 1) * 2048);
-        std::sort(x.begin(), x.end());
-        std::sort(y.begin(), y.end());
-        ASSERT_EQ(x, y) << "row " << r;
+        const std::vector<int32_t> x(few.begin() + r * 2048, few.begin() + (r + 1) * 2048);
+        const std::vector<int32_t> y(chain.begin() + r * 2048, chain.begin() + (r + 1) * 2048);
+        ASSERT_EQ(x, y) << "row " << r;  // same selection, same order
     }
     // PDL off: plain stream order.
     t = tuning();
     t.pdl = 0;
     topk_set_tuning(t);
-    check_batch(b, 2048, true);
+    check_batch(b, 2048);
 }
 
 // G from the slice-size knob: 8 .. 128 CTAs per 128K row, 33 per row of 4 x 1M (~32K keys each).
@@ -472,17 +481,17 @@ TEST_F(TopkFew, FewRowsSliceSizes) {
         TopkTuning t = tuning();
         t.few_slice_min = slice;
         topk_set_tuning(t);
-        check_batch(b, 2048, true);
+        check_batch(b, 2048);
         if (HasFatalFailure()) return;
     }
     TopkTuning t = tuning();
     topk_set_tuning(t);
-    check_batch(distinct_batch({1 << 20, (1 << 20) - 1, 1 << 19, 40000}, 1 << 20, 262), 2048, true);
+    check_batch(distinct_batch({1 << 20, (1 << 20) - 1, 1 << 19, 40000}, 1 << 20, 262), 2048);
     t.few_threads = 512;
     topk_set_tuning(t);
-    check_batch(b, 2048, true);
-    check_batch(distinct_batch({1 << 20, 70001}, 1 << 20, 263), 2048, true, true);
-    check_batch(tied_batch({131072, 100000}, 131072, 264, 5, 0.9f), 2048, false);
+    check_batch(b, 2048);
+    check_batch(distinct_batch({1 << 20, 70001}, 1 << 20, 263), 2048, true);
+    check_batch(tied_batch({131072, 100000}, 131072, 264, 5, 0.9f), 2048);
 }
 
 }  // namespace

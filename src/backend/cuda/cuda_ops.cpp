@@ -556,6 +556,12 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
         p.out = out;
         p.in = in;
         p.block = dw.block;
+        Tensor scratch;
+        if (const size_t bytes = fp8_gemv_scratch_bytes(n, out, in); bytes > 0) {
+            scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});  // bytes
+            p.scratch = scratch.data;
+            p.scratch_bytes = bytes;
+        }
         MEGACTX_CUDA_CHECK(launch_fp8_gemv(p, stream_));
         after_op("linear");
         return;
@@ -1013,12 +1019,14 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
         const ExpertTable& t = expert_table(experts);
         if (t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow) {
             Tensor h = alloc(DType::F32, {n, k, t.ff});
+            Tensor yk = alloc(DType::F32, {n, k, d});
             MoeSmallParams p;
             p.x = x.f32();
             p.ids = ids.i32();
             p.w = weights.f32();
             p.experts = static_cast<const void* const*>(t.ptrs.data);
             p.h = h.f32();
+            p.yk = yk.f32();
             p.y = y.f32();
             p.n = n;
             p.k = k;

@@ -8,7 +8,9 @@
 // without the staging barriers (x through L1, the next step's weights prefetched into registers: 127-223
 // registers) was slower still (1.4 TB/s): fewer warps per SM. Closing that gap is open work.
 // Split-K: HBM needs ~4 MB in flight, so when the output rows give fewer than two CTAs per SM, blockIdx.y splits
-// the columns and the CTAs add their partial sums into y (zeroed first) with atomics.
+// the columns. Each CTA stores its partial sums in the scratch, and the last CTA of a column of splits (a counter
+// per blockIdx.x, zeroed first) adds them in split order: the result does not depend on which CTA finished first
+// (float atomics into y did, and made decode irreproducible run to run).
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -79,27 +81,58 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvParams p) 
             for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
             if (lane == 0 && o0 + rr < p.out && r < p.n) {
                 if (gridDim.y > 1)
-                    atomicAdd(p.y + r * p.out + o0 + rr, v);
+                    p.partial[(blockIdx.y * p.n + r) * p.out + o0 + rr] = v;
                 else
                     p.y[r * p.out + o0 + rr] = v;
             }
         }
     }
+    if (gridDim.y == 1) return;
+    __shared__ bool s_last;
+    __threadfence();  // this thread's partials are visible before the counter moves
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(p.counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    constexpr int kRows = kWarps * kRowsPerWarp;
+    for (int i = threadIdx.x; i < kRows * p.n; i += kWarps * 32) {
+        const int64_t r = i / kRows, o = static_cast<int64_t>(blockIdx.x) * kRows + i % kRows;
+        if (o >= p.out) continue;
+        float v = 0.f;
+        for (unsigned sp = 0; sp < gridDim.y; ++sp) v += __ldcg(p.partial + (sp * p.n + r) * p.out + o);
+        p.y[r * p.out + o] = v;
+    }
 }
 
-template <int N>
-cudaError_t launch(const Fp8GemvParams& p, cudaStream_t stream) {
-    static int n_sm = [] {
+int n_sms() {
+    static const int n = [] {
         int dev = 0, v = 132;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
         return v;
     }();
-    const int64_t per_cta = kWarps * kRowsPerWarp, ctas = (p.out + per_cta - 1) / per_cta;
-    const int64_t n_chunks = (p.in + kChunk - 1) / kChunk;
-    const int64_t splits = std::clamp<int64_t>((2 * n_sm + ctas - 1) / ctas, 1, n_chunks);
+    return n;
+}
+
+int64_t n_ctas(int64_t out) { return (out + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp); }
+
+// Column splits: enough CTAs for two per SM, at most one per chunk of x.
+int64_t n_splits(int64_t out, int64_t in) {
+    const int64_t ctas = n_ctas(out), n_chunks = (in + kChunk - 1) / kChunk;
+    return std::clamp<int64_t>((2 * n_sms() + ctas - 1) / ctas, 1, n_chunks);
+}
+
+size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
+
+template <int N>
+cudaError_t launch(Fp8GemvParams p, cudaStream_t stream) {
+    const int64_t ctas = n_ctas(p.out), splits = n_splits(p.out, p.in);
     if (splits > 1) {
-        const cudaError_t e = cudaMemsetAsync(p.y, 0, static_cast<size_t>(p.n * p.out) * sizeof(float), stream);
+        if (p.scratch_bytes < fp8_gemv_scratch_bytes(p.n, p.out, p.in)) return cudaErrorInvalidValue;
+        p.counters = static_cast<int*>(p.scratch);
+        p.partial = reinterpret_cast<float*>(static_cast<char*>(p.scratch) + align256(ctas * sizeof(int)));
+        const cudaError_t e = cudaMemsetAsync(p.counters, 0, static_cast<size_t>(ctas) * sizeof(int), stream);
         if (e != cudaSuccess) return e;
     }
     fp8_gemv_kernel<N><<<dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits)), kWarps * 32, 0, stream>>>(p);
@@ -107,6 +140,13 @@ cudaError_t launch(const Fp8GemvParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+size_t fp8_gemv_scratch_bytes(int64_t n, int64_t out, int64_t in) {
+    const int64_t splits = n_splits(out, in);
+    if (splits <= 1) return 0;
+    return align256(static_cast<size_t>(n_ctas(out)) * sizeof(int)) +
+           static_cast<size_t>(splits * n * out) * sizeof(float);
+}
 
 bool fp8_gemv_supported(int64_t n, int64_t in, int64_t block) {
     return n >= 1 && n <= kFp8GemvMaxRows && in > 0 && in % 4 == 0 && block == 128;

@@ -1,14 +1,12 @@
 // indexer_topk composition (see indexer_topk.h): q quantisation, plan, logits and top-k per row group under a
-// fixed scratch budget, then positions → slots. Shapes: q [n, 32, 128], gates [n, 32], out_slots [n, topk].
-// Reference: CpuOps::indexer_topk (the same selection, in fp32 without FP8).
+// fixed scratch budget; the top-k writes slots (positions through the block tables). Shapes: q [n, 32, 128], gates [n,
+// 32], out_slots [n, topk]. Reference: CpuOps::indexer_topk (the same selection, in fp32 without FP8).
 #include <algorithm>
 
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/indexer_q_quant.h"
 #include "backend/cuda/indexer_topk.h"
-#include "backend/cuda/launch_ex.cuh"
-
 #include "backend/cuda/topk.h"
 
 namespace megactx {
@@ -40,18 +38,6 @@ Layout layout(int64_t rows, int64_t max_context, int64_t topk) {
     l.topk = at, at += align_up(topk_scratch_bytes(rows, score_stride(max_context), topk));
     l.total = at;
     return l;
-}
-
-// out[r, j] = position → slot through the row's sequence block table; −1 stays −1.
-__global__ void positions_to_slots_kernel(int32_t* out, int64_t rows, int64_t topk, int64_t row_begin,
-                                          const int32_t* seq, const int32_t* table_offset, const int32_t* tables) {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // launched early (PDL): the top-k has completed
-    const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (e >= rows * topk) return;
-    const int32_t t = out[e];
-    if (t < 0) return;
-    const int32_t* table = tables + table_offset[seq[row_begin + e / topk]];
-    out[e] = table[t / kBlock] * kBlock + t % kBlock;
 }
 
 }  // namespace
@@ -126,14 +112,14 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         tp.row_stride = stride;
         tp.k = p.topk;
         tp.out_idx = p.out_slots + r0 * p.topk;
+        tp.slots.seq = p.seq;  // positions → slots as the top-k writes them
+        tp.slots.table_offset = p.table_offset;
+        tp.slots.tables = p.tables;
+        tp.slots.row_begin = r0;
+        tp.slots.block = kBlock;
         tp.scratch = base + l.topk;
         tp.scratch_bytes = l.total - l.topk;
         launch_topk(tp, stream);
-
-        const int64_t total = rows * p.topk;
-        // resident while the top-k finishes
-        cuda::launch_ex(positions_to_slots_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0,
-                        stream, true, p.out_slots + r0 * p.topk, rows, p.topk, r0, p.seq, p.table_offset, p.tables);
     }
     return cudaGetLastError() == cudaSuccess;
 }

@@ -2,7 +2,9 @@
 // src/ops/ops.h, here as raw device pointers over the paged FP8 key pool):
 //   for row groups of ≤ max_rows_per_group tokens: quantise q (indexer_q_quant) → plan + scores
 //   (indexer_logits) into scratch [rows, round_up(max_context, 64)] → top-k per row over t ≤ pos (topk.h)
-//   → positions to slots through the block table, −1 padded.  out_slots [n, topk] int32 (order unspecified).
+//   writing positions → slots through the block table (TopkSlotMap), −1 padded. out_slots [n, topk] int32, in
+//   position order (ties at the k-th score to the lowest positions: CpuOps::indexer_topk's selection, run-to-run
+//   reproducible).
 // Scratch is fixed by (max_rows_per_group, max_context, topk), never by chunk × context.
 #pragma once
 

@@ -218,18 +218,23 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(Moe
     }
 }
 
-// grid (ceil(d / kDownPerCta), n, k): y[t, o] += w[t, j] · (ĥ_{t,j} · down_e[o]) for choice j = blockIdx.z (y is
-// zeroed first; the k choices of a token add up in any order). Each warp kDownPerWarp outputs.
+// grid (ceil(d / kDownPerCta), n, k): yk[t, j, o] = w[t, j] · (ĥ_{t,j} · down_e[o]) for choice j = blockIdx.z, 0
+// for an expert held elsewhere; moe_small_sum_kernel then adds the k choices in order (float atomics into y made
+// the sum's order, and decode, depend on timing). Each warp kDownPerWarp outputs.
 template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_down_kernel(MoeSmallParams p) {
     extern __shared__ float s_h[];  // [ff]
     const int64_t t = blockIdx.y, j = blockIdx.z;
     const int32_t e = p.ids[t * p.k + j];
     const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e + 2]) : nullptr;
-    if (down == nullptr) return;
+    const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kDownPerCta + (threadIdx.x >> 5) * kDownPerWarp;
+    float* yk = p.yk + (t * p.k + j) * p.d;
+    if (down == nullptr) {
+        if ((threadIdx.x & 31) < kDownPerWarp && o0 + (threadIdx.x & 31) < p.d) yk[o0 + (threadIdx.x & 31)] = 0.f;
+        return;
+    }
     for (int64_t c = threadIdx.x; c < p.ff; c += blockDim.x) s_h[c] = round_like<W>(p.h[(t * p.k + j) * p.ff + c]);
     __syncthreads();
-    const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kDownPerCta + (threadIdx.x >> 5) * kDownPerWarp;
     if (o0 >= p.d) return;
     const float* sd = static_cast<const float*>(p.experts[6 * e + 5]);
     const int64_t ncb = (p.ff + 127) / 128;
@@ -247,8 +252,19 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_down_kernel(MoeSma
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
         for (int q = 0; q < kDownPerWarp; ++q)
-            if (o0 + q < p.d) atomicAdd(p.y + t * p.d + o0 + q, wj * dots[q]);
+            if (o0 + q < p.d) yk[o0 + q] = wj * dots[q];
     }
+}
+
+// y[t, o] = Σ_j yk[t, j, o], j = 0 .. k-1 in order.
+__global__ void moe_small_sum_kernel(const float* __restrict__ yk, float* __restrict__ y, int64_t n, int64_t k,
+                                     int64_t d) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n * d) return;
+    const int64_t t = i / d, o = i % d;
+    float v = 0.f;
+    for (int64_t j = 0; j < k; ++j) v += yk[(t * k + j) * d + o];
+    y[i] = v;
 }
 
 template <class W>
@@ -264,11 +280,11 @@ cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     const dim3 g1(static_cast<unsigned>((p.ff + kGateUpPerCta - 1) / kGateUpPerCta), static_cast<unsigned>(p.n * p.k));
     moe_small_gate_up_kernel<W><<<g1, kSmallWarps * 32, smem_x, stream>>>(p);
-    const cudaError_t z = cudaMemsetAsync(p.y, 0, static_cast<size_t>(p.n * p.d) * sizeof(float), stream);
-    if (z != cudaSuccess) return z;
     const dim3 g2(static_cast<unsigned>((p.d + kDownPerCta - 1) / kDownPerCta), static_cast<unsigned>(p.n),
                   static_cast<unsigned>(p.k));
     moe_small_down_kernel<W><<<g2, kSmallWarps * 32, smem_h, stream>>>(p);
+    const int64_t total = p.n * p.d;
+    moe_small_sum_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(p.yk, p.y, p.n, p.k, p.d);
     return cudaGetLastError();
 }
 

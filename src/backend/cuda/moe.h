@@ -28,7 +28,7 @@ cudaError_t launch_moe_route(const MoeRouteKernelParams& p, cudaStream_t stream)
 // says) and, for e4m3, experts[6 e + {3, 4, 5}] = their fp32 128 × 128 block scales (null otherwise). A null gate:
 // an expert this rank does not hold, contributing 0.
 //   h[t, j, f] = silu(x̂_t · gate_e[f]) · (x̂_t · up_e[f])     (x̂ = x rounded to bf16 for bf16 weights, else x)
-//   y[t, o]   = Σ_j w[t, j] · (ĥ_{t,j} · down_e[o])            (ĥ likewise; the k terms added in any order)
+//   y[t, o]   = Σ_j w[t, j] · (ĥ_{t,j} · down_e[o])            (ĥ likewise; the k terms added in order j = 0..k-1)
 // fp32 accumulation. bf16: the grouped GEMM path's products in another order; fp32 and e4m3 (weights read as
 // they are, scales applied per 128-column block): the CPU oracle's to fp32 rounding.
 //   x [n, d] fp32, ids [n, k] int32, w [n, k] fp32, h [n, k, ff] fp32 scratch, y [n, d] fp32
@@ -37,7 +37,8 @@ struct MoeSmallParams {
     const int32_t* ids = nullptr;
     const float* w = nullptr;
     const void* const* experts = nullptr;  // device [n_exp][6]
-    float* h = nullptr;
+    float* h = nullptr;                    // [n, k, ff] scratch
+    float* yk = nullptr;  // [n, k, d] scratch: each choice's weighted expert output, summed in order into y
     float* y = nullptr;
     int64_t n = 0, k = 0, d = 0, ff = 0, n_exp = 0;
     int wtype = 1;  // 0 fp32, 1 bf16, 2 e4m3

@@ -1,18 +1,22 @@
 // Exact batched top-k (DSA indexer selection, model-spec §3.2).
 //   values  [n_rows, row_stride] fp32, row r valid on [0, lengths[r])
-//   out_idx [n_rows, k] int32: the indices of the k largest values (any order; ties at the k-th value
-//           resolved in any order), rows shorter than k: 0..len-1 then -1.
-// Reference: std::nth_element on the row (tests/cuda/test_topk.cpp).
+//   out_idx [n_rows, k] int32: the indices of the k largest values, ascending, ties at the k-th value to the
+//           lowest indices; rows shorter than k: 0..len-1 then -1.
+// Reference: std::nth_element on the row with ties to the lower index, sorted (tests/cuda/test_topk.cpp), the
+// selection of CpuOps::indexer_topk.
 //
 // Floats become order-preserving uint32 keys (flip all bits of negatives, set the sign bit of the rest),
 // and one CTA finds the exact k-th key by radix select over the key RANGE of its items: d = key - min,
 // digits of up to 11 bits from the top bit of (max - min) down. Range-relative digits matter: the top
 // 11 bits of a float key are sign, exponent and 2 mantissa bits, so e.g. the candidates of a normal row
 // (all in [2.9, 5.5]) fall in 2-3 absolute bins and the shared-memory histogram atomics serialize.
-// Emission writes every item with key > T and the first (k - count_gt) items with key == T, with
-// warp-aggregated slot allocation (one shared atomic per warp, not per item).
+// Selection kernels over candidate sets emit every item with key > T and (k - count_gt) items with key == T, with
+// warp-aggregated slot allocation (one shared atomic per warp, not per item): an order, and a choice among more
+// ties than needed, that depend on thread timing. topk_order_kernel then puts each long row in canonical order
+// (ascending, ties to the lowest positions; +~2 us per call at 1M, see there).
 //
-// Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory.
+// Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory; the emission walks the
+// row in position order (emit_ordered), so it is canonical without the order kernel.
 // Long rows: reading a 1M row 4 times from HBM would cost 4x the bandwidth floor, so:
 //   1. sample kernel (CTA per row): 8192 samples (groups of 4 neighbours at 2048 strided positions) -> an
 //      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a 2-level
@@ -97,6 +101,10 @@ constexpr int kFewGMax = 512;        // CTAs per row at most (their thresholds: 
 constexpr int kFewLocal = 4096;      // (key, index) pairs a CTA gathers before one global atomic
 constexpr int kFewCap = 16384;       // candidates per row (staged by the selecting CTA)
 constexpr int kFewCtl = 32;          // ints per row: [1] done, [2] candidates
+// Canonical order (topk_order_kernel): a CTA per kOrderRange positions of a long row, a bitmap of them in shared
+// memory.
+constexpr int kOrderThreads = 256;
+constexpr int kOrderRange = 32768;
 
 TopkTuning g_tuning;
 
@@ -120,13 +128,13 @@ struct SelectSmem {
     int above;
     int n_gt;
     int n_eq;
+    int bin_n;  // items in the bin chosen at the current level
 };
 
 // Item sources: key(i) and idx(i) for i in [0, n).
-struct KeysLoader {  // keys (shared or global), index = position
+struct KeysLoader {  // keys (shared or global); thresholds only
     const uint32_t* keys;
     __device__ uint32_t key(int i) const { return keys[i]; }
-    __device__ int32_t idx(int i) const { return i; }
 };
 struct KeysIdxLoader {  // keys + indices (shared or global)
     const uint32_t* keys;
@@ -143,7 +151,15 @@ struct RowLoader {  // the fp32 row in global memory
 struct Threshold {
     uint32_t key;  // the k-th largest key
     int n_eq;      // how many items equal to key belong to the top k (>= 1)
+    int n_all;     // how many items equal to key were examined (>= n_eq; every row item == key is among them)
 };
+
+// An emitted item equal to the k-th key. When more such items exist than belong to the top k (n_all > n_eq),
+// which ones were emitted depends on thread timing: the entry is then marked -2 - index, and topk_order_kernel
+// replaces the marked entries (always the row's last n_eq) by the lowest-positioned items equal to the key.
+__device__ __forceinline__ int32_t tie_entry(int32_t idx, const Threshold& t) {
+    return t.n_all > t.n_eq ? -2 - idx : idx;
+}
 
 // Min and max key of the n items (all threads get them).
 template <int NT, class L>
@@ -191,6 +207,7 @@ __device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& s
     int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;  // bits of d = key - base still undecided
     uint32_t prefix = 0;
     int kk = k;
+    int n_all = n;
     int level = 0;
 #pragma unroll 1
     while (rem > 0 && !(approx && level >= 2 && rem <= 10)) {
@@ -224,18 +241,20 @@ __device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& s
             if (acc < kk && acc + h >= kk) {
                 sm.digit = tb - j;
                 sm.above = acc;
+                sm.bin_n = h;
             }
             acc += h;
         }
         __syncthreads();
         prefix = (prefix << w) | static_cast<uint32_t>(sm.digit);
         kk -= sm.above;
+        n_all = sm.bin_n;
         rem = shift;
         ++level;
         __syncthreads();  // sm.digit/above are rewritten by the next level
     }
     const uint32_t low = rem >= 32 ? 0u : (prefix << rem);
-    return {base + low, kk};
+    return {base + low, kk, n_all};
 }
 
 // ---- exact select among keys staged in shared memory (candidate sets of up to ~16K) ----
@@ -247,12 +266,12 @@ constexpr int kBins = 1 << kBinBits;
 
 struct StagedSmem {
     int hist[2][kBins];
-    int digit, above;
+    int digit, above, count;
 };
 
 // Run by warp 0 alone: the bin of h[kBins] that holds the kk-th largest item counting down from the top bin,
-// and how many items lie in the bins above it (1 <= kk <= the histogram's total).
-__device__ __forceinline__ void warp_find_bin(const int* h, int kk, int* digit, int* above) {
+// how many items lie in the bins above it, and how many in it (1 <= kk <= the histogram's total).
+__device__ __forceinline__ void warp_find_bin(const int* h, int kk, int* digit, int* above, int* count) {
     constexpr int kPer = kBins / 32;  // 64 bins per lane; lane 0 holds the top ones
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int b0 = kBins - kPer * (lane + 1);
@@ -285,9 +304,11 @@ __device__ __forceinline__ void warp_find_bin(const int* h, int kk, int* digit, 
     if (ex < kk && ex + ca >= kk) {
         *digit = ba;
         *above = ex;
+        *count = ca;
     } else if (ex + ca < kk && ex + ca + cb >= kk) {
         *digit = bb;
         *above = ex + ca;
+        *count = cb;
     }
 }
 
@@ -315,6 +336,7 @@ __device__ Threshold select_staged(const uint32_t* keys, int n, int k, uint32_t 
     int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;  // bits of d = key - lo still undecided
     uint32_t prefix = 0;
     int kk = k;
+    int n_all = n;
     for (int b = threadIdx.x; b < kBins; b += NT) st.hist[0][b] = 0;
     __syncthreads();
 #pragma unroll 1
@@ -330,13 +352,14 @@ __device__ Threshold select_staged(const uint32_t* keys, int n, int k, uint32_t 
         int* next = st.hist[(level + 1) & 1];  // read by warp 0 in the previous level, before its 2nd barrier
         for (int b = threadIdx.x; b < kBins; b += NT) next[b] = 0;
         __syncthreads();
-        if (threadIdx.x < 32) warp_find_bin(h, kk, &st.digit, &st.above);
+        if (threadIdx.x < 32) warp_find_bin(h, kk, &st.digit, &st.above, &st.count);
         __syncthreads();
         prefix = (prefix << w) | static_cast<uint32_t>(st.digit);
         kk -= st.above;
+        n_all = st.count;
         rem = shift;
     }
-    return {lo + prefix, kk};
+    return {lo + prefix, kk, n_all};
 }
 
 // Warp-aggregated slot allocation: returns this lane's slot (base + rank among the warp's set lanes).
@@ -398,7 +421,7 @@ __device__ void emit_staged(const uint32_t* keys, const int32_t* ids, int n, int
             if (kv[u] > t.key) {
                 out[sg++] = ids[i];
             } else if (kv[u] == t.key) {
-                if (se < t.n_eq) out[eq_base + se] = ids[i];
+                if (se < t.n_eq) out[eq_base + se] = tie_entry(ids[i], t);
                 ++se;
             }
         }
@@ -422,48 +445,87 @@ __device__ void emit_topk(const L& ld, int n, int k, Threshold t, int32_t* out, 
         const int sg = warp_slot(gt, &sm.n_gt);
         const int se = warp_slot(eq, &sm.n_eq);
         if (gt) out[sg] = ld.idx(i);
-        if (eq && se < t.n_eq) out[eq_base + se] = ld.idx(i);
+        if (eq && se < t.n_eq) out[eq_base + se] = tie_entry(ld.idx(i), t);
     }
 }
 
-// Per-item shared atomics (no ballots): cheaper when most items are not emitted (short rows).
-template <int NT, class L>
-__device__ void emit_topk_atomic(const L& ld, int n, int k, Threshold t, int32_t* out, SelectSmem<NT>& sm) {
-    if (threadIdx.x == 0) {
-        sm.n_gt = 0;
-        sm.n_eq = 0;
+// Row r's view of TopkSlotMap: position -> output index.
+struct RowMap {
+    const int32_t* table = nullptr;  // nullptr: identity
+    int block = 1;
+    __device__ int32_t operator()(int32_t i) const { return table ? table[i / block] * block + i % block : i; }
+};
+__device__ __forceinline__ RowMap row_map(const TopkSlotMap& m, int64_t r) {
+    RowMap rm;
+    if (m.tables != nullptr) {
+        rm.table = m.tables + m.table_offset[m.seq[m.row_begin + r]];
+        rm.block = m.block;
+    }
+    return rm;
+}
+
+// Emission in position order from keys staged in shared memory (short rows): warp w owns positions
+// [w * span, (w + 1) * span), read 32 at a time (lane = position mod 32: conflict-free). A first pass counts each
+// warp's items > T and == T, and the second writes every item > T and the lowest-positioned n_eq items == T at
+// out[(items > T before it) + min(items == T before it, n_eq)]: ascending, ties resolved like the CPU reference,
+// no sort.
+template <int NT>
+__device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* out, RowMap map, SelectSmem<NT>& sm) {
+    constexpr int kWarps = NT / 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int span = ((n + kWarps - 1) / kWarps + 31) & ~31;
+    const int b = warp * span, e = min(n, b + span);
+    int gt = 0, eq = 0;
+    for (int i = b + lane; i < e; i += 32) {
+        const uint32_t key = keys[i];
+        gt += key > t.key;
+        eq += key == t.key;
+    }
+    gt = __reduce_add_sync(0xffffffffu, gt);
+    eq = __reduce_add_sync(0xffffffffu, eq);
+    if (lane == 0) {
+        sm.red_lo[warp] = static_cast<uint32_t>(gt);
+        sm.red_hi[warp] = static_cast<uint32_t>(eq);
     }
     __syncthreads();
-    const int eq_base = k - t.n_eq;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += NT) {
-        const uint32_t key = ld.key(i);
-        if (key > t.key) {
-            out[atomicAdd(&sm.n_gt, 1)] = ld.idx(i);
-        } else if (key == t.key) {
-            const int e = atomicAdd(&sm.n_eq, 1);
-            if (e < t.n_eq) out[eq_base + e] = ld.idx(i);
-        }
+    int o_gt = 0, o_eq = 0;  // items > T and == T before this warp's next 32
+    for (int w = 0; w < warp; ++w) {
+        o_gt += static_cast<int>(sm.red_lo[w]);
+        o_eq += static_cast<int>(sm.red_hi[w]);
     }
+    const unsigned below = (1u << lane) - 1u;
+    for (int i0 = b; i0 < e; i0 += 32) {  // warp-uniform trip count
+        const int i = i0 + lane;
+        const uint32_t key = i < e ? keys[i] : 0u;
+        const bool g = i < e && key > t.key, q = i < e && key == t.key;
+        const unsigned bg = __ballot_sync(0xffffffffu, g), bq = __ballot_sync(0xffffffffu, q);
+        const int rg = o_gt + __popc(bg & below), rq = o_eq + __popc(bq & below);
+        if (g) out[rg + min(rq, t.n_eq)] = map(i);
+        if (q && rq < t.n_eq) out[rg + rq] = map(i);
+        o_gt += __popc(bg);
+        o_eq += __popc(bq);
+    }
+    __syncthreads();  // red_lo / red_hi may be reused
 }
 
 template <int NT>
-__device__ void write_all_padded(int len, int k, int32_t* out) {
-    for (int i = threadIdx.x; i < k; i += NT) out[i] = i < len ? i : -1;
+__device__ void write_all_padded(int len, int k, int32_t* out, RowMap map = {}) {
+    for (int i = threadIdx.x; i < k; i += NT) out[i] = i < len ? map(i) : -1;
 }
 
 // ---- short rows: one CTA per row, keys staged in shared memory ----
 template <int NT>
 __global__ void __launch_bounds__(NT)
     topk_short_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
-                      int32_t* __restrict__ out_idx) {
+                      int32_t* __restrict__ out_idx, TopkSlotMap slots) {
     __shared__ SelectSmem<NT> sm;
     extern __shared__ uint32_t keys[];  // [row_stride]
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
     int32_t* out = out_idx + r * k;
+    const RowMap map = row_map(slots, r);
     if (len <= k) {
-        write_all_padded<NT>(len, k, out);
+        write_all_padded<NT>(len, k, out, map);
         return;
     }
     const float* row = values + r * row_stride;
@@ -472,7 +534,7 @@ __global__ void __launch_bounds__(NT)
     __syncthreads();
     const KeysLoader ld{keys};
     const Threshold t = find_threshold<NT, KeysLoader, false>(ld, len, k, sm);
-    emit_topk_atomic<NT>(ld, len, k, t, out, sm);
+    emit_ordered<NT>(keys, len, t, out, map, sm);
 }
 
 // ---- long rows, step 1: estimated threshold from a strided sample ----
@@ -726,10 +788,13 @@ __global__ void __launch_bounds__(kSelectThreads)
     const int c = cand_count[kCountStride * r];         // items > T_est
     const int c_eq = cand_count[kCountStride * r + 1];  // items == T_est
     if (c < k && c + c_eq >= k) {
-        // The k-th value is T_est itself: every item > T_est, then any k - c of the ties.
+        // The k-th value is T_est itself: every item > T_est, then k - c of the ties, marked (tie_entry) when
+        // there may be more: c_eq is exact below k (no warp stopped appending ties).
         const int32_t* gi = cand_idx + r * cap;
         const int32_t* ge = eq_idx + r * k;
-        for (int i = threadIdx.x; i < k; i += kSelectThreads) out[i] = i < c ? gi[i] : ge[i - c];
+        const bool more = c_eq >= k || c_eq > k - c;
+        for (int i = threadIdx.x; i < k; i += kSelectThreads)
+            out[i] = i < c ? gi[i] : (more ? -2 - ge[i - c] : ge[i - c]);
     } else if (c >= k && c <= cap) {
         // The k-th value is > T_est: the top k lie among the candidates.
         const uint32_t* gk = cand_keys + r * cap;
@@ -861,7 +926,7 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll 8
         for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&h[(keys[i] - lo) >> shift], 1);
         __syncthreads();
-        if (threadIdx.x < 32) warp_find_bin(h, static_cast<int>(want), &st.digit, &st.above);
+        if (threadIdx.x < 32) warp_find_bin(h, static_cast<int>(want), &st.digit, &st.above, &st.count);
         __syncthreads();
         tc = lo + (static_cast<uint32_t>(st.digit) << shift);
     }
@@ -1052,6 +1117,144 @@ __global__ void __launch_bounds__(NT, 1)
     }
 }
 
+// ---- long rows, last: canonical order ----
+// The kernels above emit a long row's top k (into the scratch `sel`) in an order that depends on thread timing
+// (atomics), and the sparse attention that reads them sums in that order: GPU decode would not be reproducible
+// run to run. This kernel writes each row ascending by position, ties at the k-th key resolved to the lowest
+// positions: the CPU reference's result (CpuOps::indexer_topk). CTA (c, r) owns positions [c·R, (c+1)·R) of row r
+// (R = kOrderRange), so a 1M row is ordered by 32 CTAs at once and none waits for another:
+//   1. it reads the row's k entries (L2), counts those before its range and sets a bit per entry inside it;
+//   2. entries marked by tie_entry (more items equal the k-th key than belong to the top k: the row's last n_eq
+//      entries) stand for the lowest-positioned items equal to that key: it finds them by scanning the row in
+//      position order up to its range's end, until n_eq are found (rare: exact ties at the k-th value);
+//   3. an ordered pass over its bitmap (warp w owns a contiguous run of words, lanes interleaved) writes its
+//      positions at out[(entries before its range) + rank].
+// (A first version ordered each row in one CTA, a bitmap over the whole row: 12 us at 1M, serial on one SM.)
+template <int NT>
+__global__ void __launch_bounds__(NT)
+    topk_order_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
+                      const int32_t* __restrict__ sel_all, int32_t* __restrict__ out_idx, TopkSlotMap slots,
+                      unsigned long long* dbg) {
+    constexpr int kWarps = NT / 32, kWords = kOrderRange / 32;
+    __shared__ uint32_t bits[kWords];
+    __shared__ typename cub::BlockScan<int, NT>::TempStorage scan;
+    __shared__ int s_warp[kWarps], s_a[kWarps], s_b[kWarps], s_c[kWarps];
+    const int64_t r = blockIdx.y;
+    const int begin = static_cast<int>(blockIdx.x) * kOrderRange;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned long long* dbgr = r == 0 && blockIdx.x == 0 ? dbg : nullptr;
+    pdl_wait();
+    stamp(dbgr, 12);
+    const int len = lengths[r];
+    int32_t* out = out_idx + r * k;
+    const RowMap map = row_map(slots, r);
+    if (len <= k) {
+        if (blockIdx.x == 0) write_all_padded<NT>(len, k, out, map);
+        return;
+    }
+    if (begin >= len) return;
+    const int end = min(len, begin + kOrderRange);
+    const int32_t* sel = sel_all + r * k;
+    for (int i = threadIdx.x; i < kWords; i += NT) bits[i] = 0;
+    __syncthreads();
+    int before = 0, marked = 0, tie_idx = -1;
+    constexpr int kLoads = 8;  // entries per thread in flight (one L2 round trip for k = 2048)
+    for (int i0 = 0; i0 < k; i0 += NT * kLoads) {
+        int32_t v[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+            const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
+            v[u] = i < k ? sel[i] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+            if (v[u] >= begin && v[u] < end) {
+                atomicOr(&bits[(v[u] - begin) >> 5], 1u << ((v[u] - begin) & 31));
+            } else if (v[u] >= 0) {
+                before += v[u] < begin;
+            } else if (v[u] <= -2) {
+                ++marked;
+                tie_idx = -2 - v[u];
+            }
+        }
+    }
+    before = __reduce_add_sync(0xffffffffu, before);
+    marked = __reduce_add_sync(0xffffffffu, marked);
+    tie_idx = __reduce_max_sync(0xffffffffu, tie_idx);
+    if (lane == 0) {
+        s_a[warp] = before;
+        s_b[warp] = marked;
+        s_c[warp] = tie_idx;
+    }
+    __syncthreads();
+    before = 0, marked = 0, tie_idx = -1;
+    for (int w = 0; w < kWarps; ++w) {
+        before += s_a[w];
+        marked += s_b[w];
+        tie_idx = max(tie_idx, s_c[w]);
+    }
+    if (marked > 0) {  // uniform
+        const float* row = values + r * row_stride;
+        const uint32_t tie = float_key(row[tie_idx]);
+        constexpr int kPer = 16;         // consecutive positions per thread: the block's ranks follow position order
+        int found = 0, ties_before = 0;  // found: uniform
+        for (int i0 = 0; i0 < end && found < marked; i0 += NT * kPer) {
+            const int b = i0 + static_cast<int>(threadIdx.x) * kPer;
+            uint32_t mask = 0;
+#pragma unroll
+            for (int u = 0; u < kPer; ++u)
+                if (b + u < end && float_key(__ldg(row + b + u)) == tie) mask |= 1u << u;
+            int rank = 0, total = 0;
+            cub::BlockScan<int, NT>(scan).ExclusiveSum(__popc(mask), rank, total);
+            for (rank += found; mask != 0 && rank < marked; ++rank) {
+                const int q = b + __ffs(mask) - 1;
+                mask &= mask - 1;
+                if (q < begin)
+                    ++ties_before;
+                else
+                    atomicOr(&bits[(q - begin) >> 5], 1u << ((q - begin) & 31));
+            }
+            found += total;
+            __syncthreads();  // scan storage is reused
+        }
+        ties_before = __reduce_add_sync(0xffffffffu, ties_before);
+        if (lane == 0) s_a[warp] = ties_before;
+        __syncthreads();
+        for (int w = 0; w < kWarps; ++w) before += s_a[w];
+    }
+    __syncthreads();  // every bit is set
+    stamp(dbgr, 13);
+    const int words = (end - begin + 31) >> 5;
+    constexpr int kSpan = kWords / kWarps;
+    const int wb = warp * kSpan, we = min(words, wb + kSpan);
+    int c = 0;
+    for (int i = wb + lane; i < we; i += 32) c += __popc(bits[i]);
+    c = __reduce_add_sync(0xffffffffu, c);
+    if (lane == 0) s_warp[warp] = c;
+    __syncthreads();
+    int o = before;
+    for (int w = 0; w < warp; ++w) o += s_warp[w];
+    for (int i0 = wb; i0 < we; i0 += 32) {  // warp-uniform trip count
+        const int i = i0 + lane;
+        uint32_t x = i < we ? bits[i] : 0u;
+        const int pc = __popc(x);
+        int incl = pc;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, off);
+            if (lane >= off) incl += v;
+        }
+        int p = o + incl - pc;
+        while (x != 0) {
+            out[p++] = map(begin + i * 32 + __ffs(x) - 1);
+            x &= x - 1;
+        }
+        o += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    stamp(dbgr, 14);
+    if (dbgr != nullptr && threadIdx.x == 0) dbgr[15] = static_cast<unsigned long long>(marked);
+}
+
 int64_t candidate_cap(int64_t row_stride, int64_t k) {
     const int64_t want = 4 * k > 32768 ? 4 * k : 32768;
     return row_stride < want ? row_stride : want;
@@ -1090,6 +1293,9 @@ FewLayout few_layout(int64_t n_rows) {
     return l;
 }
 
+// Long rows: the selection kernels' rows (before topk_order_kernel) at the start of the scratch.
+size_t sel_bytes(int64_t n_rows, int64_t k) { return align256(static_cast<size_t>(n_rows * k) * sizeof(int32_t)); }
+
 int sm_count() {
     static const int n = [] {
         int dev = 0, v = 0;
@@ -1100,16 +1306,25 @@ int sm_count() {
     return n;
 }
 
+// Writes out_idx in canonical order from the rows the selection kernels left in `sel` (topk_order_kernel).
+void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, bool pdl) {
+    const unsigned ranges = static_cast<unsigned>((p.row_stride + kOrderRange - 1) / kOrderRange);
+    launch_ex(topk_order_kernel<kOrderThreads>, dim3(ranges, static_cast<unsigned>(p.n_rows)), dim3(kOrderThreads), 0,
+              stream, pdl, p.values, p.lengths, p.row_stride, static_cast<int>(p.k), sel, p.out_idx, p.slots,
+              g_tuning.debug_times);
+}
+
 }  // namespace
 
 void topk_set_tuning(const TopkTuning& t) { g_tuning = t; }
 
 size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k) {
     if (row_stride <= kShortMaxStride || n_rows <= 0) return 0;
+    const size_t sel = sel_bytes(n_rows, k);
     const size_t chain = long_layout(n_rows, row_stride, k).total;
-    if (n_rows > kFewMaxRows) return chain;
+    if (n_rows > kFewMaxRows) return sel + chain;
     const size_t few = few_layout(n_rows).total;
-    return few > chain ? few : chain;
+    return sel + (few > chain ? few : chain);
 }
 
 bool topk_supported(int64_t k, int64_t row_stride) {
@@ -1128,11 +1343,13 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         });
         const size_t smem = static_cast<size_t>(p.row_stride > 0 ? p.row_stride : 1) * sizeof(uint32_t);
         topk_short_kernel<kShortThreads>
-            <<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx);
+            <<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx, p.slots);
         return;
     }
     const TopkTuning& tu = g_tuning;
     cudaEvent_t* ev = tu.step_events;
+    auto* sel = static_cast<int32_t*>(p.scratch);
+    char* const rest = static_cast<char*>(p.scratch) + sel_bytes(p.n_rows, p.k);
     const bool pdl = tu.pdl != 0 && ev == nullptr;
     // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
     // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
@@ -1157,7 +1374,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
                                                                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
             });
             const FewLayout fl = few_layout(p.n_rows);
-            char* fb = static_cast<char*>(p.scratch);
+            char* fb = rest;
             auto* ctl = reinterpret_cast<int*>(fb + fl.ctl);
             launch_ex(topk_few_init_kernel, dim3(1), dim3(128), 0, stream, pdl, ctl,
                       static_cast<int>(p.n_rows * kFewCtl));
@@ -1166,8 +1383,9 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
             launch_ex(half ? topk_few_local_kernel<512> : topk_few_local_kernel<1024>,
                       dim3(rows * static_cast<unsigned>(G)), dim3(half ? 512 : 1024), smem, stream, pdl, p.values,
                       p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(fb + fl.tcs),
-                      reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids), p.out_idx,
+                      reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids), sel,
                       tu.debug_times);
+            launch_order(p, sel, stream, pdl);
             return;
         }
     }
@@ -1177,7 +1395,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     });
     const LongLayout l = long_layout(p.n_rows, p.row_stride, p.k);
     const int cap = static_cast<int>(candidate_cap(p.row_stride, p.k));
-    char* base = static_cast<char*>(p.scratch);
+    char* base = rest;
     auto* t_est = reinterpret_cast<uint32_t*>(base + l.t_est);
     auto* count = reinterpret_cast<int*>(base + l.count);
     auto* keys = reinterpret_cast<uint32_t*>(base + l.keys);
@@ -1215,9 +1433,10 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
                   chunks_per_row, n_work);
     if (ev) cudaEventRecord(ev[2], stream);
     launch_ex(topk_select_kernel, dim3(rows), dim3(kSelectThreads), 2 * kStageCap * sizeof(uint32_t), stream, pdl,
-              p.values, p.lengths, p.row_stride, k, p.out_idx, static_cast<const int*>(count),
+              p.values, p.lengths, p.row_stride, k, sel, static_cast<const int*>(count),
               static_cast<const uint32_t*>(keys), static_cast<const int32_t*>(ids), static_cast<const int32_t*>(eq_ids),
               cap);
+    launch_order(p, sel, stream, pdl);
     if (ev) cudaEventRecord(ev[3], stream);
 }
 

@@ -8,14 +8,28 @@
 
 namespace megactx::cuda {
 
+// Optional translation of the output indices through a paged block table (the DSA indexer: row positions → cache
+// slots): index i of row r becomes table[i / block] * block + i % block, table = tables + table_offset[seq[row_begin
+// + r]]; -1 padding stays -1. The order stays that of the positions.
+struct TopkSlotMap {
+    const int32_t* seq = nullptr;
+    const int32_t* table_offset = nullptr;
+    const int32_t* tables = nullptr;  // nullptr: the indices stay row positions
+    int64_t row_begin = 0;
+    int32_t block = 64;
+};
+
 struct TopkParams {
     // [n_rows, row_stride] scores; row r's candidates are values[r * row_stride + 0 .. lengths[r])
     const float* values = nullptr;
     const int32_t* lengths = nullptr;  // [n_rows] device, 0 <= length <= row_stride
     int64_t n_rows = 0, row_stride = 0;
     int64_t k = 0;               // e.g. 2048
-    int32_t* out_idx = nullptr;  // [n_rows, k] device: indices into the row of the k largest values; when
-                                 // length < k, all candidates then -1 padding. Order within a row unspecified.
+    int32_t* out_idx = nullptr;  // [n_rows, k] device: indices into the row of the k largest values, ascending;
+                                 // ties at the k-th value go to the lowest indices (the CPU reference's result,
+                                 // bit for bit, whatever the thread timing); when length < k, 0 .. length-1
+                                 // then -1 padding.
+    TopkSlotMap slots;           // optional (see above)
     void* scratch = nullptr;     // >= topk_scratch_bytes(n_rows, row_stride, k) bytes, 256-B aligned
     size_t scratch_bytes = 0;
 };
@@ -25,7 +39,7 @@ size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k);
 // 1 <= k <= 16384, row_stride <= 1 << 24.
 bool topk_supported(int64_t k, int64_t row_stride);
 // No host sync, no allocation: CUDA-graph capturable (the first call sets kernel smem attributes; make it
-// outside capture). Ties at the k-th value resolve in any order; NaN is not supported.
+// outside capture). Deterministic (see out_idx); NaN is not supported.
 void launch_topk(const TopkParams& p, cudaStream_t stream);
 
 // Benchmark/profiling knobs (bench/cuda/bench_topk.cu); production callers leave the defaults.
