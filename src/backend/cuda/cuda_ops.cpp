@@ -556,12 +556,6 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
         p.out = out;
         p.in = in;
         p.block = dw.block;
-        Tensor scratch;
-        if (const size_t bytes = fp8_gemv_scratch_bytes(n, out, in); bytes > 0) {
-            scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});  // bytes
-            p.scratch = scratch.data;
-            p.scratch_bytes = bytes;
-        }
         MEGACTX_CUDA_CHECK(launch_fp8_gemv(p, stream_));
         after_op("linear");
         return;

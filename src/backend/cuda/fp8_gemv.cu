@@ -8,9 +8,11 @@
 // without the staging barriers (x through L1, the next step's weights prefetched into registers: 127-223
 // registers) was slower still (1.4 TB/s): fewer warps per SM. Closing that gap is open work.
 // Split-K: HBM needs ~4 MB in flight, so when the output rows give fewer than two CTAs per SM, blockIdx.y splits
-// the columns. Each CTA stores its partial sums in the scratch, and the last CTA of a column of splits (a counter
-// per blockIdx.x, zeroed first) adds them in split order: the result does not depend on which CTA finished first
-// (float atomics into y did, and made decode irreproducible run to run).
+// the columns (at most 8). The splits of a CTA's rows run as one thread-block cluster, and split 0 adds their sums
+// from distributed shared memory in split order: deterministic, no memset, no global round trip. (Float atomics
+// into a zeroed y made the sum's order, and decode, depend on timing; a last-CTA reduction through global memory
+// cost ~2 us per GEMV.)
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -26,10 +28,17 @@ constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 4;
 constexpr int kChunk = 1024;  // columns of x per stage
 constexpr int kQ = kChunk / 128;
+constexpr int64_t kMaxSplits = 8;  // a portable cluster
 
+namespace cg = cooperative_groups;
+
+// Occupancy is bandwidth here: N = 1 must stay at <= 80 registers (3 CTAs per SM), the others at <= 128 (2). The
+// split-K epilogue pushed N = 1 to 97 registers (2 CTAs per SM) and the decode step from 1.00 to 1.17 ms until these
+// bounds pinned it (H200, session 6).
 template <int N>
-__global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvParams p) {
+__global__ void __launch_bounds__(kWarps * 32, N == 1 ? 3 : 2) fp8_gemv_kernel(Fp8GemvParams p) {
     __shared__ float4 s_x[N][kChunk / 4];
+    __shared__ float s_part[kWarps * kRowsPerWarp][N];  // split-K: this split's sums of the CTA's rows
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
     const int64_t n_cb = (p.in + 127) / 128;  // scale blocks per row
@@ -79,30 +88,30 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvParams p) 
             float v = acc[rr][r];
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-            if (lane == 0 && o0 + rr < p.out && r < p.n) {
+            if (lane == 0) {
                 if (gridDim.y > 1)
-                    p.partial[(blockIdx.y * p.n + r) * p.out + o0 + rr] = v;
-                else
+                    s_part[warp * kRowsPerWarp + rr][r] = v;
+                else if (o0 + rr < p.out && r < p.n)
                     p.y[r * p.out + o0 + rr] = v;
             }
         }
     }
     if (gridDim.y == 1) return;
-    __shared__ bool s_last;
-    __threadfence();  // this thread's partials are visible before the counter moves
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(p.counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    constexpr int kRows = kWarps * kRowsPerWarp;
-    for (int i = threadIdx.x; i < kRows * p.n; i += kWarps * 32) {
-        const int64_t r = i / kRows, o = static_cast<int64_t>(blockIdx.x) * kRows + i % kRows;
-        if (o >= p.out) continue;
-        float v = 0.f;
-        for (unsigned sp = 0; sp < gridDim.y; ++sp) v += __ldcg(p.partial + (sp * p.n + r) * p.out + o);
-        p.y[r * p.out + o] = v;
+    // Split-K: the column splits of these rows form one cluster; split 0 adds the others' sums from their shared
+    // memory (DSMEM) in split order.
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's sums are in its shared memory
+    if (cluster.block_rank() == 0) {
+        constexpr int kRows = kWarps * kRowsPerWarp;
+        for (int i = threadIdx.x; i < kRows * N; i += kWarps * 32) {
+            const int rr = i / N, r = i % N;
+            const int64_t o = static_cast<int64_t>(blockIdx.x) * kRows + rr;
+            float v = 0.f;
+            for (unsigned sp = 0; sp < gridDim.y; ++sp) v += cluster.map_shared_rank(&s_part[0][0], sp)[i];
+            if (o < p.out && r < p.n) p.y[r * p.out + o] = v;
+        }
     }
+    cluster.sync();  // the other splits keep their shared memory until split 0 has read it
 }
 
 int n_sms() {
@@ -115,38 +124,27 @@ int n_sms() {
     return n;
 }
 
-int64_t n_ctas(int64_t out) { return (out + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp); }
-
-// Column splits: enough CTAs for two per SM, at most one per chunk of x.
-int64_t n_splits(int64_t out, int64_t in) {
-    const int64_t ctas = n_ctas(out), n_chunks = (in + kChunk - 1) / kChunk;
-    return std::clamp<int64_t>((2 * n_sms() + ctas - 1) / ctas, 1, n_chunks);
-}
-
-size_t align256(size_t b) { return (b + 255) & ~size_t{255}; }
-
 template <int N>
-cudaError_t launch(Fp8GemvParams p, cudaStream_t stream) {
-    const int64_t ctas = n_ctas(p.out), splits = n_splits(p.out, p.in);
-    if (splits > 1) {
-        if (p.scratch_bytes < fp8_gemv_scratch_bytes(p.n, p.out, p.in)) return cudaErrorInvalidValue;
-        p.counters = static_cast<int*>(p.scratch);
-        p.partial = reinterpret_cast<float*>(static_cast<char*>(p.scratch) + align256(ctas * sizeof(int)));
-        const cudaError_t e = cudaMemsetAsync(p.counters, 0, static_cast<size_t>(ctas) * sizeof(int), stream);
-        if (e != cudaSuccess) return e;
-    }
-    fp8_gemv_kernel<N><<<dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits)), kWarps * 32, 0, stream>>>(p);
-    return cudaGetLastError();
+cudaError_t launch(const Fp8GemvParams& p, cudaStream_t stream) {
+    const int64_t ctas = (p.out + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp);
+    const int64_t n_chunks = (p.in + kChunk - 1) / kChunk;
+    // Column splits: enough CTAs for two per SM, at most one per chunk of x and kMaxSplits.
+    const int64_t splits = std::clamp<int64_t>((2 * n_sms() + ctas - 1) / ctas, 1, std::min(n_chunks, kMaxSplits));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits));
+    cfg.blockDim = dim3(kWarps * 32);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = splits > 1 ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, fp8_gemv_kernel<N>, p);
 }
 
 }  // namespace
-
-size_t fp8_gemv_scratch_bytes(int64_t n, int64_t out, int64_t in) {
-    const int64_t splits = n_splits(out, in);
-    if (splits <= 1) return 0;
-    return align256(static_cast<size_t>(n_ctas(out)) * sizeof(int)) +
-           static_cast<size_t>(splits * n * out) * sizeof(float);
-}
 
 bool fp8_gemv_supported(int64_t n, int64_t in, int64_t block) {
     return n >= 1 && n <= kFp8GemvMaxRows && in > 0 && in % 4 == 0 && block == 128;

@@ -17,19 +17,11 @@ struct Fp8GemvParams {
     const float* scales = nullptr;
     float* y = nullptr;
     int64_t n = 0, out = 0, in = 0, block = 128;
-    void* scratch = nullptr;  // >= fp8_gemv_scratch_bytes(n, out, in) bytes, 256-B aligned (split-K partial sums)
-    size_t scratch_bytes = 0;
-    // set by launch_fp8_gemv (views of scratch)
-    int* counters = nullptr;
-    float* partial = nullptr;
 };
 
 constexpr int64_t kFp8GemvMaxRows = 8;
 // n <= kFp8GemvMaxRows, in a multiple of 4, block 128.
 bool fp8_gemv_supported(int64_t n, int64_t in, int64_t block);
-// Scratch for the column splits of few-output shapes (0 when the outputs alone fill the GPU). Deterministic: the
-// splits' partial sums are added in a fixed order, never with float atomics.
-size_t fp8_gemv_scratch_bytes(int64_t n, int64_t out, int64_t in);
 cudaError_t launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream);
 
 }  // namespace megactx::cuda
