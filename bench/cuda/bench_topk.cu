@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     int64_t k = 2048;
     int iters = 200;
     bool sweep = false;
+    std::string only;  // --only TEXT: the shapes whose name contains TEXT
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
             json_path = argv[++i];
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
             iters = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--sweep"))
             sweep = true;
+        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
     }
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout
     cudaDeviceProp prop{};
@@ -88,6 +91,10 @@ int main(int argc, char** argv) {
         {"decode 64 x 1M", 64, 1 << 20, 0},
         {"decode 1 x 1M", 1, 1 << 20, 0},
         {"decode 1 x 128K", 1, 1 << 17, 0},
+        {"decode 1 x 8K", 1, 8192, 0},
+        {"decode 1 x 32K", 1, 32768, 0},
+        {"decode 1 x 32K hot windows", 1, 32768, 3},
+        {"decode 8 x 16K", 8, 16384, 0},
         {"decode 64 x 128K", 64, 1 << 17, 0},
         {"decode 1 x 256K", 1, 1 << 18, 0},
         {"decode 1 x 512K", 1, 1 << 19, 0},
@@ -107,6 +114,7 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     MEGACTX_BENCH_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (const Shape& s : shapes) {
+        if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
         const int64_t elems = s.n_rows * s.len;
         const size_t bytes = static_cast<size_t>(elems) * sizeof(float);
         const int64_t n_buf = std::clamp<int64_t>((int64_t(128) << 20) / int64_t(bytes) + 1, 1, 256);
@@ -214,8 +222,8 @@ int main(int argc, char** argv) {
                 double vm = 0, vn = 0;
                 time_graph(tu, vm, vn);
                 vmed[v] = vm;
-                std::printf("    few_rows = %d%s: %.1f us (min %.1f)\n", v, v == 0 ? " (three-kernel chain)" : "", vm,
-                            vn);
+                std::printf("    few_rows = %d%s: %.1f us (min %.1f)\n", v,
+                            v == 0 ? (s.len > 32768 ? " (three-kernel chain)" : " (one CTA per row)") : "", vm, vn);
             }
             if (sweep || std::getenv("MEGACTX_TOPK_FEW_SWEEP")) {
                 for (int slice : {1024, 4096, 8192}) {
@@ -278,7 +286,7 @@ int main(int argc, char** argv) {
         }
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.
         std::string steps_json;
-        if (scratch) {
+        if (scratch && s.len > 32768) {  // shorter rows: one CTA each or the few-rows kernel, no chain
             cudaEvent_t se[4];
             for (auto& e : se) MEGACTX_BENCH_CK(cudaEventCreate(&e));
             TopkTuning tu = base;

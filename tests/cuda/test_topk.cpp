@@ -402,6 +402,17 @@ TEST_F(TopkFew, FewRowsNegativeAndExtremes) {
     check_batch(b, 1);
 }
 
+// Rows of 16K..32K in batches of <= 4 (decode at those contexts; the kernel is chosen by kFewMinStride): exact rows,
+// ties (zeros and spread), inside a graph, k from 1 to 4096.
+TEST_F(TopkFew, FewRowsShortStrides) {
+    check_batch(distinct_batch({32768}, 32768, 271), 2048);
+    check_batch(distinct_batch({20000, 16385}, 20001, 272), 2048, true);
+    check_batch(distinct_batch({32768, 1000, 2049}, 32768, 273), 2048);
+    check_batch(tied_batch({32768, 30000}, 32768, 274, 3, 0.99f), 2048);
+    check_batch(spread_ties_batch({32768}, 32768, 275, 13, 1500), 2048);
+    for (int64_t k : {1, 37, 4096}) check_batch(distinct_batch({24000}, 24000, 276 + k), k);
+}
+
 // Ties: k-th value 0 of a ReLU-like row (tie buffer), all equal, few levels (candidates overflow: the
 // whole-row fallback of the last CTA).
 TEST_F(TopkFew, FewRowsTies) {

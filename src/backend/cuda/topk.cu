@@ -80,6 +80,10 @@ namespace megactx::cuda {
 namespace {
 
 constexpr int64_t kShortMaxStride = 32768;  // rows up to this stride run one CTA each in shared memory
+// Few rows longer than this take the few-rows kernel. At 32K (H200, session 6, 1 row) it beat the one-CTA kernel on
+// normal scores (20.8 vs 30.0 us) but lost with hot windows (32.6 vs 29.2: its hot-slice path costs ~13 us at any
+// length), and real indexer scores have hot windows, so the boundary stays at the one-CTA limit.
+constexpr int64_t kFewMinStride = kShortMaxStride;
 constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = 8192;
@@ -532,8 +536,9 @@ __global__ void __launch_bounds__(NT)
 #pragma unroll 4
     for (int i = threadIdx.x; i < len; i += NT) keys[i] = float_key(__ldg(row + i));
     __syncthreads();
-    const KeysLoader ld{keys};
-    const Threshold t = find_threshold<NT, KeysLoader, false>(ld, len, k, sm);
+    // (select_staged here, warp-found bins over the key range, measured slower on the H200: 1 x 32K 30.5 -> 34.0 us,
+    // 1024 x 16K 82 -> 103 us; faster only at 4096 x 4K, 125 -> 112.)
+    const Threshold t = find_threshold<NT, KeysLoader, false>(KeysLoader{keys}, len, k, sm);
     emit_ordered<NT>(keys, len, t, out, map, sm);
 }
 
@@ -1319,8 +1324,9 @@ void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, 
 void topk_set_tuning(const TopkTuning& t) { g_tuning = t; }
 
 size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k) {
-    if (row_stride <= kShortMaxStride || n_rows <= 0) return 0;
+    if (n_rows <= 0 || row_stride <= kFewMinStride) return 0;
     const size_t sel = sel_bytes(n_rows, k);
+    if (row_stride <= kShortMaxStride) return n_rows <= kFewMaxRows ? sel + few_layout(n_rows).total : 0;
     const size_t chain = long_layout(n_rows, row_stride, k).total;
     if (n_rows > kFewMaxRows) return sel + chain;
     const size_t few = few_layout(n_rows).total;
@@ -1335,7 +1341,15 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (p.n_rows <= 0 || p.k <= 0) return;
     const int k = static_cast<int>(p.k);
     const unsigned rows = static_cast<unsigned>(p.n_rows);
-    if (p.row_stride <= kShortMaxStride) {
+    const TopkTuning& tu = g_tuning;
+    cudaEvent_t* ev = tu.step_events;
+    // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
+    // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
+    const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
+    const bool few = tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows && p.k <= kFewCap &&
+                     p.n_rows <= sm_count() && p.row_stride > kFewMinStride &&
+                     p.scratch_bytes >= topk_scratch_bytes(p.n_rows, p.row_stride, p.k);
+    const auto launch_short = [&] {
         per_device_once([] {
             const int bytes = static_cast<int>(kShortMaxStride * sizeof(uint32_t));
             return cudaFuncSetAttribute(topk_short_kernel<kShortThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1344,17 +1358,12 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         const size_t smem = static_cast<size_t>(p.row_stride > 0 ? p.row_stride : 1) * sizeof(uint32_t);
         topk_short_kernel<kShortThreads>
             <<<rows, kShortThreads, smem, stream>>>(p.values, p.lengths, p.row_stride, k, p.out_idx, p.slots);
-        return;
-    }
-    const TopkTuning& tu = g_tuning;
-    cudaEvent_t* ev = tu.step_events;
+    };
+    if (p.row_stride <= kShortMaxStride && !few) return launch_short();
     auto* sel = static_cast<int32_t*>(p.scratch);
     char* const rest = static_cast<char*>(p.scratch) + sel_bytes(p.n_rows, p.k);
     const bool pdl = tu.pdl != 0 && ev == nullptr;
-    // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
-    // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
-    const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
-    if (tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows && p.k <= kFewCap && p.n_rows <= sm_count()) {
+    if (few) {
         const int64_t slice_min = tu.few_slice_min > 0 ? tu.few_slice_min : kFewSliceMin;
         const int64_t want = (p.row_stride + slice_min - 1) / slice_min;
         // CTAs per row: at most the SMs per row, rounded down to a multiple of 8 (132 -> 128: a few SMs stay free
@@ -1389,6 +1398,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
             return;
         }
     }
+    if (p.row_stride <= kShortMaxStride) return launch_short();
     per_device_once([] {
         return cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(2 * kStageCap * sizeof(uint32_t)));
