@@ -322,10 +322,9 @@ TEST(CudaFastKernels, ModelMatchesReferenceKernelsOnGlm52Geometry) {
 
 // Decode steps replayed from recorded CUDA graphs (GraphedForward, on by default in SequenceRunner) against the
 // same steps run eagerly (MEGACTX_GRAPHS=0), on glm52-mini's fast kernels with FP8 KV: 4040 cached tokens (so
-// top-2048 selects), then 80 one-token steps that cross the 64 → 128-block bucket at 4096. The fast path is not
-// bitwise reproducible (the top-k emits its set in any order, the sparse attention sums in that order), so a
-// second eager run measures the noise, and the graph run must stay within a small multiple of it. A replay with a
-// stale position, slot or block table would move every step by O(1).
+// top-2048 selects), then 80 one-token steps that cross the 64 → 128-block bucket at 4096. The fast path is
+// reproducible bit for bit (canonical top-k order, no float atomics), so a second eager run and the graph run must
+// both equal the first exactly; a replay with a stale position, slot or block table would move every step by O(1).
 TEST(CudaGraphs, DecodeReplaysMatchEager) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const GlmDsaModel model(glm52_mini_dir());
