@@ -20,6 +20,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_info.h"
 #include "kv/kv_format.h"
 
@@ -733,6 +734,45 @@ TEST_F(CudaOpsTest, SparseMla) {
                              std::to_string(mc.topk));
         }
     }
+}
+
+// Graph ownership in the caching allocator: blocks handed out while recording belong to the graph once recording
+// ends; released ones (during or after the recording) stay out of the free lists until the graph gives them back
+// (unown), and a block still held when unowned returns on its holder's release.
+TEST(CudaAllocator, GraphOwnedBlocksWaitForUnown) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    cuda::DeviceAllocator a(0, 0, nullptr);
+    size_t cap = 0;
+    void* before = a.allocate(4096, &cap);
+    a.release(before, cap);  // cached: reused below
+    a.begin_record();
+    void* x = a.allocate(4096, &cap);  // the cached block
+    EXPECT_EQ(x, before);
+    void* y = a.allocate(4096, &cap);  // a new one
+    a.release(y, cap);                 // released during the recording
+    const auto blocks = a.end_record();
+    ASSERT_EQ(blocks.size(), 2u);
+    const int64_t mallocs = a.stats().n_cuda_malloc;
+    void* z = a.allocate(4096, &cap);  // neither graph block may come back
+    EXPECT_NE(z, x);
+    EXPECT_NE(z, y);
+    EXPECT_EQ(a.stats().n_cuda_malloc, mallocs + 1);
+    a.release(x, cap);  // x: released after the recording, parked
+    a.release(z, cap);
+    a.unown(blocks);  // x and y back to the free lists, z already there
+    std::set<void*> got;
+    for (int i = 0; i < 3; ++i) got.insert(a.allocate(4096, &cap));
+    EXPECT_EQ(got, (std::set<void*>{x, y, z}));
+    EXPECT_EQ(a.stats().n_cuda_malloc, mallocs + 1);  // all three from the cache
+    // A graph block still held when the graph goes returns on its holder's release.
+    a.begin_record();
+    void* w = a.allocate(1 << 20, &cap);
+    const auto held = a.end_record();
+    a.unown(held);
+    a.release(w, cap);
+    EXPECT_EQ(a.allocate(1 << 20, &cap), w);
+    for (void* p : got) a.release(p, 4096);
+    a.release(w, cap);
 }
 
 }  // namespace

@@ -92,7 +92,6 @@ void* DeviceAllocator::allocate(size_t bytes, size_t* capacity) {
         *capacity = it->first;
         free_.erase(it);
         in_use_ += static_cast<int64_t>(*capacity);
-        live_[p] = *capacity;
         if (recording_) recorded_[p] = *capacity;
         return p;
     }
@@ -117,7 +116,6 @@ void* DeviceAllocator::allocate(size_t bytes, size_t* capacity) {
     reserved_ += static_cast<int64_t>(size);
     in_use_ += static_cast<int64_t>(size);
     *capacity = size;
-    live_[p] = size;
     if (recording_) recorded_[p] = size;
     return p;
 }
@@ -125,8 +123,10 @@ void* DeviceAllocator::allocate(size_t bytes, size_t* capacity) {
 void DeviceAllocator::release(void* p, size_t capacity) {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_ -= static_cast<int64_t>(capacity);
-    live_.erase(p);
-    if (graph_owned_.count(p) == 0) free_.emplace(capacity, p);
+    if (graph_owned_.empty() || graph_owned_.count(p) == 0)
+        free_.emplace(capacity, p);
+    else
+        parked_.insert(p);
 }
 
 void DeviceAllocator::begin_record() {
@@ -142,9 +142,11 @@ std::vector<std::pair<void*, size_t>> DeviceAllocator::end_record() {
     recorded_.clear();
     for (const auto& [p, cap] : blocks) {
         graph_owned_[p] = cap;
+        // released during the recording: it sat in free_, and now waits for unown
         for (auto it = free_.lower_bound(cap); it != free_.end() && it->first == cap; ++it) {
             if (it->second == p) {
                 free_.erase(it);
+                parked_.insert(p);
                 break;
             }
         }
@@ -156,7 +158,7 @@ void DeviceAllocator::unown(const std::vector<std::pair<void*, size_t>>& blocks)
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [p, cap] : blocks) {
         graph_owned_.erase(p);
-        if (live_.count(p) == 0) free_.emplace(cap, p);  // else its holder's release returns it
+        if (parked_.erase(p) != 0) free_.emplace(cap, p);  // else its holder's release returns it
     }
 }
 

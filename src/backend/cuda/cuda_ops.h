@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/cuda/cuda_backend.h"
 #include "ops/ops.h"
@@ -50,9 +51,9 @@ class DeviceAllocator {
     mutable std::mutex mu_;
     std::multimap<size_t, void*> free_;
     bool recording_ = false;
-    std::map<void*, size_t> recorded_;     // blocks handed out while recording
-    std::map<void*, size_t> graph_owned_;  // blocks a graph holds: not returned to free_ on release
-    std::map<void*, size_t> live_;         // blocks handed out and not yet released
+    std::map<void*, size_t> recorded_;               // blocks handed out while recording
+    std::unordered_map<void*, size_t> graph_owned_;  // blocks a graph holds: not returned to free_ on release
+    std::unordered_set<void*> parked_;               // graph-owned blocks already released: free_ once unowned
     int64_t reserved_ = 0, in_use_ = 0, weight_bytes_ = 0, n_malloc_ = 0;
 };
 

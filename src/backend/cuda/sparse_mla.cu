@@ -299,6 +299,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         setmaxnreg_dec<120>();
         for (int c = c_begin; c < c_end; ++c) {
             const int it = c - c_begin, buf = it & 1;
+            // Chunk c's slot ids for the consumers, and whether this warp's rows have any valid slot.
+            const auto publish = [&] {
+                if (part == 0) {
+                    sidx[buf * kChunk + ra] = sa;
+                    sidx[buf * kChunk + rb] = sbb;
+                }
+                const unsigned any = __ballot_sync(0xffffffffu, sa >= 0 || sbb >= 0);
+                if (lane == 0) sflags[buf * 4 + pw] = any != 0;
+            };
             if constexpr (kFp8) {
                 // Chunk c is in flight into tile buf (issued an iteration ago). Once every producer's pieces have
                 // landed: the codes of dims 256..511 (pieces 16..31, staged over blocks 4..7) go to registers and
@@ -336,12 +345,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     put(ra, part + 4 * j, ha[j - 4], j < 6 ? sca.z : sca.w);
                     put(rb, part + 4 * j, hb[j - 4], j < 6 ? scb.z : scb.w);
                 }
-                if (part == 0) {
-                    sidx[buf * kChunk + ra] = sa;
-                    sidx[buf * kChunk + rb] = sbb;
-                }
-                const unsigned any = __ballot_sync(0xffffffffu, sa >= 0 || sbb >= 0);
-                if (lane == 0) sflags[buf * 4 + pw] = any != 0;
+                publish();
                 proxy_fence();
                 mbar_arrive(bar_ready + 8 * buf);
                 if (c + 1 < c_end) {  // chunk c+1 into the other tile once chunk c-1 has released it
@@ -363,12 +367,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             } else {
                 // Chunk c is in flight into tile buf (issued an iteration ago): publish it, then issue chunk c+1
                 // into the other tile once chunk c-1 has released it.
-                if (part == 0) {
-                    sidx[buf * kChunk + ra] = sa;
-                    sidx[buf * kChunk + rb] = sbb;
-                }
-                const unsigned any = __ballot_sync(0xffffffffu, sa >= 0 || sbb >= 0);
-                if (lane == 0) sflags[buf * 4 + pw] = any != 0;
+                publish();
                 cp_async_wait_all();
                 proxy_fence();
                 mbar_arrive(bar_ready + 8 * buf);

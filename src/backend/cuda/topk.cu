@@ -127,7 +127,6 @@ struct SelectSmem {
     int hist[2048];
     typename cub::BlockScan<int, NT>::TempStorage scan;
     uint32_t red_lo[NT / 32], red_hi[NT / 32];
-    uint32_t lo, hi;
     int digit;
     int above;
     int n_gt;
@@ -165,37 +164,33 @@ __device__ __forceinline__ int32_t tie_entry(int32_t idx, const Threshold& t) {
     return t.n_all > t.n_eq ? -2 - idx : idx;
 }
 
+// Min and max over the CTA of each thread's lo / hi (all threads get them).
+template <int NT>
+__device__ void block_min_max(uint32_t& lo, uint32_t& hi, SelectSmem<NT>& sm) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) {
+        sm.red_lo[warp] = lo;
+        sm.red_hi[warp] = hi;
+    }
+    __syncthreads();
+    lo = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
+    hi = __reduce_max_sync(0xffffffffu, lane < NT / 32 ? sm.red_hi[lane] : 0u);
+    __syncthreads();  // red_lo / red_hi may be reused
+}
+
 // Min and max key of the n items (all threads get them).
 template <int NT, class L>
-__device__ void key_range(const L& ld, int n, SelectSmem<NT>& sm, uint32_t& lo_out, uint32_t& hi_out) {
-    uint32_t lo = 0xffffffffu, hi = 0;
+__device__ void key_range(const L& ld, int n, SelectSmem<NT>& sm, uint32_t& lo, uint32_t& hi) {
+    lo = 0xffffffffu, hi = 0;
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += NT) {
         const uint32_t key = ld.key(i);
         lo = min(lo, key);
         hi = max(hi, key);
     }
-    lo = __reduce_min_sync(0xffffffffu, lo);
-    hi = __reduce_max_sync(0xffffffffu, hi);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) {
-        sm.red_lo[warp] = lo;
-        sm.red_hi[warp] = hi;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        lo = lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu;
-        hi = lane < NT / 32 ? sm.red_hi[lane] : 0u;
-        lo = __reduce_min_sync(0xffffffffu, lo);
-        hi = __reduce_max_sync(0xffffffffu, hi);
-        if (lane == 0) {
-            sm.lo = lo;
-            sm.hi = hi;
-        }
-    }
-    __syncthreads();
-    lo_out = sm.lo;
-    hi_out = sm.hi;
+    block_min_max<NT>(lo, hi, sm);
 }
 
 // The exact k-th largest key among n items (1 <= k <= n). All NT threads of the CTA call it.
@@ -314,22 +309,6 @@ __device__ __forceinline__ void warp_find_bin(const int* h, int kk, int* digit, 
         *above = ex + ca;
         *count = cb;
     }
-}
-
-// Min and max over the CTA of each thread's lo / hi (all threads get them).
-template <int NT>
-__device__ void block_min_max(uint32_t& lo, uint32_t& hi, SelectSmem<NT>& sm) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    lo = __reduce_min_sync(0xffffffffu, lo);
-    hi = __reduce_max_sync(0xffffffffu, hi);
-    if (lane == 0) {
-        sm.red_lo[warp] = lo;
-        sm.red_hi[warp] = hi;
-    }
-    __syncthreads();
-    lo = __reduce_min_sync(0xffffffffu, lane < NT / 32 ? sm.red_lo[lane] : 0xffffffffu);
-    hi = __reduce_max_sync(0xffffffffu, lane < NT / 32 ? sm.red_hi[lane] : 0u);
-    __syncthreads();  // red_lo / red_hi may be reused
 }
 
 // The exact k-th largest of the n keys staged in shared memory (1 <= k <= n), all within [lo, hi]. All NT
