@@ -105,10 +105,11 @@ constexpr int kFewGMax = 512;        // CTAs per row at most (their thresholds: 
 constexpr int kFewLocal = 4096;      // (key, index) pairs a CTA gathers before one global atomic
 constexpr int kFewCap = 16384;       // candidates per row (staged by the selecting CTA)
 constexpr int kFewCtl = 32;          // ints per row: [1] done, [2] candidates
-// Canonical order (topk_order_kernel): a CTA per kOrderRange positions of a long row, a bitmap of them in shared
-// memory.
+// Canonical order (topk_order_kernel): a CTA per range of a long row (a multiple of kOrderRange positions, so that
+// the grid is about two CTAs per SM), a bitmap of the range in shared memory (at most kOrderMaxRange positions).
 constexpr int kOrderThreads = 256;
 constexpr int kOrderRange = 32768;
+constexpr int kOrderMaxRange = 1 << 20;  // 128 KB
 
 TopkTuning g_tuning;
 
@@ -1106,7 +1107,8 @@ __global__ void __launch_bounds__(NT, 1)
 // (atomics), and the sparse attention that reads them sums in that order: GPU decode would not be reproducible
 // run to run. This kernel writes each row ascending by position, ties at the k-th key resolved to the lowest
 // positions: the CPU reference's result (CpuOps::indexer_topk). CTA (c, r) owns positions [c·R, (c+1)·R) of row r
-// (R = kOrderRange), so a 1M row is ordered by 32 CTAs at once and none waits for another:
+// (R = 32K for one row of 1M: 32 CTAs; more per CTA when there are many rows, so that each row's k entries are not
+// read by more CTAs than fill the GPU), and none waits for another:
 //   1. it reads the row's k entries (L2), counts those before its range and sets a bit per entry inside it;
 //   2. entries marked by tie_entry (more items equal the k-th key than belong to the top k: the row's last n_eq
 //      entries) stand for the lowest-positioned items equal to that key: it finds them by scanning the row in
@@ -1117,14 +1119,15 @@ __global__ void __launch_bounds__(NT, 1)
 template <int NT>
 __global__ void __launch_bounds__(NT)
     topk_order_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
-                      const int32_t* __restrict__ sel_all, int32_t* __restrict__ out_idx, TopkSlotMap slots,
+                      const int32_t* __restrict__ sel_all, int32_t* __restrict__ out_idx, TopkSlotMap slots, int range,
                       unsigned long long* dbg) {
-    constexpr int kWarps = NT / 32, kWords = kOrderRange / 32;
-    __shared__ uint32_t bits[kWords];
+    constexpr int kWarps = NT / 32;
+    extern __shared__ uint32_t bits[];  // [range / 32]
+    const int n_words = range / 32;
     __shared__ typename cub::BlockScan<int, NT>::TempStorage scan;
     __shared__ int s_warp[kWarps], s_a[kWarps], s_b[kWarps], s_c[kWarps];
     const int64_t r = blockIdx.y;
-    const int begin = static_cast<int>(blockIdx.x) * kOrderRange;
+    const int begin = static_cast<int>(blockIdx.x) * range;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     unsigned long long* dbgr = r == 0 && blockIdx.x == 0 ? dbg : nullptr;
     pdl_wait();
@@ -1137,9 +1140,9 @@ __global__ void __launch_bounds__(NT)
         return;
     }
     if (begin >= len) return;
-    const int end = min(len, begin + kOrderRange);
+    const int end = min(len, begin + range);
     const int32_t* sel = sel_all + r * k;
-    for (int i = threadIdx.x; i < kWords; i += NT) bits[i] = 0;
+    for (int i = threadIdx.x; i < n_words; i += NT) bits[i] = 0;
     __syncthreads();
     int before = 0, marked = 0, tie_idx = -1;
     constexpr int kLoads = 8;  // entries per thread in flight (one L2 round trip for k = 2048)
@@ -1209,8 +1212,8 @@ __global__ void __launch_bounds__(NT)
     __syncthreads();  // every bit is set
     stamp(dbgr, 13);
     const int words = (end - begin + 31) >> 5;
-    constexpr int kSpan = kWords / kWarps;
-    const int wb = warp * kSpan, we = min(words, wb + kSpan);
+    const int span = n_words / kWarps;  // range: a multiple of 32 · 32 · kWarps
+    const int wb = warp * span, we = min(words, wb + span);
     int c = 0;
     for (int i = wb + lane; i < we; i += 32) c += __popc(bits[i]);
     c = __reduce_add_sync(0xffffffffu, c);
@@ -1292,10 +1295,20 @@ int sm_count() {
 
 // Writes out_idx in canonical order from the rows the selection kernels left in `sel` (topk_order_kernel).
 void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, bool pdl) {
-    const unsigned ranges = static_cast<unsigned>((p.row_stride + kOrderRange - 1) / kOrderRange);
-    launch_ex(topk_order_kernel<kOrderThreads>, dim3(ranges, static_cast<unsigned>(p.n_rows)), dim3(kOrderThreads), 0,
-              stream, pdl, p.values, p.lengths, p.row_stride, static_cast<int>(p.k), sel, p.out_idx, p.slots,
-              g_tuning.debug_times);
+    per_device_once([] {
+        return cudaFuncSetAttribute(topk_order_kernel<kOrderThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kOrderMaxRange / 8);
+    });
+    // Ranges per row: about two CTAs per SM over all rows, each a multiple of kOrderRange positions.
+    const int64_t units = (p.row_stride + kOrderRange - 1) / kOrderRange;
+    const int64_t want = std::max<int64_t>(1, (2 * sm_count() + p.n_rows - 1) / p.n_rows);
+    int64_t per = (units + std::min(want, units) - 1) / std::min(want, units);  // kOrderRange units per CTA
+    per = std::min<int64_t>(per, kOrderMaxRange / kOrderRange);
+    const int range = static_cast<int>(per * kOrderRange);
+    const unsigned ranges = static_cast<unsigned>((p.row_stride + range - 1) / range);
+    launch_ex(topk_order_kernel<kOrderThreads>, dim3(ranges, static_cast<unsigned>(p.n_rows)), dim3(kOrderThreads),
+              static_cast<size_t>(range / 8), stream, pdl, p.values, p.lengths, p.row_stride, static_cast<int>(p.k),
+              sel, p.out_idx, p.slots, range, g_tuning.debug_times);
 }
 
 }  // namespace
