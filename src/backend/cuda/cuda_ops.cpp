@@ -123,7 +123,7 @@ void* DeviceAllocator::allocate(size_t bytes, size_t* capacity) {
 void DeviceAllocator::release(void* p, size_t capacity) {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_ -= static_cast<int64_t>(capacity);
-    if (graph_owned_.empty() || graph_owned_.count(p) == 0)
+    if (graph_owned_.count(p) == 0)
         free_.emplace(capacity, p);
     else
         parked_.insert(p);

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/fp8_gemv.h"
+#include "backend/cuda/per_device.cuh"
 
 namespace megactx::cuda {
 
@@ -114,22 +115,13 @@ __global__ void __launch_bounds__(kWarps * 32, N == 1 ? 3 : 2) fp8_gemv_kernel(F
     cluster.sync();  // the other splits keep their shared memory until split 0 has read it
 }
 
-int n_sms() {
-    static const int n = [] {
-        int dev = 0, v = 132;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-        return v;
-    }();
-    return n;
-}
-
 template <int N>
 cudaError_t launch(const Fp8GemvParams& p, cudaStream_t stream) {
     const int64_t ctas = (p.out + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp);
     const int64_t n_chunks = (p.in + kChunk - 1) / kChunk;
     // Column splits: enough CTAs for two per SM, at most one per chunk of x and kMaxSplits.
-    const int64_t splits = std::clamp<int64_t>((2 * n_sms() + ctas - 1) / ctas, 1, std::min(n_chunks, kMaxSplits));
+    const int64_t splits =
+        std::clamp<int64_t>((2 * device_sm_count() + ctas - 1) / ctas, 1, std::min(n_chunks, kMaxSplits));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(splits));
     cfg.blockDim = dim3(kWarps * 32);

@@ -5,9 +5,9 @@
 // idempotent setup.
 #pragma once
 
-#include <atomic>
-
 #include <cuda_runtime.h>
+
+#include <atomic>
 
 namespace megactx::cuda {
 
@@ -26,6 +26,19 @@ cudaError_t per_device_once(F setup) {
         state[dev].store(s, std::memory_order_release);
     }
     return s == 1 ? cudaSuccess : static_cast<cudaError_t>(s - 2);
+}
+
+// SMs of the current device, read once per device (132 on an H200; 132 if the query fails).
+inline int device_sm_count() {
+    static std::atomic<int> n[kMaxDevices] = {};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 132;
+    int v = n[dev].load(std::memory_order_relaxed);
+    if (v == 0) {
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 132;
+        n[dev].store(v, std::memory_order_relaxed);
+    }
+    return v;
 }
 
 }  // namespace megactx::cuda

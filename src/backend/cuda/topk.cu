@@ -1283,16 +1283,6 @@ FewLayout few_layout(int64_t n_rows) {
 // Long rows: the selection kernels' rows (before topk_order_kernel) at the start of the scratch.
 size_t sel_bytes(int64_t n_rows, int64_t k) { return align256(static_cast<size_t>(n_rows * k) * sizeof(int32_t)); }
 
-int sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-        return v > 0 ? v : 132;
-    }();
-    return n;
-}
-
 // Writes out_idx in canonical order from the rows the selection kernels left in `sel` (topk_order_kernel).
 void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, bool pdl) {
     per_device_once([] {
@@ -1301,7 +1291,7 @@ void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, 
     });
     // Ranges per row: about two CTAs per SM over all rows, each a multiple of kOrderRange positions.
     const int64_t units = (p.row_stride + kOrderRange - 1) / kOrderRange;
-    const int64_t want = std::max<int64_t>(1, (2 * sm_count() + p.n_rows - 1) / p.n_rows);
+    const int64_t want = std::max<int64_t>(1, (2 * device_sm_count() + p.n_rows - 1) / p.n_rows);
     int64_t per = (units + std::min(want, units) - 1) / std::min(want, units);  // kOrderRange units per CTA
     per = std::min<int64_t>(per, kOrderMaxRange / kOrderRange);
     const int range = static_cast<int>(per * kOrderRange);
@@ -1339,7 +1329,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
     const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
     const bool few = tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows && p.k <= kFewCap &&
-                     p.n_rows <= sm_count() && p.row_stride > kFewMinStride &&
+                     p.n_rows <= device_sm_count() && p.row_stride > kFewMinStride &&
                      p.scratch_bytes >= topk_scratch_bytes(p.n_rows, p.row_stride, p.k);
     const auto launch_short = [&] {
         per_device_once([] {
@@ -1361,7 +1351,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         // CTAs per row: at most the SMs per row, rounded down to a multiple of 8 (132 -> 128: a few SMs stay free
         // for the init kernel and the previous kernel's tail; 1 x 1M: 23.1 us at G = 128, 25.9 at G = 132).
         const bool half = tu.few_threads == 512;
-        int64_t g_max = std::min<int64_t>(sm_count() / p.n_rows, std::min(kFewGMax, half ? 512 : 1024));
+        int64_t g_max = std::min<int64_t>(device_sm_count() / p.n_rows, std::min(kFewGMax, half ? 512 : 1024));
         if (g_max >= 16) g_max &= ~int64_t{7};
         const int G = static_cast<int>(want < g_max ? want : g_max);
         const int64_t per_max = (p.row_stride + G - 1) / G;
@@ -1409,7 +1399,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (ev) cudaEventRecord(ev[1], stream);
     // Work items: the smallest of 1K..4K elements that gives at most one wave (4 CTAs/SM), 4K for big batches.
     int chunk = kFilterChunkMin;
-    const int64_t want_items = 4 * static_cast<int64_t>(sm_count());
+    const int64_t want_items = 4 * static_cast<int64_t>(device_sm_count());
     while (chunk < kFilterChunkMax && p.n_rows * ((p.row_stride + chunk - 1) / chunk) > want_items) chunk *= 2;
     if (tu.filter_chunk >= kFilterChunkMin && tu.filter_chunk % kFilterChunkMin == 0) chunk = tu.filter_chunk;
     const int chunks_per_row = static_cast<int>((p.row_stride + chunk - 1) / chunk);
@@ -1417,7 +1407,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     const int n_work = static_cast<int>(n_work64);
     int grid = n_work;
     if (tu.filter_ctas_per_sm > 0) {
-        const int64_t g = static_cast<int64_t>(tu.filter_ctas_per_sm) * sm_count();
+        const int64_t g = static_cast<int64_t>(tu.filter_ctas_per_sm) * device_sm_count();
         grid = static_cast<int>(g < n_work64 ? g : n_work64);
     }
     const bool vec = (reinterpret_cast<uintptr_t>(p.values) & 15) == 0 && (p.row_stride & 3) == 0;
