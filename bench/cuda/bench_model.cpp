@@ -209,10 +209,14 @@ int main(int argc, char** argv) {
                                               {"decode_graph_tok_s", 1e3 * static_cast<double>(B) / gdec},
                                               {"prefill_chunk", chunk},
                                               {"prefill_ms", prefill_ms},
-                                              {"prefill_tok_s", prefill_tok_s}});
+                                              {"prefill_tok_s", prefill_tok_s},
+                                              {"weight_bytes", cuda_memory_stats(*ops).weight_bytes}});
                 }
                 seq.free(kv.blocks());
             }
+            // Device memory of the weights (FP8 checkpoints: e4m3 + scales, plus any bf16 copies GEMMs made).
+            std::printf("%-28s weights on the device: %.2f GiB\n", dir.substr(dir.find_last_of('/') + 1).c_str(),
+                        static_cast<double>(cuda_memory_stats(*ops).weight_bytes) / (1 << 30));
         }
         if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
     } catch (const std::exception& e) {

@@ -17,6 +17,10 @@ struct CudaOptions {
     // Every GEMM in fp32 (bf16 / FP8 weights widened once, activations not rounded): the GPU then follows the
     // CPU oracle on any checkpoint, at fp32 GEMM speed and 2-4x weight memory. For tests and debugging.
     bool gemm_f32 = false;
+    // FP8 checkpoints' GEMMs beyond the few-row GEMV as W8A8 (activations quantised per 1 × 128 group, e4m3 weights
+    // read as they are; what vLLM and SGLang run). false: through a bf16 copy of each weight and bf16 activations
+    // (3 bytes per weight on the device instead of 1, slower; for A/B). MEGACTX_FP8_GEMM=0 sets it false.
+    bool fp8_gemm = true;
 };
 
 struct CudaMemoryStats {
@@ -24,7 +28,7 @@ struct CudaMemoryStats {
     int64_t in_use_bytes = 0;    // held by live tensors and uploaded weights
     int64_t weight_bytes = 0;    // uploaded weights and norm vectors
     int64_t budget_bytes = 0;
-    int64_t n_cuda_malloc = 0;   // cudaMalloc calls so far (flat in steady state)
+    int64_t n_cuda_malloc = 0;  // cudaMalloc calls so far (flat in steady state)
 };
 
 std::unique_ptr<Ops> make_cuda_ops(const CudaOptions& options);

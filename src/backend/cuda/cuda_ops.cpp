@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention_ref.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.h"
@@ -189,6 +190,8 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     fast_ = ref == nullptr || std::strcmp(ref, "0") == 0;
     alloc_ = std::make_shared<DeviceAllocator>(options.device, options.memory_budget_bytes, stream_);
     workspace_ = alloc(DType::F32, {kWorkspaceBytes / 4});
+    const char* fp8_gemm = std::getenv("MEGACTX_FP8_GEMM");
+    if (fp8_gemm != nullptr && std::strcmp(fp8_gemm, "0") == 0) options_.fp8_gemm = false;
     const char* sync = std::getenv("MEGACTX_CUDA_SYNC");
     sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
 }
@@ -448,31 +451,40 @@ Tensor CudaOps::to_bf16(const Tensor& x) {
     return b;
 }
 
-void CudaOps::gemm(const Gemm& g) {
-    if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+const CudaOps::GemmPlan& CudaOps::gemm_plan(const Gemm& g) {
+    MEGACTX_CHECK(!g.fp8 || (g.trans_a && g.batch == 1 && g.a_scale && g.b_scale),
+                  "gemm: FP8 needs Aᵀ, scales, batch 1");
     // cuBLASLt picks kernels by operand alignment; with batches every batch's start counts, not only the first.
-    const int64_t esize = g.bf16 ? 2 : 4;
+    const int64_t esize = g.fp8 ? 1 : g.bf16 ? 2 : 4;
     auto align_of = [&](const void* p, int64_t stride_bytes) {
         const uint32_t a = ptr_alignment(p);
         return g.batch > 1 ? std::min(a, ptr_alignment(reinterpret_cast<const void*>(stride_bytes))) : a;
     };
     const uint32_t al_a = align_of(g.a, g.stride_a * esize), al_b = align_of(g.b, g.stride_b * esize),
                    al_c = align_of(g.c, g.stride_c * 4);
+    const int type = g.fp8 ? 2 : g.bf16 ? 1 : 0;
     char key[320];
     std::snprintf(key, sizeof key, "%d/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%lld/%d/%u/%u/%u",
                   g.trans_a ? 1 : 0, static_cast<long long>(g.m), static_cast<long long>(g.n),
                   static_cast<long long>(g.k), static_cast<long long>(g.lda), static_cast<long long>(g.ldb),
                   static_cast<long long>(g.ldc), static_cast<long long>(g.stride_a), static_cast<long long>(g.stride_b),
-                  static_cast<long long>(g.stride_c), static_cast<long long>(g.batch), g.bf16 ? 1 : 0, al_a, al_b,
-                  al_c);
+                  static_cast<long long>(g.stride_c), static_cast<long long>(g.batch), type, al_a, al_b, al_c);
     auto it = plans_.find(key);
     if (it == plans_.end()) {
         GemmPlan p;
-        const cudaDataType ab = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+        const cudaDataType ab = g.fp8 ? CUDA_R_8F_E4M3 : g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
         MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
         MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
         MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        if (g.fp8) {
+            const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                          b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+            MEGACTX_CUBLAS_CHECK(
+                cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+            MEGACTX_CUBLAS_CHECK(
+                cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+        }
         const auto rows_a = static_cast<uint64_t>(g.trans_a ? g.k : g.m),
                    cols_a = static_cast<uint64_t>(g.trans_a ? g.m : g.k);
         MEGACTX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, rows_a, cols_a, g.lda));
@@ -507,16 +519,78 @@ void CudaOps::gemm(const Gemm& g) {
         int n_res = 0;
         const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &n_res);
         cublasLtMatmulPreferenceDestroy(pref);
-        MEGACTX_CHECK(st == CUBLAS_STATUS_SUCCESS && n_res > 0,
-                      "cuBLASLt has no algorithm for GEMM {} (status {}, {} results)", key, static_cast<int>(st),
-                      n_res);
-        p.algo = res.algo;
+        if (g.fp8 && (st != CUBLAS_STATUS_SUCCESS || n_res == 0)) {
+            p.ok = false;  // the caller takes another path; the plan (descriptors) is kept for the destructor
+        } else {
+            MEGACTX_CHECK(st == CUBLAS_STATUS_SUCCESS && n_res > 0,
+                          "cuBLASLt has no algorithm for GEMM {} (status {}, {} results)", key, static_cast<int>(st),
+                          n_res);
+            p.algo = res.algo;
+        }
         it = plans_.emplace(key, p).first;
     }
-    const GemmPlan& p = it->second;
+    return it->second;
+}
+
+bool CudaOps::gemm(const Gemm& g) {
+    if (g.m == 0 || g.n == 0 || g.batch == 0) return true;
+    const GemmPlan& p = gemm_plan(g);
+    if (!p.ok) return false;
+    if (g.fp8) {  // the scales are per call (per weight and per activation buffer); the descriptor is shared
+        MEGACTX_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof g.a_scale));
+        MEGACTX_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof g.b_scale));
+    }
     const float alpha = 1.0f, beta = 0.0f;
     MEGACTX_CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, g.a, p.a, g.b, p.b, &beta, g.c, p.c, g.c, p.c, &p.algo,
                                         workspace_.data, kWorkspaceBytes, stream_));
+    return true;
+}
+
+// W8A8: the activations are quantised per 1 × 128 group (act_quant.h), the weight's e4m3 codes and 128 × 128
+// block scales are read as they are (no bf16 copy). cuBLASLt (CUDA 13, sm_90) wants, as measured on the H200:
+// the token count a multiple of 4 (so it is padded, with the output staged when it is), k a multiple of 16, and
+// the weight scales' rows padded to a multiple of 4 floats; other shapes it refuses, and the caller falls back.
+bool CudaOps::linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y) {
+    const int64_t n = rows_of(x), in = dw.cols, out = dw.rows;
+    const int64_t n_pad = (n + 3) / 4 * 4, kb = (in + 127) / 128, kb4 = (kb + 3) / 4 * 4, mb = (out + 127) / 128;
+    if (in % 16 != 0 || dw.block != 128 || n == 0) return false;
+    const float* w_scales = dw.scales.f32();
+    if (kb4 != kb) {
+        if (dw.lt_scales.data == nullptr) {
+            dw.lt_scales = alloc(DType::F32, {mb * kb4});
+            MEGACTX_CUDA_CHECK(cudaMemsetAsync(dw.lt_scales.data, 0, static_cast<size_t>(mb * kb4) * 4, stream_));
+            MEGACTX_CUDA_CHECK(launch_copy_2d(dw.lt_scales.f32(), kb4, dw.scales.f32(), kb, mb, kb, stream_));
+            alloc_->add_weight_bytes(mb * kb4 * 4);
+        }
+        w_scales = dw.lt_scales.f32();
+    }
+    Tensor q = alloc(DType::F8_E4M3, {n_pad, in});
+    Tensor qs = alloc(DType::F32, {kb, n_pad});
+    Tensor staged;
+    if (n_pad != n) staged = alloc(DType::F32, {n_pad, out});
+    Gemm g;
+    g.trans_a = true;
+    g.fp8 = true;
+    g.m = out;
+    g.n = n_pad;
+    g.k = in;
+    g.lda = in;
+    g.ldb = in;
+    g.ldc = out;
+    g.a = dw.data.data;
+    g.b = q.data;
+    g.c = n_pad != n ? staged.f32() : y.f32();
+    g.a_scale = w_scales;
+    g.b_scale = qs.f32();
+    if (!gemm_plan(g).ok) return false;
+    MEGACTX_CUDA_CHECK(launch_act_quant_fp8(x.f32(), n, in, n_pad, static_cast<uint8_t*>(q.data), qs.f32(), stream_));
+    gemm(g);
+    if (n_pad != n)
+        MEGACTX_CUDA_CHECK(
+            cudaMemcpyAsync(y.data, staged.data, static_cast<size_t>(n * out) * 4, cudaMemcpyDeviceToDevice, stream_));
+    return true;
 }
 
 void CudaOps::embedding(const Tensor& tokens, const Weight& table, Tensor& out) {
@@ -559,6 +633,10 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
         p.in = in;
         p.block = dw.block;
         MEGACTX_CUDA_CHECK(launch_fp8_gemv(p, stream_));
+        after_op("linear");
+        return;
+    }
+    if (dw.dtype == DType::F8_E4M3 && !options_.gemm_f32 && options_.fp8_gemm && linear_fp8(x, dw, y)) {
         after_op("linear");
         return;
     }

@@ -1,7 +1,9 @@
 // CudaOps: the op table on one CUDA device (design.md §6). Host glue only: device memory comes from a caching
 // allocator with a budget, checkpoint weights are uploaded once (lazily, keyed by their host pointer), GEMMs go
-// to cuBLASLt (fp32 weights: fp32 GEMM, no TF32; bf16 weights: bf16 × bf16 → fp32; FP8 weights: dequantised to
-// bf16 once at upload), every other op is a kernel family of this folder. Activations are fp32, indices int32.
+// to cuBLASLt (fp32 weights: fp32 GEMM, no TF32; bf16 weights: bf16 × bf16 → fp32; FP8 weights: the W8A8
+// block-scaled FP8 GEMM, activations quantised per 1 × 128 group (act_quant.h), or for shapes cuBLASLt refuses a
+// bf16 copy of the weight made on first use; up to 8 rows the FP8 GEMV), every other op is a kernel family of this
+// folder. Activations are fp32, indices int32.
 // KV pools may be F32, BF16 or FP8 (kv_format.h); the cache ops read and write all three. One stream; host
 // transfers (upload_i32, upload, download) are synchronous.
 #pragma once
@@ -105,10 +107,12 @@ class CudaOps final : public Ops {
     void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;
 
   private:
-    // A checkpoint weight on the device: fp32, bf16 or e4m3 (+ fp32 block scales and, for GEMMs, a bf16 copy).
+    // A checkpoint weight on the device: fp32, bf16 or e4m3 (+ fp32 block scales [ceil(rows/128), ceil(cols/128)];
+    // lt_scales: the same with each row padded to a multiple of 4 floats, as cuBLASLt's BLK128x128_32F mode reads
+    // them, made on first use when the padding is needed; bf16 / f32: copies for the GEMMs that need them).
     struct DeviceWeight {
         DType dtype = DType::F32;  // F32, BF16 or F8_E4M3 (F16 checkpoints are widened to F32)
-        Tensor data, scales, bf16, f32;
+        Tensor data, scales, lt_scales, bf16, f32;
         int64_t rows = 0, cols = 0, block = 128;
     };
     // One GEMM in cuBLASLt's column-major terms: C[m, n] = op(A)[m, k] · B[k, n], batched with strides.
@@ -117,6 +121,11 @@ class CudaOps final : public Ops {
         int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
         int64_t stride_a = 0, stride_b = 0, stride_c = 0, batch = 1;
         bool bf16 = false;  // A and B bf16 (else fp32); C always fp32
+        // A and B e4m3 with block scales (trans_a, batch 1 only): A scaled per 128 × 128 block (a_scale
+        // [ceil(m/128)][roundup(ceil(k/128), 4)]), B per 128 values along k (b_scale [ceil(k/128)][n]).
+        bool fp8 = false;
+        const float* a_scale = nullptr;
+        const float* b_scale = nullptr;
         const void* a = nullptr;
         const void* b = nullptr;
         float* c = nullptr;
@@ -125,6 +134,7 @@ class CudaOps final : public Ops {
         cublasLtMatmulDesc_t op = nullptr;
         cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
         cublasLtMatmulAlgo_t algo{};
+        bool ok = true;  // false: cuBLASLt has no algorithm for this FP8 GEMM (remembered, the caller falls back)
     };
 
     // One MoE layer's experts as a device table of weight pointers (moe.h MoeSmallParams), built on first use.
@@ -150,7 +160,12 @@ class CudaOps final : public Ops {
     const float* vec(const std::vector<float>& v);
     // RoPE inverse frequencies [dim / 2] for (theta, dim), computed on the host like CpuOps::rope, cached.
     const float* inv_freq(float theta, int64_t dim);
-    void gemm(const Gemm& g);
+    // The cached cuBLASLt plan for g's shape and alignments (made on first use; ok = false for an FP8 GEMM that
+    // cuBLASLt has no algorithm for, any other failure throws). gemm runs g; false when its plan is not ok.
+    const GemmPlan& gemm_plan(const Gemm& g);
+    bool gemm(const Gemm& g);
+    // y = x · Wᵀ through the W8A8 FP8 GEMM; false (nothing launched) when cuBLASLt refuses the shape.
+    bool linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y);
     Tensor to_bf16(const Tensor& x);
     void after_op(const char* name);
 

@@ -1,0 +1,144 @@
+// bench_gemm: the prefill GEMMs of an FP8 checkpoint through CudaOps::linear, W8A8 (activations quantised per
+// 1 × 128 group, e4m3 weights with 128 × 128 block scales read as they are: CudaOptions::fp8_gemm) against the bf16
+// path it replaced (a bf16 copy of each weight, activations rounded to bf16). Shapes are GLM-5.2's projections of
+// one layer (model-spec §1.1) at a prefill chunk of --rows tokens, and one routed expert at --expert-rows tokens.
+// Time per call = events around --reps back-to-back calls after a warm-up (activation quantisation or bf16
+// conversion included), TFLOP/s = 2 · rows · in · out / time. Also prints the weight bytes each path holds.
+//
+//   bench_gemm [--rows 4096] [--expert-rows 256] [--reps 20] [--json PATH]
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_info.h"
+#include "bench_util.h"
+
+using namespace megactx;
+
+namespace {
+
+#define CK(expr)                                                                   \
+    do {                                                                           \
+        const cudaError_t e_ = (expr);                                             \
+        MEGACTX_CHECK(e_ == cudaSuccess, "{}: {}", #expr, cudaGetErrorString(e_)); \
+    } while (0)
+
+struct Shape {
+    const char* name;
+    int64_t out, in;
+    bool expert;  // runs at --expert-rows
+};
+
+// An FP8 weight [out, in]: random e4m3 codes of magnitude ≤ 448, block scales around 1e-3.
+Weight random_fp8_weight(const Shape& s, std::mt19937& rng, std::vector<uint8_t>& codes) {
+    codes.resize(static_cast<size_t>(s.out * s.in));
+    std::uniform_int_distribution<int> byte(0, 0x7d);
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(byte(rng) | (rng() & 1 ? 0x80 : 0));
+    const int64_t rb = (s.out + 127) / 128, cb = (s.in + 127) / 128;
+    std::uniform_real_distribution<float> u(0.5e-3f, 2e-3f);
+    Weight w;
+    w.name = s.name;
+    w.dtype = DType::F8_E4M3;
+    w.rows = s.out;
+    w.cols = s.in;
+    w.scale_inv.resize(static_cast<size_t>(rb * cb));
+    for (float& x : w.scale_inv) x = u(rng);
+    w.data = codes.data();
+    return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"bench_gemm: FP8 prefill GEMMs, W8A8 against the bf16 copy"};
+    int64_t rows = 4096, expert_rows = 256, reps = 20;
+    std::string json_path;
+    app.add_option("--rows", rows, "tokens of the prefill chunk")->check(CLI::Range(1, 65536));
+    app.add_option("--expert-rows", expert_rows, "tokens routed to the one expert")->check(CLI::Range(1, 65536));
+    app.add_option("--reps", reps)->check(CLI::Range(1, 10000));
+    app.add_option("--json", json_path);
+    CLI11_PARSE(app, argc, argv);
+    try {
+        const std::vector<Shape> shapes = {
+            {"q_a (6144 -> 2048)", 2048, 6144, false},          {"kv_a (6144 -> 576)", 576, 6144, false},
+            {"q_b (2048 -> 16384)", 16384, 2048, false},        {"o (16384 -> 6144)", 6144, 16384, false},
+            {"dense gate (6144 -> 12288)", 12288, 6144, false}, {"dense down (12288 -> 6144)", 6144, 12288, false},
+            {"expert gate (6144 -> 2048)", 2048, 6144, true},   {"expert down (2048 -> 6144)", 6144, 2048, true},
+        };
+        const cuda::DeviceInfo dev = cuda::device_info(0);
+        nlohmann::json out = {{"bench", "bench_gemm"},
+                              {"device", dev.name},
+                              {"date", bench::utc_now()},
+                              {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)},
+                              {"rows", rows},
+                              {"expert_rows", expert_rows},
+                              {"reps", reps},
+                              {"results", nlohmann::json::array()}};
+        std::printf("%-28s %6s %12s %10s %12s %10s %8s\n", "GEMM", "rows", "W8A8 us", "TFLOP/s", "bf16 us", "TFLOP/s",
+                    "speedup");
+        std::mt19937 rng(7);
+        int64_t weight_bytes[2] = {0, 0};
+        for (const Shape& s : shapes) {
+            std::vector<uint8_t> codes;
+            const Weight w = random_fp8_weight(s, rng, codes);
+            const int64_t n = s.expert ? expert_rows : rows;
+            double us[2] = {0, 0};
+            for (int path = 0; path < 2; ++path) {  // 0: W8A8, 1: bf16 copy
+                CudaOptions o;
+                o.fp8_gemm = path == 0;
+                auto ops = make_cuda_ops(o);
+                auto* cops = dynamic_cast<cuda::CudaOps*>(ops.get());
+                Tensor x = ops->alloc(DType::F32, {n, s.in});
+                std::vector<float> hx(static_cast<size_t>(n * s.in));
+                std::normal_distribution<float> nd(0.0f, 1.0f);
+                for (float& v : hx) v = nd(rng);
+                ops->upload(hx.data(), x);
+                Tensor y = ops->alloc(DType::F32, {n, s.out});
+                for (int i = 0; i < 3; ++i) ops->linear(x, w, y);  // weight upload, plans, warm-up
+                cudaEvent_t e0, e1;
+                CK(cudaEventCreate(&e0));
+                CK(cudaEventCreate(&e1));
+                CK(cudaEventRecord(e0, cops->stream()));
+                for (int64_t i = 0; i < reps; ++i) ops->linear(x, w, y);
+                CK(cudaEventRecord(e1, cops->stream()));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                us[path] = 1e3 * ms / static_cast<double>(reps);
+                weight_bytes[path] += cuda_memory_stats(*ops).weight_bytes;
+                CK(cudaEventDestroy(e0));
+                CK(cudaEventDestroy(e1));
+            }
+            const double flop = 2.0 * static_cast<double>(n) * static_cast<double>(s.in) * static_cast<double>(s.out);
+            std::printf("%-28s %6lld %12.1f %10.0f %12.1f %10.0f %7.2fx\n", s.name, static_cast<long long>(n), us[0],
+                        flop / us[0] / 1e6, us[1], flop / us[1] / 1e6, us[1] / us[0]);
+            out["results"].push_back({{"gemm", s.name},
+                                      {"rows", n},
+                                      {"in", s.in},
+                                      {"out", s.out},
+                                      {"w8a8_us", us[0]},
+                                      {"w8a8_tflops", flop / us[0] / 1e6},
+                                      {"bf16_copy_us", us[1]},
+                                      {"bf16_copy_tflops", flop / us[1] / 1e6}});
+        }
+        std::printf("weight bytes on the device for these %zu weights: W8A8 %.1f MiB, bf16 path %.1f MiB\n",
+                    shapes.size(), static_cast<double>(weight_bytes[0]) / (1 << 20),
+                    static_cast<double>(weight_bytes[1]) / (1 << 20));
+        out["weight_bytes_w8a8"] = weight_bytes[0];
+        out["weight_bytes_bf16_path"] = weight_bytes[1];
+        if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
