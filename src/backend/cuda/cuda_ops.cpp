@@ -484,6 +484,11 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const Gemm& g) {
                 cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
             MEGACTX_CUBLAS_CHECK(
                 cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+            // The heuristic refuses block-scaled GEMMs without scale pointers; these are replaced at each run.
+            MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale,
+                                                                sizeof g.a_scale));
+            MEGACTX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale,
+                                                                sizeof g.b_scale));
         }
         const auto rows_a = static_cast<uint64_t>(g.trans_a ? g.k : g.m),
                    cols_a = static_cast<uint64_t>(g.trans_a ? g.m : g.k);
@@ -521,6 +526,11 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const Gemm& g) {
         cublasLtMatmulPreferenceDestroy(pref);
         if (g.fp8 && (st != CUBLAS_STATUS_SUCCESS || n_res == 0)) {
             p.ok = false;  // the caller takes another path; the plan (descriptors) is kept for the destructor
+            std::fprintf(stderr,
+                         "megactx: cuBLASLt has no W8A8 FP8 algorithm for %lld x %lld x %lld (status %d); this shape "
+                         "runs through a bf16 copy of its weights\n",
+                         static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                         static_cast<int>(st));
         } else {
             MEGACTX_CHECK(st == CUBLAS_STATUS_SUCCESS && n_res > 0,
                           "cuBLASLt has no algorithm for GEMM {} (status {}, {} results)", key, static_cast<int>(st),
