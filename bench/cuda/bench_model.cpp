@@ -9,7 +9,8 @@
 //   prefill: a chunk of --chunk tokens at positions L − chunk .. L − 1 (so the last query sees L keys),
 //            tokens/s = chunk / time, median over --prefill-reps runs.
 // Every step is a full `GlmDsaModel::forward` through CudaOps (plan upload, all layers, LM head, host sync),
-// without CUDA graphs: the CPU launch overhead is part of the figure.
+// without CUDA graphs: the CPU launch overhead is part of the figure. Each model's device weight bytes are printed
+// (and in every JSON row) after its runs.
 //
 // With --tp N the model runs tensor parallel on N GPUs (NCCL; --expert-parallel splits the experts; --tp-transport
 // thread puts the ranks on one GPU): every rank's KV pools are filled the same way.
