@@ -158,9 +158,10 @@ TEST_F(CudaOpsTest, Linear) {
         int64_t n, in, out;
         double tol;
     };
-    // fp32 weights: fp32 GEMM; bf16: activations rounded to bf16. fp8, up to 8 rows: the FP8 GEMV (fp8_gemv.h)
-    // reads the e4m3 weights and scales with fp32 activations, like the CPU: fp32 rounding only. Its cases cover
-    // partial 128-blocks in both directions, inputs beyond one 1024-column stage, and 1..8 rows. fp8, more rows:
+    // fp32 weights: fp32 GEMM; bf16: activations rounded to bf16. fp8, up to 8 rows: the FP8 GEMV (fp8_gemv.h,
+    // staged or segmented kernel) reads the e4m3 weights and scales with fp32 activations, like the CPU: fp32
+    // rounding only. Its cases cover partial 128-blocks in both directions, inputs beyond one 1024-column stage,
+    // and 1..8 rows. fp8, more rows:
     // the W8A8 GEMM (LinearFp8W8A8 below), except where cuBLASLt refuses the shape (an input width that is not a
     // multiple of 16, 130 output rows): then a bf16 copy of the weight and bf16 activations, 1.5e-2.
     for (const C c :
@@ -169,7 +170,13 @@ TEST_F(CudaOpsTest, Linear) {
           C{DType::F8_E4M3, 3, 256, 384, 1e-5}, C{DType::F8_E4M3, 9, 300, 200, 1.5e-2},
           C{DType::F8_E4M3, 1, 2500, 130, 1e-5}, C{DType::F8_E4M3, 8, 1028, 257, 1e-5},
           C{DType::F8_E4M3, 2, 132, 1, 1e-5}, C{DType::F8_E4M3, 5, 4096, 96, 1e-5},
-          C{DType::F8_E4M3, 2, 130, 64, 1.5e-2}, C{DType::F8_E4M3, 37, 256, 130, 1.5e-2}}) {
+          C{DType::F8_E4M3, 2, 130, 64, 1.5e-2}, C{DType::F8_E4M3, 37, 256, 130, 1.5e-2},
+          // the segmented GEMV (one row; two rows from 4096 columns): 1 to 8 column segments, output rows not a
+          // multiple of 4 (a warp's last rows clamped), partial scale blocks, a segment end inside a 512-column step
+          C{DType::F8_E4M3, 1, 6144, 576, 1e-5}, C{DType::F8_E4M3, 1, 2048, 4102, 1e-5},
+          C{DType::F8_E4M3, 1, 384, 200, 1e-5}, C{DType::F8_E4M3, 1, 16384, 6, 1e-5},
+          C{DType::F8_E4M3, 2, 4096, 1001, 1e-5}, C{DType::F8_E4M3, 2, 6144, 64, 1e-5},
+          C{DType::F8_E4M3, 2, 2048, 300, 1e-5}}) {
         const Weight w = make_weight(c.t, c.out, c.in);
         const auto x = randv(c.n * c.in);
         std::vector<float> out[3];

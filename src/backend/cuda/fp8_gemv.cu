@@ -1,12 +1,23 @@
-// FP8 block-scaled GEMV for decode (contract: fp8_gemv.h).
-// CTA = 8 warps, each warp four output rows for all n rows of x; x is staged in shared memory 1024 columns at a
-// time. Per chunk a lane loads 4 e4m3 (one 32-bit word) of each row at columns lane·4 + 128·q, q = 0..7: a warp's
-// load is 128 contiguous bytes, the 8 × 4 loads of a chunk are all in flight (32 KB per CTA), and each q lies in
-// one 128-column scale block, so the scale is one warp-uniform load per (row, q).
-// Measured (ncu, H200, base clocks, cold caches): ~1.9 TB/s on the o_proj shape, where cuBLASLt's bf16 GEMV of the
-// same rows reaches ~4 TB/s, so the FP8 bytes saved buy ~10% of the decode step, not 2× on these GEMVs. A variant
-// without the staging barriers (x through L1, the next step's weights prefetched into registers: 127-223
-// registers) was slower still (1.4 TB/s): fewer warps per SM. Closing that gap is open work.
+// FP8 block-scaled GEMV for decode (contract: fp8_gemv.h). Two kernels:
+//
+// Segmented (one row of x; two rows when in ≥ 4096): a warp owns 4 output rows and one column segment; per
+// 512-column step a lane loads 16 e4m3 of each of its 4 rows (16-B loads that skip L1, a warp's load is 512
+// contiguous bytes) and the 16 matching values of x once (through L1), used for the 4 rows. A CTA is 8 warps:
+// RC row groups × (8 / RC) column segments, RC the largest of 8, 4, 2, 1 that still gives 2 CTAs per SM for one
+// row of x, 8 for two. The segments' sums meet in shared memory and add up in segment order (deterministic, no
+// atomics, no staging barriers in the loop). Measured in a lab on the H200 (graphs of launches over rotating
+// weight copies, cold L2; bench/results/cuda-h200-2026-11-30-gemv-lab.txt), one row: o_proj 6144 × 16384
+// 43.0 → 26.0 µs (3.9 TB/s), q_b 16384 × 2048 17.6 → 10.2, q_a 2048 × 6144 12.9 → 6.2, kv_a 576 × 6144
+// 6.4 → 3.8, dense gate 12288 × 6144 31.7 → 20.2 µs, against the staged kernel below. Two rows (one step
+// unrolled, 80 registers): o_proj 65.6 → 43.4, dense 47.7 → 37.7 µs, but q_b 19.7 → 24.9, so in < 4096 keeps
+// the staged kernel.
+//
+// Staged (the other shapes, up to 8 rows): CTA = 8 warps, each warp four output rows for all n rows of x; x is
+// staged in shared memory 1024 columns at a time. Per chunk a lane loads 4 e4m3 (one 32-bit word) of each row at
+// columns lane·4 + 128·q, q = 0..7: a warp's load is 128 contiguous bytes, the 8 × 4 loads of a chunk are all in
+// flight (32 KB per CTA), and each q lies in one 128-column scale block, so the scale is one warp-uniform load per
+// (row, q). It reaches 2.3 TB/s on o_proj with one row, 1.5 TB/s with two: x is read once per chunk for 32 rows,
+// but the chunk's barriers drain the loads.
 // Split-K: HBM needs ~4 MB in flight, so when the output rows give fewer than two CTAs per SM, blockIdx.y splits
 // the columns (at most 8). The splits of a CTA's rows run as one thread-block cluster, and split 0 adds their sums
 // from distributed shared memory in split order: deterministic, no memset, no global round trip. (Float atomics
@@ -115,6 +126,126 @@ __global__ void __launch_bounds__(kWarps * 32, N == 1 ? 3 : 2) fp8_gemv_kernel(F
     cluster.sync();  // the other splits keep their shared memory until split 0 has read it
 }
 
+// ---- the segmented kernel --------------------------------------------------------------------------------
+constexpr int kSegRows = 4;  // output rows per warp; 128 / kSegRows groups share one scale row
+
+__device__ __forceinline__ uint4 load_stream16(const void* ptr) {  // 16 B, not kept in L1 (x is)
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
+    return v;
+}
+
+// Σ of 16 e4m3 (a 16-B word) × 16 fp32 x values, in column order.
+__device__ __forceinline__ float dot16(const uint4& w, const float4& x0, const float4& x1, const float4& x2,
+                                       const float4& x3) {
+    const float4 a = e4m3x4_to_float4(w.x), b = e4m3x4_to_float4(w.y), c = e4m3x4_to_float4(w.z),
+                 d = e4m3x4_to_float4(w.w);
+    float s = a.x * x0.x;
+    s = fmaf(a.y, x0.y, s);
+    s = fmaf(a.z, x0.z, s);
+    s = fmaf(a.w, x0.w, s);
+    s = fmaf(b.x, x1.x, s);
+    s = fmaf(b.y, x1.y, s);
+    s = fmaf(b.z, x1.z, s);
+    s = fmaf(b.w, x1.w, s);
+    s = fmaf(c.x, x2.x, s);
+    s = fmaf(c.y, x2.y, s);
+    s = fmaf(c.z, x2.z, s);
+    s = fmaf(c.w, x2.w, s);
+    s = fmaf(d.x, x3.x, s);
+    s = fmaf(d.y, x3.y, s);
+    s = fmaf(d.z, x3.z, s);
+    return fmaf(d.w, x3.w, s);
+}
+
+// N rows of x; RC row groups of kSegRows rows × (8 / RC) column segments of seg_len columns per CTA; U 512-column
+// steps unrolled (their loads all in flight). Needs in % 16 == 0 and 16-B aligned w and x.
+template <int N, int RC, int U>
+__global__ void __launch_bounds__(kWarps * 32, N == 1 ? 4 : 3) fp8_gemv_seg_kernel(Fp8GemvParams p, int64_t seg_len) {
+    constexpr int S = kWarps / RC;
+    __shared__ float s_part[RC * kSegRows][S][N];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rg = warp % RC, seg = warp / RC;
+    const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * RC + rg) * kSegRows;
+    const int64_t n_cb = (p.in + 127) / 128;
+    const int64_t c_begin = seg * seg_len, c_end = min(p.in, c_begin + seg_len);
+    // Rows past the end read the last row (unused); all of a warp's rows lie in o0's 128-row scale block.
+    const int64_t o0c = min(o0, p.out - 1);
+    const int rlim = static_cast<int>(min(static_cast<int64_t>(kSegRows - 1), p.out - 1 - o0c));
+    const uint8_t* w0 = p.w + o0c * p.in;
+    const float* srow = p.scales + (o0c / 128) * n_cb;
+    float acc[kSegRows][N] = {};
+    for (int64_t c = c_begin + 16 * lane; c < c_end; c += 512 * U) {
+        uint4 wv[U][kSegRows];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t cc = c + 512 * u;
+#pragma unroll
+            for (int r = 0; r < kSegRows; ++r)
+                wv[u][r] = cc < c_end ? load_stream16(w0 + min(r, rlim) * p.in + cc) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t cc = c + 512 * u;
+            if (cc >= c_end) break;
+            const float sc = __ldg(srow + cc / 128);
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const float4* xp = reinterpret_cast<const float4*>(p.x + j * p.in + cc);
+                const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1), x2 = __ldg(xp + 2), x3 = __ldg(xp + 3);
+#pragma unroll
+                for (int r = 0; r < kSegRows; ++r) acc[r][j] = fmaf(sc, dot16(wv[u][r], x0, x1, x2, x3), acc[r][j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kSegRows; ++r)
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            float v = acc[r][j];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            if (lane == 0) s_part[rg * kSegRows + r][seg][j] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < RC * kSegRows * N) {
+        const int rr = threadIdx.x / N, j = threadIdx.x % N;
+        const int64_t o = static_cast<int64_t>(blockIdx.x) * RC * kSegRows + rr;
+        float v = 0.f;
+#pragma unroll
+        for (int sg = 0; sg < S; ++sg) v += s_part[rr][sg][j];
+        if (o < p.out && j < p.n) p.y[j * p.out + o] = v;
+    }
+}
+
+// ctas_per_sm: rows per CTA are the most that still give that many CTAs per SM (the rest of the warps split
+// columns); measured best: 2 for one row of x, 8 for two.
+template <int N, int U>
+cudaError_t launch_seg(const Fp8GemvParams& p, int ctas_per_sm, cudaStream_t stream) {
+    int rc = kWarps;
+    while (rc > 1 && (p.out + rc * kSegRows - 1) / (rc * kSegRows) < ctas_per_sm * device_sm_count()) rc /= 2;
+    const int segs = kWarps / rc;
+    const int64_t seg_len = ((p.in + segs - 1) / segs + 15) / 16 * 16;
+    const dim3 grid(static_cast<unsigned>((p.out + rc * kSegRows - 1) / (rc * kSegRows)));
+    switch (rc) {
+        case 8:
+            fp8_gemv_seg_kernel<N, 8, U><<<grid, kWarps * 32, 0, stream>>>(p, seg_len);
+            break;
+        case 4:
+            fp8_gemv_seg_kernel<N, 4, U><<<grid, kWarps * 32, 0, stream>>>(p, seg_len);
+            break;
+        case 2:
+            fp8_gemv_seg_kernel<N, 2, U><<<grid, kWarps * 32, 0, stream>>>(p, seg_len);
+            break;
+        default:
+            fp8_gemv_seg_kernel<N, 1, U><<<grid, kWarps * 32, 0, stream>>>(p, seg_len);
+            break;
+    }
+    return cudaGetLastError();
+}
+
 template <int N>
 cudaError_t launch(const Fp8GemvParams& p, cudaStream_t stream) {
     const int64_t ctas = (p.out + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp);
@@ -147,8 +278,9 @@ cudaError_t launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
     if (!fp8_gemv_supported(p.n, p.in, p.block) || (reinterpret_cast<uintptr_t>(p.x) & 15) != 0 ||
         (reinterpret_cast<uintptr_t>(p.w) & 3) != 0)
         return cudaErrorInvalidValue;
-    if (p.n == 1) return launch<1>(p, stream);
-    if (p.n == 2) return launch<2>(p, stream);
+    const bool seg_ok = p.in % 16 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15) == 0;
+    if (p.n == 1) return seg_ok ? launch_seg<1, 2>(p, 2, stream) : launch<1>(p, stream);
+    if (p.n == 2) return seg_ok && p.in >= 4096 ? launch_seg<2, 1>(p, 8, stream) : launch<2>(p, stream);
     if (p.n <= 4) return launch<4>(p, stream);
     return launch<8>(p, stream);
 }
