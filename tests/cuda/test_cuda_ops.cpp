@@ -171,12 +171,15 @@ TEST_F(CudaOpsTest, Linear) {
           C{DType::F8_E4M3, 1, 2500, 130, 1e-5}, C{DType::F8_E4M3, 8, 1028, 257, 1e-5},
           C{DType::F8_E4M3, 2, 132, 1, 1e-5}, C{DType::F8_E4M3, 5, 4096, 96, 1e-5},
           C{DType::F8_E4M3, 2, 130, 64, 1.5e-2}, C{DType::F8_E4M3, 37, 256, 130, 1.5e-2},
-          // the segmented GEMV (one row; two rows from 4096 columns): 1 to 8 column segments, output rows not a
-          // multiple of 4 (a warp's last rows clamped), partial scale blocks, a segment end inside a 512-column step
+          // the segmented GEMV (one row; up to 8 from 4096 columns): 1 to 8 column segments, output rows not a
+          // multiple of 4 (a warp's last rows clamped), partial scale blocks, a segment end inside a 512-column
+          // step, 3 and 5 rows through the 4- and 8-row kernels
           C{DType::F8_E4M3, 1, 6144, 576, 1e-5}, C{DType::F8_E4M3, 1, 2048, 4102, 1e-5},
           C{DType::F8_E4M3, 1, 384, 200, 1e-5}, C{DType::F8_E4M3, 1, 16384, 6, 1e-5},
           C{DType::F8_E4M3, 2, 4096, 1001, 1e-5}, C{DType::F8_E4M3, 2, 6144, 64, 1e-5},
-          C{DType::F8_E4M3, 2, 2048, 300, 1e-5}}) {
+          C{DType::F8_E4M3, 2, 2048, 300, 1e-5}, C{DType::F8_E4M3, 3, 6144, 576, 1e-5},
+          C{DType::F8_E4M3, 4, 4096, 260, 1e-5}, C{DType::F8_E4M3, 5, 4096, 130, 1e-5},
+          C{DType::F8_E4M3, 8, 8192, 1000, 1e-5}, C{DType::F8_E4M3, 4, 2048, 300, 1e-5}}) {
         const Weight w = make_weight(c.t, c.out, c.in);
         const auto x = randv(c.n * c.in);
         std::vector<float> out[3];

@@ -1,16 +1,20 @@
 // FP8 block-scaled GEMV for decode (contract: fp8_gemv.h). Two kernels:
 //
-// Segmented (one row of x; two rows when in ≥ 4096): a warp owns 4 output rows and one column segment; per
+// Segmented (one row of x, or up to 8 when in ≥ 4096): a warp owns 4 output rows and one column segment; per
 // 512-column step a lane loads 16 e4m3 of each of its 4 rows (16-B loads that skip L1, a warp's load is 512
-// contiguous bytes) and the 16 matching values of x once (through L1), used for the 4 rows. A CTA is 8 warps:
-// RC row groups × (8 / RC) column segments, RC the largest of 8, 4, 2, 1 that still gives 2 CTAs per SM for one
-// row of x, 8 for two. The segments' sums meet in shared memory and add up in segment order (deterministic, no
-// atomics, no staging barriers in the loop). Measured in a lab on the H200 (graphs of launches over rotating
-// weight copies, cold L2; bench/results/cuda-h200-2026-11-30-gemv-lab.txt), one row: o_proj 6144 × 16384
-// 43.0 → 26.0 µs (3.9 TB/s), q_b 16384 × 2048 17.6 → 10.2, q_a 2048 × 6144 12.9 → 6.2, kv_a 576 × 6144
-// 6.4 → 3.8, dense gate 12288 × 6144 31.7 → 20.2 µs, against the staged kernel below. Two rows (one step
-// unrolled, 80 registers): o_proj 65.6 → 43.4, dense 47.7 → 37.7 µs, but q_b 19.7 → 24.9, so in < 4096 keeps
-// the staged kernel.
+// contiguous bytes) and the 16 matching values of each row of x once (through L1), used for the 4 rows. A CTA is
+// 8 warps: RC row groups × (8 / RC) column segments, RC the largest of 8, 4, 2, 1 that still gives 2 CTAs per SM
+// for one row of x, 8 for more. The segments' sums meet in shared memory and add up in segment order
+// (deterministic, no atomics, no staging barriers in the loop). Measured in a lab on the H200 (graphs of launches
+// over rotating weight copies, cold L2; bench/results/cuda-h200-2026-11-30-gemv-lab.txt), against the staged
+// kernel below:
+//   one row:  o_proj 6144 × 16384 43.0 → 26.0 µs (3.9 TB/s), q_b 16384 × 2048 17.6 → 10.2, q_a 2048 × 6144
+//             12.9 → 6.2, kv_a 576 × 6144 6.4 → 3.8, dense gate 12288 × 6144 31.7 → 20.2 µs;
+//   2 rows:   o_proj 65.6 → 43.4, dense gate 47.7 → 37.7, q_a 19.5 → 10.9 µs;
+//   3-4 rows: o_proj 98.7 → 50.6 / 66.2, q_a 29.4 → 10.1 / 12.2, dense gate 72.1 → 39.7 / 58.0 µs;
+//   8 rows:   o_proj 140.4 → 123.9, q_a 47.2 → 20.7, dense gate 109.3 → 94.3 µs;
+// but with 2048 input columns (q_b, the indexer's wq_b) the staged kernel is as fast or faster from 2 rows on
+// (q_b, 4 rows: 29.0 against 40.6 µs), so there it stays.
 //
 // Staged (the other shapes, up to 8 rows): CTA = 8 warps, each warp four output rows for all n rows of x; x is
 // staged in shared memory 1024 columns at a time. Per chunk a lane loads 4 e4m3 (one 32-bit word) of each row at
@@ -163,7 +167,9 @@ __device__ __forceinline__ float dot16(const uint4& w, const float4& x0, const f
 // N rows of x; RC row groups of kSegRows rows × (8 / RC) column segments of seg_len columns per CTA; U 512-column
 // steps unrolled (their loads all in flight). Needs in % 16 == 0 and 16-B aligned w and x.
 template <int N, int RC, int U>
-__global__ void __launch_bounds__(kWarps * 32, N == 1 ? 4 : 3) fp8_gemv_seg_kernel(Fp8GemvParams p, int64_t seg_len) {
+__global__ void __launch_bounds__(kWarps * 32, N == 1   ? 4
+                                               : N == 2 ? 3
+                                                        : 2) fp8_gemv_seg_kernel(Fp8GemvParams p, int64_t seg_len) {
     constexpr int S = kWarps / RC;
     __shared__ float s_part[RC * kSegRows][S][N];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -193,7 +199,9 @@ __global__ void __launch_bounds__(kWarps * 32, N == 1 ? 4 : 3) fp8_gemv_seg_kern
             const float sc = __ldg(srow + cc / 128);
 #pragma unroll
             for (int j = 0; j < N; ++j) {
-                const float4* xp = reinterpret_cast<const float4*>(p.x + j * p.in + cc);
+                // N = 4 and 8 also serve 3 and 5-7 rows: rows past n re-read the last one, unused.
+                const int64_t jx = N <= 2 || j < p.n ? j : p.n - 1;
+                const float4* xp = reinterpret_cast<const float4*>(p.x + jx * p.in + cc);
                 const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1), x2 = __ldg(xp + 2), x3 = __ldg(xp + 3);
 #pragma unroll
                 for (int r = 0; r < kSegRows; ++r) acc[r][j] = fmaf(sc, dot16(wv[u][r], x0, x1, x2, x3), acc[r][j]);
@@ -278,9 +286,16 @@ cudaError_t launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
     if (!fp8_gemv_supported(p.n, p.in, p.block) || (reinterpret_cast<uintptr_t>(p.x) & 15) != 0 ||
         (reinterpret_cast<uintptr_t>(p.w) & 3) != 0)
         return cudaErrorInvalidValue;
-    const bool seg_ok = p.in % 16 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15) == 0;
-    if (p.n == 1) return seg_ok ? launch_seg<1, 2>(p, 2, stream) : launch<1>(p, stream);
-    if (p.n == 2) return seg_ok && p.in >= 4096 ? launch_seg<2, 1>(p, 8, stream) : launch<2>(p, stream);
+    // The segmented kernel for one row, and for up to 8 from 4096 columns (measured: below that the staged kernel
+    // wins from 2 rows on, on q_b and the indexer's wq_b).
+    if (p.in % 16 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15) == 0 && (p.n == 1 || p.in >= 4096)) {
+        if (p.n == 1) return launch_seg<1, 2>(p, 2, stream);
+        if (p.n == 2) return launch_seg<2, 1>(p, 8, stream);
+        if (p.n <= 4) return launch_seg<4, 1>(p, 8, stream);
+        return launch_seg<8, 1>(p, 8, stream);
+    }
+    if (p.n == 1) return launch<1>(p, stream);
+    if (p.n == 2) return launch<2>(p, stream);
     if (p.n <= 4) return launch<4>(p, stream);
     return launch<8>(p, stream);
 }
