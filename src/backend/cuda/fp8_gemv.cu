@@ -1,19 +1,20 @@
 // FP8 block-scaled GEMV for decode (contract: fp8_gemv.h). Two kernels:
 //
-// Segmented (one row of x, or up to 8 when in ≥ 4096): a warp owns 4 output rows and one column segment; per
-// 512-column step a lane loads 16 e4m3 of each of its 4 rows (16-B loads that skip L1, a warp's load is 512
+// Segmented (one or two rows of x, or up to 8 when in ≥ 4096): a warp owns 4 output rows and one column
+// segment; per 512-column step a lane loads 16 e4m3 of each of its 4 rows (16-B loads that skip L1, a warp's load is 512
 // contiguous bytes) and the 16 matching values of each row of x once (through L1), used for the 4 rows. A CTA is
 // 8 warps: RC row groups × (8 / RC) column segments, RC the largest of 8, 4, 2, 1 that still gives 2 CTAs per SM
-// for one row of x, 8 for more. The segments' sums meet in shared memory and add up in segment order
+// for one row of x, 4 for two, 8 for more. The segments' sums meet in shared memory and add up in segment order
 // (deterministic, no atomics, no staging barriers in the loop). Measured in a lab on the H200 (graphs of launches
 // over rotating weight copies, cold L2; bench/results/cuda-h200-2026-11-30-gemv-lab.txt), against the staged
 // kernel below:
 //   one row:  o_proj 6144 × 16384 43.0 → 26.0 µs (3.9 TB/s), q_b 16384 × 2048 17.6 → 10.2, q_a 2048 × 6144
 //             12.9 → 6.2, kv_a 576 × 6144 6.4 → 3.8, dense gate 12288 × 6144 31.7 → 20.2 µs;
-//   2 rows:   o_proj 65.6 → 43.4, dense gate 47.7 → 37.7, q_a 19.5 → 10.9 µs;
+//   2 rows:   o_proj 65.6 → 38.6, dense gate 47.7 → 30.4, q_a 19.5 → 9.0, q_b 19.7 → 18.1 µs (two steps
+//             unrolled, 2 CTAs per SM; one step and 3 CTAs per SM: 43.4, 37.7, 10.9, 25.0);
 //   3-4 rows: o_proj 98.7 → 50.6 / 66.2, q_a 29.4 → 10.1 / 12.2, dense gate 72.1 → 39.7 / 58.0 µs;
 //   8 rows:   o_proj 140.4 → 123.9, q_a 47.2 → 20.7, dense gate 109.3 → 94.3 µs;
-// but with 2048 input columns (q_b, the indexer's wq_b) the staged kernel is as fast or faster from 2 rows on
+// but with 2048 input columns (q_b, the indexer's wq_b) the staged kernel is as fast or faster from 3 rows on
 // (q_b, 4 rows: 29.0 against 40.6 µs), so there it stays.
 //
 // Staged (the other shapes, up to 8 rows): CTA = 8 warps, each warp four output rows for all n rows of x; x is
@@ -166,10 +167,15 @@ __device__ __forceinline__ float dot16(const uint4& w, const float4& x0, const f
 
 // N rows of x; RC row groups of kSegRows rows × (8 / RC) column segments of seg_len columns per CTA; U 512-column
 // steps unrolled (their loads all in flight). Needs in % 16 == 0 and 16-B aligned w and x.
+// CTAs per SM the registers must allow: one row of x 4 (64 registers), two rows with one step 3, else 2.
+template <int N, int U>
+constexpr int seg_min_blocks() {
+    return N == 1 ? 4 : N == 2 && U == 1 ? 3 : 2;
+}
+
 template <int N, int RC, int U>
-__global__ void __launch_bounds__(kWarps * 32, N == 1   ? 4
-                                               : N == 2 ? 3
-                                                        : 2) fp8_gemv_seg_kernel(Fp8GemvParams p, int64_t seg_len) {
+__global__ void __launch_bounds__(kWarps * 32, seg_min_blocks<N, U>())
+    fp8_gemv_seg_kernel(Fp8GemvParams p, int64_t seg_len) {
     constexpr int S = kWarps / RC;
     __shared__ float s_part[RC * kSegRows][S][N];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -229,7 +235,7 @@ __global__ void __launch_bounds__(kWarps * 32, N == 1   ? 4
 }
 
 // ctas_per_sm: rows per CTA are the most that still give that many CTAs per SM (the rest of the warps split
-// columns); measured best: 2 for one row of x, 8 for two.
+// columns); measured best: 2 for one row of x, 4 for two (two steps unrolled), 8 for more.
 template <int N, int U>
 cudaError_t launch_seg(const Fp8GemvParams& p, int ctas_per_sm, cudaStream_t stream) {
     int rc = kWarps;
@@ -286,11 +292,11 @@ cudaError_t launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
     if (!fp8_gemv_supported(p.n, p.in, p.block) || (reinterpret_cast<uintptr_t>(p.x) & 15) != 0 ||
         (reinterpret_cast<uintptr_t>(p.w) & 3) != 0)
         return cudaErrorInvalidValue;
-    // The segmented kernel for one row, and for up to 8 from 4096 columns (measured: below that the staged kernel
-    // wins from 2 rows on, on q_b and the indexer's wq_b).
-    if (p.in % 16 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15) == 0 && (p.n == 1 || p.in >= 4096)) {
+    // The segmented kernel for one or two rows, and for up to 8 from 4096 columns (measured: below that the staged
+    // kernel wins from 3 rows on, on q_b and the indexer's wq_b).
+    if (p.in % 16 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15) == 0 && (p.n <= 2 || p.in >= 4096)) {
         if (p.n == 1) return launch_seg<1, 2>(p, 2, stream);
-        if (p.n == 2) return launch_seg<2, 1>(p, 8, stream);
+        if (p.n == 2) return launch_seg<2, 2>(p, 4, stream);
         if (p.n <= 4) return launch_seg<4, 1>(p, 8, stream);
         return launch_seg<8, 1>(p, 8, stream);
     }
