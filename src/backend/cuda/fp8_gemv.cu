@@ -1,11 +1,11 @@
 // FP8 block-scaled GEMV for decode (contract: fp8_gemv.h). Two kernels:
 //
 // Segmented (one or two rows of x, or up to 8 when in ≥ 4096): a warp owns 4 output rows and one column
-// segment; per 512-column step a lane loads 16 e4m3 of each of its 4 rows (16-B loads that skip L1, a warp's load is 512
-// contiguous bytes) and the 16 matching values of each row of x once (through L1), used for the 4 rows. A CTA is
-// 8 warps: RC row groups × (8 / RC) column segments, RC the largest of 8, 4, 2, 1 that still gives 2 CTAs per SM
-// for one row of x, 4 for two, 8 for more. The segments' sums meet in shared memory and add up in segment order
-// (deterministic, no atomics, no staging barriers in the loop). Measured in a lab on the H200 (graphs of launches
+// segment; per 512-column step a lane loads 16 e4m3 of each of its 4 rows (16-B loads that skip L1, a warp's
+// load is 512 contiguous bytes) and the 16 matching values of each row of x once (through L1), used for the 4
+// rows. A CTA is 8 warps: RC row groups × (8 / RC) column segments, RC the largest of 8, 4, 2, 1 that still
+// gives 2 CTAs per SM for one row of x, 4 for two, 8 for more. The segments' sums meet in shared memory and add
+// up in segment order (deterministic, no atomics, no staging barriers in the loop). Measured in a lab on the H200 (graphs of launches
 // over rotating weight copies, cold L2; bench/results/cuda-h200-2026-11-30-gemv-lab.txt), against the staged
 // kernel below:
 //   one row:  o_proj 6144 × 16384 43.0 → 26.0 µs (3.9 TB/s), q_b 16384 × 2048 17.6 → 10.2, q_a 2048 × 6144
