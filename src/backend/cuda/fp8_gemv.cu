@@ -5,9 +5,9 @@
 // load is 512 contiguous bytes) and the 16 matching values of each row of x once (through L1), used for the 4
 // rows. A CTA is 8 warps: RC row groups × (8 / RC) column segments, RC the largest of 8, 4, 2, 1 that still
 // gives 2 CTAs per SM for one row of x, 4 for two, 8 for more. The segments' sums meet in shared memory and add
-// up in segment order (deterministic, no atomics, no staging barriers in the loop). Measured in a lab on the H200 (graphs of launches
-// over rotating weight copies, cold L2; bench/results/cuda-h200-2026-11-30-gemv-lab.txt), against the staged
-// kernel below:
+// up in segment order (deterministic, no atomics, no staging barriers in the loop). Measured in a lab on the
+// H200 (graphs of launches over rotating weight copies, cold L2; bench/results/cuda-h200-2026-11-30-gemv-lab.txt),
+// against the staged kernel below:
 //   one row:  o_proj 6144 × 16384 43.0 → 26.0 µs (3.9 TB/s), q_b 16384 × 2048 17.6 → 10.2, q_a 2048 × 6144
 //             12.9 → 6.2, kv_a 576 × 6144 6.4 → 3.8, dense gate 12288 × 6144 31.7 → 20.2 µs;
 //   2 rows:   o_proj 65.6 → 38.6, dense gate 47.7 → 30.4, q_a 19.5 → 9.0, q_b 19.7 → 18.1 µs (two steps
