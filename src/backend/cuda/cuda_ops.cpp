@@ -403,16 +403,23 @@ const Tensor& CudaOps::gemm_operand(DeviceWeight& dw) {
     return dw.bf16;
 }
 
-void CudaOps::linear_f32(const Tensor& x, const Weight& w, Tensor& y) {
-    const Tensor* wt = &f32_operand(weight(w));
+// y [n, out] = x [n, in] · Wᵀ (W [out, in] row-major) in cuBLASLt's column-major terms: C [out, n] = Aᵀ · B with
+// A = W as [in, out] and B = x as [in, n]; the caller sets the operands and their type.
+CudaOps::Gemm CudaOps::linear_gemm(int64_t out, int64_t n, int64_t in) {
     Gemm g;
     g.trans_a = true;
-    g.m = w.rows;
-    g.n = rows_of(x);
-    g.k = w.cols;
-    g.lda = w.cols;
-    g.ldb = w.cols;
-    g.ldc = w.rows;
+    g.m = out;
+    g.n = n;
+    g.k = in;
+    g.lda = in;
+    g.ldb = in;
+    g.ldc = out;
+    return g;
+}
+
+void CudaOps::linear_f32(const Tensor& x, const Weight& w, Tensor& y) {
+    const Tensor* wt = &f32_operand(weight(w));
+    Gemm g = linear_gemm(w.rows, rows_of(x), w.cols);
     g.a = wt->data;
     g.b = x.data;
     g.c = y.f32();
@@ -580,15 +587,8 @@ bool CudaOps::linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y) {
     Tensor qs = alloc(DType::F32, {kb, n_pad});
     Tensor staged;
     if (n_pad != n) staged = alloc(DType::F32, {n_pad, out});
-    Gemm g;
-    g.trans_a = true;
+    Gemm g = linear_gemm(out, n_pad, in);
     g.fp8 = true;
-    g.m = out;
-    g.n = n_pad;
-    g.k = in;
-    g.lda = in;
-    g.ldb = in;
-    g.ldc = out;
     g.a = dw.data.data;
     g.b = q.data;
     g.c = n_pad != n ? staged.f32() : y.f32();
@@ -651,14 +651,7 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
         return;
     }
     const Tensor& wt = gemm_operand(dw);
-    Gemm g;
-    g.trans_a = true;
-    g.m = out;
-    g.n = n;
-    g.k = in;
-    g.lda = in;
-    g.ldb = in;
-    g.ldc = out;
+    Gemm g = linear_gemm(out, n, in);
     g.a = wt.data;
     g.c = y.f32();
     Tensor xb;

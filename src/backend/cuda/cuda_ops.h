@@ -157,6 +157,7 @@ class CudaOps final : public Ops {
     // y = x · Wᵀ in fp32 whatever the weight's dtype (an fp32 copy is made once): the MoE router, whose choices
     // must not move with bf16 rounding of its inputs.
     void linear_f32(const Tensor& x, const Weight& w, Tensor& y);
+    static Gemm linear_gemm(int64_t out, int64_t n, int64_t in);  // the shape of y [n, out] = x [n, in] · Wᵀ
     const float* vec(const std::vector<float>& v);
     // RoPE inverse frequencies [dim / 2] for (theta, dim), computed on the host like CpuOps::rope, cached.
     const float* inv_freq(float theta, int64_t dim);
