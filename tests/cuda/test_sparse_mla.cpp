@@ -34,7 +34,9 @@ struct Dev {
     T* p = nullptr;
     size_t n = 0;
     explicit Dev(size_t count) : n(count) { cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)); }
-    Dev(const std::vector<T>& v) : Dev(v.size()) { cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+    Dev(const std::vector<T>& v) : Dev(v.size()) {
+        cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    }
     ~Dev() { cudaFree(p); }
     std::vector<T> get() const {
         std::vector<T> v(n);
@@ -181,11 +183,20 @@ std::vector<int32_t> make_slots(int n_tok, int topk, int n_slots, std::mt19937& 
         std::shuffle(perm.begin(), perm.end(), rng);
         int32_t* r = &s[static_cast<size_t>(t) * topk];
         switch (t % 5) {
-            case 0: for (int j = 0; j < topk; ++j) r[j] = perm[j]; break;
-            case 1: for (int j = 0; j < 1000; ++j) r[j] = perm[j]; break;
-            case 2: for (int j = 0; j < topk; ++j) r[j] = (rng() % 10 == 0) ? -1 : perm[j]; break;
-            case 3: for (int j = topk - 37; j < topk; ++j) r[j] = perm[j]; break;
-            default: break;
+            case 0:
+                for (int j = 0; j < topk; ++j) r[j] = perm[j];
+                break;
+            case 1:
+                for (int j = 0; j < 1000; ++j) r[j] = perm[j];
+                break;
+            case 2:
+                for (int j = 0; j < topk; ++j) r[j] = (rng() % 10 == 0) ? -1 : perm[j];
+                break;
+            case 3:
+                for (int j = topk - 37; j < topk; ++j) r[j] = perm[j];
+                break;
+            default:
+                break;
         }
     }
     return s;
@@ -204,7 +215,8 @@ void run_case(const Case& c) {
         cache.resize(static_cast<size_t>(n_slots) * kFp8Row);
         for (int s = 0; s < n_slots; ++s) {
             fp8_latent_pack(&rows[static_cast<size_t>(s) * kD], kRank, kRope, &cache[static_cast<size_t>(s) * kFp8Row]);
-            fp8_latent_unpack(&cache[static_cast<size_t>(s) * kFp8Row], kRank, kRope, &deq[static_cast<size_t>(s) * kD]);
+            fp8_latent_unpack(&cache[static_cast<size_t>(s) * kFp8Row], kRank, kRope,
+                              &deq[static_cast<size_t>(s) * kD]);
         }
     } else {
         cache.resize(static_cast<size_t>(n_slots) * kD * 2);
@@ -258,12 +270,22 @@ void run_case(const Case& c) {
     Dev<int32_t> d_slots(slots);
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-    // The host plan for this n (splits), no split, and an uneven split (5 splits of 7,7,7,7,4 chunks).
-    SparseMlaPlan plans[3];
+    // The host plan for this n (splits), no split, an uneven split (5 splits of 7,7,7,7,4 chunks) through the combine
+    // kernel, and splits merged in clusters: all of a token's splits in one cluster (16, 8, 2), and clusters whose
+    // partials the combine kernel merges (32 = 2 × 16, 8 = 4 × 2, 16 = 4 × 4).
+    std::vector<SparseMlaPlan> plans(9);
     plans[0] = sparse_mla_plan(n_tok, h, topk, n_sm);
     plans[1].n_split = 1;
     plans[2].n_split = 5;
+    const int clustered[6][2] = {{16, 16}, {8, 8}, {2, 2}, {32, 16}, {8, 2}, {16, 4}};
+    for (int k = 0; k < 6; ++k) {
+        plans[3 + k].n_split = clustered[k][0];
+        plans[3 + k].cluster = clustered[k][1];
+    }
     EXPECT_GT(plans[0].n_split, 1);
+    // Hopper holds 5 clusters of 16 of these CTAs at once; were it less, the clustered plans would quietly run smaller
+    // ones (each case below prints the cluster size it ran).
+    EXPECT_EQ(sparse_mla_launch_cluster(n_tok, 64, plans[3]), 16);
     for (const SparseMlaPlan& plan : plans) {
         Dev<uint8_t> d_scratch(sparse_mla_scratch_bytes(n_tok, h, plan));
         Dev<float> d_out(static_cast<size_t>(n_tok) * h * kDv);
@@ -290,9 +312,11 @@ void run_case(const Case& c) {
         }
         // Token 4 has no valid slot: exactly zero.
         for (int k = 0; k < h * kDv; ++k) ASSERT_EQ(got[static_cast<size_t>(4) * h * kDv + k], 0.0f);
-        std::printf("sparse_mla h=%d %s q×%g n_split=%d: max abs err %.3e, max|ref| %.3e (rel %.2e)\n", h,
-                    c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", c.q_mul, plan.n_split, err, ref_max,
-                    err / ref_max);
+        std::printf(
+            "sparse_mla h=%d %s q×%g n_split=%d cluster=%d (ran %d): max abs err %.3e, max|ref| %.3e (rel "
+            "%.2e)\n",
+            h, c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", c.q_mul, plan.n_split, plan.cluster,
+            sparse_mla_launch_cluster(n_tok, h, plan), err, ref_max, err / ref_max);
         // P is rounded to bf16 (BF16 caches) or f16 (FP8) before the PV product. Measured on the H200 (2026-11-29,
         // bf16 P and q everywhere): 7.4e-4 .. 1.04e-3 of max|ref| over all cases and splits.
         EXPECT_LE(err, 3e-3 * ref_max);
@@ -322,6 +346,10 @@ TEST(SparseMla, Bf16Heads128) {
 
 TEST(SparseMla, PlanFillsTheGpu) {
     EXPECT_EQ(sparse_mla_plan(1, 64, 2048, 132).n_split, 32);
+    EXPECT_EQ(sparse_mla_plan(1, 64, 2048, 132).cluster, 1);
+    EXPECT_EQ(sparse_mla_plan(16, 64, 2048, 132).cluster, 2);
+    EXPECT_EQ(sparse_mla_plan(64, 64, 2048, 132).cluster, 2);
+    EXPECT_EQ(sparse_mla_plan(128, 64, 2048, 132).cluster, 1);
     EXPECT_EQ(sparse_mla_plan(16, 64, 2048, 132).n_split, 8);
     EXPECT_EQ(sparse_mla_plan(64, 64, 2048, 132).n_split, 2);
     EXPECT_EQ(sparse_mla_plan(128, 64, 2048, 132).n_split, 1);

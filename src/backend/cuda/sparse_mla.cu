@@ -4,7 +4,7 @@
 // cache BF16 [n_slots, 576] or FP8 [n_slots, 656 B], slots [n, topk] int32, out [n, n_head, 512] fp32.
 //
 // One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
-// is 1-D with the head group fastest (the two CTAs of a 128-head token gather the same rows together: L2 hits).
+// is 1-D with the split fastest (a thread-block cluster is consecutive splits of one token).
 // One sm_90a kernel, warp-specialised (three warpgroups and mbarriers; header above sparse_mla_ws_kernel), with Q
 // and two K tiles in shared memory: bf16 for BF16 caches; for FP8 caches f16 latent dims (e4m3 → f16 and the pow2
 // tile scale are exact, 2 instructions per 2 codes against 6 for bf16, which made the dequantisation the bound) and
@@ -12,18 +12,26 @@
 // History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel between CTA barriers (FP8
 // b128 164 µs), both removed in session 4 when this one beat them in every case measured (FP8 b128 131 µs with bf16
 // K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*).
-// The combine is launched with programmatic dependent launch; the main kernel executes griddepcontrol.wait before
-// any global access (a no-op in its plain launch; PDL for it measured no better).
 // Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
 // masked to −inf and chunks with no valid slot are skipped.
-// n_split > 1: each CTA writes its normalised partial output and log2-sum-exp to scratch; a combine kernel merges.
-// Epilogue: the normalised [64 heads × 512] fp32 rows are staged in shared memory and leave with one bulk async
-// copy per head (cp.async.bulk; in the two-warpgroup kernel it took b1 from 24.4 to 17.1 µs: direct stores from the
-// accumulator layout held the LSU queue full).
+// One split (n_split = 1): the CTA converts its Q itself, and writes the normalised [64 heads × 512] fp32 rows,
+// staged in shared memory, with one bulk async copy per head (cp.async.bulk; direct stores from the accumulator
+// layout held the LSU queue full).
+// Splits (n_split > 1), three launches: sparse_mla_q_prep_kernel converts each token's Q once into the Q tile's
+// image (every split needs the same Q; converting it in each CTA was 4.9 µs of a 17.3-µs batch-1 step); the main
+// kernel starts under programmatic dependent launch while that runs, gathers its first rows and then copies the
+// image in with one bulk copy; each CTA writes its normalised partial and log2-sum-exp to scratch, or, in clusters
+// (plan.cluster > 1), the CTAs of a cluster merge their partials through distributed shared memory first
+// (cluster_merge); the combine kernel (PDL) merges what reached scratch.
+// Session 8 measured where a batch-1 step goes with globaltimer stamps per phase
+// (bench/results/cuda-h200-2026-11-30-*-sparse_mla-phases.txt): of 13.6 µs, Q ready at 2.0, rows dequantised at 2.8,
+// Q·Kᵀ and softmax and P·V done at 5.0, partial staged at 6.3 and stored at 8.5 (128 KB per CTA: the SM's write
+// path, ~32 B/clock, is the bound; the coalesced-store variant measured the same), combine done at 11.6.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "backend/cuda/launch_ex.cuh"
@@ -130,15 +138,25 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
 // arrival per consumer warp, 8), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose
 // 64 slots are all unused is skipped by both consumers (per-warp valid flags from the producer).
 constexpr int kWsThreads = 384;
-constexpr int kWsFlags = kIdx + 2 * 64 * 4;   // [2 tiles][4 producer warps] int32
-constexpr int kWsRed = kWsFlags + 2 * 4 * 4;  // alpha [64], l [64]
-constexpr int kWsBar = kWsRed + 2 * 64 * 4;   // k_ready[2], k_free[2] (8 B each)
-constexpr int kWsSmem = kWsBar + 4 * 8 + 1024;
+constexpr int kWsFlags = kIdx + 2 * 64 * 4;     // [2 tiles][4 producer warps] int32
+constexpr int kWsRed = kWsFlags + 2 * 4 * 4;    // alpha [64], l [64]
+constexpr int kWsLse = kWsRed + 2 * 64 * 4;     // cluster merge: this CTA's log2-sum-exp per head [64]
+constexpr int kWsBar = kWsLse + 64 * 4;         // k_ready[2], k_free[2] (8 B each)
+constexpr int kWsSmem = kWsBar + 5 * 8 + 1024;  // + q_ready (prepared Q)
 static_assert(kWsSmem <= 232448);
 constexpr int kBarPReady = 1, kBarPFree = 2, kBarEpilogue = 3;  // consumer named barriers (0: __syncthreads)
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// One bulk async copy global → this CTA's shared memory, completing on mbarrier `bar` (16-B aligned, size % 16 == 0).
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
@@ -182,16 +200,141 @@ __device__ __forceinline__ float4 fp8_scales(const uint8_t* cache, int32_t slot)
 }
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 4, 128;\n" ::: "memory"); }
 
+// ---- cluster merge of the splits (plan.cluster = C > 1) ---------------------------------------------------------
+// The C CTAs of a cluster are consecutive splits of one (token, 64-head group). Each has staged its normalised
+// partial [64 heads × 512] fp32 in its own shared memory (kOutStride rows) and its per-head log2-sum-exp at kWsLse.
+// After a cluster barrier, CTA rank r merges columns [r·512/C, (r+1)·512/C) of all C partials, read from the other
+// CTAs' shared memory (ld.shared::cluster), with weights 2^(lse_s − max) in a fixed order (deterministic), and
+// writes them: to out when the cluster covers all the token's splits (G = n_split / C = 1), else as group g's
+// partial and log2-sum-exp in scratch for the combine kernel (which then merges G partials instead of n_split).
+// A second cluster barrier keeps every CTA's shared memory alive until the others have read it. This replaces
+// writing n_split partials of 128 KB per (token, head group) to global memory and reading them back in the combine:
+// 8.1 of the 17.3 µs of a batch-1 step (globaltimer phases).
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {  // own shared address → rank's
+    uint32_t d;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
+    return d;
+}
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+constexpr int kMergeW = kHeads * kOutStride * 4;  // [C][64] split weights, then [64] 1/Σw (after the staged partial)
+static_assert(kMergeW + 17 * kHeads * 4 <= 3 * kTile);
+
+template <int C>
+__device__ __forceinline__ void cluster_merge_c(const SparseMlaRunParams& p, uint8_t* smem, int64_t i, int hg,
+                                                int split, int t) {
+    const uint32_t rank = cluster_rank();
+    const int n_groups = p.plan.n_split / C, group = split / C;
+    float* sw = reinterpret_cast<float*>(smem + kMergeW);
+    float* part = static_cast<float*>(p.scratch);
+    cluster_sync_all();  // every CTA's partial and log2-sum-exp are staged
+    if (t < kHeads) {
+        float l[C];
+#pragma unroll
+        for (int s = 0; s < C; ++s) l[s] = ld_cluster_f32(map_rank(smem_u32(smem + kWsLse) + 4 * t, s));
+        float m = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < C; ++s) m = fmaxf(m, l[s]);
+        float wsum = 0.f;
+#pragma unroll
+        for (int s = 0; s < C; ++s) {
+            const float w = m == -INFINITY ? 0.f : exp2f(l[s] - m);
+            sw[s * kHeads + t] = w;
+            wsum += w;
+        }
+        sw[C * kHeads + t] = wsum > 0.f ? 1.f / wsum : 0.f;
+        if (n_groups > 1 && rank == 0) {
+            float* lse_out = part + p.n * n_groups * p.n_head * kDv;
+            lse_out[(i * n_groups + group) * p.n_head + hg * kHeads + t] = wsum > 0.f ? m + log2f(wsum) : -INFINITY;
+        }
+    }
+    __syncthreads();
+    // Column slice of this rank: W floats per head, as W/4 float4 tasks; U tasks per thread per round with all their
+    // C·U loads in flight (16 per thread), two rounds in all for every C.
+    constexpr int W = kDv / C, kTasks = kHeads * W / 4, U = 16 / C;
+    float* dst = n_groups == 1 ? p.out + (i * p.n_head + hg * kHeads) * kDv
+                               : part + ((i * n_groups + group) * p.n_head + hg * kHeads) * kDv;
+    const uint32_t so = smem_u32(smem);
+    for (int base = t; base < kTasks; base += U * kWsThreads) {
+        float4 v[U][C];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int task = base + u * kWsThreads;
+            if (task < kTasks) {
+                const int h = task / (W / 4), col = static_cast<int>(rank) * W + 4 * (task % (W / 4));
+#pragma unroll
+                for (int s = 0; s < C; ++s) v[u][s] = ld_cluster_f4(map_rank(so + 4 * (h * kOutStride + col), s));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int task = base + u * kWsThreads;
+            if (task >= kTasks) continue;
+            const int h = task / (W / 4), col = static_cast<int>(rank) * W + 4 * (task % (W / 4));
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int s = 0; s < C; ++s) {
+                const float w = sw[s * kHeads + h];
+                acc.x += w * v[u][s].x;
+                acc.y += w * v[u][s].y;
+                acc.z += w * v[u][s].z;
+                acc.w += w * v[u][s].w;
+            }
+            const float inv = sw[C * kHeads + h];
+            *reinterpret_cast<float4*>(dst + h * kDv + col) =
+                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+        }
+    }
+    cluster_sync_all();  // no CTA leaves while another still reads its shared memory
+}
+__device__ __noinline__ void cluster_merge(const SparseMlaRunParams& p, uint8_t* smem, int64_t i, int hg, int split,
+                                           int t) {
+    switch (p.plan.cluster) {
+        case 2:
+            cluster_merge_c<2>(p, smem, i, hg, split, t);
+            break;
+        case 4:
+            cluster_merge_c<4>(p, smem, i, hg, split, t);
+            break;
+        case 8:
+            cluster_merge_c<8>(p, smem, i, hg, split, t);
+            break;
+        default:
+            cluster_merge_c<16>(p, smem, i, hg, split, t);
+            break;
+    }
+}
+
 template <bool kFp8>
 __global__ void __launch_bounds__(kWsThreads, 1)
-    sparse_mla_ws_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo) {
+    sparse_mla_ws_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo,
+                         const uint8_t* q_img, const float* q_inv) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(smem);
     const int n_split = p.plan.n_split;
-    const int n_hg = p.n_head / kHeads;  // head groups vary fastest: both 64-head CTAs of a token run together
+    const int n_hg = p.n_head / kHeads;  // the splits vary fastest: a cluster is consecutive splits of one token
     const int64_t i = blockIdx.x / (n_split * n_hg);
-    const int split = (blockIdx.x / n_hg) % n_split, hg = blockIdx.x % n_hg;
+    const int split = blockIdx.x % n_split, hg = (blockIdx.x / n_split) % n_hg;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wgi = warp >> 2, wi = warp & 3;
     const int g = lane >> 2, qd = lane & 3;
     const int n_chunks = p.topk / kChunk;
@@ -204,13 +347,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     float* salpha = reinterpret_cast<float*>(smem + kWsRed);              // [64]
     float* sl = salpha + kHeads;                                          // [64]
     const uint32_t bar_ready = sb + kWsBar, bar_free = sb + kWsBar + 16;  // + 8·b
+    const uint32_t bar_q = sb + kWsBar + 32;                              // prepared Q: its bulk copy has landed
     if (t == 0) {
         mbar_init(bar_ready, 128);
         mbar_init(bar_ready + 8, 128);
         mbar_init(bar_free, 8);
         mbar_init(bar_free + 8, 8);
+        mbar_init(bar_q, 1);
     }
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // under PDL: the previous kernel's writes are visible
+    // Without prepared Q the kernel is launched plainly and this wait is a no-op. With it (q_img), the kernel is
+    // launched under PDL behind the Q preparation kernel, which was launched plainly: everything before that is
+    // complete, so slot ids and cache rows may be read at once, and only the threads that read the prepared Q wait.
+    if (q_img == nullptr) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
     // Producer state: rows a = pt/4 and b = a + 32 of each chunk, 16-B pieces part, part + 4, ... of each row.
@@ -218,48 +366,60 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     int32_t sa = -1, sbb = -1;                                // slots of the chunk in flight
     int32_t na = -1, nb = -1;                                 // FP8: slots of the chunk after it (one more chunk ahead)
     float4 sca = make_float4(0.f, 0.f, 0.f, 0.f), scb = sca;  // FP8: tile scales of rows a, b of the chunk in flight
-    if (wgi == 2 && c_begin < c_end) {
-        sa = tok_slots[c_begin * kChunk + ra];
-        sbb = tok_slots[c_begin * kChunk + rb];
-        if constexpr (kFp8) {
-            if (c_begin + 1 < c_end) {
-                na = tok_slots[(c_begin + 1) * kChunk + ra];
-                nb = tok_slots[(c_begin + 1) * kChunk + rb];
+    const auto issue_first = [&] {  // the producer's first chunk: slot ids, then its rows into tile 0
+        if (wgi == 2 && c_begin < c_end) {
+            sa = tok_slots[c_begin * kChunk + ra];
+            sbb = tok_slots[c_begin * kChunk + rb];
+            if constexpr (kFp8) {
+                if (c_begin + 1 < c_end) {
+                    na = tok_slots[(c_begin + 1) * kChunk + ra];
+                    nb = tok_slots[(c_begin + 1) * kChunk + rb];
+                }
+                fp8_stage_issue(cache, sa, ra, part, sb + kK0);
+                fp8_stage_issue(cache, sbb, rb, part, sb + kK0);
+                cp_async_commit();
+                sca = fp8_scales(cache, sa);
+                scb = fp8_scales(cache, sbb);
+            } else {
+                bf16_issue(cache, sa, ra, part, sb + kK0);
+                bf16_issue(cache, sbb, rb, part, sb + kK0);
+                cp_async_commit();
             }
-            fp8_stage_issue(cache, sa, ra, part, sb + kK0);  // while the consumers convert Q
-            fp8_stage_issue(cache, sbb, rb, part, sb + kK0);
-            cp_async_commit();
-            sca = fp8_scales(cache, sa);
-            scb = fp8_scales(cache, sbb);
-        } else {
-            bf16_issue(cache, sa, ra, part, sb + kK0);
-            bf16_issue(cache, sbb, rb, part, sb + kK0);
-            cp_async_commit();
         }
-    }
-    // Q: fp32 → the swizzled Q tile by the consumers, 2 × 9 16-B chunks per thread. BF16 caches: bf16. FP8 caches:
-    // the 512 latent dims in f16 (the dequantised K/V are f16: 2 instructions per 2 codes instead of 6 for bf16) and
-    // the 64 RoPE dims in bf16 (k_pe is stored bf16), every value times q_pow2 = 2^-e, the power of two that keeps
-    // the block's largest |q| at or below 2^15 (e = 0 unless it is larger; f16 ends at 65504); the softmax scale
-    // takes 2^e back. The block's amax costs a second read of Q, ~0.8 µs at batch 1. Measured slower: flagging the
-    // overflow during the conversion with a rare second conversion (registers: 120 against 112 µs at b128), and the
-    // producer finding the amax meanwhile (18.7 against 17.3 µs at b1).
+    };
+    // Q: fp32 → the swizzled Q tile, in one pass by all 384 threads: each thread loads its 12 16-B output chunks (24
+    // float4, one round of loads) before converting any. BF16 caches: bf16. FP8 caches: the 512 latent dims in f16 (the
+    // dequantised K/V are f16: 2 instructions per 2 codes instead of 6 for bf16) and the 64 RoPE dims in bf16 (k_pe is
+    // stored bf16), every value times q_pow2 = 2^-e, the power of two that keeps the block's largest |q| at or below
+    // 2^15 (e = 0 unless it is larger; f16 ends at 65504); the softmax scale takes 2^e back. At batch 1 every split's
+    // CTA converts the same Q, so its latency is on the critical path: the earlier two passes (amax, then convert) by
+    // the consumers alone took 4.9 µs of a 17.3-µs step (globaltimer phases,
+    // bench/results/cuda-h200-2026-11-30-*-sparse_mla-phases.txt). With n_split > 1 the Q tile comes prepared instead
+    // (q_img: sparse_mla_q_prep_kernel converted each token's Q once), with one bulk copy after the first barrier.
     float q_pow2_inv = 1.f;  // 2^e
-    if (wgi < 2) {
+    issue_first();  // before the loads of Q: issued after them, the slot ids waited behind Q (b128 +2%, b1 +0.3 µs)
+    if (q_img == nullptr) {
+        constexpr int kPer = kHeads * kRowChunks / kWsThreads;  // 12 output chunks per thread
+        static_assert(kPer * kWsThreads == kHeads * kRowChunks);
         const float4* q = reinterpret_cast<const float4*>(p.q + (i * p.n_head + hg * kHeads) * kD);
+        float4 v[2 * kPer];
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int e = t + kWsThreads * k, r = e / kRowChunks, c = e % kRowChunks;
+            v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
+            v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
+        }
         float q_pow2 = 1.f;
         if constexpr (kFp8) {
             float amax = 0.f;
-#pragma unroll 6
-            for (int k = 0; k < 36; ++k) {
-                const float4 v = __ldg(q + t + 256 * k);
-                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-            }
+#pragma unroll
+            for (int k = 0; k < 2 * kPer; ++k)
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
             for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
             if (lane == 0) sl[warp] = amax;  // sl is free until the epilogue
-            named_sync(kBarEpilogue);
+            __syncthreads();
 #pragma unroll
-            for (int w = 0; w < 8; ++w) amax = fmaxf(amax, sl[w]);
+            for (int w = 0; w < kWsThreads / 32; ++w) amax = fmaxf(amax, sl[w]);
             if (amax > 32768.f) {
                 int e = 0;
                 frexpf(amax / 32768.f, &e);  // amax / 2^15 <= 2^e
@@ -269,31 +429,26 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             }
         }
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-            float4 v[18];
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + 256 * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
-                v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
-            }
-#pragma unroll
-            for (int k = 0; k < 9; ++k) {
-                const int e = t + 256 * (9 * b + k), r = e / kRowChunks, c = e % kRowChunks;
-                const float4 a = v[2 * k], d = v[2 * k + 1];
-                const float m = q_pow2;
-                const bool f16 = kFp8 && c < 64;  // FP8 caches: latent dims (16-B chunks 0..63) in f16
-                uint4 w;
-                w.x = f16 ? pack_f16(a.x * m, a.y * m) : pack_bf16(a.x * m, a.y * m);
-                w.y = f16 ? pack_f16(a.z * m, a.w * m) : pack_bf16(a.z * m, a.w * m);
-                w.z = f16 ? pack_f16(d.x * m, d.y * m) : pack_bf16(d.x * m, d.y * m);
-                w.w = f16 ? pack_f16(d.z * m, d.w * m) : pack_bf16(d.z * m, d.w * m);
-                *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
-            }
+        for (int k = 0; k < kPer; ++k) {
+            const int e = t + kWsThreads * k, r = e / kRowChunks, c = e % kRowChunks;
+            const float4 a = v[2 * k], d = v[2 * k + 1];
+            const float m = q_pow2;
+            const bool f16 = kFp8 && c < 64;  // FP8 caches: latent dims (16-B chunks 0..63) in f16
+            uint4 w;
+            w.x = f16 ? pack_f16(a.x * m, a.y * m) : pack_bf16(a.x * m, a.y * m);
+            w.y = f16 ? pack_f16(a.z * m, a.w * m) : pack_bf16(a.z * m, a.w * m);
+            w.z = f16 ? pack_f16(d.x * m, d.y * m) : pack_bf16(d.x * m, d.y * m);
+            w.w = f16 ? pack_f16(d.z * m, d.w * m) : pack_bf16(d.z * m, d.w * m);
+            *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
         }
     }
-    proxy_fence();    // Q (generic stores) → wgmma (async proxy)
-    __syncthreads();  // Q tile and barrier initialisation visible to all
+    proxy_fence();                     // Q (generic stores) → wgmma (async proxy)
+    __syncthreads();                   // Q tile and barrier initialisation visible to all
+    if (q_img != nullptr && t == 0) {  // prepared Q: one bulk copy of its tile image once the preparation is done
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");
+        mbar_expect_tx(bar_q, kTile);
+        bulk_load(sb + kQ, q_img + (i * n_hg + hg) * kTile, kTile, bar_q);
+    }
 
     if (wgi == 2) {  // the producer's part ends here: it holds no output, and the consumers wait on its tiles
         setmaxnreg_dec<120>();
@@ -382,11 +537,24 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 }
             }
         }
+        if (p.plan.cluster > 1) {  // the producer takes part in the cluster merge, with the pool's even share
+            setmaxnreg_inc<168>();
+            cluster_merge(p, smem, i, hg, split, t);
+        }
         return;
     }
     setmaxnreg_inc<192>();  // both consumers the same count: they share one code path (ptxas allocates per region)
-    const float scale_log2 = p.scale * 1.4426950408889634f * q_pow2_inv;
     const int row0 = 16 * wi + g, row1 = row0 + 8;
+    // Softmax scale (log2 domain) of rows row0 and row1, times the power of two Q was scaled by: one per 64-head block
+    // when converted here, one per head when prepared (only WG0 runs the softmax).
+    float scale_log2[2] = {p.scale * 1.4426950408889634f * q_pow2_inv, p.scale * 1.4426950408889634f * q_pow2_inv};
+    if (q_img != nullptr && wgi == 0) {
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");
+        const float* qi = q_inv + i * p.n_head + hg * kHeads;
+        scale_log2[0] = p.scale * 1.4426950408889634f * qi[row0];
+        scale_log2[1] = p.scale * 1.4426950408889634f * qi[row1];
+        mbar_wait(bar_q, 0);
+    }
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
     float o[128];
     {
@@ -434,14 +602,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                         mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 1));
                         mloc[r] = fmaxf(mloc[r], __shfl_xor_sync(0xffffffffu, mloc[r], 2));
                         const float m_new = fmaxf(m_run[r], mloc[r]);
-                        mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-                        alpha[r] = exp2f(m_run[r] * scale_log2 - mref[r]);
+                        mref[r] = m_new == -INFINITY ? 0.f : m_new * scale_log2[r];
+                        alpha[r] = exp2f(m_run[r] * scale_log2[r] - mref[r]);
                         m_run[r] = m_new;
                         l_run[r] *= alpha[r];
                     }
 #pragma unroll
                     for (int j = 0; j < 32; ++j) {
-                        s[j] = exp2f(fmaf(s[j], scale_log2, -mref[(j >> 1) & 1]));
+                        s[j] = exp2f(fmaf(s[j], scale_log2[(j >> 1) & 1], -mref[(j >> 1) & 1]));
                         l_run[(j >> 1) & 1] += s[j];
                     }
                 }
@@ -523,9 +691,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const float l = sl[row];
             const float inv = l > 0.f ? 1.f / l : 0.f;
             if (n_split > 1 && wgi == 0 && qd == 0) {
-                const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
-                float* lse = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
-                lse[(i * n_split + split) * p.n_head + h] = l > 0.f ? m_run[r] * scale_log2 + log2f(l) : -INFINITY;
+                const float lse = l > 0.f ? m_run[r] * scale_log2[r] + log2f(l) : -INFINITY;
+                if (p.plan.cluster > 1) {
+                    reinterpret_cast<float*>(smem + kWsLse)[row] = lse;
+                } else {
+                    const int64_t h = static_cast<int64_t>(hg) * kHeads + row;
+                    float* lse_out = static_cast<float*>(p.scratch) + p.n * n_split * p.n_head * kDv;
+                    lse_out[(i * n_split + split) * p.n_head + h] = lse;
+                }
             }
 #pragma unroll
             for (int j = 0; j < 32; ++j) {
@@ -535,6 +708,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             }
         }
         proxy_fence();
+    }
+    if (p.plan.cluster > 1) {  // o[] is dead: back to the even share of the register pool for the merge
+        setmaxnreg_dec<168>();
+        cluster_merge(p, smem, i, hg, split, t);
+        return;
     }
     named_sync(kBarEpilogue);
     if (t < kHeads) {
@@ -546,44 +724,104 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 }
 }  // namespace wg
 
-// Merges the n_split normalised partials of each (token, head) by their log2-sum-exp. 128 threads × 4 columns.
-// The split weights are computed once into shared memory ([n_split] floats, dynamic) and the partial rows are read
-// with unrolled independent loads (the loop is latency-bound otherwise).
-__global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMlaRunParams p) {
+// Q preparation for split runs (n_split > 1, where every split's CTA needs the same Q tile): one warp per (token,
+// head) converts the fp32 row into the main kernel's swizzled shared-memory tile image (q_img, one 73,728-B image per
+// token × 64-head block, copied by the main kernel with one bulk copy) and scales it by the power of two that keeps
+// the row's largest |q| at or below 2^15 for f16 (FP8 caches), recording 2^e in q_inv for the softmax. Launched
+// plainly; it lets the main kernel (under PDL) start at once and gather its rows meanwhile.
+template <bool kFp8>
+__global__ void __launch_bounds__(256)
+    sparse_mla_q_prep_kernel(const float* q, int64_t n_rows, uint8_t* q_img, float* q_inv) {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    const int lane = threadIdx.x & 31;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);  // i · n_head + head
+    if (row >= n_rows) return;
+    const float4* src = reinterpret_cast<const float4*>(q + row * kD);
+    float4 v[6];  // 16-B output chunks lane, lane + 32 and (lanes 0..7) lane + 64, 2 float4 each
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        const int c = lane + 32 * k;
+        v[2 * k] = c < kRowChunks ? __ldg(src + 2 * c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[2 * k + 1] = c < kRowChunks ? __ldg(src + 2 * c + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float m = 1.f, inv = 1.f;
+    if constexpr (kFp8) {
+        float amax = 0.f;
+#pragma unroll
+        for (int k = 0; k < 6; ++k)
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        if (amax > 32768.f) {
+            int e = 0;
+            frexpf(amax / 32768.f, &e);  // amax / 2^15 <= 2^e
+            e = min(e, 120);
+            m = ldexpf(1.f, -e);
+            inv = ldexpf(1.f, e);
+        }
+    }
+    uint8_t* dst = q_img + (row / kHeads) * wg::kTile;
+    const int r = static_cast<int>(row % kHeads);
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        const int c = lane + 32 * k;
+        if (c >= kRowChunks) continue;
+        const float4 a = v[2 * k], d = v[2 * k + 1];
+        const bool f16 = kFp8 && c < 64;  // FP8 caches: latent dims (16-B chunks 0..63) in f16
+        uint4 w;
+        w.x = f16 ? pack_f16(a.x * m, a.y * m) : pack_bf16(a.x * m, a.y * m);
+        w.y = f16 ? pack_f16(a.z * m, a.w * m) : pack_bf16(a.z * m, a.w * m);
+        w.z = f16 ? pack_f16(d.x * m, d.y * m) : pack_bf16(d.x * m, d.y * m);
+        w.w = f16 ? pack_f16(d.z * m, d.w * m) : pack_bf16(d.z * m, d.w * m);
+        *reinterpret_cast<uint4*>(dst + wg::tile_off(r, c)) = w;
+    }
+    if (lane == 0) q_inv[row] = inv;
+}
+
+// Merges the n_split normalised partials of each (token, head) by their log2-sum-exp. Two CTAs per (token, head), of
+// 64 threads × 4 columns (at batch 1 that spreads the 4 MB of partials over 128 SMs instead of 64). Each
+// thread reads the split weights itself (the same 4-B values across the CTA: L1 broadcasts) and merges 16 splits
+// per round (kRound: 16, or 4 when n_split ≤ 4, which keeps the registers low and the occupancy high for the many
+// CTAs of large batches) with all their loads in flight, so the kernel costs two dependent loads for 32 splits and
+// no CTA barrier. (The first version staged the weights in shared memory behind two barriers and read 16 partials
+// per round after them: 4.2 µs at batch 1 of a 17-µs step.)
+template <int kRound>
+__global__ void __launch_bounds__(64) sparse_mla_combine_kernel(const SparseMlaRunParams p) {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");               // launched early (PDL): wait for the partials
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the next step's main kernel may start
-    extern __shared__ float sw[];                                      // [n_split]
-    __shared__ float sred[4];
-    const int64_t ih = blockIdx.x, i = ih / p.n_head, h = ih % p.n_head;
-    const int n_split = p.plan.n_split, t = threadIdx.x;
+    const int64_t ih = blockIdx.x / 2, i = ih / p.n_head, h = ih % p.n_head;
+    const int n_split = p.plan.n_split, t = (blockIdx.x % 2) * 64 + threadIdx.x;  // float4 column of the row
     const float* part = static_cast<const float*>(p.scratch);
-    const float* lse = part + p.n * n_split * p.n_head * kDv;
-    float m = -INFINITY;
-    for (int s = t; s < n_split; s += 128) {
-        const float v = lse[(i * n_split + s) * p.n_head + h];
-        sw[s] = v;
-        m = fmaxf(m, v);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((t & 31) == 0) sred[t >> 5] = m;
-    __syncthreads();
-    m = fmaxf(fmaxf(sred[0], sred[1]), fmaxf(sred[2], sred[3]));
-    for (int s = t; s < n_split; s += 128) sw[s] = m == -INFINITY ? 0.f : exp2f(sw[s] - m);
-    __syncthreads();
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float wsum = 0.f;
+    const float* lse = part + p.n * n_split * p.n_head * kDv + i * n_split * p.n_head + h;  // split s at s·n_head
     const float4* src = reinterpret_cast<const float4*>(part + (i * n_split * p.n_head + h) * kDv) + t;
     const int64_t stride = static_cast<int64_t>(p.n_head) * (kDv / 4);  // float4s between splits
-#pragma unroll 16
-    for (int s = 0; s < n_split; ++s) {
-        const float w = sw[s];
-        const float4 v = src[s * stride];  // written by every split (zeros when it had no valid slot)
-        acc.x += w * v.x;
-        acc.y += w * v.y;
-        acc.z += w * v.z;
-        acc.w += w * v.w;
-        wsum += w;
+    float m = -INFINITY, wsum = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < n_split; s0 += kRound) {
+        float l[kRound];
+        float4 v[kRound];
+#pragma unroll
+        for (int k = 0; k < kRound; ++k) {
+            const bool in = s0 + k < n_split;
+            l[k] = in ? lse[(s0 + k) * p.n_head] : -INFINITY;
+            v[k] = in ? src[(s0 + k) * stride] : make_float4(0.f, 0.f, 0.f, 0.f);  // every split wrote its row
+        }
+        float mc = m;
+#pragma unroll
+        for (int k = 0; k < kRound; ++k) mc = fmaxf(mc, l[k]);
+        if (mc == -INFINITY) continue;  // no valid slot in any split so far
+        const float r = exp2f(m - mc);  // 0 while m is −inf
+        acc = make_float4(acc.x * r, acc.y * r, acc.z * r, acc.w * r);
+        wsum *= r;
+#pragma unroll
+        for (int k = 0; k < kRound; ++k) {
+            const float w = exp2f(l[k] - mc);
+            acc.x += w * v[k].x;
+            acc.y += w * v[k].y;
+            acc.z += w * v[k].z;
+            acc.w += w * v[k].w;
+            wsum += w;
+        }
+        m = mc;
     }
     const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
     reinterpret_cast<float4*>(p.out + ih * kDv)[t] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
@@ -616,31 +854,122 @@ cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t
     return cudaGetLastError();
 }
 
+// The main kernel's attributes (dynamic shared memory, non-portable cluster sizes) are per (function, device): set
+// once per device, before the cluster query and the first launch (not a stream operation: not captured in graphs).
+cudaError_t configure_for_device() {
+    return per_device_once([] {
+        cudaError_t e = cudaSuccess;
+        for (auto kern : {wg::sparse_mla_ws_kernel<true>, wg::sparse_mla_ws_kernel<false>}) {
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kWsSmem);
+            if (e == cudaSuccess) e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        }
+        return e;
+    });
+}
+
+// How many clusters of c CTAs (2, 4, 8, 16) of the main kernel the device holds at once (0 if it cannot run them):
+// cluster 16 is non-portable (Hopper allows it), and a GPC must hold c CTAs of ~226 KB shared memory each.
+int max_active_clusters(int c) {
+    static std::atomic<int> cached[kMaxDevices][4] = {};  // per device, c = 2^(k+1); stored + 1 (0: not yet asked)
+    int dev = 0, k = 0;
+    while ((2 << k) < c) ++k;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices || k > 3) return 0;
+    int v = cached[dev][k].load(std::memory_order_acquire);
+    if (v != 0) return v - 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(c));
+    cfg.blockDim = dim3(wg::kWsThreads);
+    cfg.dynamicSmemBytes = wg::kWsSmem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(c);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, wg::sparse_mla_ws_kernel<true>, &cfg) != cudaSuccess) n = 0;
+    (void)cudaGetLastError();
+    cached[dev][k].store(n + 1, std::memory_order_release);
+    return n;
+}
+
+// The cluster size a launch of n_ctas CTAs uses: the plan's, halved until the device holds all of the grid's
+// clusters at once (a second wave of clusters measured 1.6–1.7× slower: b16 at cluster 8, h128 b16 at cluster 4).
+int effective_cluster(int cluster, int64_t n_ctas) {
+    while (cluster > 1 && static_cast<int64_t>(max_active_clusters(cluster)) * cluster < n_ctas) cluster /= 2;
+    return cluster;
+}
+
+// Scratch of a split run: the partials [n][n_split][n_head][512] and their log2-sum-exp [n][n_split][n_head] (fp32),
+// then the prepared Q tile images [n][n_head / 64][73,728 B] and their per-head powers of two [n][n_head].
+struct ScratchLayout {
+    size_t img = 0, inv = 0, total = 0;  // byte offsets of the Q images and of q_inv; total size
+};
+ScratchLayout scratch_layout(int64_t n, int n_head, const SparseMlaPlan& plan) {
+    ScratchLayout l;
+    if (plan.n_split <= 1) return l;
+    const size_t partials = static_cast<size_t>(n) * plan.n_split * n_head * (kDv + 1) * sizeof(float);
+    l.img = (partials + 127) / 128 * 128;
+    l.inv = l.img + static_cast<size_t>(n) * (n_head / kHeads) * wg::kTile;
+    l.total = l.inv + static_cast<size_t>(n) * n_head * sizeof(float);
+    return l;
+}
+
+template <bool kFp8>
+cudaError_t launch_ws(const SparseMlaRunParams& p, unsigned grid, int cps, const uint8_t* q_img, const float* q_inv,
+                      cudaStream_t stream) {
+    const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(wg::kWsThreads);
+    cfg.dynamicSmemBytes = wg::kWsSmem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    cfg.attrs = attr;
+    if (p.plan.cluster > 1) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs].val.clusterDim.x = static_cast<unsigned>(p.plan.cluster);
+        attr[cfg.numAttrs].val.clusterDim.y = 1;
+        attr[cfg.numAttrs].val.clusterDim.z = 1;
+        ++cfg.numAttrs;
+    }
+    if (q_img != nullptr) {  // behind the Q preparation (see the kernel's griddepcontrol.wait)
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+        ++cfg.numAttrs;
+    }
+    return cudaLaunchKernelEx(&cfg, wg::sparse_mla_ws_kernel<kFp8>, p, cps, lbo, sbo, q_img, q_inv);
+}
+
+// p.plan.cluster is the effective cluster size here (launch_sparse_mla reduced it to the device's).
 cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     const int n_chunks = p.topk / kChunk;
     const int cps = (n_chunks + p.plan.n_split - 1) / p.plan.n_split;
-    // One CTA per (token, split, 64-head group), the head group fastest: the two CTAs of a 128-head token gather
-    // the same rows at the same time, so the second read hits L2.
-    const dim3 grid(static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads)));
-    const bool fp8 = p.format == MlaCacheFormat::FP8;
-    const uint32_t lbo = 8192u, sbo = 1024u;  // V (MN-major) descriptor: 8-KB blocks of 64 dims, 8-row groups
-    // The attribute is per (function, device); set once per device (not a stream operation: not captured in graphs).
-    const cudaError_t cfg_err = per_device_once([] {
-        cudaError_t e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kWsSmem);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(wg::sparse_mla_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     wg::kWsSmem);
-        return e;
-    });
-    if (cfg_err != cudaSuccess) return cfg_err;
+    // One CTA per (token, 64-head group, split), the split fastest (a cluster is consecutive CTAs).
+    const unsigned grid = static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads));
     if (!registers_as_planned()) return cudaErrorInvalidConfiguration;
-    // Plain launch. PDL on the main kernel (measured at ec813d3) saved 0.4 us at b1 but cost 0.2-0.9 us at b16-b128
-    // and ~6% in BF16 prefill; the maximum shared carveout changed nothing.
-    return fp8 ? launch_kernel(wg::sparse_mla_ws_kernel<true>, grid, wg::kWsThreads, wg::kWsSmem, stream, false, p, cps,
-                               lbo, sbo)
-               : launch_kernel(wg::sparse_mla_ws_kernel<false>, grid, wg::kWsThreads, wg::kWsSmem, stream, false, p,
-                               cps, lbo, sbo);
+    const bool fp8 = p.format == MlaCacheFormat::FP8;
+    // One split: the kernel converts its Q itself, and is launched plainly (PDL behind whatever kernel came before,
+    // measured at ec813d3, saved 0.4 us at b1 but cost 0.2-0.9 us at b16-b128 and ~6% in BF16 prefill).
+    if (p.plan.n_split == 1)
+        return fp8 ? launch_ws<true>(p, grid, cps, nullptr, nullptr, stream)
+                   : launch_ws<false>(p, grid, cps, nullptr, nullptr, stream);
+    // Splits: each token's Q is prepared once, and the main kernel starts under PDL while that runs.
+    const ScratchLayout l = scratch_layout(p.n, p.n_head, p.plan);
+    uint8_t* q_img = static_cast<uint8_t*>(p.scratch) + l.img;
+    float* q_inv = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + l.inv);
+    const int64_t rows = p.n * p.n_head;
+    const dim3 prep_grid(static_cast<unsigned>((rows + 7) / 8));
+    if (fp8)
+        sparse_mla_q_prep_kernel<true><<<prep_grid, 256, 0, stream>>>(p.q, rows, q_img, q_inv);
+    else
+        sparse_mla_q_prep_kernel<false><<<prep_grid, 256, 0, stream>>>(p.q, rows, q_img, q_inv);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    return fp8 ? launch_ws<true>(p, grid, cps, q_img, q_inv, stream)
+               : launch_ws<false>(p, grid, cps, q_img, q_inv, stream);
 }
 
 }  // namespace
@@ -648,6 +977,12 @@ cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
 bool sparse_mla_supported(int n_head, int topk) {
     return (n_head == 64 || n_head == 128) && topk > 0 && topk % kChunk == 0;
 }
+
+// Cluster merges pay only for few, long splits: the merge reads the partner's 64 KB from its shared memory at
+// ~25 GB/s (distributed shared memory is slow for bulk data: 3.5 µs at batch 1), which beats the combine kernel's
+// trip through global memory at n_split 2 (b64: 67.3 against 73.3 µs) and 8 (b16: 30.6 against 32.0), not at 32
+// (b1: 16.1 against 15.1); clusters of 4–16 measured slower still (bench_sparse_mla sweep, 2026-11-30).
+constexpr int kPlanMaxSplitClustered = 8;
 
 SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm) {
     SparseMlaPlan plan;
@@ -658,12 +993,17 @@ SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm) {
     if (want > n_chunks) want = n_chunks;
     const int cps = (n_chunks + want - 1) / want;
     plan.n_split = (n_chunks + cps - 1) / cps;  // no empty splits
+    if (plan.n_split % 2 == 0 && plan.n_split <= kPlanMaxSplitClustered) plan.cluster = 2;
     return plan;
 }
 
+int sparse_mla_launch_cluster(int64_t n, int n_head, const SparseMlaPlan& plan) {
+    if (configure_for_device() != cudaSuccess) return 1;
+    return effective_cluster(plan.cluster, n * plan.n_split * (n_head / kHeads));
+}
+
 size_t sparse_mla_scratch_bytes(int64_t n, int n_head, const SparseMlaPlan& plan) {
-    if (plan.n_split <= 1) return 0;
-    return static_cast<size_t>(n) * plan.n_split * n_head * (kDv + 1) * sizeof(float);
+    return scratch_layout(n, n_head, plan).total;
 }
 
 cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) {
@@ -671,12 +1011,21 @@ cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) 
         !p.out || (p.plan.n_split > 1 && !p.scratch))
         return cudaErrorInvalidValue;
     if (p.n == 0) return cudaSuccess;
-    const cudaError_t e = launch_main(p, stream);
-    if (e != cudaSuccess || p.plan.n_split == 1) return e;
+    const int c = p.plan.cluster;
+    if (c < 1 || c > 16 || (c & (c - 1)) != 0 || p.plan.n_split % c != 0) return cudaErrorInvalidValue;
+    const cudaError_t cfg_err = configure_for_device();
+    if (cfg_err != cudaSuccess) return cfg_err;
+    SparseMlaRunParams q = p;
+    q.plan.cluster = effective_cluster(p.plan.cluster, p.n * p.plan.n_split * (p.n_head / kHeads));
+    const cudaError_t e = launch_main(q, stream);
+    if (e != cudaSuccess || q.plan.n_split == q.plan.cluster) return e;
+    q.plan.n_split /= q.plan.cluster;  // the combine merges the clusters' partials
+    q.plan.cluster = 1;
     // The combine's CTAs start while the main kernel runs and wait on it (griddepcontrol.wait), which takes the
     // second launch's latency off the critical path (kept in CUDA graphs).
-    return launch_kernel(sparse_mla_combine_kernel, dim3(static_cast<unsigned>(p.n * p.n_head)), 128,
-                         static_cast<size_t>(p.plan.n_split) * sizeof(float), stream, true, p);
+    const dim3 grid(static_cast<unsigned>(q.n * q.n_head * 2));
+    return q.plan.n_split <= 4 ? launch_kernel(sparse_mla_combine_kernel<4>, grid, 64, 0, stream, true, q)
+                               : launch_kernel(sparse_mla_combine_kernel<16>, grid, 64, 0, stream, true, q);
 }
 
 }  // namespace megactx::cuda

@@ -7,12 +7,14 @@
 // Implementation (sparse_mla.cu): one warp-specialised wgmma (sm_90a) kernel: a producer warpgroup streams the
 // selected rows into shared memory (dequantising FP8), two consumer warpgroups run Q·Kᵀ, softmax and P·V.
 // Plan, then run: sparse_mla_plan() picks the split of each token's slots over CTAs on the host (from n and the
-// SM count); the run only launches (main kernel + a log-sum-exp combine when n_split > 1), so it can be captured
-// in a CUDA graph. Scratch for the split partials is passed in (sparse_mla_scratch_bytes).
+// SM count) and the cluster size that merges the splits on chip; the run only launches (main kernel + a
+// log-sum-exp combine when n_split / cluster > 1), so it can be captured in a CUDA graph. Scratch for the split
+// partials is passed in (sparse_mla_scratch_bytes).
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace megactx::cuda {
 
@@ -20,6 +22,10 @@ enum class MlaCacheFormat { BF16, FP8 };
 
 struct SparseMlaPlan {
     int n_split = 1;  // CTAs per (token, 64-head group); each takes a contiguous range of 64-slot chunks
+    // CTAs per thread-block cluster (1, 2, 4, 8 or 16; divides n_split): a cluster merges its splits through
+    // distributed shared memory, so only n_split / cluster partials per (token, head group) go through scratch and
+    // the combine kernel (none when cluster == n_split). Reduced at launch to what the device can schedule.
+    int cluster = 1;
 };
 
 struct SparseMlaRunParams {
@@ -30,8 +36,8 @@ struct SparseMlaRunParams {
     void* scratch = nullptr;         // sparse_mla_scratch_bytes(n, n_head, plan) bytes (may be null when 0)
     MlaCacheFormat format = MlaCacheFormat::FP8;
     int64_t n = 0;
-    int n_head = 64;                 // 64 or 128
-    int topk = 2048;                 // multiple of 64
+    int n_head = 64;  // 64 or 128
+    int topk = 2048;  // multiple of 64
     float scale = 0.0625f;
     SparseMlaPlan plan;
 };
@@ -39,6 +45,9 @@ struct SparseMlaRunParams {
 bool sparse_mla_supported(int n_head, int topk);
 // Host-only planning: the split that fills n_sm SMs for n tokens.
 SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm);
+// The cluster size a launch of this plan for n tokens uses on the current device: plan.cluster, halved until the
+// device holds all of the grid's clusters at once.
+int sparse_mla_launch_cluster(int64_t n, int n_head, const SparseMlaPlan& plan);
 size_t sparse_mla_scratch_bytes(int64_t n, int n_head, const SparseMlaPlan& plan);
 // Launches on `stream` (no host sync); returns cudaErrorInvalidValue when unsupported, else the launch error.
 cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream);
