@@ -103,6 +103,8 @@ __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 // Output staging row stride (floats): 512 + 8, so the 8 rows a warp stores at once fall on different banks.
 constexpr int kOutStride = kDv + 8;
 static_assert(kHeads * kOutStride * 4 <= 3 * kTile);
+// f16 partials (FP8 caches, n_split > 1): rows of 512 + 16 halves (1056 B, 16-B aligned for the bulk copy).
+constexpr int kOutStrideH = kDv + 16;
 // One bulk async copy shared → global (16-B aligned, size a multiple of 16), waited on only until the source
 // shared memory has been read (as TMA-store epilogues do): the writes complete with the grid.
 __device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
@@ -239,13 +241,23 @@ __device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
 constexpr int kMergeW = kHeads * kOutStride * 4;  // [C][64] split weights, then [64] 1/Σw (after the staged partial)
 static_assert(kMergeW + 17 * kHeads * 4 <= 3 * kTile);
 
+// What the merge needs of the run, by value (passing the kernel's parameter struct by reference made the kernel
+// keep a local copy of it).
+struct MergeArgs {
+    float* out;
+    float* scratch;
+    int64_t n;
+    int n_head, n_split, cluster;
+    bool fp8;
+};
+
 template <int C>
-__device__ __forceinline__ void cluster_merge_c(const SparseMlaRunParams& p, uint8_t* smem, int64_t i, int hg,
-                                                int split, int t) {
+__device__ __forceinline__ void cluster_merge_c(const MergeArgs& a, uint8_t* smem, int64_t i, int hg, int split,
+                                                int t) {
     const uint32_t rank = cluster_rank();
-    const int n_groups = p.plan.n_split / C, group = split / C;
+    const int n_groups = a.n_split / C, group = split / C;
     float* sw = reinterpret_cast<float*>(smem + kMergeW);
-    float* part = static_cast<float*>(p.scratch);
+    float* part = a.scratch;
     cluster_sync_all();  // every CTA's partial and log2-sum-exp are staged
     if (t < kHeads) {
         float l[C];
@@ -263,16 +275,19 @@ __device__ __forceinline__ void cluster_merge_c(const SparseMlaRunParams& p, uin
         }
         sw[C * kHeads + t] = wsum > 0.f ? 1.f / wsum : 0.f;
         if (n_groups > 1 && rank == 0) {
-            float* lse_out = part + p.n * n_groups * p.n_head * kDv;
-            lse_out[(i * n_groups + group) * p.n_head + hg * kHeads + t] = wsum > 0.f ? m + log2f(wsum) : -INFINITY;
+            float* lse_out = part + a.n * n_groups * a.n_head * kDv;
+            lse_out[(i * n_groups + group) * a.n_head + hg * kHeads + t] = wsum > 0.f ? m + log2f(wsum) : -INFINITY;
         }
     }
     __syncthreads();
     // Column slice of this rank: W floats per head, as W/4 float4 tasks; U tasks per thread per round with all their
     // C·U loads in flight (16 per thread), two rounds in all for every C.
     constexpr int W = kDv / C, kTasks = kHeads * W / 4, U = 16 / C;
-    float* dst = n_groups == 1 ? p.out + (i * p.n_head + hg * kHeads) * kDv
-                               : part + ((i * n_groups + group) * p.n_head + hg * kHeads) * kDv;
+    const int64_t dst_row0 =
+        n_groups == 1 ? i * a.n_head + hg * kHeads : (i * n_groups + group) * a.n_head + hg * kHeads;
+    const bool half_out = n_groups > 1 && a.fp8;  // f16 partials (see partial_t)
+    float* dst = (n_groups == 1 ? a.out : part) + dst_row0 * kDv;
+    __half* dst_h = reinterpret_cast<__half*>(part) + dst_row0 * kDv;
     const uint32_t so = smem_u32(smem);
     for (int base = t; base < kTasks; base += U * kWsThreads) {
         float4 v[U][C];
@@ -300,26 +315,34 @@ __device__ __forceinline__ void cluster_merge_c(const SparseMlaRunParams& p, uin
                 acc.w += w * v[u][s].w;
             }
             const float inv = sw[C * kHeads + h];
-            *reinterpret_cast<float4*>(dst + h * kDv + col) =
-                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+            if (half_out) {
+                __half2 lo = __floats2half2_rn(acc.x * inv, acc.y * inv),
+                        hi = __floats2half2_rn(acc.z * inv, acc.w * inv);
+                uint2 u;
+                u.x = *reinterpret_cast<uint32_t*>(&lo);
+                u.y = *reinterpret_cast<uint32_t*>(&hi);
+                *reinterpret_cast<uint2*>(dst_h + h * kDv + col) = u;
+            } else {
+                *reinterpret_cast<float4*>(dst + h * kDv + col) =
+                    make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+            }
         }
     }
     cluster_sync_all();  // no CTA leaves while another still reads its shared memory
 }
-__device__ __noinline__ void cluster_merge(const SparseMlaRunParams& p, uint8_t* smem, int64_t i, int hg, int split,
-                                           int t) {
-    switch (p.plan.cluster) {
+__device__ __noinline__ void cluster_merge(const MergeArgs a, uint8_t* smem, int64_t i, int hg, int split, int t) {
+    switch (a.cluster) {
         case 2:
-            cluster_merge_c<2>(p, smem, i, hg, split, t);
+            cluster_merge_c<2>(a, smem, i, hg, split, t);
             break;
         case 4:
-            cluster_merge_c<4>(p, smem, i, hg, split, t);
+            cluster_merge_c<4>(a, smem, i, hg, split, t);
             break;
         case 8:
-            cluster_merge_c<8>(p, smem, i, hg, split, t);
+            cluster_merge_c<8>(a, smem, i, hg, split, t);
             break;
         default:
-            cluster_merge_c<16>(p, smem, i, hg, split, t);
+            cluster_merge_c<16>(a, smem, i, hg, split, t);
             break;
     }
 }
@@ -539,7 +562,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         if (p.plan.cluster > 1) {  // the producer takes part in the cluster merge, with the pool's even share
             setmaxnreg_inc<168>();
-            cluster_merge(p, smem, i, hg, split, t);
+            cluster_merge(
+                MergeArgs{p.out, static_cast<float*>(p.scratch), p.n, p.n_head, n_split, p.plan.cluster, kFp8}, smem, i,
+                hg, split, t);
         }
         return;
     }
@@ -683,6 +708,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
     }
     named_sync(kBarEpilogue);  // sl complete; the tiles are free (every wgmma waited on, the producer is done)
+    // Partials through scratch are f16 for FP8 caches (see partial_t), fp32 otherwise; outputs are fp32.
+    const bool half_partial = kFp8 && n_split > 1 && p.plan.cluster == 1;
     {
         float* so = reinterpret_cast<float*>(smem);  // [64 heads][kOutStride] fp32 over the Q and K tiles
 #pragma unroll
@@ -700,26 +727,40 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     lse_out[(i * n_split + split) * p.n_head + h] = lse;
                 }
             }
+            if (half_partial) {
+                __half* soh = reinterpret_cast<__half*>(smem);  // [64 heads][kOutStrideH] f16
 #pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                const int col = 256 * wgi + 8 * j + 2 * qd;
-                *reinterpret_cast<float2*>(so + row * kOutStride + col) =
-                    make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                for (int j = 0; j < 32; ++j) {
+                    const int col = 256 * wgi + 8 * j + 2 * qd;
+                    *reinterpret_cast<__half2*>(soh + row * kOutStrideH + col) =
+                        __floats2half2_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 32; ++j) {
+                    const int col = 256 * wgi + 8 * j + 2 * qd;
+                    *reinterpret_cast<float2*>(so + row * kOutStride + col) =
+                        make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+                }
             }
         }
         proxy_fence();
     }
     if (p.plan.cluster > 1) {  // o[] is dead: back to the even share of the register pool for the merge
         setmaxnreg_dec<168>();
-        cluster_merge(p, smem, i, hg, split, t);
+        cluster_merge(MergeArgs{p.out, static_cast<float*>(p.scratch), p.n, p.n_head, n_split, p.plan.cluster, kFp8},
+                      smem, i, hg, split, t);
         return;
     }
     named_sync(kBarEpilogue);
     if (t < kHeads) {
-        const int64_t h = static_cast<int64_t>(hg) * kHeads + t;
-        float* dst = n_split == 1 ? p.out + (i * p.n_head + h) * kDv
-                                  : static_cast<float*>(p.scratch) + ((i * n_split + split) * p.n_head + h) * kDv;
-        bulk_store(dst, smem_u32(reinterpret_cast<float*>(smem) + t * kOutStride), kDv * 4);
+        const int64_t h = static_cast<int64_t>(hg) * kHeads + t, row = (i * n_split + split) * p.n_head + h;
+        if (half_partial)
+            bulk_store(static_cast<__half*>(p.scratch) + row * kDv,
+                       smem_u32(reinterpret_cast<__half*>(smem) + t * kOutStrideH), kDv * 2);
+        else
+            bulk_store(n_split == 1 ? p.out + (i * p.n_head + h) * kDv : static_cast<float*>(p.scratch) + row * kDv,
+                       smem_u32(reinterpret_cast<float*>(smem) + t * kOutStride), kDv * 4);
     }
 }
 }  // namespace wg
@@ -784,15 +825,30 @@ __global__ void __launch_bounds__(256)
 // CTAs of large batches) with all their loads in flight, so the kernel costs two dependent loads for 32 splits and
 // no CTA barrier. (The first version staged the weights in shared memory behind two barriers and read 16 partials
 // per round after them: 4.2 µs at batch 1 of a 17-µs step.)
-template <int kRound>
+// Partials are f16 for FP8 caches (the kernel's V and P are f16 there already, and |partial| ≤ max |V| fits f16; it
+// halves the 128 KB each CTA writes, which the SM's write path bounds: 2.2 µs at batch 1) and fp32 for BF16 caches
+// (bf16 V may exceed f16's range).
+__device__ __forceinline__ float4 load_partial(const float* part, int64_t k) {  // float4 k
+    return reinterpret_cast<const float4*>(part)[k];
+}
+__device__ __forceinline__ float4 load_partial(const __half* part, int64_t k) {
+    const uint2 u = reinterpret_cast<const uint2*>(part)[k];
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+template <int kRound, typename PartialT>
 __global__ void __launch_bounds__(64) sparse_mla_combine_kernel(const SparseMlaRunParams p) {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");               // launched early (PDL): wait for the partials
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the next step's main kernel may start
     const int64_t ih = blockIdx.x / 2, i = ih / p.n_head, h = ih % p.n_head;
     const int n_split = p.plan.n_split, t = (blockIdx.x % 2) * 64 + threadIdx.x;  // float4 column of the row
-    const float* part = static_cast<const float*>(p.scratch);
-    const float* lse = part + p.n * n_split * p.n_head * kDv + i * n_split * p.n_head + h;  // split s at s·n_head
-    const float4* src = reinterpret_cast<const float4*>(part + (i * n_split * p.n_head + h) * kDv) + t;
+    // The log2-sum-exps follow the partials' region, which is sized for fp32 partials either way.
+    const float* lse =
+        static_cast<const float*>(p.scratch) + p.n * n_split * p.n_head * kDv + i * n_split * p.n_head + h;
+    const PartialT* part = static_cast<const PartialT*>(p.scratch);
+    const int64_t src = (i * n_split * p.n_head + h) * (kDv / 4) + t;   // float4 index of split 0
     const int64_t stride = static_cast<int64_t>(p.n_head) * (kDv / 4);  // float4s between splits
     float m = -INFINITY, wsum = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -803,7 +859,7 @@ __global__ void __launch_bounds__(64) sparse_mla_combine_kernel(const SparseMlaR
         for (int k = 0; k < kRound; ++k) {
             const bool in = s0 + k < n_split;
             l[k] = in ? lse[(s0 + k) * p.n_head] : -INFINITY;
-            v[k] = in ? src[(s0 + k) * stride] : make_float4(0.f, 0.f, 0.f, 0.f);  // every split wrote its row
+            v[k] = in ? load_partial(part, src + (s0 + k) * stride) : make_float4(0.f, 0.f, 0.f, 0.f);  // all written
         }
         float mc = m;
 #pragma unroll
@@ -1024,8 +1080,11 @@ cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) 
     // The combine's CTAs start while the main kernel runs and wait on it (griddepcontrol.wait), which takes the
     // second launch's latency off the critical path (kept in CUDA graphs).
     const dim3 grid(static_cast<unsigned>(q.n * q.n_head * 2));
-    return q.plan.n_split <= 4 ? launch_kernel(sparse_mla_combine_kernel<4>, grid, 64, 0, stream, true, q)
-                               : launch_kernel(sparse_mla_combine_kernel<16>, grid, 64, 0, stream, true, q);
+    if (q.format == MlaCacheFormat::FP8)
+        return q.plan.n_split <= 4 ? launch_kernel(sparse_mla_combine_kernel<4, __half>, grid, 64, 0, stream, true, q)
+                                   : launch_kernel(sparse_mla_combine_kernel<16, __half>, grid, 64, 0, stream, true, q);
+    return q.plan.n_split <= 4 ? launch_kernel(sparse_mla_combine_kernel<4, float>, grid, 64, 0, stream, true, q)
+                               : launch_kernel(sparse_mla_combine_kernel<16, float>, grid, 64, 0, stream, true, q);
 }
 
 }  // namespace megactx::cuda
