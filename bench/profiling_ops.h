@@ -66,6 +66,10 @@ public:
         const Timer timer(stats_[kRmsNorm]);
         inner_.rms_norm(x, w, eps, y);
     }
+    void add_rms_norm(Tensor& x, const Tensor& delta, const std::vector<float>& w, float eps, Tensor& y) override {
+        const Timer timer(stats_[kAddRmsNorm]);
+        inner_.add_rms_norm(x, delta, w, eps, y);
+    }
     void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
                     Tensor& y) override {
         const Timer timer(stats_[kLayerNorm]);
@@ -146,12 +150,12 @@ private:
     enum OpId : size_t {
         kAlloc, kUploadI32, kDownload, kEmbedding, kRmsNorm, kLayerNorm, kLinear, kRope, kCacheWrite,
         kLatentCacheWrite, kIndexerCacheWrite, kIndexerTopk, kMlaAbsorbQ, kSparseMla, kMlaExpandV, kSwigluMlp, kMoeRoute, kMoeExperts, kGatherRows,
-        kAdd, kSliceCols, kConcatCols, kOpCount
+        kAdd, kSliceCols, kConcatCols, kAddRmsNorm, kOpCount
     };
     static constexpr std::array<const char*, kOpCount> kNames = {
         "alloc", "upload_i32", "download", "embedding", "rms_norm", "layer_norm", "linear",
         "rope", "cache_write", "latent_cache_write", "indexer_cache_write", "indexer_topk", "mla_absorb_q", "sparse_mla", "mla_expand_v", "swiglu_mlp",
-        "moe_route", "moe_experts", "gather_rows", "add", "slice_cols", "concat_cols"};
+        "moe_route", "moe_experts", "gather_rows", "add", "slice_cols", "concat_cols", "add_rms_norm"};
 
     // Adds the wall time of its scope to one op's stat.
     class Timer {

@@ -103,6 +103,9 @@ class Ops {
     virtual void embedding(const Tensor& tokens, const Weight& table, Tensor& out) = 0;
     // y = x · rsqrt(mean(x²) + eps) · w                          x, y [n, d]
     virtual void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) = 0;
+    // The pre-norm residual step: x += delta, then y = rms_norm(x, w) (the same values as add then rms_norm; one
+    // pass over the rows on CUDA).                              x, delta, y [n, d]
+    virtual void add_rms_norm(Tensor& x, const Tensor& delta, const std::vector<float>& w, float eps, Tensor& y) = 0;
     // y = (x − mean) · rsqrt(var + eps) · w + b, over the last dim
     virtual void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
                             Tensor& y) = 0;

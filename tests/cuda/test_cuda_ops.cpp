@@ -152,6 +152,35 @@ TEST_F(CudaOpsTest, Norms) {
     }
 }
 
+// The pre-norm residual step: against the CPU (x after the add, and y), and bitwise against the CUDA add followed by
+// the CUDA rms_norm (the fused kernel must not change a value). d = 100 takes the scalar kernel.
+TEST_F(CudaOpsTest, AddRmsNorm) {
+    for (auto [n, d] : std::vector<std::pair<int64_t, int64_t>>{{1, 6144}, {7, 576}, {33, 512}, {3, 100}}) {
+        const auto x = randv(n * d), delta = randv(n * d);
+        auto& w = keep(randv(d));
+        std::vector<float> xs[3], ys[3];
+        for (int k = 0; k < 3; ++k) {
+            Ops& ops = k == 0 ? static_cast<Ops&>(cpu_) : *gpu_;
+            Tensor tx = put(ops, x, {n, d});
+            Tensor td = put(ops, delta, {n, d});
+            Tensor ty = ops.alloc(DType::F32, {n, d});
+            if (k < 2) {
+                ops.add_rms_norm(tx, td, w, 1e-6f, ty);
+            } else {
+                ops.add(tx, td);
+                ops.rms_norm(tx, w, 1e-6f, ty);
+            }
+            xs[k] = get(ops, tx);
+            ys[k] = get(ops, ty);
+        }
+        const std::string what = "add_rms_norm " + std::to_string(n) + "x" + std::to_string(d);
+        expect_close(xs[1], xs[0], 0.0, what + " (x + delta)");
+        expect_close(ys[1], ys[0], 1e-5, what);
+        EXPECT_EQ(xs[1], xs[2]) << what;
+        EXPECT_EQ(ys[1], ys[2]) << what << ": fused and unfused differ";
+    }
+}
+
 TEST_F(CudaOpsTest, Linear) {
     struct C {
         DType t;

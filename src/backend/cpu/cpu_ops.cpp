@@ -33,8 +33,8 @@ constexpr int64_t kParallelMinWork = 1 << 16;
 
 void check_f32_cache(const Tensor& cache, const char* op) {
     MEGACTX_CHECK(cache.dtype == DType::F32,
-                  "{}: the CPU backend supports only F32 KV caches (this one holds {}); use --kv-cache-dtype f32",
-                  op, dtype_name(cache.dtype));
+                  "{}: the CPU backend supports only F32 KV caches (this one holds {}); use --kv-cache-dtype f32", op,
+                  dtype_name(cache.dtype));
 }
 
 }  // namespace
@@ -94,6 +94,11 @@ void CpuOps::rms_norm(const Tensor& x, const std::vector<float>& w, float eps, T
         const float r = 1.0f / std::sqrt(ms + eps);
         for (int64_t j = 0; j < d; ++j) yi[j] = w[j] * (xi[j] * r);
     }
+}
+
+void CpuOps::add_rms_norm(Tensor& x, const Tensor& delta, const std::vector<float>& w, float eps, Tensor& y) {
+    add(x, delta);
+    rms_norm(x, w, eps, y);
 }
 
 void CpuOps::layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
@@ -170,8 +175,7 @@ void CpuOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache)
     const int64_t d = rows.shape.back(), n = rows_of(rows), n_slots = cache.dim(0);
     const int32_t* s = slots.i32();
     for (int64_t i = 0; i < n; ++i) {
-        MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i],
-                      n_slots);
+        MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i], n_slots);
         std::memcpy(cache.f32() + s[i] * d, rows.f32() + i * d, static_cast<size_t>(d) * 4);
     }
 }

@@ -617,6 +617,13 @@ void CudaOps::rms_norm(const Tensor& x, const std::vector<float>& w, float eps, 
     after_op("rms_norm");
 }
 
+void CudaOps::add_rms_norm(Tensor& x, const Tensor& delta, const std::vector<float>& w, float eps, Tensor& y) {
+    MEGACTX_CHECK(delta.numel() == x.numel(), "add_rms_norm: delta has {} values, x {}", delta.numel(), x.numel());
+    MEGACTX_CUDA_CHECK(
+        launch_add_rms_norm(x.f32(), delta.f32(), vec(w), eps, rows_of(x), x.shape.back(), y.f32(), stream_));
+    after_op("add_rms_norm");
+}
+
 void CudaOps::layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
                          Tensor& y) {
     const float* pw = vec(w);

@@ -82,6 +82,7 @@ class CudaOps final : public Ops {
 
     void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override;
     void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) override;
+    void add_rms_norm(Tensor& x, const Tensor& delta, const std::vector<float>& w, float eps, Tensor& y) override;
     void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
                     Tensor& y) override;
     void linear(const Tensor& x, const Weight& w, Tensor& y) override;
