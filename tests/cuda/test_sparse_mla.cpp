@@ -354,7 +354,7 @@ TEST(SparseMla, Bf16Heads128) {
 TEST(SparseMla, PlanFillsTheGpu) {
     EXPECT_EQ(sparse_mla_plan(1, 64, 2048, 132).n_split, 32);
     EXPECT_EQ(sparse_mla_plan(1, 64, 2048, 132).cluster, 1);
-    EXPECT_EQ(sparse_mla_plan(16, 64, 2048, 132).cluster, 2);
+    EXPECT_EQ(sparse_mla_plan(16, 64, 2048, 132).cluster, 1);
     EXPECT_EQ(sparse_mla_plan(64, 64, 2048, 132).cluster, 2);
     EXPECT_EQ(sparse_mla_plan(128, 64, 2048, 132).cluster, 1);
     EXPECT_EQ(sparse_mla_plan(16, 64, 2048, 132).n_split, 8);

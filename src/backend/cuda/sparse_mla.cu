@@ -1042,11 +1042,12 @@ bool sparse_mla_supported(int n_head, int topk) {
     return (n_head == 64 || n_head == 128) && topk > 0 && topk % kChunk == 0;
 }
 
-// Cluster merges pay only for few, long splits: the merge reads the partner's 64 KB from its shared memory at
+// Cluster merges pay only for two long splits: the merge reads the partner's 64 KB from its shared memory at
 // ~25 GB/s (distributed shared memory is slow for bulk data: 3.5 µs at batch 1), which beats the combine kernel's
-// trip through global memory at n_split 2 (b64: 67.3 against 73.3 µs) and 8 (b16: 30.6 against 32.0), not at 32
-// (b1: 16.1 against 15.1); clusters of 4–16 measured slower still (bench_sparse_mla sweep, 2026-11-30).
-constexpr int kPlanMaxSplitClustered = 8;
+// trip through global memory at n_split 2 (b64: 69.4 against 73.6 µs), not at 8 (b16: 28.8 against 27.8) nor 32
+// (b1: 14.6 against 12.7); clusters of 4–16 measured slower still (bench_sparse_mla sweep at fa55455, with f16
+// partials: `bench/results/cuda-h200-2026-11-30-fa55455-sparse_mla-sweep.txt`).
+constexpr int kPlanMaxSplitClustered = 2;
 
 SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm) {
     SparseMlaPlan plan;
