@@ -73,6 +73,27 @@ __device__ __forceinline__ uint32_t pack_f16(float a, float b) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// One 16-B chunk of the Q tile from 8 query values (a, d) times m: f16 (the latent dims of FP8 caches) or bf16.
+__device__ __forceinline__ uint4 q_chunk(const float4& a, const float4& d, float m, bool f16) {
+    uint4 w;
+    w.x = f16 ? pack_f16(a.x * m, a.y * m) : pack_bf16(a.x * m, a.y * m);
+    w.y = f16 ? pack_f16(a.z * m, a.w * m) : pack_bf16(a.z * m, a.w * m);
+    w.z = f16 ? pack_f16(d.x * m, d.y * m) : pack_bf16(d.x * m, d.y * m);
+    w.w = f16 ? pack_f16(d.z * m, d.w * m) : pack_bf16(d.z * m, d.w * m);
+    return w;
+}
+// For FP8 caches Q's latent dims are f16, which ends at 65504: when the largest |q| (amax) exceeds 2^15, Q is
+// scaled by m = 2^-e (amax · m ≤ 2^15) and the softmax scale by inv = 2^e; otherwise both stay 1.
+__device__ __forceinline__ void q_pow2(float amax, float& m, float& inv) {
+    if (amax > 32768.f) {
+        int e = 0;
+        frexpf(amax / 32768.f, &e);  // amax / 2^15 <= 2^e
+        e = min(e, 120);
+        m = ldexpf(1.f, -e);
+        inv = ldexpf(1.f, e);
+    }
+}
+
 // ---- the kernel (sm_90a) ----------------------------------------------------------------------------------------
 // Shared tiles use the canonical 128-B swizzle: a [64 rows, 576] bf16 tile is 9 blocks of [64 rows × 128 B] (8 KB
 // each, 1024-B aligned), 16-B chunk c of row r at r·128 + ((c ^ (r & 7)) << 4). S = Q·Kᵀ takes 36 × wgmma
@@ -432,7 +453,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             v[2 * k] = __ldg(q + r * (kD / 4) + 2 * c);
             v[2 * k + 1] = __ldg(q + r * (kD / 4) + 2 * c + 1);
         }
-        float q_pow2 = 1.f;
+        float q_m = 1.f;
         if constexpr (kFp8) {
             float amax = 0.f;
 #pragma unroll
@@ -443,26 +464,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             __syncthreads();
 #pragma unroll
             for (int w = 0; w < kWsThreads / 32; ++w) amax = fmaxf(amax, sl[w]);
-            if (amax > 32768.f) {
-                int e = 0;
-                frexpf(amax / 32768.f, &e);  // amax / 2^15 <= 2^e
-                e = min(e, 120);
-                q_pow2 = ldexpf(1.f, -e);
-                q_pow2_inv = ldexpf(1.f, e);
-            }
+            q_pow2(amax, q_m, q_pow2_inv);
         }
 #pragma unroll
         for (int k = 0; k < kPer; ++k) {
             const int e = t + kWsThreads * k, r = e / kRowChunks, c = e % kRowChunks;
-            const float4 a = v[2 * k], d = v[2 * k + 1];
-            const float m = q_pow2;
-            const bool f16 = kFp8 && c < 64;  // FP8 caches: latent dims (16-B chunks 0..63) in f16
-            uint4 w;
-            w.x = f16 ? pack_f16(a.x * m, a.y * m) : pack_bf16(a.x * m, a.y * m);
-            w.y = f16 ? pack_f16(a.z * m, a.w * m) : pack_bf16(a.z * m, a.w * m);
-            w.z = f16 ? pack_f16(d.x * m, d.y * m) : pack_bf16(d.x * m, d.y * m);
-            w.w = f16 ? pack_f16(d.z * m, d.w * m) : pack_bf16(d.z * m, d.w * m);
-            *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) = w;
+            // FP8 caches: latent dims (16-B chunks 0..63) in f16
+            *reinterpret_cast<uint4*>(smem + kQ + tile_off(r, c)) =
+                q_chunk(v[2 * k], v[2 * k + 1], q_m, kFp8 && c < 64);
         }
     }
     proxy_fence();                     // Q (generic stores) → wgmma (async proxy)
@@ -794,13 +803,7 @@ __global__ void __launch_bounds__(256)
         for (int k = 0; k < 6; ++k)
             amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (amax > 32768.f) {
-            int e = 0;
-            frexpf(amax / 32768.f, &e);  // amax / 2^15 <= 2^e
-            e = min(e, 120);
-            m = ldexpf(1.f, -e);
-            inv = ldexpf(1.f, e);
-        }
+        q_pow2(amax, m, inv);
     }
     uint8_t* dst = q_img + (row / kHeads) * wg::kTile;
     const int r = static_cast<int>(row % kHeads);
@@ -808,14 +811,7 @@ __global__ void __launch_bounds__(256)
     for (int k = 0; k < 3; ++k) {
         const int c = lane + 32 * k;
         if (c >= kRowChunks) continue;
-        const float4 a = v[2 * k], d = v[2 * k + 1];
-        const bool f16 = kFp8 && c < 64;  // FP8 caches: latent dims (16-B chunks 0..63) in f16
-        uint4 w;
-        w.x = f16 ? pack_f16(a.x * m, a.y * m) : pack_bf16(a.x * m, a.y * m);
-        w.y = f16 ? pack_f16(a.z * m, a.w * m) : pack_bf16(a.z * m, a.w * m);
-        w.z = f16 ? pack_f16(d.x * m, d.y * m) : pack_bf16(d.x * m, d.y * m);
-        w.w = f16 ? pack_f16(d.z * m, d.w * m) : pack_bf16(d.z * m, d.w * m);
-        *reinterpret_cast<uint4*>(dst + wg::tile_off(r, c)) = w;
+        *reinterpret_cast<uint4*>(dst + wg::tile_off(r, c)) = q_chunk(v[2 * k], v[2 * k + 1], m, kFp8 && c < 64);
     }
     if (lane == 0) q_inv[row] = inv;
 }
