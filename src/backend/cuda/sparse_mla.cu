@@ -24,7 +24,7 @@
 // (plan.cluster > 1), the CTAs of a cluster merge their partials through distributed shared memory first
 // (cluster_merge); the combine kernel (PDL) merges what reached scratch.
 // Session 8 measured where a batch-1 step goes with globaltimer stamps per phase
-// (bench/results/cuda-h200-2026-11-30-*-sparse_mla-phases.txt): of 13.6 µs, Q ready at 2.0, rows dequantised at 2.8,
+// (bench/results/cuda-h200-2026-11-30-sparse_mla-phases.txt): of 13.6 µs, Q ready at 2.0, rows dequantised at 2.8,
 // Q·Kᵀ and softmax and P·V done at 5.0, partial staged at 6.3 and stored at 8.5 (128 KB per CTA: the SM's write
 // path, ~32 B/clock, is the bound; the coalesced-store variant measured the same), combine done at 11.6.
 #include <cuda_bf16.h>
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // 2^15 (e = 0 unless it is larger; f16 ends at 65504); the softmax scale takes 2^e back. At batch 1 every split's
     // CTA converts the same Q, so its latency is on the critical path: the earlier two passes (amax, then convert) by
     // the consumers alone took 4.9 µs of a 17.3-µs step (globaltimer phases,
-    // bench/results/cuda-h200-2026-11-30-*-sparse_mla-phases.txt). With n_split > 1 the Q tile comes prepared instead
+    // bench/results/cuda-h200-2026-11-30-sparse_mla-phases.txt). With n_split > 1 the Q tile comes prepared instead
     // (q_img: sparse_mla_q_prep_kernel converted each token's Q once), with one bulk copy after the first barrier.
     float q_pow2_inv = 1.f;  // 2^e
     issue_first();  // before the loads of Q: issued after them, the slot ids waited behind Q (b128 +2%, b1 +0.3 µs)
