@@ -306,7 +306,7 @@ __device__ __forceinline__ void cluster_merge_c(const MergeArgs& a, uint8_t* sme
     constexpr int W = kDv / C, kTasks = kHeads * W / 4, U = 16 / C;
     const int64_t dst_row0 =
         n_groups == 1 ? i * a.n_head + hg * kHeads : (i * n_groups + group) * a.n_head + hg * kHeads;
-    const bool half_out = n_groups > 1 && a.fp8;  // f16 partials (see partial_t)
+    const bool half_out = n_groups > 1 && a.fp8;  // f16 partials (see load_partial)
     float* dst = (n_groups == 1 ? a.out : part) + dst_row0 * kDv;
     __half* dst_h = reinterpret_cast<__half*>(part) + dst_row0 * kDv;
     const uint32_t so = smem_u32(smem);
@@ -717,7 +717,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
     }
     named_sync(kBarEpilogue);  // sl complete; the tiles are free (every wgmma waited on, the producer is done)
-    // Partials through scratch are f16 for FP8 caches (see partial_t), fp32 otherwise; outputs are fp32.
+    // Partials through scratch are f16 for FP8 caches (see load_partial), fp32 otherwise; outputs are fp32.
     // (These two tests of p.plan.cluster stay run-time checks: folded into kClustered, the non-clustered FP8 kernel
     // measured 3% slower at b128, 116.7 against 113.0 µs, with the same register count and no spills.)
     const bool half_partial = kFp8 && n_split > 1 && p.plan.cluster == 1;
