@@ -92,10 +92,9 @@ int main(int argc, char** argv) {
     fill_bf16<<<4096, 256>>>(bf16_cache, n_rows * 576);
     const int max_n = 4096, max_h = 128;
     float *q, *out;
-    MEGACTX_BENCH_CK(
-        cudaMalloc(&q, static_cast<size_t>(max_n) * 64 * 576 * 4 > static_cast<size_t>(128) * max_h * 576 * 4
-                           ? static_cast<size_t>(max_n) * 64 * 576 * 4
-                           : static_cast<size_t>(128) * max_h * 576 * 4));
+    MEGACTX_BENCH_CK(cudaMalloc(&q, static_cast<size_t>(max_n) * 64 * 576 * 4 > static_cast<size_t>(128) * max_h * 576 * 4
+                          ? static_cast<size_t>(max_n) * 64 * 576 * 4
+                          : static_cast<size_t>(128) * max_h * 576 * 4));
     MEGACTX_BENCH_CK(cudaMalloc(&out, static_cast<size_t>(max_n) * 64 * 512 * 4));
     fill_f32<<<4096, 256>>>(q, static_cast<int64_t>(max_n) * 64 * 576);
     MEGACTX_BENCH_CK(cudaDeviceSynchronize());
@@ -112,8 +111,7 @@ int main(int argc, char** argv) {
     auto bench = [&](const char* mode, MlaCacheFormat fmt, int n, int h, int force_split = 0, int force_cluster = 1) {
         const int64_t row_bytes = fmt == MlaCacheFormat::FP8 ? 656 : 1152;
         const bool prefill = std::string(mode) == "prefill";  // sweep rows are decode steps
-        const double step_bytes =
-            static_cast<double>(n) * topk * row_bytes + static_cast<double>(n) * h * (576 + 512) * 4;
+        const double step_bytes = static_cast<double>(n) * topk * row_bytes + static_cast<double>(n) * h * (576 + 512) * 4;
         const int n_sets = prefill ? 1 : std::max(2, static_cast<int>(150e6 / (n * topk * row_bytes)) + 1);
         const int n_launch = prefill ? 2 : std::max(n_sets, 10);
         const int64_t window = prefill ? 65536 : n_rows;
@@ -132,8 +130,7 @@ int main(int argc, char** argv) {
         if (scratch_bytes) MEGACTX_BENCH_CK(cudaMalloc(&scratch, scratch_bytes));
         SparseMlaRunParams p;
         p.q = q;
-        p.cache =
-            fmt == MlaCacheFormat::FP8 ? static_cast<const void*>(fp8_cache) : static_cast<const void*>(bf16_cache);
+        p.cache = fmt == MlaCacheFormat::FP8 ? static_cast<const void*>(fp8_cache) : static_cast<const void*>(bf16_cache);
         p.out = out;
         p.scratch = scratch;
         p.format = fmt;
@@ -170,16 +167,9 @@ int main(int argc, char** argv) {
         std::sort(ms.begin(), ms.end());
         const double us = ms[ms.size() / 2] * 1e3 / n_launch;
         const double flops = 2.0 * n * h * topk * (576.0 + 512.0);
-        plan.cluster = sparse_mla_launch_cluster(n, h, plan);  // what the launch runs
-        Result res{mode,
-                   fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16",
-                   n,
-                   h,
-                   plan.n_split,
-                   plan.cluster,
-                   us,
-                   flops / us * 1e-6,
-                   step_bytes / us * 1e-6};
+        plan.cluster = sparse_mla_launch_cluster(n, h, plan);  // what the launch ran
+        Result res{mode, fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", n, h, plan.n_split, plan.cluster, us,
+                   flops / us * 1e-6, step_bytes / us * 1e-6};
         std::printf("%-8s %-5s n=%-5d h=%-4d split=%-3d cluster=%-3d %9.2f us %8.1f TFLOP/s %6.3f TB/s\n", mode,
                     res.fmt.c_str(), n, h, plan.n_split, plan.cluster, us, res.tflops, res.tbps);
         std::fflush(stdout);
@@ -232,16 +222,17 @@ int main(int argc, char** argv) {
     bench("prefill", MlaCacheFormat::FP8, 4096, 64);
     bench("prefill", MlaCacheFormat::BF16, 4096, 64);
     // Split sweep (FP8, h 64): how the host plan compares with other splits and cluster sizes (cluster 1: every split
-    // through scratch and the combine kernel); mode "sweep".
+    // through scratch and the combine kernel; a cluster size the launch would reduce is skipped); mode "sweep".
     for (int n : {1, 16, 64, 128})
         for (int s : {1, 2, 4, 8, 16, 32})
-            for (int c : {1, 2, 4, 8, 16})
-                if (sweep && n * s <= 8 * n_sm && s % c == 0 && (c <= 4 || c == s)) {
-                    SparseMlaPlan forced;
-                    forced.n_split = s;
-                    forced.cluster = c;
-                    if (sparse_mla_launch_cluster(n, 64, forced) == c) bench("sweep", MlaCacheFormat::FP8, n, 64, s, c);
-                }
+            for (int c : {1, 2, 4, 8, 16}) {
+                SparseMlaPlan forced;
+                forced.n_split = s;
+                forced.cluster = c;
+                if (sweep && n * s <= 8 * n_sm && s % c == 0 && (c <= 4 || c == s) &&
+                    sparse_mla_launch_cluster(n, 64, forced) == c)
+                    bench("sweep", MlaCacheFormat::FP8, n, 64, s, c);
+            }
 
     if (!json.empty()) {
         FILE* f = std::fopen(json.c_str(), "w");
@@ -249,23 +240,19 @@ int main(int argc, char** argv) {
         char date[64];
         const std::time_t now = std::time(nullptr);
         std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-        std::fprintf(
-            f, "{\n  \"bench\": \"sparse_mla\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n",
-            prop.name, date, megactx::bench_cuda::commit());
+        std::fprintf(f, "{\n  \"bench\": \"sparse_mla\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n",
+                     prop.name, date, megactx::bench_cuda::commit());
         const char* impl = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
         std::fprintf(f, "  \"impl\": \"%s\",\n", impl ? impl : "default");
-        std::fprintf(f,
-                     "  \"topk\": %d,\n  \"cache_rows\": %lld,\n  \"ceilings\": {\"copy_TBps\": 4.23, \"bf16_TFLOPs\": "
-                     "748, \"fp8_TFLOPs\": 1331},\n  \"results\": [\n",
+        std::fprintf(f, "  \"topk\": %d,\n  \"cache_rows\": %lld,\n  \"ceilings\": {\"copy_TBps\": 4.23, \"bf16_TFLOPs\": 748, \"fp8_TFLOPs\": 1331},\n  \"results\": [\n",
                      topk, static_cast<long long>(n_rows));
         for (size_t k = 0; k < results.size(); ++k) {
             const Result& r = results[k];
-            std::fprintf(
-                f,
-                "    {\"mode\": \"%s\", \"kv\": \"%s\", \"n\": %d, \"n_head\": %d, \"n_split\": %d, \"cluster\": %d, "
-                "\"us\": %.3f, \"tflops\": %.2f, \"tbps\": %.4f}%s\n",
-                r.mode.c_str(), r.fmt.c_str(), r.n, r.h, r.n_split, r.cluster, r.us, r.tflops, r.tbps,
-                k + 1 < results.size() ? "," : "");
+            std::fprintf(f,
+                         "    {\"mode\": \"%s\", \"kv\": \"%s\", \"n\": %d, \"n_head\": %d, \"n_split\": %d, \"cluster\": %d, "
+                         "\"us\": %.3f, \"tflops\": %.2f, \"tbps\": %.4f}%s\n",
+                         r.mode.c_str(), r.fmt.c_str(), r.n, r.h, r.n_split, r.cluster, r.us, r.tflops, r.tbps,
+                         k + 1 < results.size() ? "," : "");
         }
         std::fprintf(f, "  ]\n}\n");
         std::fclose(f);

@@ -111,9 +111,9 @@ void GlmDsaModel::load(const std::string& dir) {
                      c.qk_head_dim());
         L.kv_a = load_weight(s, a + "kv_a_proj_with_mqa.weight", c.d_latent(), H);
         L.kv_a_norm = load_vector(s, a + "kv_a_layernorm.weight", c.kv_lora_rank);
-        L.kv_b =
-            rows(load_weight(s, a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank),
-                 sh.heads, c.qk_nope_head_dim + c.v_head_dim);
+        L.kv_b = rows(load_weight(s, a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim),
+                                  c.kv_lora_rank),
+                      sh.heads, c.qk_nope_head_dim + c.v_head_dim);
         L.o = cols(load_weight(s, a + "o_proj.weight", H, c.n_head * c.v_head_dim), sh.heads, c.v_head_dim);
         if (L.full) {  // indexer tensors on shared layers, if a checkpoint ships them, are ignored
             const std::string x = a + "indexer.";
@@ -122,8 +122,8 @@ void GlmDsaModel::load(const std::string& dir) {
             L.indexer.wk = load_weight(s, x + "wk.weight", c.d_indexer, H);
             L.indexer.k_norm_w = load_vector(s, x + "k_norm.weight", c.d_indexer);
             L.indexer.k_norm_b = load_vector(s, x + "k_norm.bias", c.d_indexer);
-            L.indexer.weights_proj =
-                rows(load_weight(s, x + "weights_proj.weight", c.n_head_indexer, H), sh.indexer_heads, 1);
+            L.indexer.weights_proj = rows(load_weight(s, x + "weights_proj.weight", c.n_head_indexer, H),
+                                          sh.indexer_heads, 1);
         }
         if (L.moe) {
             L.router = load_weight(s, p + "mlp.gate.weight", c.n_routed_experts, H);
@@ -133,8 +133,8 @@ void GlmDsaModel::load(const std::string& dir) {
             // Experts another rank holds (expert parallel) stay empty: moe_experts skips them.
             L.experts.resize(static_cast<size_t>(c.n_routed_experts));
             for (int64_t e = sh.experts.begin; e < sh.experts.end; ++e) {
-                L.experts[static_cast<size_t>(e)] =
-                    mlp_shard(p + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size, sh.expert_ff);
+                L.experts[static_cast<size_t>(e)] = mlp_shard(p + "mlp.experts." + std::to_string(e) + ".",
+                                                              c.moe_intermediate_size, sh.expert_ff);
             }
             if (c.n_shared_experts > 0) {
                 L.shared_expert =
@@ -202,7 +202,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         const int64_t n_ih = X.weights_proj.rows;  // indexer heads of this rank (all unless split by heads)
         Tensor iq = ops.alloc(DType::F32, {n, n_ih, c.d_indexer});  // [n, n_ih, d_indexer]
         ops.linear(qr, X.wq_b, iq);
-        ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);          // RoPE on the first d_rope dims
+        ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);  // RoPE on the first d_rope dims
         Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});  // [n, d_indexer] before LayerNorm and RoPE
         ops.linear(xn, X.wk, ik_raw);
         ops.indexer_cache_write(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, plan.pos, d_rope, c.rope_theta,
@@ -271,8 +271,8 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     tap(ops, out, "attn_out", i_layer);
 }
 
-void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv, Tensor& topk,
-                                bool run_indexer) const {
+void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv,
+                                Tensor& topk, bool run_indexer) const {
     const ModelConfig& c = config_;
     const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
     const int64_t n = x.dim(0), H = c.hidden_size;
@@ -335,13 +335,14 @@ ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<f
     return r;
 }
 
-Range GlmDsaModel::kv_layers() const { return shard_ ? shard_->kv_layers : Range{0, config_.n_layers_total()}; }
+Range GlmDsaModel::kv_layers() const {
+    return shard_ ? shard_->kv_layers : Range{0, config_.n_layers_total()};
+}
 
 int64_t GlmDsaModel::kv_bytes_per_token_max(KvFormat format) const {
     if (!shard_plan_) return kv_bytes_per_token(config_, format);
     int64_t most = 0;
-    for (const RankPlan& r : shard_plan_->ranks)
-        most = std::max(most, kv_bytes_per_token(config_, format, r.kv_layers));
+    for (const RankPlan& r : shard_plan_->ranks) most = std::max(most, kv_bytes_per_token(config_, format, r.kv_layers));
     return most;
 }
 

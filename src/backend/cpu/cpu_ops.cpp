@@ -33,8 +33,8 @@ constexpr int64_t kParallelMinWork = 1 << 16;
 
 void check_f32_cache(const Tensor& cache, const char* op) {
     MEGACTX_CHECK(cache.dtype == DType::F32,
-                  "{}: the CPU backend supports only F32 KV caches (this one holds {}); use --kv-cache-dtype f32", op,
-                  dtype_name(cache.dtype));
+                  "{}: the CPU backend supports only F32 KV caches (this one holds {}); use --kv-cache-dtype f32",
+                  op, dtype_name(cache.dtype));
 }
 
 }  // namespace
@@ -175,7 +175,8 @@ void CpuOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache)
     const int64_t d = rows.shape.back(), n = rows_of(rows), n_slots = cache.dim(0);
     const int32_t* s = slots.i32();
     for (int64_t i = 0; i < n; ++i) {
-        MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i], n_slots);
+        MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i],
+                      n_slots);
         std::memcpy(cache.f32() + s[i] * d, rows.f32() + i * d, static_cast<size_t>(d) * 4);
     }
 }

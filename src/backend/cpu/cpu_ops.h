@@ -1,6 +1,6 @@
-// The CPU backend: the numerical oracle (F32 KV caches only). Plain loops, fp32 accumulation, OpenMP across tokens,
-// heads or output rows. Every output element is computed by one thread in a fixed order, so results do not depend on
-// the thread count or on which other tokens share the batch.
+// The CPU backend: the numerical oracle (F32 KV caches only). Plain loops, fp32 accumulation, OpenMP across tokens, heads or
+// output rows. Every output element is computed by one thread in a fixed order, so results do not depend
+// on the thread count or on which other tokens share the batch.
 #pragma once
 
 #include "ops/ops.h"
@@ -9,7 +9,7 @@ namespace megactx {
 
 // Not final: tests derive reference variants (e.g. emulating a GPU KV format) from it.
 class CpuOps : public Ops {
-  public:
+public:
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
     void download(const Tensor& t, void* host) override;

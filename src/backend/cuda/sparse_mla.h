@@ -36,8 +36,8 @@ struct SparseMlaRunParams {
     void* scratch = nullptr;         // sparse_mla_scratch_bytes(n, n_head, plan) bytes (may be null when 0)
     MlaCacheFormat format = MlaCacheFormat::FP8;
     int64_t n = 0;
-    int n_head = 64;  // 64 or 128
-    int topk = 2048;  // multiple of 64
+    int n_head = 64;                 // 64 or 128
+    int topk = 2048;                 // multiple of 64
     float scale = 0.0625f;
     SparseMlaPlan plan;
 };
