@@ -21,6 +21,7 @@
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/per_device.cuh"
 #include "backend/cuda/launch_ex.cuh"
+#include "backend/cuda/sm90_async.cuh"
 #include "backend/cuda/indexer_logits.h"
 
 namespace megactx {
@@ -242,6 +243,8 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_logits_kernel(IndexerLogi
 // handled in chunks, re-streaming the pages (correct, slower).
 namespace wg {
 
+using namespace cuda::sm90;
+
 constexpr int kStages = 4;
 constexpr int kWgThreads = 128;
 constexpr int kPageKeys = kBlock * kDim;  // 8192 B of e4m3 per page
@@ -276,15 +279,6 @@ __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "backend/cuda/indexer_logits_wgmma.inc"
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void reg_fence(float (&r)[N]) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) asm volatile("" : "+f"(r[k])::"memory");
-}
 template <int QT>
 __device__ __forceinline__ void wgmma_tile(float (&d)[QT * 16], uint64_t da, uint64_t db) {
     if constexpr (QT == 1)
@@ -390,7 +384,7 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
 #pragma unroll
                 for (int s = 0; s < 4; ++s) wgmma_tile<QT>(acc, desc(a_base + s * 32), desc(b_base + s * 32));
                 wg_commit();
-                wg_wait0();
+                wg_wait<0>();
                 reg_fence(acc);
 #pragma unroll
                 for (int qq = 0; qq < QT; ++qq) {

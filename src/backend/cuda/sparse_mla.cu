@@ -36,10 +36,13 @@
 
 #include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
+#include "backend/cuda/sm90_async.cuh"
 #include "backend/cuda/sparse_mla.h"
 
 namespace megactx::cuda {
 namespace {
+
+using namespace sm90;
 
 constexpr int kD = 576, kDv = 512, kHeads = 64, kChunk = 64;
 constexpr int kRowBytes = kD * 2;           // bf16 row in shared memory: 72 chunks of 16 B
@@ -112,15 +115,6 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t s
     return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
            (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void reg_fence(float (&r)[N]) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) asm volatile("" : "+f"(r[k])::"memory");
-}
 // Output staging row stride (floats): 512 + 8, so the 8 rows a warp stores at once fall on different banks.
 constexpr int kOutStride = kDv + 8;
 static_assert(kHeads * kOutStride * 4 <= 3 * kTile);
@@ -169,39 +163,8 @@ constexpr int kWsSmem = kWsBar + 5 * 8 + 1024;  // + q_ready (prepared Q)
 static_assert(kWsSmem <= 232448);
 constexpr int kBarPReady = 1, kBarPFree = 2, kBarEpilogue = 3;  // consumer named barriers (0: __syncthreads)
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// One bulk async copy global → this CTA's shared memory, completing on mbarrier `bar` (16-B aligned, size % 16 == 0).
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile(
-        "{\n.reg .pred done;\nWAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
 
 // FP8 producer staging: chunk c's raw rows stream in with cp.async into tile c%2 itself, the e4m3 codes (512 B
 // per row, 16-B pieces XOR-swizzled by row) over blocks 4..7 and k_pe straight to its place in block 8; the tile
@@ -607,7 +570,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
                     for (int a = 0; a < 32; ++a) s[a] = 0.f;
                     reg_fence(s);
-                    fence();
+                    wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < kD / 16; ++kk) {
                         const uint32_t koff = (kk >> 2) * kBlk + (kk & 3) * 32;
@@ -616,8 +579,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                         else
                             wgmma_m64n64_ss(s, desc(sb + kQ + koff, 16, 1024), desc(kt + koff, 16, 1024), 1);
                     }
-                    commit();
-                    wait0();
+                    wg_commit();
+                    wg_wait<0>();
                     reg_fence(s);
                     const int32_t* cidx = sidx + buf * kChunk;
                     float mloc[2] = {-INFINITY, -INFINITY};
@@ -687,7 +650,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             }
             if (any) {
                 reg_fence(o);
-                fence();
+                wg_fence();
 #pragma unroll
                 for (int ks = 0; ks < kChunk / 16; ++ks)
                     if constexpr (kFp8)
@@ -696,8 +659,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     else
                         wgmma_m64n256_ss_tb(o, desc(sb + kP + ks * 32, 16, 1024),
                                             desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
-                commit();
-                wait0();
+                wg_commit();
+                wg_wait<0>();
                 reg_fence(o);
             }
             if (wgi == 1 && c + 1 < c_end) named_arrive(kBarPFree);
