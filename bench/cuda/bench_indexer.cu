@@ -7,7 +7,8 @@
 //           for <= 2 rows the few-rows kernel; kernel 2 also: decode_topk_chain_graph, the three-kernel chain
 //           (few_rows = 0));
 //   each for kernel 1 (mma.sync) and kernel 2 (wgmma) of indexer_logits;
-//   prefill: 4096 queries (positions L − 4096 .. L − 1) of one sequence over L = 16K, 32K, 64K keys:
+//   prefill, kernels 1, 2 and 3 (warp-specialised): 4096 queries (positions L − 4096 .. L − 1) of one sequence over
+//           L = 16K, 32K, 64K keys, and 64 queries at L = 1M (the model's row block under its scratch budget):
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
 // The plan (row grouping, once per batch for all indexer layers) is built before timing. CUDA events, median.
 // Usage: bench_indexer [--json PATH] [--quick]
@@ -155,6 +156,7 @@ int main(int argc, char** argv) {
         p.q8 = d_q8;
         p.w8 = d_w8;
         p.pool = pool;
+        p.pool_blocks = n_blocks;
         p.pos = d_pos;
         p.seq = d_seq;
         p.table_offset = d_toff + rot * batch;
@@ -270,10 +272,11 @@ int main(int argc, char** argv) {
             }
         }
     // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
-    // of scores ≤ 1 GiB at L = 64K).
-    for (int kernel : {1, 2})
-        for (int64_t L : {int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
-            const int64_t sq = 4096;
+    // of scores ≤ 1 GiB at L = 64K); at L = 1M the 64 rows the model scores at once under its 256-MB scratch.
+    const std::pair<int64_t, int64_t> prefill_shapes[] = {{16384, 4096}, {32768, 4096}, {65536, 4096}, {1 << 20, 64}};
+    for (int kernel : {1, 2, 3})
+        for (const auto& [L, sq] : prefill_shapes) {
+            if (L > max_ctx) continue;
             std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
             double pairs = 0;
             for (int64_t j = 0; j < sq; ++j)
@@ -295,6 +298,7 @@ int main(int argc, char** argv) {
             p.q8 = d_q8;
             p.w8 = d_w8;
             p.pool = pool;
+            p.pool_blocks = n_blocks;
             p.pos = d_pos;
             p.seq = d_seq;
             p.table_offset = d_toff;
@@ -306,7 +310,11 @@ int main(int argc, char** argv) {
             p.out = d_out;
             p.out_stride = L;
             p.plan = d_plan;
-            for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+            if (launch_indexer_logits(p, stream) != kernel) {
+                std::fprintf(stderr, "prefill: kernel %d did not run (fallback); skipped\n", kernel);
+                continue;
+            }
+            launch_indexer_logits(p, stream);
             std::vector<float> ms;
             for (int it = 0; it < (quick ? 3 : 10); ++it) {
                 MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));

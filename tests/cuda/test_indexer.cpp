@@ -428,12 +428,13 @@ void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& 
     p.out = d_out.p;
     p.out_stride = stride;
     p.plan = d_plan.p;
+    p.pool_blocks = static_cast<int64_t>(sc.pool.size()) / 8448;
     p.kernel = kernel;
-    launch_indexer_logits(p, nullptr);
+    ASSERT_EQ(launch_indexer_logits(p, nullptr), kernel);  // no silent fallback to another kernel
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto out = d_out.download();
     // mma.sync accumulates the FP8 products in fp32 (measured worst 4.7e-8); wgmma's FP8 path adds its products
-    // with fewer mantissa bits (about 14), so kernel 2 is held to 1e-3 of the conditioning sum.
+    // with fewer mantissa bits (about 14), so kernels 2 and 3 are held to 1e-3 of the conditioning sum.
     const double tol = kernel == 1 ? 1e-5 : 1e-3;
     double worst = 0;
     int64_t bad = 0, checked = 0;
@@ -462,21 +463,24 @@ void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& 
 TEST(IndexerCuda, LogitsDecodeSeveralSequences) {
     SKIP_WITHOUT_GPU();
     // Lengths below, at and above 2048, not multiples of 64; 1–4 queries per sequence (MTP verification).
-    for (int kernel : {1, 2})
+    for (int kernel : {1, 2, 3})
         check_logits({1, 63, 64, 65, 2048, 3001, 100003}, {1, 2, 1, 4, 3, 1, 4}, 0, -1, 3, kernel);
     // One query per sequence (the single-query decode path), several lengths.
-    for (int kernel : {1, 2}) check_logits({5000, 130, 64, 70003}, {1, 1, 1, 1}, 0, -1, 6, kernel);
+    for (int kernel : {1, 2, 3}) check_logits({5000, 130, 64, 70003}, {1, 1, 1, 1}, 0, -1, 6, kernel);
     // Rows per sequence estimated at 4 (13 rows, 4 sequences) while one group has 10: kernel 2 stages the
     // group's queries in chunks of 4 (4 + 4 + 2) and streams its pages once per chunk.
-    for (int kernel : {1, 2}) check_logits({3000, 500, 200, 100}, {10, 1, 1, 1}, 0, -1, 8, kernel);
+    for (int kernel : {1, 2, 3}) check_logits({3000, 500, 200, 100}, {10, 1, 1, 1}, 0, -1, 8, kernel);
 }
 
 TEST(IndexerCuda, LogitsPrefillChunkWithRowRange) {
     SKIP_WITHOUT_GPU();
     // Two sequences, 40 + 37 queries (groups of 16 and remainders), scored rows 3 .. 75 of the batch.
-    for (int kernel : {1, 2}) check_logits({2500, 5000}, {40, 37}, 3, 75, 4, kernel);
+    for (int kernel : {1, 2, 3}) check_logits({2500, 5000}, {40, 37}, 3, 75, 4, kernel);
     // 5–8 queries per sequence (the 8-query tile, one sub-tile).
-    for (int kernel : {1, 2}) check_logits({3000, 777, 129}, {8, 5, 7}, 0, -1, 7, kernel);
+    for (int kernel : {1, 2, 3}) check_logits({3000, 777, 129}, {8, 5, 7}, 0, -1, 7, kernel);
+    // Kernel 3 (prefill's): a 20,001-token sequence has 313 pages, so its groups span two work items of up to 256
+    // pages and go round the 8-stage ring many times; 33 queries = two full groups of 16 and one of 1.
+    for (int kernel : {2, 3}) check_logits({20001, 700}, {33, 16}, 0, -1, 9, kernel);
 }
 
 TEST(IndexerCuda, TopkCompositionSelectsReferenceTopk) {

@@ -811,6 +811,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         f.q = p.q->f32();
         f.gates = p.weights->f32();
         f.pool = static_cast<const uint8_t*>(p.keys->data);
+        f.pool_blocks = p.keys->dim(0);  // [n_blocks, 8448] bytes
         f.pos = p.map.pos;
         f.seq = p.map.seq;
         f.table_offset = p.map.table_offset;

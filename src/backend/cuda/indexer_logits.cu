@@ -14,7 +14,11 @@
 // applies relu · w8 per head in registers, sums the heads across the quad and scales by the key's fp32 scale.
 // The dot product is over dims in any order, so the dims are permuted so that each lane loads 2 × 16 contiguous
 // bytes per key row (and the same 2 × 16 bytes per head row of q8): fully coalesced 64-byte row segments.
+#include <cuda.h>  // CUtensorMap (the driver entry point is looked up at run time: no libcuda link)
+#include <cudaTypedefs.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cub/block/block_scan.cuh>
 
@@ -32,7 +36,7 @@ using cuda::per_device_once;
 
 namespace {
 
-constexpr int kDefaultKernel = 2;  // wgmma where the device has it (sm_90a)
+constexpr int kWsMinQueries = 8;  // default: kernel 3 for groups of more queries (prefill), else kernel 2
 constexpr int kGroup = 16;         // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -415,6 +419,190 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
 #endif
 }
 
+
+// ---- kernel 3: warp-specialised wgmma for groups of many queries (prefill; sm_90a) --------------------------------
+// Work item = (query group of ≤ 16 rows, range of ≤ kWsMaxPages pages); one CTA of three warpgroups per SM.
+//   WG2, the producer: one thread streams the item's pages through a kWsStages-deep ring with the tensor memory
+//     accelerator. The keys of a page are one 64 × 128-B box of the pool seen as rows of 128 B (66 rows per block;
+//     the map's 128-B swizzle writes the wgmma layout of kernel 2), and the 64 scales one 256-B bulk copy, both
+//     completing on the stage's `full` mbarrier. The producer waits on the stage's `empty` mbarrier before reuse.
+//   WG0 and WG1, the math warpgroups: queries 0–7 and 8–15 of the group (zero rows pad a short group). Per page each
+//     issues two banks of 4 queries (N = 128: 4 × m64n128k32 each) back to back, runs bank A's ReLU · weight ·
+//     head-sum epilogue while bank B is on the tensor cores, releases the stage (one arrival per warp), and runs
+//     bank B's epilogue while the other warpgroup's wgmma keep the tensor cores busy.
+// The epilogue reduces a quad's 4 queries × 2 keys with three shuffles per key (a reduce-scatter), so lane t of the
+// quad stores query t: a quarter of kernel 2's store instructions.
+// Kernel 2 serialises all of this in one warpgroup per CTA (copy issue, CTA barrier, wgmma, wait, epilogue) and
+// overlaps only across its two CTAs per SM.
+constexpr int kWsStages = 8;
+constexpr int kWsMaxPages = 256;
+constexpr int kWsThreads = 384;
+constexpr int kWsQ = 0;                                       // [16 · 32 rows × 128 B] swizzled
+constexpr int kWsKeys = kWsQ + kGroup * kHeads * kDim;        // [kWsStages][64 × 128 B] swizzled
+constexpr int kWsScales = kWsKeys + kWsStages * kPageKeys;    // [kWsStages][64] fp32
+constexpr int kWsW = kWsScales + kWsStages * kBlock * 4;      // [16][32] fp32
+constexpr int kWsTab = kWsW + kGroup * kHeads * 4;            // [kWsMaxPages] int32
+constexpr int kWsPos = kWsTab + kWsMaxPages * 4;              // [16] int32 (−1: padding row)
+constexpr int kWsBar = kWsPos + kGroup * 4;                   // full[kWsStages], empty[kWsStages]
+constexpr int kWsSmem = kWsBar + 2 * kWsStages * 8 + 1024;    // + slack for the 1024-B alignment
+constexpr int kWsRegs = 168;                                  // ptxas's count under __launch_bounds__(384, 1)
+constexpr int kWsProducerRegs = 40, kWsMathRegs = 232;        // setmaxnreg: 40 + 2 · 232 = 3 · 168
+static_assert(kWsProducerRegs + 2 * kWsMathRegs == 3 * kWsRegs);
+static_assert(kWsSmem <= 232448);
+constexpr int kQChunks = kGroup * kHeads * kDim / 16;         // 16-B chunks of the group's q8
+constexpr int kQPer = (kQChunks + kWsThreads - 1) / kWsThreads;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// ReLU · weight · head sum of one bank (4 queries, first query qb of the group) for keys key0 / key1 of this thread,
+// reduced over the quad and stored by lane t for query qb + t.
+__device__ __forceinline__ void ws_epilogue(const float (&acc)[64], const float* s_w, const int* s_pos, int qb, int t,
+                                            int key0, float ks0, float ks1, int t0, float* out_row0,
+                                            int64_t out_stride) {
+    float v0[4], v1[4];
+#pragma unroll
+    for (int qq = 0; qq < 4; ++qq) {
+        const float* w = s_w + (qb + qq) * kHeads + 2 * t;
+        float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            const int j = qq * 4 + jj;
+            const float2 ww = *reinterpret_cast<const float2*>(w + 8 * jj);
+            a0 += ww.x * fmaxf(acc[4 * j], 0.0f) + ww.y * fmaxf(acc[4 * j + 1], 0.0f);
+            a1 += ww.x * fmaxf(acc[4 * j + 2], 0.0f) + ww.y * fmaxf(acc[4 * j + 3], 0.0f);
+        }
+        v0[qq] = a0;
+        v1[qq] = a1;
+    }
+    // Reduce-scatter over the quad: after the xor-2 step lane t holds queries (t & 2), (t & 2) + 1 summed over two
+    // lanes; after the xor-1 step it holds query t summed over four.
+    const bool hi2 = (t & 2) != 0, hi1 = (t & 1) != 0;
+    float k0a = hi2 ? v0[2] : v0[0], k0b = hi2 ? v0[3] : v0[1];
+    float k1a = hi2 ? v1[2] : v1[0], k1b = hi2 ? v1[3] : v1[1];
+    k0a += __shfl_xor_sync(0xffffffffu, hi2 ? v0[0] : v0[2], 2);
+    k0b += __shfl_xor_sync(0xffffffffu, hi2 ? v0[1] : v0[3], 2);
+    k1a += __shfl_xor_sync(0xffffffffu, hi2 ? v1[0] : v1[2], 2);
+    k1b += __shfl_xor_sync(0xffffffffu, hi2 ? v1[1] : v1[3], 2);
+    const float r0 = (hi1 ? k0b : k0a) + __shfl_xor_sync(0xffffffffu, hi1 ? k0a : k0b, 1);
+    const float r1 = (hi1 ? k1b : k1a) + __shfl_xor_sync(0xffffffffu, hi1 ? k1a : k1b, 1);
+    const int q = qb + t, qpos = s_pos[q];
+    float* orow = out_row0 + static_cast<int64_t>(q) * out_stride + t0;
+    if (t0 + key0 <= qpos) orow[key0] = r0 * ks0;
+    if (t0 + key0 + 8 <= qpos) orow[key0 + 8] = r1 * ks1;
+}
+#endif
+
+__global__ void __launch_bounds__(kWsThreads, 1)
+    ws_kernel(const __grid_constant__ CUtensorMap keys_map, IndexerLogitsParams p, int pages_per_item) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    const uint32_t sb = (raw + 1023u) & ~1023u;
+    uint8_t* sm = smem_raw + (sb - raw);
+    const float* s_scales = reinterpret_cast<const float*>(sm + kWsScales);
+    float* s_w = reinterpret_cast<float*>(sm + kWsW);
+    int* s_tab = reinterpret_cast<int*>(sm + kWsTab);
+    int* s_pos = reinterpret_cast<int*>(sm + kWsPos);
+    const uint32_t full = sb + kWsBar, empty = full + kWsStages * 8;  // + 8 · stage
+    const int tid = static_cast<int>(threadIdx.x);
+
+    // Programmatic dependent launch: wait for the producers of q8 / plan / pool, let the next kernel's CTAs in.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+
+    const int g_idx = static_cast<int>(blockIdx.y);
+    const int n_rows = static_cast<int>(p.row_end - p.row_begin);
+    const int32_t* ext = p.plan + n_rows + 2;
+    const int n_groups = p.plan[0];
+    if (g_idx >= n_groups) return;
+    const int r_a = p.plan[1 + g_idx], r_b = p.plan[2 + g_idx];
+    int toff = ext[2 * g_idx];
+    const int max_pos = ext[2 * g_idx + 1];
+    if (toff < 0) toff = p.table_offset[p.seq[r_a]];
+    const int n_pages = max_pos / kBlock + 1;
+    const int page0 = static_cast<int>(blockIdx.x) * pages_per_item;
+    const int np = min(page0 + pages_per_item, n_pages) - page0;
+    if (np <= 0) return;
+    const int nq = r_b - r_a;  // ≤ kGroup (the plan's groups)
+
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < kWsStages; ++s) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(empty + 8 * s, 8);  // lane 0 of each math warp
+        }
+    }
+    for (int i = tid; i < np; i += kWsThreads) s_tab[i] = p.tables[toff + page0 + i];
+    if (tid < kGroup) s_pos[tid] = tid < nq ? p.pos[r_a + tid] : -1;
+    for (int c = tid; c < kGroup * kHeads; c += kWsThreads)
+        s_w[c] = c < nq * kHeads ? p.w8[static_cast<int64_t>(r_a) * kHeads + c] : 0.0f;
+    // The group's q8 as the wgmma B operand (rows (query, head) of 128 B, 128-B swizzle); every load in flight first.
+    uint4 qv[kQPer];
+#pragma unroll
+    for (int k = 0; k < kQPer; ++k) {
+        const int c = tid + k * kWsThreads, row = c >> 3;
+        qv[k] = make_uint4(0, 0, 0, 0);
+        if (c < kQChunks && row < nq * kHeads)
+            qv[k] = ld_stream(p.q8 + (static_cast<int64_t>(r_a) * kHeads + row) * kDim + (c & 7) * 16);
+    }
+#pragma unroll
+    for (int k = 0; k < kQPer; ++k) {
+        const int c = tid + k * kWsThreads, row = c >> 3;
+        if (c < kQChunks) *reinterpret_cast<uint4*>(sm + kWsQ + row * 128 + (((c & 7) ^ (row & 7)) << 4)) = qv[k];
+    }
+    proxy_fence();    // Q (generic stores) → wgmma (async proxy)
+    __syncthreads();  // Q, weights, positions, page table, barrier initialisation
+
+    const int wgi = tid >> 7;
+    if (wgi == 2) {  // producer
+        setmaxnreg_dec<kWsProducerRegs>();
+        if (tid == 2 * 128) {
+            prefetch_tensormap(&keys_map);
+            for (int i = 0; i < np; ++i) {
+                const int s = i % kWsStages;
+                if (i >= kWsStages) mbar_wait(empty + 8 * s, ((i / kWsStages) - 1) & 1);
+                const int blk = s_tab[i];
+                mbar_expect_tx(full + 8 * s, kPageKeys + kBlock * 4);
+                tma_load_2d(sb + kWsKeys + s * kPageKeys, &keys_map, 0, blk * (kBlockBytes / 128), full + 8 * s);
+                bulk_load(sb + kWsScales + s * kBlock * 4, p.pool + static_cast<int64_t>(blk) * kBlockBytes + kPageKeys,
+                          kBlock * 4, full + 8 * s);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<kWsMathRegs>();
+    const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int key0 = 16 * warp + g;
+    const int qb = wgi * 8;  // this warpgroup's first query
+    const uint32_t b_a = sb + kWsQ + qb * kHeads * 128, b_b = b_a + 4 * kHeads * 128;
+    float* out_row0 = p.out + (static_cast<int64_t>(r_a) - p.row_begin) * p.out_stride;
+    float acc_a[64], acc_b[64];
+    for (int i = 0; i < np; ++i) {
+        const int s = i % kWsStages;
+        mbar_wait(full + 8 * s, (i / kWsStages) & 1);
+        const uint32_t a_base = sb + kWsKeys + s * kPageKeys;
+        reg_fence(acc_a);
+        reg_fence(acc_b);
+        wg_fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_a, desc(a_base + k * 32), desc(b_a + k * 32), k > 0);
+        wg_commit();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_b, desc(a_base + k * 32), desc(b_b + k * 32), k > 0);
+        wg_commit();
+        const float ks0 = s_scales[s * kBlock + key0], ks1 = s_scales[s * kBlock + key0 + 8];
+        const int t0 = (page0 + i) * kBlock;
+        wg_wait<1>();
+        reg_fence(acc_a);
+        ws_epilogue(acc_a, s_w, s_pos, qb, t, key0, ks0, ks1, t0, out_row0, p.out_stride);
+        wg_wait<0>();
+        reg_fence(acc_b);
+        if (lane == 0) mbar_arrive(empty + 8 * s);  // this warp's wgmma have read the stage
+        ws_epilogue(acc_b, s_w, s_pos, qb + 4, t, key0, ks0, ks1, t0, out_row0, p.out_stride);
+    }
+#endif
+}
+
 }  // namespace wg
 
 }  // namespace
@@ -487,28 +675,92 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
                     dim3(wg::kWgThreads), C::kSmem, stream, true, p, static_cast<int>(per_item));
 }
 
+
+// Kernel 3's tensor map: the pool as rows of 128 B (66 per block: 64 key rows, then the 256 B of scales), boxes of
+// 64 rows with the 128-B swizzle. Encoded per launch (a host call of ~1 µs, against launches of milliseconds).
+bool encode_keys_map(CUtensorMap* map, const uint8_t* pool, int64_t pool_blocks) {
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            fn = nullptr;
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }();
+    if (encode == nullptr) return false;
+    // Without the pool's size the map spans 2^31 rows: the boxes read are the blocks the tables name, never beyond.
+    const cuuint64_t rows = pool_blocks > 0 ? static_cast<cuuint64_t>(pool_blocks) * (kBlockBytes / 128) : (1ull << 31);
+    const cuuint64_t dims[2] = {128, rows};
+    const cuuint64_t strides[1] = {128};
+    const cuuint32_t box[2] = {128, kBlock};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(pool), dims, strides, box, elem_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Kernel 3 when its register split holds (ptxas gave it kWsRegs) and the map encodes; false: use kernel 2.
+bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
+    static std::atomic<int> ready[kMaxDevices] = {};  // 1: attributes set and registers as planned, 2: refused
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (ready[dev].load() == 0) {
+        cudaFuncAttributes a{};
+        const bool ok = cudaFuncGetAttributes(&a, wg::ws_kernel) == cudaSuccess && a.numRegs == wg::kWsRegs &&
+                        cudaFuncSetAttribute(wg::ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             wg::kWsSmem) == cudaSuccess;
+        if (!ok) (void)cudaGetLastError();
+        ready[dev].store(ok ? 1 : 2);
+    }
+    if (ready[dev].load() != 1) return false;
+    CUtensorMap map;
+    if (!encode_keys_map(&map, p.pool, p.pool_blocks)) return false;
+    const int64_t n_rows = p.row_end - p.row_begin;
+    const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
+    const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock, total = max_pages * groups;
+    // One CTA per SM: items of ≤ kWsMaxPages pages over whole waves of n_sm CTAs.
+    const int64_t waves = std::max<int64_t>(1, (total + int64_t{n_sm} * wg::kWsMaxPages - 1) /
+                                                   (int64_t{n_sm} * wg::kWsMaxPages));
+    const int64_t per_item =
+        std::clamp<int64_t>((total + n_sm * waves - 1) / (n_sm * waves), 1, wg::kWsMaxPages);
+    const int64_t chunks = (max_pages + per_item - 1) / per_item;
+    return cuda::launch_ex(wg::ws_kernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
+                           dim3(wg::kWsThreads), wg::kWsSmem, stream, true, map, p,
+                           static_cast<int>(per_item)) == cudaSuccess;
+}
 }  // namespace
 
-void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
+int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
     const int64_t n_rows = p.row_end - p.row_begin;
-    if (n_rows <= 0 || p.max_context <= 0) return;
+    if (n_rows <= 0 || p.max_context <= 0) return 0;
     int major = 0;
     const int n_sm = device_sms_and_major(&major);
-    int kernel = p.kernel;
-    if (kernel == 0) {
-        const char* env = std::getenv("MEGACTX_INDEXER_LOGITS_KERNEL");
-        kernel = env && *env ? std::atoi(env) : kDefaultKernel;
-    }
-    if (kernel != 1 && major < 9) kernel = 1;
-    if (kernel == 1) return launch_mma_sync(p, stream, n_sm);
     // Queries per group, estimated from rows per sequence (exact for decode and prefill); more is still correct.
     const int64_t est =
         std::min<int64_t>(kGroup, (n_rows + std::max<int64_t>(p.n_seq, 1) - 1) / std::max<int64_t>(p.n_seq, 1));
-    if (est <= 1) return launch_wgmma<1, 1>(p, stream, n_sm);
-    if (est <= 2) return launch_wgmma<2, 1>(p, stream, n_sm);
-    if (est <= 4) return launch_wgmma<4, 1>(p, stream, n_sm);
-    if (est <= 8) return launch_wgmma<8, 1>(p, stream, n_sm);
-    return launch_wgmma<8, 2>(p, stream, n_sm);
+    int kernel = p.kernel;
+    if (kernel == 0) {
+        const char* env = std::getenv("MEGACTX_INDEXER_LOGITS_KERNEL");
+        kernel = env && *env ? std::atoi(env) : est > kWsMinQueries ? 3 : 2;
+    }
+    if (kernel != 1 && major < 9) kernel = 1;
+    if (kernel == 1) {
+        launch_mma_sync(p, stream, n_sm);
+        return 1;
+    }
+    if (kernel == 3 && launch_ws(p, stream, n_sm)) return 3;
+    if (est <= 1)
+        launch_wgmma<1, 1>(p, stream, n_sm);
+    else if (est <= 2)
+        launch_wgmma<2, 1>(p, stream, n_sm);
+    else if (est <= 4)
+        launch_wgmma<4, 1>(p, stream, n_sm);
+    else if (est <= 8)
+        launch_wgmma<8, 1>(p, stream, n_sm);
+    else
+        launch_wgmma<8, 2>(p, stream, n_sm);
+    return 2;
 }
 
 }  // namespace megactx

@@ -9,9 +9,11 @@
 // offset and largest position; the plan depends only on seq, pos and table_offset, so one plan serves every
 // indexer layer of a step (build it with the table_offset the logits launch gets). launch_indexer_logits then
 // reads each cached key once per group, so MTP verification (several queries per sequence) costs one pass.
-// Two kernels: 1 = mma.sync m16n8k32 (keys in registers); 2 = wgmma m64nNk32 (sm_90a; pages streamed through a
-// cp.async shared-memory ring, the group's queries' heads as N; launched with programmatic dependent launch).
-// kernel = 0 takes $MEGACTX_INDEXER_LOGITS_KERNEL if set, else the default.
+// Three kernels: 1 = mma.sync m16n8k32 (keys in registers); 2 = wgmma m64nNk32 (sm_90a; pages streamed through a
+// cp.async shared-memory ring, the group's queries' heads as N); 3 = wgmma, warp-specialised (sm_90a; a TMA producer
+// and two math warpgroups per CTA, for groups of many queries: prefill). 2 and 3 use programmatic dependent launch.
+// kernel = 0 takes $MEGACTX_INDEXER_LOGITS_KERNEL if set, else kernel 3 for more than 8 queries per sequence and
+// kernel 2 otherwise. Kernel 3 falls back to kernel 2 where it cannot run (its register plan or tensor map fails).
 // GLM-5.2 geometry only: 32 heads × 128 dims, 64-token blocks.
 #pragma once
 
@@ -25,6 +27,7 @@ struct IndexerLogitsParams {
     const uint8_t* q8 = nullptr;            // [n, 32, 128] e4m3 (batch rows, indexed by the absolute row i)
     const float* w8 = nullptr;              // [n, 32] folded head weights
     const uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer cache
+    int64_t pool_blocks = 0;                // n_blocks (0: unknown; kernel 3's tensor map then spans 2^31 rows)
     const int32_t* pos = nullptr;           // [n]
     const int32_t* seq = nullptr;           // [n]
     const int32_t* table_offset = nullptr;  // [n_seq]
@@ -35,7 +38,7 @@ struct IndexerLogitsParams {
     float* out = nullptr;                   // [row_end - row_begin, out_stride]
     int64_t out_stride = 0;                 // ≥ max_context
     const int32_t* plan = nullptr;          // from launch_indexer_plan for the same rows
-    int kernel = 0;                         // 0: default, 1: mma.sync, 2: wgmma (sm_90a)
+    int kernel = 0;                         // 0: default, 1: mma.sync, 2: wgmma, 3: warp-specialised (sm_90a)
 };
 
 struct IndexerPlanParams {
@@ -54,6 +57,7 @@ bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_s
 // its dependents early (indexer_q_quant does), and it completes only after that kernel has completed. The previous
 // kernel must not write pos / seq / table_offset.
 void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream);
-void launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream);
+// Returns the kernel that ran (1, 2 or 3; 0 when there was nothing to score).
+int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream);
 
 }  // namespace megactx

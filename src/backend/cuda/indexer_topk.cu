@@ -91,6 +91,7 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         lp.q8 = q8 - r0 * kHeads * kDim;
         lp.w8 = w8 - r0 * kHeads;
         lp.pool = p.pool;
+        lp.pool_blocks = p.pool_blocks;
         lp.pos = p.pos;
         lp.seq = p.seq;
         lp.table_offset = p.table_offset;

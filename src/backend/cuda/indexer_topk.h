@@ -18,6 +18,7 @@ struct IndexerTopkCudaParams {
     const float* q = nullptr;               // [n, 32, 128] fp32, RoPE applied
     const float* gates = nullptr;           // [n, 32] weights_proj output
     const uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer keys
+    int64_t pool_blocks = 0;                // n_blocks (0: unknown)
     const int32_t* pos = nullptr;           // [n]
     const int32_t* seq = nullptr;           // [n]
     const int32_t* table_offset = nullptr;  // [n_seq]
