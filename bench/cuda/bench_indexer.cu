@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
         }
     // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
     // of scores ≤ 1 GiB at L = 64K); at L = 1M the 64 rows the model scores at once under its 256-MB scratch.
-    const std::pair<int64_t, int64_t> prefill_shapes[] = {{16384, 4096}, {32768, 4096}, {65536, 4096}, {1 << 20, 64}};
+    const std::pair<int64_t, int64_t> prefill_shapes[] = {{16384, 4096}, {32768, 4096}, {65536, 4096}, {1 << 20, 64}, {1 << 20, 31}, {1 << 20, 16}};
     for (int kernel : {1, 2, 3})
         for (const auto& [L, sq] : prefill_shapes) {
             if (L > max_ctx) continue;

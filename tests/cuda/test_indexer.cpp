@@ -479,7 +479,7 @@ TEST(IndexerCuda, LogitsPrefillChunkWithRowRange) {
     // 5–8 queries per sequence (the 8-query tile, one sub-tile).
     for (int kernel : {1, 2, 3}) check_logits({3000, 777, 129}, {8, 5, 7}, 0, -1, 7, kernel);
     // Kernel 3 (prefill's): a 20,001-token sequence has 313 pages, so its groups span two work items of up to 256
-    // pages and go round the 8-stage ring many times; 33 queries = two full groups of 16 and one of 1.
+    // pages and go round the 16-stage ring many times; 33 queries = two full groups of 16 and one of 1.
     for (int kernel : {2, 3}) check_logits({20001, 700}, {33, 16}, 0, -1, 9, kernel);
 }
 

@@ -2,10 +2,12 @@
 //   q8 [n, 32, 128] e4m3, w8 [n, 32], pool [n_blocks, 64 × 132 B] → out [rows, out_stride] fp32
 // Reference: model-spec §3.3 kernel form; CpuOps::indexer_topk computes the same scores in fp32 without FP8.
 //
-// Two kernels behind one launch (IndexerLogitsParams::kernel): kernel 2 (wgmma, default on sm_90a, `namespace wg`
-// below) and kernel 1 (mma.sync, any sm_89+), described here. H200 (bench/results/*-038676e-indexer.json):
-// kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch 64 (1 query/seq), 45% (128K) – 82% (1M) at batch 1 in a
-// CUDA graph, ~640 TFLOP/s FP8 in prefill; kernel 1: 67–70%, 33–52%, ~230 TFLOP/s.
+// Three kernels behind one launch (IndexerLogitsParams::kernel): kernel 2 (wgmma, sm_90a, `namespace wg` below; the
+// default for decode), kernel 3 (wgmma, warp-specialised with a TMA producer, sm_90a, after kernel 2; the default for
+// prefill) and kernel 1 (mma.sync, any sm_89+), described here. H200 (bench/results/*-038676e-indexer.json,
+// *-58bb8bc-indexer-prefill-*): kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch 64 (1 query/seq), 45% (128K)
+// – 82% (1M) at batch 1 in a CUDA graph, ~640 TFLOP/s FP8 in prefill; kernel 3 ~900 TFLOP/s in prefill; kernel 1:
+// 67–70%, 33–52%, ~230 TFLOP/s.
 //
 // Kernel 1. Work item = (query group of ≤ 16 rows of one sequence, range of 64-token pages). A CTA stages the
 // group's q8 (≤ 64 KB) and weights in shared memory; each warp owns one page at a time: the 64 keys go straight from
@@ -19,14 +21,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cub/block/block_scan.cuh>
+#include <mutex>
 
 #include "backend/cuda/indexer_common.cuh"
-#include "backend/cuda/per_device.cuh"
-#include "backend/cuda/launch_ex.cuh"
-#include "backend/cuda/sm90_async.cuh"
 #include "backend/cuda/indexer_logits.h"
+#include "backend/cuda/launch_ex.cuh"
+#include "backend/cuda/per_device.cuh"
+#include "backend/cuda/sm90_async.cuh"
 
 namespace megactx {
 
@@ -36,8 +40,12 @@ using cuda::per_device_once;
 
 namespace {
 
-constexpr int kWsMinQueries = 8;  // default: kernel 3 for groups of more queries (prefill), else kernel 2
-constexpr int kGroup = 16;         // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
+// Default: kernel 3 for groups of more than 8 queries (prefill) when there are at least 4 groups' worth of rows;
+// else kernel 2. With one or two groups at 1M keys (the model's 31-row blocks under its 256-MB scratch) kernel 3's
+// one CTA per SM lost to kernel 2 on the H200 (424 / 581 vs 609 / 605 TFLOP/s at 16 / 31 rows; 736 vs 632 at 64).
+constexpr int kWsMinQueries = 8;
+constexpr int64_t kWsMinRows = 64;
+constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemQ = kGroup * kHeads * kDim;  // bytes
@@ -419,7 +427,6 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
 #endif
 }
 
-
 // ---- kernel 3: warp-specialised wgmma for groups of many queries (prefill; sm_90a) --------------------------------
 // Work item = (query group of ≤ 16 rows, range of ≤ kWsMaxPages pages); one CTA of three warpgroups per SM.
 //   WG2, the producer: one thread streams the item's pages through a kWsStages-deep ring with the tensor memory
@@ -434,22 +441,22 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
 // quad stores query t: a quarter of kernel 2's store instructions.
 // Kernel 2 serialises all of this in one warpgroup per CTA (copy issue, CTA barrier, wgmma, wait, epilogue) and
 // overlaps only across its two CTAs per SM.
-constexpr int kWsStages = 8;
+constexpr int kWsStages = 16;
 constexpr int kWsMaxPages = 256;
 constexpr int kWsThreads = 384;
-constexpr int kWsQ = 0;                                       // [16 · 32 rows × 128 B] swizzled
-constexpr int kWsKeys = kWsQ + kGroup * kHeads * kDim;        // [kWsStages][64 × 128 B] swizzled
-constexpr int kWsScales = kWsKeys + kWsStages * kPageKeys;    // [kWsStages][64] fp32
-constexpr int kWsW = kWsScales + kWsStages * kBlock * 4;      // [16][32] fp32
-constexpr int kWsTab = kWsW + kGroup * kHeads * 4;            // [kWsMaxPages] int32
-constexpr int kWsPos = kWsTab + kWsMaxPages * 4;              // [16] int32 (−1: padding row)
-constexpr int kWsBar = kWsPos + kGroup * 4;                   // full[kWsStages], empty[kWsStages]
-constexpr int kWsSmem = kWsBar + 2 * kWsStages * 8 + 1024;    // + slack for the 1024-B alignment
-constexpr int kWsRegs = 168;                                  // ptxas's count under __launch_bounds__(384, 1)
-constexpr int kWsProducerRegs = 40, kWsMathRegs = 232;        // setmaxnreg: 40 + 2 · 232 = 3 · 168
+constexpr int kWsQ = 0;                                     // [16 · 32 rows × 128 B] swizzled
+constexpr int kWsKeys = kWsQ + kGroup * kHeads * kDim;      // [kWsStages][64 × 128 B] swizzled
+constexpr int kWsScales = kWsKeys + kWsStages * kPageKeys;  // [kWsStages][64] fp32
+constexpr int kWsW = kWsScales + kWsStages * kBlock * 4;    // [16][32] fp32
+constexpr int kWsTab = kWsW + kGroup * kHeads * 4;          // [kWsMaxPages] int32
+constexpr int kWsPos = kWsTab + kWsMaxPages * 4;            // [16] int32 (−1: padding row)
+constexpr int kWsBar = kWsPos + kGroup * 4;                 // full[kWsStages], empty[kWsStages]
+constexpr int kWsSmem = kWsBar + 2 * kWsStages * 8 + 1024;  // + slack for the 1024-B alignment
+constexpr int kWsRegs = 168;                                // ptxas's count under __launch_bounds__(384, 1)
+constexpr int kWsProducerRegs = 40, kWsMathRegs = 232;      // setmaxnreg: 40 + 2 · 232 = 3 · 168
 static_assert(kWsProducerRegs + 2 * kWsMathRegs == 3 * kWsRegs);
 static_assert(kWsSmem <= 232448);
-constexpr int kQChunks = kGroup * kHeads * kDim / 16;         // 16-B chunks of the group's q8
+constexpr int kQChunks = kGroup * kHeads * kDim / 16;  // 16-B chunks of the group's q8
 constexpr int kQPer = (kQChunks + kWsThreads - 1) / kWsThreads;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -655,8 +662,8 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
         cudaFuncSetAttribute(wg::logits_kernel<QT, SUB>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared);
         int c = 0;
-        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, wg::logits_kernel<QT, SUB>,
-                                                                            wg::kWgThreads, C::kSmem);
+        const cudaError_t e =
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, wg::logits_kernel<QT, SUB>, wg::kWgThreads, C::kSmem);
         occupancy[dev].store(std::max(c, 1));
         return e;
     });
@@ -674,7 +681,6 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     cuda::launch_ex(wg::logits_kernel<QT, SUB>, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
                     dim3(wg::kWgThreads), C::kSmem, stream, true, p, static_cast<int>(per_item));
 }
-
 
 // Kernel 3's tensor map: the pool as rows of 128 B (66 per block: 64 key rows, then the 256 B of scales), boxes of
 // 64 rows with the 128-B swizzle. Encoded per launch (a host call of ~1 µs, against launches of milliseconds).
@@ -708,8 +714,8 @@ bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     if (ready[dev].load() == 0) {
         cudaFuncAttributes a{};
         const bool ok = cudaFuncGetAttributes(&a, wg::ws_kernel) == cudaSuccess && a.numRegs == wg::kWsRegs &&
-                        cudaFuncSetAttribute(wg::ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             wg::kWsSmem) == cudaSuccess;
+                        cudaFuncSetAttribute(wg::ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kWsSmem) ==
+                            cudaSuccess;
         if (!ok) (void)cudaGetLastError();
         ready[dev].store(ok ? 1 : 2);
     }
@@ -720,10 +726,9 @@ bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock, total = max_pages * groups;
     // One CTA per SM: items of ≤ kWsMaxPages pages over whole waves of n_sm CTAs.
-    const int64_t waves = std::max<int64_t>(1, (total + int64_t{n_sm} * wg::kWsMaxPages - 1) /
-                                                   (int64_t{n_sm} * wg::kWsMaxPages));
-    const int64_t per_item =
-        std::clamp<int64_t>((total + n_sm * waves - 1) / (n_sm * waves), 1, wg::kWsMaxPages);
+    const int64_t waves =
+        std::max<int64_t>(1, (total + int64_t{n_sm} * wg::kWsMaxPages - 1) / (int64_t{n_sm} * wg::kWsMaxPages));
+    const int64_t per_item = std::clamp<int64_t>((total + n_sm * waves - 1) / (n_sm * waves), 1, wg::kWsMaxPages);
     const int64_t chunks = (max_pages + per_item - 1) / per_item;
     return cuda::launch_ex(wg::ws_kernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
                            dim3(wg::kWsThreads), wg::kWsSmem, stream, true, map, p,
@@ -742,14 +747,22 @@ int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
     int kernel = p.kernel;
     if (kernel == 0) {
         const char* env = std::getenv("MEGACTX_INDEXER_LOGITS_KERNEL");
-        kernel = env && *env ? std::atoi(env) : est > kWsMinQueries ? 3 : 2;
+        kernel = env && *env ? std::atoi(env) : est > kWsMinQueries && n_rows >= kWsMinRows ? 3 : 2;
     }
     if (kernel != 1 && major < 9) kernel = 1;
     if (kernel == 1) {
         launch_mma_sync(p, stream, n_sm);
         return 1;
     }
-    if (kernel == 3 && launch_ws(p, stream, n_sm)) return 3;
+    if (kernel == 3) {
+        if (launch_ws(p, stream, n_sm)) return 3;
+        static std::once_flag warned;  // a silent fallback would hide a 25-35% slower prefill
+        std::call_once(warned, [] {
+            std::fprintf(stderr,
+                         "megactx: indexer logits kernel 3 cannot run here (register plan or tensor map refused); "
+                         "prefill scores take kernel 2\n");
+        });
+    }
     if (est <= 1)
         launch_wgmma<1, 1>(p, stream, n_sm);
     else if (est <= 2)
