@@ -802,9 +802,10 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     if (fast_ && elem == 2 && indexer_topk_supported(n_head, d, p.map.block_size, p.topk, p.map.max_context)) {
         // indexer_topk.cu: FP8 MMA scores + exact top-k, row groups under the fixed scratch budget.
         const int64_t ctx = p.map.max_context;
+        // The most rows that fit (at 1M: 59, four groups for the logits, where halving from the estimate gave 31).
         int64_t rows = std::clamp<int64_t>(kIndexerScratchBytes / (ctx * 4 + 64 * 1024), 1, n);
         while (rows > 1 && indexer_topk_scratch_bytes(rows, ctx, p.topk) > static_cast<size_t>(kIndexerScratchBytes))
-            rows /= 2;
+            --rows;
         const size_t bytes = indexer_topk_scratch_bytes(rows, ctx, p.topk);
         Tensor scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
         IndexerTopkCudaParams f;

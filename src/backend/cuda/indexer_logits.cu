@@ -40,12 +40,12 @@ using cuda::per_device_once;
 
 namespace {
 
-// Default: kernel 3 for groups of more than 8 queries (prefill) when there are at least 4 groups' worth of rows;
-// else kernel 2. With one or two groups at 1M keys (the model's 31-row blocks under its 256-MB scratch) kernel 3's
-// one CTA per SM lost to kernel 2 on the H200 (424 / 581 vs 609 / 605 TFLOP/s at 16 / 31 rows; 736 vs 632 at 64).
-constexpr int kWsMinQueries = 8;
-constexpr int64_t kWsMinRows = 64;
 constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
+// Default: kernel 3 for groups of more than 8 queries (prefill) when the rows make at least 4 groups; else kernel 2.
+// With one or two groups at 1M keys kernel 3's one CTA per SM lost to kernel 2 on the H200 (424 / 581 vs 609 / 605
+// TFLOP/s at 16 / 31 rows; 736 vs 632 at 64).
+constexpr int kWsMinQueries = 8;
+constexpr int64_t kWsMinRows = 3 * kGroup + 1;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemQ = kGroup * kHeads * kDim;  // bytes
