@@ -288,6 +288,26 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// The CTA's work item: query group blockIdx.y of the plan (rows r_a .. r_b − 1, block-table offset toff) and its
+// pages page0 .. page0 + np − 1. False when there is none (a group past the plan's count, pages past its end).
+__device__ __forceinline__ bool work_item(const IndexerLogitsParams& p, int pages_per_item, int& r_a, int& r_b,
+                                          int& toff, int& page0, int& np) {
+    const int g_idx = static_cast<int>(blockIdx.y);
+    const int n_rows = static_cast<int>(p.row_end - p.row_begin);
+    const int32_t* ext = p.plan + n_rows + 2;
+    const int n_groups = p.plan[0];
+    if (g_idx >= n_groups) return false;
+    r_a = p.plan[1 + g_idx];
+    r_b = p.plan[2 + g_idx];
+    toff = ext[2 * g_idx];
+    const int max_pos = ext[2 * g_idx + 1];
+    if (toff < 0) toff = p.table_offset[p.seq[r_a]];
+    const int n_pages = max_pos / kBlock + 1;
+    page0 = static_cast<int>(blockIdx.x) * pages_per_item;
+    np = min(page0 + pages_per_item, n_pages) - page0;
+    return np > 0;
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "backend/cuda/indexer_logits_wgmma.inc"
 
@@ -321,19 +341,8 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
-    const int g_idx = static_cast<int>(blockIdx.y);
-    const int n_rows = static_cast<int>(p.row_end - p.row_begin);
-    const int32_t* ext = p.plan + n_rows + 2;
-    const int n_groups = p.plan[0];
-    if (g_idx >= n_groups) return;
-    const int r_a = p.plan[1 + g_idx], r_b = p.plan[2 + g_idx];
-    int toff = ext[2 * g_idx];
-    const int max_pos = ext[2 * g_idx + 1];
-    if (toff < 0) toff = p.table_offset[p.seq[r_a]];
-    const int n_pages = max_pos / kBlock + 1;
-    const int page0 = static_cast<int>(blockIdx.x) * pages_per_item;
-    const int np = min(page0 + pages_per_item, n_pages) - page0;
-    if (np <= 0) return;
+    int r_a, r_b, toff, page0, np;
+    if (!work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
 
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -516,19 +525,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
-    const int g_idx = static_cast<int>(blockIdx.y);
-    const int n_rows = static_cast<int>(p.row_end - p.row_begin);
-    const int32_t* ext = p.plan + n_rows + 2;
-    const int n_groups = p.plan[0];
-    if (g_idx >= n_groups) return;
-    const int r_a = p.plan[1 + g_idx], r_b = p.plan[2 + g_idx];
-    int toff = ext[2 * g_idx];
-    const int max_pos = ext[2 * g_idx + 1];
-    if (toff < 0) toff = p.table_offset[p.seq[r_a]];
-    const int n_pages = max_pos / kBlock + 1;
-    const int page0 = static_cast<int>(blockIdx.x) * pages_per_item;
-    const int np = min(page0 + pages_per_item, n_pages) - page0;
-    if (np <= 0) return;
+    int r_a, r_b, toff, page0, np;
+    if (!work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
     const int nq = r_b - r_a;  // ≤ kGroup (the plan's groups)
 
     if (tid == 0) {
