@@ -624,6 +624,12 @@ void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
 
 namespace {
 
+// Upper bound on the plan's groups (the grid's y): one per kGroup rows plus one more per sequence boundary.
+int64_t plan_groups(const IndexerLogitsParams& p) {
+    const int64_t n_rows = p.row_end - p.row_begin;
+    return std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
+}
+
 int device_sms_and_major(int* major) {
     int device = 0, n_sm = 132;
     cudaGetDevice(&device);
@@ -633,13 +639,12 @@ int device_sms_and_major(int* major) {
 }
 
 void launch_mma_sync(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
-    const int64_t n_rows = p.row_end - p.row_begin;
     per_device_once([] {
         return cudaFuncSetAttribute(indexer_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     });
     // Groups: at most one per kGroup rows plus one extra per sequence boundary. Pages per work item: enough
     // items for ~8 CTAs per SM over the whole launch, in multiples of the warps of a CTA.
-    const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
+    const int64_t groups = plan_groups(p);
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;
     const int64_t target_items = 8LL * n_sm;
     int64_t per_item = (max_pages * groups + target_items - 1) / target_items;
@@ -666,8 +671,7 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
         return e;
     });
     const int ctas_per_sm = std::max(occupancy[dev].load(), 1);
-    const int64_t n_rows = p.row_end - p.row_begin;
-    const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
+    const int64_t groups = plan_groups(p);
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;
     // Work items of ≤ kMaxPages pages, balanced over whole waves of CTAs (a short tail wave of long items costs
     // as much as a full one).
@@ -706,22 +710,20 @@ bool encode_keys_map(CUtensorMap* map, const uint8_t* pool, int64_t pool_blocks)
 
 // Kernel 3 when its register split holds (ptxas gave it kWsRegs) and the map encodes; false: use kernel 2.
 bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
-    static std::atomic<int> ready[kMaxDevices] = {};  // 1: attributes set and registers as planned, 2: refused
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (ready[dev].load() == 0) {
+    // Once per device: the register plan holds and the shared-memory limit is set (else kernel 2 every time).
+    const cudaError_t ready = per_device_once([] {
         cudaFuncAttributes a{};
-        const bool ok = cudaFuncGetAttributes(&a, wg::ws_kernel) == cudaSuccess && a.numRegs == wg::kWsRegs &&
-                        cudaFuncSetAttribute(wg::ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kWsSmem) ==
-                            cudaSuccess;
-        if (!ok) (void)cudaGetLastError();
-        ready[dev].store(ok ? 1 : 2);
-    }
-    if (ready[dev].load() != 1) return false;
+        cudaError_t e = cudaFuncGetAttributes(&a, wg::ws_kernel);
+        if (e == cudaSuccess && a.numRegs != wg::kWsRegs) e = cudaErrorInvalidConfiguration;
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(wg::ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kWsSmem);
+        if (e != cudaSuccess) (void)cudaGetLastError();
+        return e;
+    });
+    if (ready != cudaSuccess) return false;
     CUtensorMap map;
     if (!encode_keys_map(&map, p.pool, p.pool_blocks)) return false;
-    const int64_t n_rows = p.row_end - p.row_begin;
-    const int64_t groups = std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
+    const int64_t groups = plan_groups(p);
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock, total = max_pages * groups;
     // One CTA per SM: items of ≤ kWsMaxPages pages over whole waves of n_sm CTAs.
     const int64_t waves =
