@@ -11,12 +11,16 @@
 //           L = 16K, 32K, 64K keys, and 64 queries at L = 1M (the model's row block under its scratch budget):
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
 // The plan (row grouping, once per batch for all indexer layers) is built before timing. CUDA events, median.
-// Usage: bench_indexer [--json PATH] [--quick]
+// Usage: bench_indexer [--json PATH] [--quick] [--only decode|prefill] [--kernels 1,2,3] [--check]
+//   --check: every prefill result is compared with kernel 2's scores of the same shape (max |diff| / max |ref| over
+//   the causal entries, printed; exit 3 above 1e-3: kernel 1 accumulates in fp32, wgmma with about 14 mantissa bits),
+//   so that lab builds of a kernel are checked where they are timed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <numeric>
 #include <random>
@@ -52,6 +56,23 @@ __global__ void fill_pool(uint8_t* pool, int64_t n_blocks) {
     }
 }
 
+// --check: out[0] = max |a − b|, out[1] = max |b| over the causal entries (row j of `rows` holds positions
+// 0 .. first_pos + j) of two [rows, L] score arrays, as float bits (non-negative floats order as their bits; a NaN
+// difference orders above every finite one).
+__global__ void max_diff(const float* a, const float* b, int64_t rows, int64_t L, int64_t first_pos, unsigned* out) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    float d = 0.0f, m = 0.0f;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * L; e += stride) {
+        const int64_t j = e / L, t = e % L;
+        if (t > first_pos + j) continue;
+        const float diff = fabsf(a[e] - b[e]);
+        d = diff != diff ? __int_as_float(0x7fc00000) : fmaxf(d, diff);
+        m = fmaxf(m, fabsf(b[e]));
+    }
+    atomicMax(out, __float_as_uint(d));
+    atomicMax(out + 1, __float_as_uint(m));
+}
+
 struct Result {
     std::string kind;
     int kernel;
@@ -69,14 +90,44 @@ double median(std::vector<float> v) {
 int main(int argc, char** argv) {
     using namespace megactx;
     std::string json_path;
-    bool quick = false;
+    bool quick = false, check = false;
+    std::string only;
+    std::vector<int> kernels{1, 2, 3};
     for (int a = 1; a < argc; ++a) {
         const std::string s = argv[a];
-        if (s == "--json" && a + 1 < argc)
+        if (s == "--json" && a + 1 < argc) {
             json_path = argv[++a];
-        else if (s == "--quick")
+        } else if (s == "--quick") {
             quick = true;
+        } else if (s == "--check") {
+            check = true;
+        } else if (s == "--only" && a + 1 < argc) {
+            only = argv[++a];
+            if (only != "decode" && only != "prefill") {
+                std::fprintf(stderr, "--only takes decode or prefill, not %s\n", only.c_str());
+                return 2;
+            }
+        } else if (s == "--kernels" && a + 1 < argc) {
+            kernels.clear();
+            for (const char* c = argv[++a]; *c != 0; ++c)
+                if (*c >= '1' && *c <= '3') kernels.push_back(*c - '0');
+            if (kernels.empty()) {
+                std::fprintf(stderr, "--kernels takes a list of 1, 2, 3\n");
+                return 2;
+            }
+        } else {
+            std::fprintf(stderr, "unknown argument %s\n", s.c_str());
+            return 2;
+        }
     }
+    // The kernels of `candidates` that run in the `kind` part ("decode" or "prefill") under --only / --kernels.
+    const auto select_kernels = [&](std::vector<int> candidates, const std::string& kind) {
+        std::vector<int> r;
+        if (!only.empty() && only != kind) return r;
+        for (int k : candidates)
+            if (std::find(kernels.begin(), kernels.end(), k) != kernels.end()) r.push_back(k);
+        return r;
+    };
     cudaDeviceProp prop{};
     MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const std::vector<int64_t> contexts =
@@ -108,8 +159,14 @@ int main(int argc, char** argv) {
     MEGACTX_BENCH_CK(cudaMemcpy(d_w8, w8.data(), w8.size() * 4, cudaMemcpyHostToDevice));
     // Decode rows × context, or the prefill's 4096 rows × 64K scores, whichever is larger.
     const size_t out_bytes = std::max(static_cast<size_t>(max_batch * max_qps) * max_ctx, size_t{4096} * 65536) * 4;
-    float* d_out;
+    float *d_out, *d_ref = nullptr;
     MEGACTX_BENCH_CK(cudaMalloc(&d_out, out_bytes));
+    unsigned* d_diff = nullptr;
+    if (check) {
+        MEGACTX_BENCH_CK(cudaMalloc(&d_ref, size_t{4096} * 65536 * 4));
+        MEGACTX_BENCH_CK(cudaMalloc(&d_diff, 8));
+    }
+    bool check_failed = false;
     int32_t *d_pos, *d_seq, *d_toff, *d_plan;
     MEGACTX_BENCH_CK(cudaMalloc(&d_pos, max_rows * 4));
     MEGACTX_BENCH_CK(cudaMalloc(&d_seq, max_rows * 4));
@@ -197,7 +254,7 @@ int main(int argc, char** argv) {
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) topk_base.few_rows = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) topk_base.few_max_rows = std::atoi(c);
     cuda::topk_set_tuning(topk_base);
-    for (int kernel : {1, 2})
+    for (int kernel : select_kernels({1, 2}, "decode"))
         for (int64_t L : contexts) {
             for (int64_t qps : {int64_t{1}, max_qps}) {
                 // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2); with_topk
@@ -274,7 +331,7 @@ int main(int argc, char** argv) {
     // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
     // of scores ≤ 1 GiB at L = 64K); at L = 1M the 64 rows the model scores at once under its 256-MB scratch.
     const std::pair<int64_t, int64_t> prefill_shapes[] = {{16384, 4096}, {32768, 4096}, {65536, 4096}, {1 << 20, 64}, {1 << 20, 31}, {1 << 20, 16}};
-    for (int kernel : {1, 2, 3})
+    for (int kernel : select_kernels({1, 2, 3}, "prefill"))
         for (const auto& [L, sq] : prefill_shapes) {
             if (L > max_ctx) continue;
             std::vector<int32_t> pos(static_cast<size_t>(sq)), seq(static_cast<size_t>(sq), 0);
@@ -326,6 +383,28 @@ int main(int argc, char** argv) {
                 ms.push_back(m);
             }
             MEGACTX_BENCH_CK(cudaGetLastError());
+            if (check) {  // kernel 2's scores of the same shape as the reference
+                IndexerLogitsParams r = p;
+                r.kernel = 2;
+                r.out = d_ref;
+                if (launch_indexer_logits(r, stream) != 2) {
+                    std::fprintf(stderr, "check: kernel 2 did not run\n");
+                    return 1;
+                }
+                MEGACTX_BENCH_CK(cudaMemsetAsync(d_diff, 0, 8, stream));
+                max_diff<<<1024, 256, 0, stream>>>(d_out, d_ref, sq, L, L - sq, d_diff);
+                unsigned h[2];
+                MEGACTX_BENCH_CK(cudaMemcpyAsync(h, d_diff, 8, cudaMemcpyDeviceToHost, stream));
+                MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
+                float diff, ref;
+                std::memcpy(&diff, &h[0], 4);
+                std::memcpy(&ref, &h[1], 4);
+                const double rel = ref > 0 ? diff / ref : diff;
+                const bool ok = rel <= 1e-3;
+                check_failed |= !ok;
+                std::printf("check: kernel %d, %lld rows x L %lld: max |diff| %.3g, max |ref| %.3g, rel %.3g %s\n", kernel,
+                            static_cast<long long>(sq), static_cast<long long>(L), diff, ref, rel, ok ? "ok" : "FAILED");
+            }
             const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
             const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
             results.push_back(
@@ -366,5 +445,5 @@ int main(int argc, char** argv) {
         std::fprintf(f, "  ]\n}\n");
         std::fclose(f);
     }
-    return 0;
+    return check_failed ? 3 : 0;
 }

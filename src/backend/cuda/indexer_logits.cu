@@ -5,9 +5,9 @@
 // Three kernels behind one launch (IndexerLogitsParams::kernel): kernel 2 (wgmma, sm_90a, `namespace wg` below; the
 // default for decode), kernel 3 (wgmma, warp-specialised with a TMA producer, sm_90a, after kernel 2; the default for
 // prefill) and kernel 1 (mma.sync, any sm_89+), described here. H200 (bench/results/*-038676e-indexer.json,
-// *-58bb8bc-indexer-prefill-*): kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch 64 (1 query/seq), 45% (128K)
-// – 82% (1M) at batch 1 in a CUDA graph, ~640 TFLOP/s FP8 in prefill; kernel 3 ~900 TFLOP/s in prefill; kernel 1:
-// 67–70%, 33–52%, ~230 TFLOP/s.
+// *-58bb8bc-indexer-prefill-*, session 10's *-indexer.json): kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch
+// 64 (1 query/seq), 45% (128K) – 81% (1M) at batch 1 in a CUDA graph, ~660 TFLOP/s FP8 in prefill; kernel 3
+// ~1000–1100 TFLOP/s in prefill; kernel 1: 67–70%, 33–52%, ~230 TFLOP/s.
 //
 // Kernel 1. Work item = (query group of ≤ 16 rows of one sequence, range of 64-token pages). A CTA stages the
 // group's q8 (≤ 64 KB) and weights in shared memory; each warp owns one page at a time: the 64 keys go straight from
@@ -41,11 +41,11 @@ using cuda::per_device_once;
 namespace {
 
 constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
-// Default: kernel 3 for groups of more than 8 queries (prefill) when the rows make at least 4 groups; else kernel 2.
-// With one or two groups at 1M keys kernel 3's one CTA per SM lost to kernel 2 on the H200 (424 / 581 vs 609 / 605
-// TFLOP/s at 16 / 31 rows; 736 vs 632 at 64).
+// Default: kernel 3 for groups of more than 8 queries (prefill) when the rows make two nearly full groups; else
+// kernel 2. With one group at 1M keys kernel 3's one CTA per SM loses to kernel 2 on the H200 (532 vs 619 TFLOP/s at
+// 16 rows); from two it wins (675 vs 623 at 31 rows, 855 vs 648 at 64; session 10).
 constexpr int kWsMinQueries = 8;
-constexpr int64_t kWsMinRows = 3 * kGroup + 1;
+constexpr int64_t kWsMinRows = 2 * kGroup - 1;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemQ = kGroup * kHeads * kDim;  // bytes
@@ -411,14 +411,21 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
                 for (int qq = 0; qq < QT; ++qq) {
                     const int q = sub * QT + qq;
                     if (q >= nq) break;
-                    float v0 = 0.0f, v1 = 0.0f;
+                    // Two FFMA chains per key that start with an FMUL (see ws_epilogue: no 0 + x).
+                    const float* d = acc + 16 * qq;
+                    const float* ws = s_w + q * kHeads + 2 * t;
+                    float2 w = *reinterpret_cast<const float2*>(ws);
+                    float a0 = w.x * fmaxf(d[0], 0.0f), b0 = w.y * fmaxf(d[1], 0.0f);
+                    float a1 = w.x * fmaxf(d[2], 0.0f), b1 = w.y * fmaxf(d[3], 0.0f);
 #pragma unroll
-                    for (int jj = 0; jj < 4; ++jj) {
-                        const int j = qq * 4 + jj;
-                        const float2 w = *reinterpret_cast<const float2*>(s_w + q * kHeads + 8 * jj + 2 * t);
-                        v0 += w.x * fmaxf(acc[4 * j], 0.0f) + w.y * fmaxf(acc[4 * j + 1], 0.0f);
-                        v1 += w.x * fmaxf(acc[4 * j + 2], 0.0f) + w.y * fmaxf(acc[4 * j + 3], 0.0f);
+                    for (int jj = 1; jj < 4; ++jj) {
+                        w = *reinterpret_cast<const float2*>(ws + 8 * jj);
+                        a0 = fmaf(w.x, fmaxf(d[4 * jj], 0.0f), a0);
+                        b0 = fmaf(w.y, fmaxf(d[4 * jj + 1], 0.0f), b0);
+                        a1 = fmaf(w.x, fmaxf(d[4 * jj + 2], 0.0f), a1);
+                        b1 = fmaf(w.y, fmaxf(d[4 * jj + 3], 0.0f), b1);
                     }
+                    float v0 = a0 + b0, v1 = a1 + b1;
                     v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
                     v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
                     v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
@@ -469,25 +476,44 @@ constexpr int kQChunks = kGroup * kHeads * kDim / 16;  // 16-B chunks of the gro
 constexpr int kQPer = (kQChunks + kWsThreads - 1) / kWsThreads;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// ReLU · weight · head sum of one bank (4 queries, first query qb of the group) for keys key0 / key1 of this thread,
-// reduced over the quad and stored by lane t for query qb + t.
-__device__ __forceinline__ void ws_epilogue(const float (&acc)[64], const float* s_w, const int* s_pos, int qb, int t,
-                                            int key0, float ks0, float ks1, int t0, float* out_row0,
-                                            int64_t out_stride) {
+// Weights of one bank (queries qb .. qb + 3) for this thread, held in registers for the whole work item:
+// w[qq · 8 + jj · 2 + e] = weight of query qb + qq, head 8 jj + 2 t + e (the heads of its accumulator columns).
+__device__ __forceinline__ void ws_load_weights(float (&w)[32], const float* s_w, int qb, int t) {
+#pragma unroll
+    for (int qq = 0; qq < 4; ++qq)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            const float2 ww = *reinterpret_cast<const float2*>(s_w + (qb + qq) * kHeads + 8 * jj + 2 * t);
+            w[qq * 8 + jj * 2] = ww.x;
+            w[qq * 8 + jj * 2 + 1] = ww.y;
+        }
+}
+
+// ReLU · weight · head sum of one bank (4 queries) for keys key0 / key0 + 8 of this thread, reduced over the quad and
+// stored by lane t for query qb + t: orow is that row at key0 of the page, lim = the query's position − the key's.
+// The math warps are issue-bound here (the tensor cores alone would run at ~1650 TFLOP/s), so every instruction
+// counts: two FFMA chains per (query, key) that start with an FMUL (a chain from 0.0f costs an FADD each: 0 + x
+// cannot be folded, it turns −0 into +0), weights in registers, the row address and causal limit computed once per
+// work item. This took the kernel from ~905 to ~1100 TFLOP/s at 4096 × 64K (H200; benchmarks.md, session 10).
+__device__ __forceinline__ void ws_epilogue(const float (&acc)[64], const float (&w)[32], int t, float ks0, float ks1,
+                                            float* orow, int lim) {
     float v0[4], v1[4];
 #pragma unroll
     for (int qq = 0; qq < 4; ++qq) {
-        const float* w = s_w + (qb + qq) * kHeads + 2 * t;
-        float a0 = 0.0f, a1 = 0.0f;
+        // accumulator column pair jj of query qq: acc[16 qq + 4 jj + {0, 1}] (key0), + {2, 3} (key0 + 8)
+        const float* d = acc + 16 * qq;
+        const float* ww = w + 8 * qq;
+        float a0 = ww[0] * fmaxf(d[0], 0.0f), b0 = ww[1] * fmaxf(d[1], 0.0f);
+        float a1 = ww[0] * fmaxf(d[2], 0.0f), b1 = ww[1] * fmaxf(d[3], 0.0f);
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-            const int j = qq * 4 + jj;
-            const float2 ww = *reinterpret_cast<const float2*>(w + 8 * jj);
-            a0 += ww.x * fmaxf(acc[4 * j], 0.0f) + ww.y * fmaxf(acc[4 * j + 1], 0.0f);
-            a1 += ww.x * fmaxf(acc[4 * j + 2], 0.0f) + ww.y * fmaxf(acc[4 * j + 3], 0.0f);
+        for (int jj = 1; jj < 4; ++jj) {
+            a0 = fmaf(ww[2 * jj], fmaxf(d[4 * jj], 0.0f), a0);
+            b0 = fmaf(ww[2 * jj + 1], fmaxf(d[4 * jj + 1], 0.0f), b0);
+            a1 = fmaf(ww[2 * jj], fmaxf(d[4 * jj + 2], 0.0f), a1);
+            b1 = fmaf(ww[2 * jj + 1], fmaxf(d[4 * jj + 3], 0.0f), b1);
         }
-        v0[qq] = a0;
-        v1[qq] = a1;
+        v0[qq] = a0 + b0;
+        v1[qq] = a1 + b1;
     }
     // Reduce-scatter over the quad: after the xor-2 step lane t holds queries (t & 2), (t & 2) + 1 summed over two
     // lanes; after the xor-1 step it holds query t summed over four.
@@ -500,10 +526,8 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[64], const float*
     k1b += __shfl_xor_sync(0xffffffffu, hi2 ? v1[1] : v1[3], 2);
     const float r0 = (hi1 ? k0b : k0a) + __shfl_xor_sync(0xffffffffu, hi1 ? k0a : k0b, 1);
     const float r1 = (hi1 ? k1b : k1a) + __shfl_xor_sync(0xffffffffu, hi1 ? k1a : k1b, 1);
-    const int q = qb + t, qpos = s_pos[q];
-    float* orow = out_row0 + static_cast<int64_t>(q) * out_stride + t0;
-    if (t0 + key0 <= qpos) orow[key0] = r0 * ks0;
-    if (t0 + key0 + 8 <= qpos) orow[key0 + 8] = r1 * ks1;
+    if (lim >= 0) orow[0] = r0 * ks0;
+    if (lim >= 8) orow[8] = r1 * ks1;
 }
 #endif
 
@@ -581,6 +605,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int qb = wgi * 8;  // this warpgroup's first query
     const uint32_t b_a = sb + kWsQ + qb * kHeads * 128, b_b = b_a + 4 * kHeads * 128;
     float* out_row0 = p.out + (static_cast<int64_t>(r_a) - p.row_begin) * p.out_stride;
+    // Per thread for the whole item: its bank-A and bank-B weights, rows (queries qb + t, qb + 4 + t) and positions
+    // (−1 for padding rows: nothing stored).
+    float w_a[32], w_b[32];
+    ws_load_weights(w_a, s_w, qb, t);
+    ws_load_weights(w_b, s_w, qb + 4, t);
+    const int pos_a = s_pos[qb + t], pos_b = s_pos[qb + 4 + t];
+    float* row_a = out_row0 + static_cast<int64_t>(qb + t) * p.out_stride + key0;
+    float* row_b = out_row0 + static_cast<int64_t>(qb + 4 + t) * p.out_stride + key0;
     float acc_a[64], acc_b[64];
     for (int i = 0; i < np; ++i) {
         const int s = i % kWsStages;
@@ -599,11 +631,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         const int t0 = (page0 + i) * kBlock;
         wg_wait<1>();
         reg_fence(acc_a);
-        ws_epilogue(acc_a, s_w, s_pos, qb, t, key0, ks0, ks1, t0, out_row0, p.out_stride);
+        ws_epilogue(acc_a, w_a, t, ks0, ks1, row_a + t0, pos_a - t0 - key0);
         wg_wait<0>();
         reg_fence(acc_b);
         if (lane == 0) mbar_arrive(empty + 8 * s);  // this warp's wgmma have read the stage
-        ws_epilogue(acc_b, s_w, s_pos, qb + 4, t, key0, ks0, ks1, t0, out_row0, p.out_stride);
+        ws_epilogue(acc_b, w_b, t, ks0, ks1, row_b + t0, pos_b - t0 - key0);
     }
 #endif
 }
