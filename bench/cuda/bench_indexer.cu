@@ -11,7 +11,8 @@
 //           L = 16K, 32K, 64K keys, and 64 queries at L = 1M (the model's row block under its scratch budget):
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
 // The plan (row grouping, once per batch for all indexer layers) is built before timing. CUDA events, median.
-// Usage: bench_indexer [--json PATH] [--quick] [--only decode|prefill] [--kernels 1,2,3] [--check]
+// Usage: bench_indexer [--json PATH] [--quick] [--only decode|prefill] [--kernels 1,2,3] [--qps 1,4] [--check]
+//   --qps: the decode queries per sequence measured (1..4; default 1 and 4).
 //   --check: every prefill result is compared with kernel 2's scores of the same shape (max |diff| / max |ref| over
 //   the causal entries, printed; exit 3 above 1e-3: kernel 1 accumulates in fp32, wgmma with about 14 mantissa bits),
 //   so that lab builds of a kernel are checked where they are timed.
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
     bool quick = false, check = false;
     std::string only;
     std::vector<int> kernels{1, 2, 3};
+    std::vector<int64_t> qps_list{1, 4};
     for (int a = 1; a < argc; ++a) {
         const std::string s = argv[a];
         if (s == "--json" && a + 1 < argc) {
@@ -105,6 +107,14 @@ int main(int argc, char** argv) {
             only = argv[++a];
             if (only != "decode" && only != "prefill") {
                 std::fprintf(stderr, "--only takes decode or prefill, not %s\n", only.c_str());
+                return 2;
+            }
+        } else if (s == "--qps" && a + 1 < argc) {
+            qps_list.clear();
+            for (const char* c = argv[++a]; *c != 0; ++c)
+                if (*c >= '1' && *c <= '4') qps_list.push_back(*c - '0');
+            if (qps_list.empty()) {
+                std::fprintf(stderr, "--qps takes a list of 1..4\n");
                 return 2;
             }
         } else if (s == "--kernels" && a + 1 < argc) {
@@ -230,7 +240,7 @@ int main(int argc, char** argv) {
     // Exact top-k (k = 2048) of the scores of rotation r (decode + top-k rows).
     size_t topk_scratch_max = 256;
     for (int64_t L : contexts)
-        for (int64_t qps : {int64_t{1}, max_qps})
+        for (int64_t qps = 1; qps <= max_qps; ++qps)
             topk_scratch_max = std::max(topk_scratch_max, (cuda::topk_scratch_bytes(qps, L, 2048) + 255) / 256 * 256);
     void* d_topk_scratch;
     int32_t* d_topk_idx;
@@ -254,9 +264,9 @@ int main(int argc, char** argv) {
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) topk_base.few_rows = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) topk_base.few_max_rows = std::atoi(c);
     cuda::topk_set_tuning(topk_base);
-    for (int kernel : select_kernels({1, 2}, "decode"))
+    for (int kernel : select_kernels({1, 2, 3}, "decode"))
         for (int64_t L : contexts) {
-            for (int64_t qps : {int64_t{1}, max_qps}) {
+            for (int64_t qps : qps_list) {
                 // Batch 1 in a CUDA graph: 8 launches over 8 disjoint sequences (8 · 132 · L bytes > L2); with_topk
                 // adds the exact top-2048 of each launch's scores (the whole decode selection).
                 // with_topk 2 (kernel 2 only): the top-k on its three-kernel chain (TopkTuning::few_rows = 0),

@@ -46,6 +46,11 @@ constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4;
 // 16 rows); from two it wins (675 vs 623 at 31 rows, 855 vs 648 at 64; session 10).
 constexpr int kWsMinQueries = 8;
 constexpr int64_t kWsMinRows = 2 * kGroup - 1;
+// And kernel 3's page split for 3–4 queries per sequence (MTP verification), where kernel 2 pads to 4 (QT = 4): at 4
+// queries it beats kernel 2 by 7–24% at batch 64 (1M: 3398 → 2778 µs) and by up to 34% at batch 1 (1M: 62.0 → 46.1
+// µs). With 1 or 2 queries kernel 2 stays ahead: it streams at 77–97% of copy there, kernel 3 at 75–85% (H200,
+// session 10).
+constexpr int64_t kWsPageSplitMin = 3;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemQ = kGroup * kHeads * kDim;  // bytes
@@ -531,6 +536,11 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[64], const float 
 }
 #endif
 
+// Groups of ≤ 4 queries (decode, MTP verification) split the pages instead of the queries: one bank of N = 128 holds
+// the whole group, so WG w takes pages 4j + 2w and 4j + 2w + 1 of the item as its banks A and B (both against
+// queries 0–3), and each stage is released by the four warps of the warpgroup that read it. That is a quarter of the
+// tensor work per page of the 16-query layout, so the keys can stream at up to four times the rate. The choice is
+// per work item (its group's size), so any plan is scored correctly.
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_kernel(const __grid_constant__ CUtensorMap keys_map, IndexerLogitsParams p, int pages_per_item) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -557,7 +567,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
         for (int s = 0; s < kWsStages; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 8);  // lane 0 of each math warp
+            mbar_init(empty + 8 * s, nq <= 4 ? 4 : 8);  // lane 0 of each math warp that reads the stage
         }
     }
     for (int i = tid; i < np; i += kWsThreads) s_tab[i] = p.tables[toff + page0 + i];
@@ -614,28 +624,68 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     float* row_a = out_row0 + static_cast<int64_t>(qb + t) * p.out_stride + key0;
     float* row_b = out_row0 + static_cast<int64_t>(qb + 4 + t) * p.out_stride + key0;
     float acc_a[64], acc_b[64];
-    for (int i = 0; i < np; ++i) {
-        const int s = i % kWsStages;
-        mbar_wait(full + 8 * s, (i / kWsStages) & 1);
-        const uint32_t a_base = sb + kWsKeys + s * kPageKeys;
-        reg_fence(acc_a);
-        reg_fence(acc_b);
-        wg_fence();
+    if (nq <= 4) {  // page split (uniform over the CTA)
+        // A missing page pa + 1 (the item's last) is computed on pa's stage again and not stored, so the wgmma path
+        // stays uniform.
+        const uint32_t b_q = sb + kWsQ;
+        const int pos_q = s_pos[t];
+        float* row_q = out_row0 + static_cast<int64_t>(t) * p.out_stride + key0;
+        float w_q[32];
+        ws_load_weights(w_q, s_w, 0, t);
+        for (int pa = 2 * wgi; pa < np; pa += 4) {
+            const bool has_b = pa + 1 < np;
+            const int pb = has_b ? pa + 1 : pa;
+            const int sa = pa % kWsStages, sbs = pb % kWsStages;
+            mbar_wait(full + 8 * sa, (pa / kWsStages) & 1);
+            mbar_wait(full + 8 * sbs, (pb / kWsStages) & 1);
+            const uint32_t a_base = sb + kWsKeys + sa * kPageKeys, b_base = sb + kWsKeys + sbs * kPageKeys;
+            reg_fence(acc_a);
+            reg_fence(acc_b);
+            wg_fence();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_a, desc(a_base + k * 32), desc(b_a + k * 32), k > 0);
-        wg_commit();
+            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_a, desc(a_base + k * 32), desc(b_q + k * 32), k > 0);
+            wg_commit();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_b, desc(a_base + k * 32), desc(b_b + k * 32), k > 0);
-        wg_commit();
-        const float ks0 = s_scales[s * kBlock + key0], ks1 = s_scales[s * kBlock + key0 + 8];
-        const int t0 = (page0 + i) * kBlock;
-        wg_wait<1>();
-        reg_fence(acc_a);
-        ws_epilogue(acc_a, w_a, t, ks0, ks1, row_a + t0, pos_a - t0 - key0);
-        wg_wait<0>();
-        reg_fence(acc_b);
-        if (lane == 0) mbar_arrive(empty + 8 * s);  // this warp's wgmma have read the stage
-        ws_epilogue(acc_b, w_b, t, ks0, ks1, row_b + t0, pos_b - t0 - key0);
+            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_b, desc(b_base + k * 32), desc(b_q + k * 32), k > 0);
+            wg_commit();
+            const float ka0 = s_scales[sa * kBlock + key0], ka1 = s_scales[sa * kBlock + key0 + 8];
+            const float kb0 = s_scales[sbs * kBlock + key0], kb1 = s_scales[sbs * kBlock + key0 + 8];
+            const int ta = (page0 + pa) * kBlock, tb = (page0 + pb) * kBlock;
+            wg_wait<1>();
+            reg_fence(acc_a);
+            ws_epilogue(acc_a, w_q, t, ka0, ka1, row_q + ta, pos_q - ta - key0);
+            wg_wait<0>();
+            reg_fence(acc_b);
+            if (lane == 0) {  // both banks have read their stages
+                mbar_arrive(empty + 8 * sa);
+                if (has_b) mbar_arrive(empty + 8 * sbs);
+            }
+            ws_epilogue(acc_b, w_q, t, kb0, kb1, row_q + tb, has_b ? pos_q - tb - key0 : -1);
+        }
+    } else {
+        for (int i = 0; i < np; ++i) {
+            const int s = i % kWsStages;
+            mbar_wait(full + 8 * s, (i / kWsStages) & 1);
+            const uint32_t a_base = sb + kWsKeys + s * kPageKeys;
+            reg_fence(acc_a);
+            reg_fence(acc_b);
+            wg_fence();
+#pragma unroll
+            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_a, desc(a_base + k * 32), desc(b_a + k * 32), k > 0);
+            wg_commit();
+#pragma unroll
+            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_b, desc(a_base + k * 32), desc(b_b + k * 32), k > 0);
+            wg_commit();
+            const float ks0 = s_scales[s * kBlock + key0], ks1 = s_scales[s * kBlock + key0 + 8];
+            const int t0 = (page0 + i) * kBlock;
+            wg_wait<1>();
+            reg_fence(acc_a);
+            ws_epilogue(acc_a, w_a, t, ks0, ks1, row_a + t0, pos_a - t0 - key0);
+            wg_wait<0>();
+            reg_fence(acc_b);
+            if (lane == 0) mbar_arrive(empty + 8 * s);  // this warp's wgmma have read the stage
+            ws_epilogue(acc_b, w_b, t, ks0, ks1, row_b + t0, pos_b - t0 - key0);
+        }
     }
 #endif
 }
@@ -656,10 +706,14 @@ void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
 
 namespace {
 
-// Upper bound on the plan's groups (the grid's y): one per kGroup rows plus one more per sequence boundary.
+// Upper bound on the plan's groups (the grid's y). A sequence with r ≥ 1 rows makes ceil(r / 16) = 1 + floor((r − 1)
+// / 16) groups, so m sequences over n rows make at most m + floor((n − m) / 16), which grows with m: n_seq bounds
+// it. Tight for decode and one-sequence prefill (batch 1 × 4 queries: 1 group, where a looser bound gave 2 and
+// left half the grid idle).
 int64_t plan_groups(const IndexerLogitsParams& p) {
     const int64_t n_rows = p.row_end - p.row_begin;
-    return std::min<int64_t>(n_rows, (n_rows + kGroup - 1) / kGroup + p.n_seq);
+    const int64_t m = std::min<int64_t>(std::max<int64_t>(p.n_seq, 1), n_rows);
+    return m + (n_rows - m) / kGroup;
 }
 
 int device_sms_and_major(int* major) {
@@ -779,7 +833,9 @@ int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
     int kernel = p.kernel;
     if (kernel == 0) {
         const char* env = std::getenv("MEGACTX_INDEXER_LOGITS_KERNEL");
-        kernel = env && *env ? std::atoi(env) : est > kWsMinQueries && n_rows >= kWsMinRows ? 3 : 2;
+        const bool prefill_rows = est > kWsMinQueries && n_rows >= kWsMinRows;
+        const bool verify_rows = est >= kWsPageSplitMin && est <= 4;  // kernel 3's page split
+        kernel = env && *env ? std::atoi(env) : prefill_rows || verify_rows ? 3 : 2;
     }
     if (kernel != 1 && major < 9) kernel = 1;
     if (kernel == 1) {
