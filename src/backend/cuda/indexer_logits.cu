@@ -41,11 +41,11 @@ using cuda::per_device_once;
 namespace {
 
 constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
-// Default: kernel 3 for groups of more than 8 queries (prefill) when the rows make two nearly full groups; else
-// kernel 2. With one group at 1M keys kernel 3's one CTA per SM loses to kernel 2 on the H200 (532 vs 619 TFLOP/s at
-// 16 rows); from two it wins (675 vs 623 at 31 rows, 855 vs 648 at 64; session 10).
+// Default: kernel 3 for groups of more than 8 queries (prefill) from one full group; else kernel 2. On the H200 at 1M
+// keys (session 10, after the grid fixes of plan_groups and ws_chunks): 1010 vs 607 TFLOP/s at 16 rows, 1050 vs 606
+// at 31, 1108 vs 625 at 64.
 constexpr int kWsMinQueries = 8;
-constexpr int64_t kWsMinRows = 2 * kGroup - 1;
+constexpr int64_t kWsMinRows = kGroup;
 // And kernel 3's page split for 3–4 queries per sequence (MTP verification), where kernel 2 pads to 4 (QT = 4): at 4
 // queries it beats kernel 2 by 7–24% at batch 64 (1M: 3398 → 2778 µs) and by up to 34% at batch 1 (1M: 62.0 → 46.1
 // µs). With 1 or 2 queries kernel 2 stays ahead: it streams at 77–97% of copy there, kernel 3 at 75–85% (H200,
@@ -794,6 +794,20 @@ bool encode_keys_map(CUtensorMap* map, const uint8_t* pool, int64_t pool_blocks)
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Kernel 3's split of each group's pages into work items, one CTA per SM: the fewest whole waves of n_sm CTAs whose
+// items hold ≤ kWsMaxPages pages, and within them as many items per group as fit. (Rounding pages per item up first
+// and items per group after, as before session 10, can spill into one more wave: 128K keys, 21 groups gave 13 × 21 =
+// 273 CTAs for 2 waves of 132.)
+int64_t ws_chunks(int64_t max_pages, int64_t groups, int n_sm) {
+    const int64_t slots = n_sm;
+    for (int64_t waves = std::max<int64_t>(1, (max_pages * groups + slots * wg::kWsMaxPages - 1) /
+                                                  (slots * wg::kWsMaxPages));
+         ; ++waves) {
+        const int64_t chunks = std::min<int64_t>(waves * slots / groups, max_pages);
+        if (chunks >= 1 && (max_pages + chunks - 1) / chunks <= wg::kWsMaxPages) return chunks;
+    }
+}
+
 // Kernel 3 when its register split holds (ptxas gave it kWsRegs) and the map encodes; false: use kernel 2.
 bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     // Once per device: the register plan holds and the shared-memory limit is set (else kernel 2 every time).
@@ -810,12 +824,9 @@ bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     CUtensorMap map;
     if (!encode_keys_map(&map, p.pool, p.pool_blocks)) return false;
     const int64_t groups = plan_groups(p);
-    const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock, total = max_pages * groups;
-    // One CTA per SM: items of ≤ kWsMaxPages pages over whole waves of n_sm CTAs.
-    const int64_t waves =
-        std::max<int64_t>(1, (total + int64_t{n_sm} * wg::kWsMaxPages - 1) / (int64_t{n_sm} * wg::kWsMaxPages));
-    const int64_t per_item = std::clamp<int64_t>((total + n_sm * waves - 1) / (n_sm * waves), 1, wg::kWsMaxPages);
-    const int64_t chunks = (max_pages + per_item - 1) / per_item;
+    const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;
+    const int64_t chunks = ws_chunks(max_pages, groups, n_sm);
+    const int64_t per_item = (max_pages + chunks - 1) / chunks;
     return cuda::launch_ex(wg::ws_kernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
                            dim3(wg::kWsThreads), wg::kWsSmem, stream, true, map, p,
                            static_cast<int>(per_item)) == cudaSuccess;

@@ -13,7 +13,7 @@
 // cp.async shared-memory ring, the group's queries' heads as N); 3 = wgmma, warp-specialised (sm_90a; a TMA producer
 // and two math warpgroups per CTA: prefill, and MTP verification). 2 and 3 use programmatic dependent launch.
 // kernel = 0 takes $MEGACTX_INDEXER_LOGITS_KERNEL if set, else kernel 3 for more than 8 queries per sequence and
-// at least 31 rows (two nearly full groups) or for 3–4 queries per sequence (MTP verification; kernel 3 then splits
+// at least 16 rows (one full group) or for 3–4 queries per sequence (MTP verification; kernel 3 then splits
 // the pages between its math warpgroups instead of the queries), and kernel 2 otherwise. Kernel 3 falls back to kernel 2 (with a
 // one-time message on stderr) where it cannot run (its register plan or its tensor map is refused).
 // GLM-5.2 geometry only: 32 heads × 128 dims, 64-token blocks.
