@@ -27,6 +27,7 @@
 #include <mutex>
 
 #include "backend/cuda/indexer_common.cuh"
+#include "backend/cuda/indexer_grid.h"
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
@@ -706,14 +707,9 @@ void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
 
 namespace {
 
-// Upper bound on the plan's groups (the grid's y). A sequence with r ≥ 1 rows makes ceil(r / 16) = 1 + floor((r − 1)
-// / 16) groups, so m sequences over n rows make at most m + floor((n − m) / 16), which grows with m: n_seq bounds
-// it. Tight for decode and one-sequence prefill (batch 1 × 4 queries: 1 group, where a looser bound gave 2 and
-// left half the grid idle).
+// Upper bound on the plan's groups (the grid's y): indexer_grid.h.
 int64_t plan_groups(const IndexerLogitsParams& p) {
-    const int64_t n_rows = p.row_end - p.row_begin;
-    const int64_t m = std::min<int64_t>(std::max<int64_t>(p.n_seq, 1), n_rows);
-    return m + (n_rows - m) / kGroup;
+    return indexer_grid::max_groups(p.row_end - p.row_begin, p.n_seq, kGroup);
 }
 
 int device_sms_and_major(int* major) {
@@ -794,20 +790,6 @@ bool encode_keys_map(CUtensorMap* map, const uint8_t* pool, int64_t pool_blocks)
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Kernel 3's split of each group's pages into work items, one CTA per SM: the fewest whole waves of n_sm CTAs whose
-// items hold ≤ kWsMaxPages pages, and within them as many items per group as fit. (Rounding pages per item up first
-// and items per group after, as before session 10, can spill into one more wave: 128K keys, 21 groups gave 13 × 21 =
-// 273 CTAs for 2 waves of 132.)
-int64_t ws_chunks(int64_t max_pages, int64_t groups, int n_sm) {
-    const int64_t slots = n_sm;
-    for (int64_t waves = std::max<int64_t>(1, (max_pages * groups + slots * wg::kWsMaxPages - 1) /
-                                                  (slots * wg::kWsMaxPages));
-         ; ++waves) {
-        const int64_t chunks = std::min<int64_t>(waves * slots / groups, max_pages);
-        if (chunks >= 1 && (max_pages + chunks - 1) / chunks <= wg::kWsMaxPages) return chunks;
-    }
-}
-
 // Kernel 3 when its register split holds (ptxas gave it kWsRegs) and the map encodes; false: use kernel 2.
 bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     // Once per device: the register plan holds and the shared-memory limit is set (else kernel 2 every time).
@@ -825,7 +807,7 @@ bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     if (!encode_keys_map(&map, p.pool, p.pool_blocks)) return false;
     const int64_t groups = plan_groups(p);
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;
-    const int64_t chunks = ws_chunks(max_pages, groups, n_sm);
+    const int64_t chunks = indexer_grid::ws_chunks(max_pages, groups, n_sm, wg::kWsMaxPages);
     const int64_t per_item = (max_pages + chunks - 1) / chunks;
     return cuda::launch_ex(wg::ws_kernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
                            dim3(wg::kWsThreads), wg::kWsSmem, stream, true, map, p,

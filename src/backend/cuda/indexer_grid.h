@@ -1,0 +1,33 @@
+// Grid planning of the indexer logits kernels (indexer_logits.cu): how many query groups a launch may see, and how
+// kernel 3 splits each group's pages into work items. Host-only plain C++, so the unit tests check it without a GPU
+// (tests/unit/test_indexer_grid.cpp): a bound that is too small would leave rows unscored.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace megactx::indexer_grid {
+
+// Upper bound on the plan's groups (the grid's height) for n_rows rows of at most n_seq sequences, each sequence's
+// rows scored in runs of `group`. A sequence with r ≥ 1 rows makes ceil(r / group) = 1 + floor((r − 1) / group)
+// groups, so m sequences make at most m + floor((n_rows − m) / group), which does not shrink as m grows: m = n_seq
+// (capped at n_rows) bounds every partition. Exact for decode and one-sequence prefill.
+inline int64_t max_groups(int64_t n_rows, int64_t n_seq, int64_t group) {
+    if (n_rows <= 0) return 0;
+    const int64_t m = std::min<int64_t>(std::max<int64_t>(n_seq, 1), n_rows);
+    return m + (n_rows - m) / group;
+}
+
+// Kernel 3 (one CTA per SM): work items per group for groups × max_pages pages on n_sm SMs. The fewest whole waves
+// of n_sm CTAs whose items hold ≤ max_item pages, and within them as many items per group as fit, so the grid never
+// spills into one more wave. (Rounding pages per item up first and items per group after, as session 9 did, made
+// 13 × 21 = 273 CTAs for 2 waves of 132 at 128K keys.)
+inline int64_t ws_chunks(int64_t max_pages, int64_t groups, int64_t n_sm, int64_t max_item) {
+    for (int64_t waves = std::max<int64_t>(1, (max_pages * groups + n_sm * max_item - 1) / (n_sm * max_item));;
+         ++waves) {
+        const int64_t chunks = std::min<int64_t>(waves * n_sm / groups, max_pages);
+        if (chunks >= 1 && (max_pages + chunks - 1) / chunks <= max_item) return chunks;
+    }
+}
+
+}  // namespace megactx::indexer_grid
