@@ -38,16 +38,16 @@ TEST(IndexerGrid, MaxGroupsBoundsEveryPartition) {
 }
 
 TEST(IndexerGrid, MaxGroupsOnKnownBatches) {
-    EXPECT_EQ(indexer_grid::max_groups(64, 64, kGroup), 64);       // batch 64, 1 query each
+    EXPECT_EQ(indexer_grid::max_groups(64, 64, kGroup), 64);  // batch 64, 1 query each
     // Batch 64 with 4 queries each (MTP verification) makes 64 groups, but the bound only knows the totals: one of
     // the 64 sequences could hold 193 of the 256 rows (13 groups), so 76.
     EXPECT_EQ(indexer_grid::max_groups(256, 64, kGroup), 76);
-    EXPECT_EQ(indexer_grid::max_groups(4, 1, kGroup), 1);          // batch 1, 4 queries
-    EXPECT_EQ(indexer_grid::max_groups(4096, 1, kGroup), 256);     // one prefill chunk
-    EXPECT_EQ(indexer_grid::max_groups(59, 1, kGroup), 4);         // the model's row block at 1M
-    EXPECT_EQ(indexer_grid::max_groups(12, 5, kGroup), 5);         // 2 + 1 + 4 + 3 + 2 queries
+    EXPECT_EQ(indexer_grid::max_groups(4, 1, kGroup), 1);       // batch 1, 4 queries
+    EXPECT_EQ(indexer_grid::max_groups(4096, 1, kGroup), 256);  // one prefill chunk
+    EXPECT_EQ(indexer_grid::max_groups(59, 1, kGroup), 4);      // the model's row block at 1M
+    EXPECT_EQ(indexer_grid::max_groups(12, 5, kGroup), 5);      // 2 + 1 + 4 + 3 + 2 queries
     EXPECT_EQ(indexer_grid::max_groups(0, 3, kGroup), 0);
-    EXPECT_EQ(indexer_grid::max_groups(3, 10, kGroup), 3);         // more sequences than rows
+    EXPECT_EQ(indexer_grid::max_groups(3, 10, kGroup), 3);  // more sequences than rows
 }
 
 TEST(IndexerGrid, WsChunksFillWholeWaves) {
