@@ -537,6 +537,23 @@ __device__ __forceinline__ void ws_epilogue(const float (&acc)[64], const float 
 }
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Bank A (the page's keys at shared address ka against the 4 queries at qa) and bank B (kb against qb), issued as two
+// wgmma groups, so that wait<1> completes bank A and wait<0> bank B.
+__device__ __forceinline__ void ws_issue(float (&acc_a)[64], float (&acc_b)[64], uint32_t ka, uint32_t qa, uint32_t kb,
+                                         uint32_t qb) {
+    reg_fence(acc_a);
+    reg_fence(acc_b);
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_a, desc(ka + k * 32), desc(qa + k * 32), k > 0);
+    wg_commit();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_b, desc(kb + k * 32), desc(qb + k * 32), k > 0);
+    wg_commit();
+}
+#endif
+
 // Groups of ≤ 4 queries (decode, MTP verification) split the pages instead of the queries: one bank of N = 128 holds
 // the whole group, so WG w takes pages 4j + 2w and 4j + 2w + 1 of the item as its banks A and B (both against
 // queries 0–3), and each stage is released by the four warps of the warpgroup that read it. That is a quarter of the
@@ -639,16 +656,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const int sa = pa % kWsStages, sbs = pb % kWsStages;
             mbar_wait(full + 8 * sa, (pa / kWsStages) & 1);
             mbar_wait(full + 8 * sbs, (pb / kWsStages) & 1);
-            const uint32_t a_base = sb + kWsKeys + sa * kPageKeys, b_base = sb + kWsKeys + sbs * kPageKeys;
-            reg_fence(acc_a);
-            reg_fence(acc_b);
-            wg_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_a, desc(a_base + k * 32), desc(b_q + k * 32), k > 0);
-            wg_commit();
-#pragma unroll
-            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_b, desc(b_base + k * 32), desc(b_q + k * 32), k > 0);
-            wg_commit();
+            ws_issue(acc_a, acc_b, sb + kWsKeys + sa * kPageKeys, b_q, sb + kWsKeys + sbs * kPageKeys, b_q);
             const float ka0 = s_scales[sa * kBlock + key0], ka1 = s_scales[sa * kBlock + key0 + 8];
             const float kb0 = s_scales[sbs * kBlock + key0], kb1 = s_scales[sbs * kBlock + key0 + 8];
             const int ta = (page0 + pa) * kBlock, tb = (page0 + pb) * kBlock;
@@ -668,15 +676,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const int s = i % kWsStages;
             mbar_wait(full + 8 * s, (i / kWsStages) & 1);
             const uint32_t a_base = sb + kWsKeys + s * kPageKeys;
-            reg_fence(acc_a);
-            reg_fence(acc_b);
-            wg_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_a, desc(a_base + k * 32), desc(b_a + k * 32), k > 0);
-            wg_commit();
-#pragma unroll
-            for (int k = 0; k < 4; ++k) wgmma_e4m3_m64n128(acc_b, desc(a_base + k * 32), desc(b_b + k * 32), k > 0);
-            wg_commit();
+            ws_issue(acc_a, acc_b, a_base, b_a, a_base, b_b);
             const float ks0 = s_scales[s * kBlock + key0], ks1 = s_scales[s * kBlock + key0 + 8];
             const int t0 = (page0 + i) * kBlock;
             wg_wait<1>();
