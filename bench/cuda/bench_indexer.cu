@@ -109,22 +109,20 @@ int main(int argc, char** argv) {
                 std::fprintf(stderr, "--only takes decode or prefill, not %s\n", only.c_str());
                 return 2;
             }
-        } else if (s == "--qps" && a + 1 < argc) {
-            qps_list.clear();
+        } else if ((s == "--qps" || s == "--kernels") && a + 1 < argc) {
+            // A list of single digits in [1, hi], e.g. "1,4" or "23".
+            const int hi = s == "--qps" ? 4 : 3;
+            std::vector<int> digits;
             for (const char* c = argv[++a]; *c != 0; ++c)
-                if (*c >= '1' && *c <= '4') qps_list.push_back(*c - '0');
-            if (qps_list.empty()) {
-                std::fprintf(stderr, "--qps takes a list of 1..4\n");
+                if (*c >= '1' && *c <= '0' + hi) digits.push_back(*c - '0');
+            if (digits.empty()) {
+                std::fprintf(stderr, "%s takes a list of 1..%d\n", s.c_str(), hi);
                 return 2;
             }
-        } else if (s == "--kernels" && a + 1 < argc) {
-            kernels.clear();
-            for (const char* c = argv[++a]; *c != 0; ++c)
-                if (*c >= '1' && *c <= '3') kernels.push_back(*c - '0');
-            if (kernels.empty()) {
-                std::fprintf(stderr, "--kernels takes a list of 1, 2, 3\n");
-                return 2;
-            }
+            if (s == "--qps")
+                qps_list.assign(digits.begin(), digits.end());
+            else
+                kernels = digits;
         } else {
             std::fprintf(stderr, "unknown argument %s\n", s.c_str());
             return 2;
