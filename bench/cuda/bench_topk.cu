@@ -81,10 +81,12 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     MEGACTX_BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const char* commit = megactx::bench_cuda::commit();
-    // MEGACTX_TOPK_FILTER_VARIANT / MEGACTX_TOPK_FEW(_MAX_ROWS) override those TopkTuning
-    // defaults for the whole run.
+    // MEGACTX_TOPK_FILTER_{VARIANT,CHUNK} / MEGACTX_TOPK_ORDER_RANGE / MEGACTX_TOPK_FEW(_MAX_ROWS) override those
+    // TopkTuning defaults for the whole run.
     TopkTuning base;
     if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_CHUNK")) base.filter_chunk = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_ORDER_RANGE")) base.order_range = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) base.few_rows = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) base.few_max_rows = std::atoi(c);
     const std::vector<Shape> shapes = {

@@ -358,6 +358,16 @@ TEST_F(Topk, TuningVariantsLong) {
                 topk_set_tuning(TopkTuning{});
                 if (HasFatalFailure()) return;
             }
+    for (int range : {32768, 65536, 1 << 20}) {  // the order kernel's CTA ranges
+        TopkTuning t;
+        t.order_range = range;
+        t.few_rows = 0;
+        topk_set_tuning(t);
+        check_batch(b, 2048);
+        check_batch(tied, 2048);
+        topk_set_tuning(TopkTuning{});
+        if (HasFatalFailure()) return;
+    }
 }
 
 // ---- few long rows (<= 4 rows of > 32K: decode): one kernel of G CTAs per row, default there ----

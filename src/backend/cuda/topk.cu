@@ -18,7 +18,7 @@
 // Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory; the emission walks the
 // row in position order (emit_ordered), so it is canonical without the order kernel.
 // Long rows: reading a 1M row 4 times from HBM would cost 4x the bandwidth floor, so:
-//   1. sample kernel (CTA per row): 8192 samples (groups of 4 neighbours at 2048 strided positions) -> an
+//   1. sample kernel (CTA per row): 8192 samples (groups of 16 neighbours at 512 strided positions) -> an
 //      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a 2-level
 //      radix on the sample: bin floor);
 //   2. filter kernel (1K..16K-element work items, many CTAs per row): one streaming pass with 16-B loads;
@@ -89,9 +89,11 @@ constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = 8192;
 constexpr int kFilterThreads = 256;
 constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
-// Elements per filter work item: 4K, fewer when the batch is small. Measured on the H200 (b935d1e, 64 x 1M
-// normal, whole call): 2K 214 us, 4K 199 us, 8K 291 us, 16K 311 us — longer work items stream worse.
-constexpr int kFilterChunkMax = 4096;
+// Elements per filter work item: 16K, fewer when the batch is small. Measured on the H200 (64 x 1M normal, whole
+// call): with the unrolled-append body (b935d1e) 2K 214 us, 4K 199 us, 8K 291 us, 16K 311 us, longer work items
+// streaming worse (instruction cache); with the mask body (session 11) 4K 143 us, 8K 124 us, 16K 113 us (filter
+// alone, ncu: 109 -> 79 us, 3.3 TB/s), 64 x 128K 44.5 -> 42.8 us.
+constexpr int kFilterChunkMax = 16384;
 constexpr int kFilterChunkMin = 1024;
 constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;  // candidates staged in shared memory (8 B each)
@@ -550,8 +552,9 @@ __global__ void __launch_bounds__(kSampleThreads)
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
         const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        // Groups of 4 neighbours at s/4 strided positions: 4x fewer DRAM sectors than 1-element gathers.
-        const int64_t pos = s < len ? static_cast<int64_t>(j >> 2) * (len - 3) / (s >> 2) + (j & 3) : j;
+        // Groups of 16 neighbours (64 B, one DRAM burst) at s/16 strided positions. The gathers are DRAM-transaction
+        // bound: groups of 4 (16 B of each 64-B burst) took 15-17 us for 64 x 1M (ncu, real clocks).
+        const int64_t pos = s < len ? static_cast<int64_t>(j >> 4) * (len - 15) / (s >> 4) + (j & 15) : j;
         v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
 #pragma unroll
@@ -1294,6 +1297,8 @@ void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, 
     const int64_t want = std::max<int64_t>(1, (2 * device_sm_count() + p.n_rows - 1) / p.n_rows);
     int64_t per = (units + std::min(want, units) - 1) / std::min(want, units);  // kOrderRange units per CTA
     per = std::min<int64_t>(per, kOrderMaxRange / kOrderRange);
+    if (g_tuning.order_range > 0)
+        per = std::clamp<int64_t>(g_tuning.order_range / kOrderRange, 1, kOrderMaxRange / kOrderRange);
     const int range = static_cast<int>(per * kOrderRange);
     const unsigned ranges = static_cast<unsigned>((p.row_stride + range - 1) / range);
     launch_ex(topk_order_kernel<kOrderThreads>, dim3(ranges, static_cast<unsigned>(p.n_rows)), dim3(kOrderThreads),
@@ -1397,10 +1402,11 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (ev) cudaEventRecord(ev[0], stream);
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);
     if (ev) cudaEventRecord(ev[1], stream);
-    // Work items: the smallest of 1K..4K elements that gives at most one wave (4 CTAs/SM), 4K for big batches.
+    // Work items: the smallest of 1K..16K elements that gives at most one wave (4 CTAs/SM), 16K for big batches.
     int chunk = kFilterChunkMin;
     const int64_t want_items = 4 * static_cast<int64_t>(device_sm_count());
-    while (chunk < kFilterChunkMax && p.n_rows * ((p.row_stride + chunk - 1) / chunk) > want_items) chunk *= 2;
+    const int chunk_max = tu.filter_variant == 1 ? kFilterChunkMax : 4096;  // the append body streams worse past 4K
+    while (chunk < chunk_max && p.n_rows * ((p.row_stride + chunk - 1) / chunk) > want_items) chunk *= 2;
     if (tu.filter_chunk >= kFilterChunkMin && tu.filter_chunk % kFilterChunkMin == 0) chunk = tu.filter_chunk;
     const int chunks_per_row = static_cast<int>((p.row_stride + chunk - 1) / chunk);
     const int64_t n_work64 = p.n_rows * chunks_per_row;
