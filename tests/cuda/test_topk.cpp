@@ -57,7 +57,9 @@ void fill_distinct(float* row, int len, std::mt19937& rng, bool negative_only = 
     for (int i = 0; i < len; ++i) row[i] = v[perm[i]];
 }
 
-std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false) {
+// tables (optional): per row, row_stride / 64 (rounded up) block ids; the output then holds slots (TopkSlotMap).
+std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false,
+                             const std::vector<int32_t>* tables = nullptr) {
     std::vector<int32_t> out(static_cast<size_t>(b.n_rows * k), 12345);
     float* d_values = nullptr;
     int32_t* d_len = nullptr;
@@ -84,6 +86,26 @@ std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false) {
     p.out_idx = d_out;
     p.scratch = d_scratch;
     p.scratch_bytes = scratch;
+    int32_t *d_seq = nullptr, *d_toff = nullptr, *d_tables = nullptr;
+    if (tables != nullptr) {
+        const int64_t nb = (b.row_stride + 63) / 64;
+        std::vector<int32_t> seq(b.n_rows), toff(b.n_rows);
+        for (int64_t r = 0; r < b.n_rows; ++r) {
+            seq[r] = static_cast<int32_t>(r);
+            toff[r] = static_cast<int32_t>(r * nb);
+        }
+        EXPECT_EQ(cudaMalloc(&d_seq, seq.size() * sizeof(int32_t)), cudaSuccess);
+        EXPECT_EQ(cudaMalloc(&d_toff, toff.size() * sizeof(int32_t)), cudaSuccess);
+        EXPECT_EQ(cudaMalloc(&d_tables, tables->size() * sizeof(int32_t)), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(d_seq, seq.data(), seq.size() * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(d_toff, toff.data(), toff.size() * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(d_tables, tables->data(), tables->size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        p.slots.seq = d_seq;
+        p.slots.table_offset = d_toff;
+        p.slots.tables = d_tables;
+        p.slots.block = 64;
+    }
     if (graph) {  // capture once (after a warm-up call outside capture), replay twice
         cudaStream_t s = nullptr;
         EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
@@ -112,13 +134,16 @@ std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false) {
     cudaFree(d_len);
     cudaFree(d_out);
     if (d_scratch) cudaFree(d_scratch);
+    cudaFree(d_seq);
+    cudaFree(d_toff);
+    cudaFree(d_tables);
     return out;
 }
 
 // Row r of the result must equal the CPU reference exactly (CpuOps::indexer_topk's selection): the m = min(len, k)
 // largest values, ties at the k-th value going to the lowest positions, ascending by position, then -1s. Order is
 // part of the contract (the sparse attention sums in it: a timing-dependent order makes decode irreproducible).
-void check_row(const Batch& b, int64_t r, int64_t k, const int32_t* got) {
+void check_row(const Batch& b, int64_t r, int64_t k, const int32_t* got, const std::vector<int32_t>* tables = nullptr) {
     const int len = b.lengths[r];
     const float* row = b.values.data() + r * b.row_stride;
     const int m = static_cast<int>(std::min<int64_t>(len, k));
@@ -131,6 +156,11 @@ void check_row(const Batch& b, int64_t r, int64_t k, const int32_t* got) {
         std::sort(ref.begin(), ref.end());
     }
     ref.resize(k, -1);
+    if (tables != nullptr) {  // positions → slots through the row's block table
+        const int64_t nb = (b.row_stride + 63) / 64;
+        for (auto& x : ref)
+            if (x >= 0) x = (*tables)[r * nb + x / 64] * 64 + x % 64;
+    }
     for (int64_t i = 0; i < k; ++i)
         ASSERT_EQ(got[i], ref[i]) << "row " << r << " len " << len << " k " << k << ": first difference at slot " << i;
 }
@@ -513,6 +543,31 @@ TEST_F(TopkFew, FewRowsSliceSizes) {
     check_batch(b, 2048);
     check_batch(distinct_batch({1 << 20, 70001}, 1 << 20, 263), 2048, true);
     check_batch(tied_batch({131072, 100000}, 131072, 264, 5, 0.9f), 2048);
+}
+
+// Rows written through a block table (the indexer's positions → cache slots), on every path that emits: the
+// select kernel's own ordered emission (rows <= 1M), the order kernel (rows > 1M, ties), short rows, few rows.
+TEST_F(Topk, SlotMapEveryPath) {
+    const auto check_mapped = [&](const Batch& b, int64_t k) {
+        const int64_t nb = (b.row_stride + 63) / 64;
+        std::vector<int32_t> tables(static_cast<size_t>(b.n_rows * nb));
+        std::mt19937 rng(static_cast<uint32_t>(b.row_stride));
+        for (int64_t r = 0; r < b.n_rows; ++r) {
+            auto first = tables.begin() + r * nb;
+            std::iota(first, first + nb, static_cast<int32_t>(3 * nb * r + 5));
+            std::shuffle(first, first + nb, rng);
+        }
+        const std::vector<int32_t> out = run_gpu(b, k, false, &tables);
+        for (int64_t r = 0; r < b.n_rows; ++r) {
+            check_row(b, r, k, out.data() + r * k, &tables);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+    };
+    check_mapped(distinct_batch({200000, 150001, 70000, 100, 199999}, 200000, 401), 2048);  // chain, ordered select
+    check_mapped(distinct_batch({(1 << 20) + 5, 1500000, 2000000, 900000}, 2000000, 402), 2048);  // > 1M: order kernel
+    check_mapped(tied_batch({300000, 250000, 70000}, 300000, 403, 3, 0.999f), 2048);              // ties
+    check_mapped(distinct_batch({30000, 2000, 32768}, 32768, 404), 2048);                         // short rows
+    check_mapped(distinct_batch({1 << 20}, 1 << 20, 405), 2048);                                  // few rows
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 // Selection kernels over candidate sets emit every item with key > T and (k - count_gt) items with key == T, with
 // warp-aggregated slot allocation (one shared atomic per warp, not per item): an order, and a choice among more
 // ties than needed, that depend on thread timing. topk_order_kernel then puts each long row in canonical order
-// (ascending, ties to the lowest positions; ~4 us per call at batch 1 on the H200, see there).
+// (ascending, ties to the lowest positions; ~4 us per call at batch 1 on the H200, see there), except the rows
+// the chain's select kernel already wrote in order (emit_staged_sorted: no tie to resolve, rows <= 1M).
 //
 // Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory; the emission walks the
 // row in position order (emit_ordered), so it is canonical without the order kernel.
@@ -21,7 +22,7 @@
 //   1. sample kernel (CTA per row): 8192 samples (groups of 16 neighbours at 512 strided positions) -> an
 //      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a 2-level
 //      radix on the sample: bin floor);
-//   2. filter kernel (1K..16K-element work items, many CTAs per row): one streaming pass with 16-B loads;
+//   2. filter kernel (1K..64K-element work items, many CTAs per row): one streaming pass with 16-B loads;
 //      items > T_est gather in shared memory (one shared atomic per warp) and reach the per-row candidate
 //      buffer with ONE global atomic per work item (H200, 64 x 1M with 4K work items: per-warp global
 //      atomics 293 us, this 199 us); up to k indices of items == T_est go to a tie buffer (warp-aggregated,
@@ -33,7 +34,8 @@
 //      variant 0 stays selectable (it is ~10 us faster when 99.9% of a row ties at the threshold);
 //   3. select kernel (CTA per row): with c items > T_est and e items == T_est:
 //      k <= c <= capacity: the k-th value is > T_est, so the top k lie among the candidates: radix select
-//        there, staged in shared memory;
+//        there, staged in shared memory; when no tie needs resolving the CTA also sorts them by position
+//        (emit_staged_sorted) and writes the final row, and the order kernel skips it;
 //      c < k <= c + e: the k-th value is T_est itself (e.g. ReLU zeros): all candidates + k - c ties;
 //      otherwise (a sample that misrepresents the row): the exact radix select over the whole row from
 //      global memory by this one CTA (correct, slower).
@@ -89,14 +91,16 @@ constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = 8192;
 constexpr int kFilterThreads = 256;
 constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
-// Elements per filter work item: 16K, fewer when the batch is small. Measured on the H200 (64 x 1M normal, whole
-// call): with the unrolled-append body (b935d1e) 2K 214 us, 4K 199 us, 8K 291 us, 16K 311 us, longer work items
-// streaming worse (instruction cache); with the mask body (session 11) 4K 143 us, 8K 124 us, 16K 113 us (filter
-// alone, ncu: 109 -> 79 us, 3.3 TB/s), 64 x 128K 44.5 -> 42.8 us.
-constexpr int kFilterChunkMax = 16384;
+// Elements per filter work item: up to 64K, fewer when the batch is small (at most one wave of 4 CTAs per SM).
+// Measured on the H200 (64 x 1M normal, whole call): with the unrolled-append body (b935d1e) 2K 214 us, 4K 199 us,
+// 8K 291 us, 16K 311 us, longer work items streaming worse (instruction cache); with the mask body (session 11) 4K
+// 143 us, 8K 124 us, 16K 113 us (filter alone, ncu: 109 -> 79 us, 3.3 TB/s), and with the select's own ordering
+// 16K 103.8, 32K 99.4, 64K 98.8 us. 64 x 128K keeps 16K (one wave): 39.2 us, where 32K / 64K take 47.9 / 56.8.
+constexpr int kFilterChunkMax = 65536;
 constexpr int kFilterChunkMin = 1024;
 constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;  // candidates staged in shared memory (8 B each)
+constexpr int kMaxK = 16384;      // topk_supported
 constexpr int kLocalCap = 2048;   // candidates a filter CTA gathers in shared memory per work item
 constexpr int kCountStride = 32;  // per-row counters 128 B apart (different L2 lines/slices)
 // Few long rows (decode, <= kFewMaxRows rows): one grid of G CTAs per row (G * rows <= SMs).
@@ -536,6 +540,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (threadIdx.x == 0) {
         cand_count[kCountStride * r] = 0;
         cand_count[kCountStride * r + 1] = 0;
+        cand_count[kCountStride * r + 2] = 0;  // set by the select kernel once the row's output is final
     }
     if (len <= k) return;
     const float* row = values + r * row_stride;
@@ -756,12 +761,73 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
     pdl_trigger();  // the select grid may become resident as this grid drains
 }
 
+// The top k of staged candidates, written ascending by position (the canonical order) by the selecting CTA, when
+// every staged item equal to the k-th key belongs to the top k (no tie to resolve) and a bitmap of the row fits the
+// stage (len <= 32 * 2 * kStageCap = 1M). The selected positions gather in `sel_s` (any order) and are counted per
+// bucket of 2^shift positions (4096 buckets) and marked in the bitmap; after a scan of the bucket counts, an item's
+// rank is its bucket's start plus the marked positions between the bucket's first position and it (at most 8 words
+// at 1M). Every item costs about the same however the positions cluster. Saves the order kernel (~13 us at 64 x 1M,
+// ncu). Tried and slower: one CTA walking the whole bitmap in position order (10-20 us: 32K words on one SM), a
+// bitonic sort of the k positions (30 us: 66 CTA-wide steps), ranks by comparing within buckets (20 us when recent
+// tokens fill a bucket).
+constexpr int kSortedMaxLen = 32 * 2 * kStageCap;
+
+template <int NT>
+__device__ void emit_staged_sorted(uint32_t* stage, int n, int k, uint32_t thr, int len, int32_t* sel_s, int32_t* out,
+                                   RowMap map, SelectSmem<NT>& sm, StagedSmem& st) {
+    constexpr int kBuckets = 2 * kBins;  // both histograms of `st`, 4 per thread
+    static_assert(NT * 4 == kBuckets && sizeof(st.hist) == kBuckets * sizeof(int), "four buckets per thread");
+    const uint32_t* sk = stage;
+    const int32_t* si = reinterpret_cast<const int32_t*>(stage + kStageCap);
+    int* start = &st.hist[0][0];
+    if (threadIdx.x == 0) sm.n_gt = 0;
+    __syncthreads();
+    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const bool pick = i < n && sk[i] >= thr;
+        const int slot = warp_slot(pick, &sm.n_gt);
+        if (pick) sel_s[slot] = si[i];
+    }
+    __syncthreads();  // the stage is free: it becomes the bitmap
+    uint32_t* bits = stage;
+    const int words4 = (len + 127) >> 7;
+    for (int w = threadIdx.x; w < words4; w += NT) reinterpret_cast<uint4*>(bits)[w] = make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < 4; ++j) start[4 * threadIdx.x + j] = 0;
+    __syncthreads();
+    const int shift = len > kBuckets ? 32 - __clz(len - 1) - (kBinBits + 1) : 0;  // kBuckets << shift >= len
+    for (int i = threadIdx.x; i < k; i += NT) {
+        const int v = sel_s[i];
+        atomicAdd(&start[v >> shift], 1);
+        atomicOr(&bits[v >> 5], 1u << (v & 31));
+    }
+    __syncthreads();
+    int c[4], sum = 0;
+    for (int j = 0; j < 4; ++j) sum += (c[j] = start[4 * threadIdx.x + j]);
+    int acc = 0;
+    cub::BlockScan<int, NT>(sm.scan).ExclusiveSum(sum, acc);
+    for (int j = 0; j < 4; ++j) {
+        start[4 * threadIdx.x + j] = acc;
+        acc += c[j];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < k; i += NT) {
+        // rank = the bucket's start + the marked positions in [bucket start, v). A bucket narrower than a word lies
+        // inside one word: the bits below its start are taken back.
+        const int v = sel_s[i], b = v >> shift, p0 = b << shift;
+        const int w0 = p0 >> 5, wv = v >> 5;
+        int rank = start[b] + __popc(bits[wv] & ((1u << (v & 31)) - 1u)) - __popc(bits[w0] & ((1u << (p0 & 31)) - 1u));
+        for (int w = w0; w < wv; ++w) rank += __popc(bits[w]);
+        out[rank] = map(v);
+    }
+}
+
 // ---- long rows, step 3: exact select among the candidates, or over the whole row as fallback ----
 __global__ void __launch_bounds__(kSelectThreads)
     topk_select_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
                        int32_t* __restrict__ out_idx, const int* __restrict__ cand_count,
                        const uint32_t* __restrict__ cand_keys, const int32_t* __restrict__ cand_idx,
-                       const int32_t* __restrict__ eq_idx, int cap) {
+                       const int32_t* __restrict__ eq_idx, int cap, int32_t* __restrict__ final_idx, TopkSlotMap slots,
+                       int* __restrict__ ordered) {  // ordered: [kCountStride * row]
     __shared__ SelectSmem<kSelectThreads> sm;
     __shared__ StagedSmem st;
     extern __shared__ uint32_t stage[];  // [kStageCap] keys then [kStageCap] indices
@@ -801,6 +867,13 @@ __global__ void __launch_bounds__(kSelectThreads)
             }
             block_min_max<kSelectThreads>(lo, hi, sm);
             const Threshold t = select_staged<kSelectThreads>(sk, c, k, lo, hi, st);
+            if (t.n_all == t.n_eq && len <= kSortedMaxLen) {
+                emit_staged_sorted<kSelectThreads>(stage, c, k, t.key, len,
+                                                   reinterpret_cast<int32_t*>(stage + 2 * kStageCap), final_idx + r * k,
+                                                   row_map(slots, r), sm, st);
+                if (threadIdx.x == 0) ordered[kCountStride * r] = 1;  // the order kernel skips this row
+                return;
+            }
             emit_staged<kSelectThreads>(sk, si, c, k, t, out, sm);
         } else {
             const KeysIdxLoader ld{gk, gi};
@@ -1123,7 +1196,7 @@ template <int NT>
 __global__ void __launch_bounds__(NT)
     topk_order_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
                       const int32_t* __restrict__ sel_all, int32_t* __restrict__ out_idx, TopkSlotMap slots, int range,
-                      unsigned long long* dbg) {
+                      const int* __restrict__ ordered, unsigned long long* dbg) {
     constexpr int kWarps = NT / 32;
     extern __shared__ uint32_t bits[];  // [range / 32]
     const int n_words = range / 32;
@@ -1135,6 +1208,7 @@ __global__ void __launch_bounds__(NT)
     unsigned long long* dbgr = r == 0 && blockIdx.x == 0 ? dbg : nullptr;
     pdl_wait();
     stamp(dbgr, 12);
+    if (ordered != nullptr && ordered[kCountStride * r] != 0) return;  // the select kernel wrote it in order
     const int len = lengths[r];
     int32_t* out = out_idx + r * k;
     const RowMap map = row_map(slots, r);
@@ -1287,7 +1361,8 @@ FewLayout few_layout(int64_t n_rows) {
 size_t sel_bytes(int64_t n_rows, int64_t k) { return align256(static_cast<size_t>(n_rows * k) * sizeof(int32_t)); }
 
 // Writes out_idx in canonical order from the rows the selection kernels left in `sel` (topk_order_kernel).
-void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, bool pdl) {
+// ordered: nullptr, or per-row flags ([kCountStride * row]) of rows whose output is already final.
+void launch_order(const TopkParams& p, const int32_t* sel, const int* ordered, cudaStream_t stream, bool pdl) {
     per_device_once([] {
         return cudaFuncSetAttribute(topk_order_kernel<kOrderThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     kOrderMaxRange / 8);
@@ -1303,7 +1378,7 @@ void launch_order(const TopkParams& p, const int32_t* sel, cudaStream_t stream, 
     const unsigned ranges = static_cast<unsigned>((p.row_stride + range - 1) / range);
     launch_ex(topk_order_kernel<kOrderThreads>, dim3(ranges, static_cast<unsigned>(p.n_rows)), dim3(kOrderThreads),
               static_cast<size_t>(range / 8), stream, pdl, p.values, p.lengths, p.row_stride, static_cast<int>(p.k),
-              sel, p.out_idx, p.slots, range, g_tuning.debug_times);
+              sel, p.out_idx, p.slots, range, ordered, g_tuning.debug_times);
 }
 
 }  // namespace
@@ -1321,7 +1396,7 @@ size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k) {
 }
 
 bool topk_supported(int64_t k, int64_t row_stride) {
-    return k >= 1 && k <= 16384 && row_stride >= 0 && row_stride <= (int64_t{1} << 24);
+    return k >= 1 && k <= kMaxK && row_stride >= 0 && row_stride <= (int64_t{1} << 24);
 }
 
 void launch_topk(const TopkParams& p, cudaStream_t stream) {
@@ -1381,14 +1456,14 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
                       p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(fb + fl.tcs),
                       reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids), sel,
                       tu.debug_times);
-            launch_order(p, sel, stream, pdl);
+            launch_order(p, sel, nullptr, stream, pdl);
             return;
         }
     }
     if (p.row_stride <= kShortMaxStride) return launch_short();
     per_device_once([] {
         return cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(2 * kStageCap * sizeof(uint32_t)));
+                                    static_cast<int>((2 * kStageCap + kMaxK) * sizeof(uint32_t)));
     });
     const LongLayout l = long_layout(p.n_rows, p.row_stride, p.k);
     const int cap = static_cast<int>(candidate_cap(p.row_stride, p.k));
@@ -1402,7 +1477,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (ev) cudaEventRecord(ev[0], stream);
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);
     if (ev) cudaEventRecord(ev[1], stream);
-    // Work items: the smallest of 1K..16K elements that gives at most one wave (4 CTAs/SM), 16K for big batches.
+    // Work items: the smallest of 1K..64K elements that gives at most one wave (4 CTAs/SM), 64K for big batches.
     int chunk = kFilterChunkMin;
     const int64_t want_items = 4 * static_cast<int64_t>(device_sm_count());
     const int chunk_max = tu.filter_variant == 1 ? kFilterChunkMax : 4096;  // the append body streams worse past 4K
@@ -1430,11 +1505,11 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
                   p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
                   chunks_per_row, n_work);
     if (ev) cudaEventRecord(ev[2], stream);
-    launch_ex(topk_select_kernel, dim3(rows), dim3(kSelectThreads), 2 * kStageCap * sizeof(uint32_t), stream, pdl,
+    launch_ex(topk_select_kernel, dim3(rows), dim3(kSelectThreads), (2 * kStageCap + k) * sizeof(uint32_t), stream, pdl,
               p.values, p.lengths, p.row_stride, k, sel, static_cast<const int*>(count),
               static_cast<const uint32_t*>(keys), static_cast<const int32_t*>(ids), static_cast<const int32_t*>(eq_ids),
-              cap);
-    launch_order(p, sel, stream, pdl);
+              cap, p.out_idx, p.slots, count + 2);
+    launch_order(p, sel, count + 2, stream, pdl);
     if (ev) cudaEventRecord(ev[3], stream);
 }
 
