@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
         }
         MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
     };
+    const bool no_seq_rows = std::getenv("MEGACTX_BENCH_NO_SEQ_ROWS") != nullptr;
     auto params = [&](int64_t batch, int64_t qps, int64_t L, int rot, int kernel) {
         IndexerLogitsParams p;
         p.kernel = kernel;
@@ -229,6 +230,7 @@ int main(int argc, char** argv) {
         p.row_begin = 0;
         p.row_end = batch * qps;
         p.n_seq = batch;
+        p.max_seq_rows = no_seq_rows ? 0 : qps;  // as BatchPlan passes it (MEGACTX_BENCH_NO_SEQ_ROWS=1: unknown)
         p.max_context = L;
         p.out = d_out + static_cast<size_t>(rot) * batch * qps * L;
         p.out_stride = L;
@@ -338,7 +340,8 @@ int main(int argc, char** argv) {
         }
     // Prefill: 4096 queries of one sequence at positions L − 4096 .. L − 1 (all rows in one group: 4096 · L · 4 B
     // of scores ≤ 1 GiB at L = 64K); at L = 1M the 64 rows the model scores at once under its 256-MB scratch.
-    const std::pair<int64_t, int64_t> prefill_shapes[] = {{16384, 4096}, {32768, 4096}, {65536, 4096}, {1 << 20, 64}, {1 << 20, 31}, {1 << 20, 16}};
+    const std::pair<int64_t, int64_t> prefill_shapes[] = {{16384, 4096}, {32768, 4096}, {65536, 4096},
+                                                          {1 << 20, 64}, {1 << 20, 31}, {1 << 20, 16}};
     for (int kernel : select_kernels({1, 2, 3}, "prefill"))
         for (const auto& [L, sq] : prefill_shapes) {
             if (L > max_ctx) continue;
@@ -410,8 +413,9 @@ int main(int argc, char** argv) {
                 const double rel = ref > 0 ? diff / ref : diff;
                 const bool ok = rel <= 1e-3;
                 check_failed |= !ok;
-                std::printf("check: kernel %d, %lld rows x L %lld: max |diff| %.3g, max |ref| %.3g, rel %.3g %s\n", kernel,
-                            static_cast<long long>(sq), static_cast<long long>(L), diff, ref, rel, ok ? "ok" : "FAILED");
+                std::printf("check: kernel %d, %lld rows x L %lld: max |diff| %.3g, max |ref| %.3g, rel %.3g %s\n",
+                            kernel, static_cast<long long>(sq), static_cast<long long>(L), diff, ref, rel,
+                            ok ? "ok" : "FAILED");
             }
             const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
             const double tbs = 132.0 * L / (us * 1e-6) / 1e12;

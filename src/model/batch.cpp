@@ -63,6 +63,8 @@ BatchPlan::BatchPlan(Ops& ops, const Batch& b) {
     map.table_offset = table_offset.i32();
     map.tables = tables.i32();
     map.n_seq = static_cast<int64_t>(b.block_tables.size());
+    std::vector<int64_t> rows_of(static_cast<size_t>(map.n_seq), 0);
+    for (const int32_t s : b.seq) map.max_seq_rows = std::max(map.max_seq_rows, ++rows_of.at(static_cast<size_t>(s)));
     for (const int32_t p : b.pos) map.max_context = std::max<int64_t>(map.max_context, p + 1);
     if (b.pad_blocks > 0) map.max_context = b.pad_blocks * kBlockSize;
 }

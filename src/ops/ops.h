@@ -25,8 +25,9 @@ struct CacheMap {
     const int32_t* tables = nullptr;        // concatenated block tables
     // Host-side facts of the batch, so a backend can plan (scratch sizes, row groups) without reading back
     // (the CUDA indexer requires them; BatchPlan fills them):
-    int64_t n_seq = 0;        // sequences in the batch
-    int64_t max_context = 0;  // the most candidates of any token: max(pos) + 1
+    int64_t n_seq = 0;         // sequences in the batch
+    int64_t max_seq_rows = 0;  // the most tokens of any one sequence (0: unknown)
+    int64_t max_context = 0;   // the most candidates of any token: max(pos) + 1
 };
 
 struct IndexerTopkParams {

@@ -19,10 +19,9 @@
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/indexer_q_quant.h"
 #include "backend/cuda/indexer_topk.h"
+#include "backend/cuda/topk.h"
 #include "core/dtype.h"
 #include "kv/kv_format.h"
-
-#include "backend/cuda/topk.h"
 
 namespace megactx {
 namespace {
@@ -424,6 +423,9 @@ void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& 
     p.row_begin = row_begin;
     p.row_end = row_end;
     p.n_seq = static_cast<int64_t>(lens.size());
+    // Odd seeds pass the most queries of one sequence (the tight grid bound BatchPlan gives), even seeds leave it
+    // unknown (the bound from the totals): both must score every row.
+    p.max_seq_rows = seed % 2 ? *std::max_element(qps.begin(), qps.end()) : 0;
     p.max_context = sc.max_context;
     p.out = d_out.p;
     p.out_stride = stride;
@@ -470,6 +472,9 @@ TEST(IndexerCuda, LogitsDecodeSeveralSequences) {
     // Rows per sequence estimated at 4 (13 rows, 4 sequences) while one group has 10: kernel 2 stages the
     // group's queries in chunks of 4 (4 + 4 + 2) and streams its pages once per chunk.
     for (int kernel : {1, 2, 3}) check_logits({3000, 500, 200, 100}, {10, 1, 1, 1}, 0, -1, 8, kernel);
+    // MTP verification, 4 queries for each of 6 sequences, with the most rows per sequence known: a grid of exactly
+    // 6 groups (the totals alone allow 7).
+    for (int kernel : {1, 2, 3}) check_logits({5000, 300, 70, 129, 2049, 64}, {4, 4, 4, 4, 4, 4}, 0, -1, 11, kernel);
 }
 
 TEST(IndexerCuda, LogitsPrefillChunkWithRowRange) {
@@ -512,6 +517,7 @@ TEST(IndexerCuda, TopkCompositionSelectsReferenceTopk) {
         p.tables = ds.tables.p;
         p.n = n;
         p.n_seq = static_cast<int64_t>(lens.size());
+        p.max_seq_rows = 4;  // qps' largest
         p.max_context = sc.max_context;
         p.softmax_scale = ss;
         p.head_scale = hs;

@@ -3,6 +3,7 @@
 // kernel 3's work items fill whole waves with at most kWsMaxPages pages each.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -32,8 +33,15 @@ TEST(IndexerGrid, MaxGroupsBoundsEveryPartition) {
             n_rows += r;
         }
         if (n_rows == 0) continue;
-        EXPECT_GE(indexer_grid::max_groups(n_rows, n_seq, kGroup), groups_of(rows))
-            << "n_rows " << n_rows << " n_seq " << n_seq;
+        const int64_t most = *std::max_element(rows.begin(), rows.end());
+        const int64_t g = groups_of(rows);
+        EXPECT_GE(indexer_grid::max_groups(n_rows, n_seq, kGroup), g) << "n_rows " << n_rows << " n_seq " << n_seq;
+        // With the most rows of one sequence known (exactly, or any larger bound), still a bound, and never looser.
+        for (const int64_t bound : {most, most + static_cast<int64_t>(rng() % 50)}) {
+            const int64_t tight = indexer_grid::max_groups(n_rows, n_seq, kGroup, bound);
+            EXPECT_GE(tight, g) << "n_rows " << n_rows << " n_seq " << n_seq << " max_seq_rows " << bound;
+            EXPECT_LE(tight, indexer_grid::max_groups(n_rows, n_seq, kGroup));
+        }
     }
 }
 
@@ -42,6 +50,10 @@ TEST(IndexerGrid, MaxGroupsOnKnownBatches) {
     // Batch 64 with 4 queries each (MTP verification) makes 64 groups, but the bound only knows the totals: one of
     // the 64 sequences could hold 193 of the 256 rows (13 groups), so 76.
     EXPECT_EQ(indexer_grid::max_groups(256, 64, kGroup), 76);
+    EXPECT_EQ(indexer_grid::max_groups(256, 64, kGroup, 4), 64);  // ... and knowing that none has more than 4: exact
+    EXPECT_EQ(indexer_grid::max_groups(4096, 1, kGroup, 4096), 256);
+    EXPECT_EQ(indexer_grid::max_groups(4099, 4, kGroup, 4096), 259);  // a prefill chunk and 3 decode rows: 256 + 3
+    EXPECT_EQ(indexer_grid::max_groups(12, 5, kGroup, 4), 5);
     EXPECT_EQ(indexer_grid::max_groups(4, 1, kGroup), 1);       // batch 1, 4 queries
     EXPECT_EQ(indexer_grid::max_groups(4096, 1, kGroup), 256);  // one prefill chunk
     EXPECT_EQ(indexer_grid::max_groups(59, 1, kGroup), 4);      // the model's row block at 1M

@@ -819,6 +819,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         f.tables = p.map.tables;
         f.n = n;
         f.n_seq = p.map.n_seq;
+        f.max_seq_rows = p.map.max_seq_rows;
         f.max_context = ctx;
         f.softmax_scale = p.softmax_scale;
         f.head_scale = p.head_scale;

@@ -709,7 +709,7 @@ namespace {
 
 // Upper bound on the plan's groups (the grid's y): indexer_grid.h.
 int64_t plan_groups(const IndexerLogitsParams& p) {
-    return indexer_grid::max_groups(p.row_end - p.row_begin, p.n_seq, kGroup);
+    return indexer_grid::max_groups(p.row_end - p.row_begin, p.n_seq, kGroup, p.max_seq_rows);
 }
 
 int device_sms_and_major(int* major) {

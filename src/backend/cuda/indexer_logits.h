@@ -14,9 +14,9 @@
 // and two math warpgroups per CTA: prefill, and MTP verification). 2 and 3 use programmatic dependent launch.
 // kernel = 0 takes $MEGACTX_INDEXER_LOGITS_KERNEL if set, else kernel 3 for more than 8 queries per sequence and
 // at least 16 rows (one full group) or for 3–4 queries per sequence (MTP verification; kernel 3 then splits
-// the pages between its math warpgroups instead of the queries), and kernel 2 otherwise. Kernel 3 falls back to kernel 2 (with a
-// one-time message on stderr) where it cannot run (its register plan or its tensor map is refused).
-// GLM-5.2 geometry only: 32 heads × 128 dims, 64-token blocks.
+// the pages between its math warpgroups instead of the queries), and kernel 2 otherwise. Kernel 3 falls back to kernel
+// 2 (with a one-time message on stderr) where it cannot run (its register plan or its tensor map is refused). GLM-5.2
+// geometry only: 32 heads × 128 dims, 64-token blocks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,6 +36,7 @@ struct IndexerLogitsParams {
     const int32_t* tables = nullptr;        // concatenated block tables
     int64_t row_begin = 0, row_end = 0;     // rows i0..i1 of the batch
     int64_t n_seq = 0;                      // sequences in the batch (bounds the number of groups)
+    int64_t max_seq_rows = 0;               // optional: ≥ the rows of any one sequence in range (tightens that bound)
     int64_t max_context = 0;                // ≥ pos[i] + 1 for every row in range
     float* out = nullptr;                   // [row_end - row_begin, out_stride]
     int64_t out_stride = 0;                 // ≥ max_context

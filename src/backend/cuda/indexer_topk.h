@@ -24,9 +24,10 @@ struct IndexerTopkCudaParams {
     const int32_t* table_offset = nullptr;  // [n_seq]
     const int32_t* tables = nullptr;        // concatenated block tables (64-token blocks)
     int64_t n = 0, n_seq = 0;
-    int64_t max_context = 0;  // ≥ pos[i] + 1 for every token
-    float softmax_scale = 0;  // d_indexer^-0.5
-    float head_scale = 0;     // n_head_indexer^-0.5
+    int64_t max_seq_rows = 0;  // optional: ≥ the tokens of any one sequence (tightens the logits grid)
+    int64_t max_context = 0;   // ≥ pos[i] + 1 for every token
+    float softmax_scale = 0;   // d_indexer^-0.5
+    float head_scale = 0;      // n_head_indexer^-0.5
     int64_t topk = 2048;
     int64_t max_rows_per_group = 0;  // rows scored at once (scratch grows with it)
     int32_t* out_slots = nullptr;    // [n, topk]
