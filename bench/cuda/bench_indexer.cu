@@ -5,7 +5,7 @@
 //           L = 128K, 256K, 512K, 1M: effective TB/s over 132 · L · batch bytes vs the 4.23 TB/s copy bandwidth;
 //           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph: the default top-k,
 //           for <= 2 rows the few-rows kernel; kernel 2 also: decode_topk_chain_graph, the three-kernel chain
-//           (few_rows = 0));
+//           (few_rows = 0)); batch 64 also as scores + the top-2048 of every row (decode_topk, plain launches);
 //   each for kernel 1 (mma.sync) and kernel 2 (wgmma) of indexer_logits;
 //   prefill, kernels 1, 2 and 3 (warp-specialised): 4096 queries (positions L − 4096 .. L − 1) of one sequence over
 //           L = 16K, 32K, 64K keys, and 64 queries at L = 1M (the model's row block under its scratch budget):
@@ -246,6 +246,15 @@ int main(int argc, char** argv) {
     int32_t* d_topk_idx;
     MEGACTX_BENCH_CK(cudaMalloc(&d_topk_scratch, topk_scratch_max * kRot));
     MEGACTX_BENCH_CK(cudaMalloc(&d_topk_idx, max_qps * 2048 * 4 * kRot));
+    // Batch 64: the top-2048 of every row after the scores (decode_topk, batch 64): its own scratch and output.
+    constexpr int64_t kBatch = 64;
+    size_t batch_topk_scratch = 256;
+    for (int64_t L : contexts)
+        batch_topk_scratch = std::max(batch_topk_scratch, cuda::topk_scratch_bytes(kBatch * max_qps, L, 2048));
+    void* d_batch_scratch;
+    int32_t* d_batch_idx;
+    MEGACTX_BENCH_CK(cudaMalloc(&d_batch_scratch, batch_topk_scratch));
+    MEGACTX_BENCH_CK(cudaMalloc(&d_batch_idx, kBatch * max_qps * 2048 * 4));
     auto topk_params = [&](int64_t qps, int64_t L, int rot) {
         cuda::TopkParams tp;
         tp.values = d_out + static_cast<size_t>(rot) * qps * L;
@@ -314,16 +323,26 @@ int main(int argc, char** argv) {
                     results.push_back(
                         {kind, kernel, 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }
-                // Batch 64, plain launches.
-                {
-                    const int64_t batch = 64;
+                // Batch 64, plain launches: the scores alone, then scores + the exact top-2048 of every row
+                // (decode_topk: the whole selection of a batch-64 decode step, as one timed pipeline).
+                for (int with_topk = 0; with_topk < 2; ++with_topk) {
+                    const int64_t batch = kBatch;
                     setup(batch, qps, L, 1);
                     const auto p = params(batch, qps, L, 0, kernel);
-                    for (int w = 0; w < 2; ++w) launch_indexer_logits(p, stream);
+                    cuda::TopkParams tp = topk_params(qps, L, 0);
+                    tp.n_rows = batch * qps;
+                    tp.out_idx = d_batch_idx;
+                    tp.scratch = d_batch_scratch;
+                    tp.scratch_bytes = cuda::topk_scratch_bytes(tp.n_rows, L, 2048);
+                    auto run = [&] {
+                        launch_indexer_logits(p, stream);
+                        if (with_topk) cuda::launch_topk(tp, stream);
+                    };
+                    for (int w = 0; w < 2; ++w) run();
                     std::vector<float> ms;
                     for (int it = 0; it < (quick ? 3 : 10); ++it) {
                         MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
-                        launch_indexer_logits(p, stream);
+                        run();
                         MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
                         MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
                         float m;
@@ -332,8 +351,8 @@ int main(int argc, char** argv) {
                     }
                     const double us = median(ms) * 1e3, tbs = 132.0 * L * batch / (us * 1e-6) / 1e12;
                     const double tfl = 8192.0 * qps * L * batch / (us * 1e-6) / 1e12;
-                    results.push_back(
-                        {"decode", kernel, batch, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
+                    results.push_back({with_topk ? "decode_topk" : "decode", kernel, batch, qps, L, us, tbs,
+                                       100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }
                 MEGACTX_BENCH_CK(cudaGetLastError());
             }
