@@ -29,7 +29,9 @@ using megactx::bench_cuda::hash32;
 
 // dist 0: normal(0,1); 1: uniform [0,1); 2: ReLU-like, 99.9 % exact zeros, else |normal|; 3: normal with hot
 // windows, as real indexer scores have: the first 300 (sinks) and last 1500 (recent tokens) of each row of
-// `len` are raised by 8, so one or two slices of the few-rows kernel hold most of the top 2048.
+// `len` are raised by 8, so one or two slices of the few-rows kernel hold most of the top 2048; 4: runs of 32 nearly
+// equal values (neighbours correlated: the long-row sample's estimate varies more, and a too-high estimate sends a
+// row to the one-CTA whole-row select).
 __global__ void init_kernel(float* v, int64_t n, int dist, uint64_t seed, int64_t len) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         const float u1 = (hash32(seed * 0x9e3779b97f4a7c15ull + 2 * i) + 0.5f) * 2.3283064e-10f;
@@ -39,6 +41,12 @@ __global__ void init_kernel(float* v, int64_t n, int dist, uint64_t seed, int64_
         if (dist == 1) x = u1;
         if (dist == 2) x = u2 < 0.999f ? 0.f : fabsf(g);
         if (dist == 3 && (i % len < 300 || i % len >= len - 1500)) x += 8.f;
+        if (dist == 4) {  // runs of 32 nearly equal values, not aligned with anything: a strongly correlated row
+            const uint64_t run = static_cast<uint64_t>(i + 5 * (i / len)) / 32 + (uint64_t{1} << 40);
+            const float r1 = (hash32(seed * 0x9e3779b97f4a7c15ull + 2 * run) + 0.5f) * 2.3283064e-10f;
+            const float r2 = (hash32(seed * 0x9e3779b97f4a7c15ull + 2 * run + 1) + 0.5f) * 2.3283064e-10f;
+            x = sqrtf(-2.f * logf(r1)) * cospif(2.f * r2) + 0.01f * g;
+        }
         v[i] = x;
     }
 }
@@ -106,6 +114,7 @@ int main(int argc, char** argv) {
         {"prefill 1024 x 16K", 1024, 16384, 0},
         {"long-stride 512 x 64K", 512, 1 << 16, 0},
         {"64 x 1M uniform", 64, 1 << 20, 1},
+        {"64 x 1M runs of 32", 64, 1 << 20, 4},
         {"64 x 128K relu 99.9% zeros", 64, 1 << 17, 2},
         {"decode 1 x 1M hot windows", 1, 1 << 20, 3},
         {"decode 1 x 128K hot windows", 1, 1 << 17, 3},

@@ -19,7 +19,7 @@
 // Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory; the emission walks the
 // row in position order (emit_ordered), so it is canonical without the order kernel.
 // Long rows: reading a 1M row 4 times from HBM would cost 4x the bandwidth floor, so:
-//   1. sample kernel (CTA per row): 8192 samples (groups of 16 neighbours at 512 strided positions) -> an
+//   1. sample kernel (CTA per row): 8192 samples (groups of 4 neighbours at 2048 strided positions) -> an
 //      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a 2-level
 //      radix on the sample: bin floor);
 //   2. filter kernel (1K..64K-element work items, many CTAs per row): one streaming pass with 16-B loads;
@@ -557,9 +557,12 @@ __global__ void __launch_bounds__(kSampleThreads)
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
         const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        // Groups of 16 neighbours (64 B, one DRAM burst) at s/16 strided positions. The gathers are DRAM-transaction
-        // bound: groups of 4 (16 B of each 64-B burst) took 15-17 us for 64 x 1M (ncu, real clocks).
-        const int64_t pos = s < len ? static_cast<int64_t>(j >> 4) * (len - 15) / (s >> 4) + (j & 15) : j;
+        // Groups of 4 neighbours at s/4 strided positions: 4x fewer DRAM sectors than 1-element gathers. Longer
+        // groups read more of each 64-B burst (the gathers are transaction-bound: 64 x 1M sample 15-17 us with groups
+        // of 4, 11 with 16) but sample fewer independent places: on rows whose neighbours are correlated (bench_topk
+        // "runs of 32") groups of 16 sent a row to the whole-row fallback in 1.6-2.4% of rows (CPU simulation; on
+        // the H200 841 us instead of 99 for 64 x 1M), groups of 8 in 0.4-0.5%, groups of 4 in none of 800.
+        const int64_t pos = s < len ? static_cast<int64_t>(j >> 2) * (len - 3) / (s >> 2) + (j & 3) : j;
         v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
 #pragma unroll
