@@ -95,7 +95,8 @@ constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
 // Measured on the H200 (64 x 1M normal, whole call): with the unrolled-append body (b935d1e) 2K 214 us, 4K 199 us,
 // 8K 291 us, 16K 311 us, longer work items streaming worse (instruction cache); with the mask body (session 11) 4K
 // 143 us, 8K 124 us, 16K 113 us (filter alone, ncu: 109 -> 79 us, 3.3 TB/s), and with the select's own ordering
-// (and sample groups of 16, since reverted) 16K 103.8, 32K 99.4, 64K 98.8 us. 64 x 128K keeps 16K (one wave): 39.2 us, where 32K / 64K take 47.9 / 56.8.
+// (and sample groups of 16, since reverted) 16K 103.8, 32K 99.4, 64K 98.8 us. 64 x 128K keeps 16K (one wave): 39.2 us,
+// where 32K / 64K take 47.9 / 56.8.
 constexpr int kFilterChunkMax = 65536;
 constexpr int kFilterChunkMin = 1024;
 constexpr int kSelectThreads = 1024;
