@@ -77,6 +77,7 @@
 #include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
 #include "backend/cuda/topk.h"
+#include "backend/cuda/topk_sample.h"
 
 namespace megactx::cuda {
 namespace {
@@ -88,7 +89,7 @@ constexpr int64_t kShortMaxStride = 32768;  // rows up to this stride run one CT
 constexpr int64_t kFewMinStride = kShortMaxStride;
 constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 1024;
-constexpr int kSampleSize = 8192;
+constexpr int kSampleSize = topk_sample::kSize;
 constexpr int kFilterThreads = 256;
 constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
 // Elements per filter work item: up to 64K, fewer when the batch is small (at most one wave of 4 CTAs per SM).
@@ -545,25 +546,15 @@ __global__ void __launch_bounds__(kSampleThreads)
     }
     if (len <= k) return;
     const float* row = values + r * row_stride;
-    const int s = len < kSampleSize ? len : kSampleSize;
-    // Whole row sampled: the exact k-th value. Otherwise aim at ~2k row items (+16 samples of margin).
-    int m = k;
-    if (s < len) {
-        const int64_t want = (2 * static_cast<int64_t>(k) * s + len - 1) / len + 16;
-        m = want < s ? static_cast<int>(want) : s;
-    }
+    const int s = topk_sample::count(len);
+    const int m = topk_sample::rank(k, len);  // T_est: the m-th largest sample
     // All loads of a thread in flight at once: the sample is latency-bound gathers.
     constexpr int kPer = kSampleSize / kSampleThreads;
     float v[kPer];
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
         const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        // Groups of 4 neighbours at s/4 strided positions: 4x fewer DRAM sectors than 1-element gathers. Longer
-        // groups read more of each 64-B burst (the gathers are transaction-bound: 64 x 1M sample 15-17 us with groups
-        // of 4, 11 with 16) but sample fewer independent places: on rows whose neighbours are correlated (bench_topk
-        // "runs of 32") groups of 16 sent a row to the whole-row fallback in 1.6-2.4% of rows (CPU simulation; on
-        // the H200 841 us instead of 99 for 64 x 1M), groups of 8 in 0.4-0.5%, groups of 4 in none of 800.
-        const int64_t pos = s < len ? static_cast<int64_t>(j >> 2) * (len - 3) / (s >> 2) + (j & 3) : j;
+        const int64_t pos = topk_sample::position(j, len);  // groups of 4 neighbours (topk_sample.h)
         v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
 #pragma unroll
