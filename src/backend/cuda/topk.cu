@@ -77,7 +77,7 @@
 #include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
 #include "backend/cuda/topk.h"
-#include "backend/cuda/topk_sample.h"
+#include "backend/cuda/topk_plan.h"
 
 namespace megactx::cuda {
 namespace {
@@ -89,7 +89,7 @@ constexpr int64_t kShortMaxStride = 32768;  // rows up to this stride run one CT
 constexpr int64_t kFewMinStride = kShortMaxStride;
 constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 1024;
-constexpr int kSampleSize = topk_sample::kSize;
+constexpr int kSampleSize = topk_plan::kSampleSize;
 constexpr int kFilterThreads = 256;
 constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
 // Elements per filter work item: up to 64K, fewer when the batch is small (at most one wave of 4 CTAs per SM).
@@ -546,15 +546,15 @@ __global__ void __launch_bounds__(kSampleThreads)
     }
     if (len <= k) return;
     const float* row = values + r * row_stride;
-    const int s = topk_sample::count(len);
-    const int m = topk_sample::rank(k, len);  // T_est: the m-th largest sample
+    const int s = topk_plan::sample_count(len);
+    const int m = topk_plan::sample_rank(k, len);  // T_est: the m-th largest sample
     // All loads of a thread in flight at once: the sample is latency-bound gathers.
     constexpr int kPer = kSampleSize / kSampleThreads;
     float v[kPer];
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
         const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        const int64_t pos = topk_sample::position(j, len);  // groups of 4 neighbours (topk_sample.h)
+        const int64_t pos = topk_plan::sample_position(j, len);  // groups of 4 neighbours (topk_plan.h)
         v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
 #pragma unroll
@@ -1472,11 +1472,10 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (ev) cudaEventRecord(ev[0], stream);
     topk_sample_kernel<<<rows, kSampleThreads, 0, stream>>>(p.values, p.lengths, p.row_stride, k, t_est, count);
     if (ev) cudaEventRecord(ev[1], stream);
-    // Work items: the smallest of 1K..64K elements that gives at most one wave (4 CTAs/SM), 64K for big batches.
-    int chunk = kFilterChunkMin;
-    const int64_t want_items = 4 * static_cast<int64_t>(device_sm_count());
+    // Work items: the smallest of 1K..64K elements that gives at most one wave (4 CTAs/SM), 64K for big batches
+    // (topk_plan::filter_chunk).
     const int chunk_max = tu.filter_variant == 1 ? kFilterChunkMax : 4096;  // the append body streams worse past 4K
-    while (chunk < chunk_max && p.n_rows * ((p.row_stride + chunk - 1) / chunk) > want_items) chunk *= 2;
+    int chunk = topk_plan::filter_chunk(p.n_rows, p.row_stride, device_sm_count(), kFilterChunkMin, chunk_max);
     if (tu.filter_chunk >= kFilterChunkMin && tu.filter_chunk % kFilterChunkMin == 0) chunk = tu.filter_chunk;
     const int chunks_per_row = static_cast<int>((p.row_stride + chunk - 1) / chunk);
     const int64_t n_work64 = p.n_rows * chunks_per_row;

@@ -1,7 +1,8 @@
-// The long-row top-k's sample plan (src/backend/cuda/topk_sample.h), without a GPU: sample positions stay inside the
-// row, and on rows of 1M the estimated threshold leaves between k and the candidate capacity of items above it, also
-// on rows whose neighbours are correlated. A row outside that range takes the one-CTA whole-row select, ~8x slower
-// for a call of 64 rows (session 11: sampling groups of 16 neighbours instead of 4 did that on correlated rows).
+// The long-row top-k's plan (src/backend/cuda/topk_plan.h), without a GPU: the filter's work items, and the sample:
+// sample positions stay inside the row, and on rows of 1M the estimated threshold leaves between k and the candidate
+// capacity of items above it, also on rows whose neighbours are correlated. A row outside that range takes the one-CTA
+// whole-row select, ~8x slower for a call of 64 rows (session 11: sampling groups of 16 neighbours instead of 4 did
+// that on correlated rows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,12 +12,12 @@
 #include <random>
 #include <vector>
 
-#include "backend/cuda/topk_sample.h"
+#include "backend/cuda/topk_plan.h"
 
 namespace megactx {
 namespace {
 
-namespace ts = topk_sample;
+namespace ts = topk_plan;
 
 constexpr int kK = 2048;
 constexpr int kLen = 1 << 20;
@@ -37,14 +38,14 @@ struct Normal {
 // Items of the row strictly above the sample's estimate (the filter's candidates; the rows here have no ties there).
 int64_t candidates(const std::vector<float>& row) {
     const int len = static_cast<int>(row.size());
-    const int s = ts::count(len);
+    const int s = ts::sample_count(len);
     std::vector<float> sample(static_cast<size_t>(s));
     for (int j = 0; j < s; ++j) {
-        const int64_t p = ts::position(j, len);
+        const int64_t p = ts::sample_position(j, len);
         EXPECT_TRUE(p >= 0 && p < len) << "sample " << j << " at " << p;
         sample[static_cast<size_t>(j)] = row[static_cast<size_t>(p)];
     }
-    const int m = ts::rank(kK, len);
+    const int m = ts::sample_rank(kK, len);
     std::nth_element(sample.begin(), sample.begin() + (m - 1), sample.end(), std::greater<float>());
     const float t_est = sample[static_cast<size_t>(m - 1)];
     return std::count_if(row.begin(), row.end(), [&](float v) { return v > t_est; });
@@ -70,30 +71,30 @@ void check_profile(const char* name, int rows, const std::function<void(std::vec
     EXPECT_LE(fallbacks, allowed) << name;
 }
 
-TEST(TopkSample, PlanShape) {
+TEST(TopkPlan, SampleShape) {
     for (const int len : {1, 100, 8191, 8192, 8193, 32769, 131072, 1000003, kLen, 1 << 24}) {
-        const int s = ts::count(len);
-        EXPECT_EQ(s, std::min(len, ts::kSize));
+        const int s = ts::sample_count(len);
+        EXPECT_EQ(s, std::min(len, ts::kSampleSize));
         int64_t prev = -1;
         for (int j = 0; j < s; ++j) {
-            const int64_t p = ts::position(j, len);
+            const int64_t p = ts::sample_position(j, len);
             // Increasing; distinct once the groups' places are at least a group apart (rows of 2x the sample on).
-            if (len >= 2 * ts::kSize)
+            if (len >= 2 * ts::kSampleSize)
                 ASSERT_GT(p, prev) << "len " << len << " sample " << j;
             else
                 ASSERT_GE(p, prev) << "len " << len << " sample " << j;
             ASSERT_LT(p, len) << "len " << len << " sample " << j;
             prev = p;
         }
-        const int m = ts::rank(kK, len);  // rows of <= k items never sample (all of them are the top k)
+        const int m = ts::sample_rank(kK, len);  // rows of <= k items never sample (all of them are the top k)
         EXPECT_GE(m, 1);
         if (len > kK) EXPECT_LE(m, s);
     }
-    EXPECT_EQ(ts::rank(kK, 5000), kK);  // the whole row sampled: the exact k-th value
-    EXPECT_EQ(ts::rank(kK, kLen), 48);  // ~2k of 1M expected above it, + 16 samples of margin
+    EXPECT_EQ(ts::sample_rank(kK, 5000), kK);  // the whole row sampled: the exact k-th value
+    EXPECT_EQ(ts::sample_rank(kK, kLen), 48);  // ~2k of 1M expected above it, + 16 samples of margin
 }
 
-TEST(TopkSample, EstimateKeepsRowsOffTheFallback) {
+TEST(TopkPlan, SampleEstimateKeepsRowsOffTheFallback) {
     check_profile("independent normal", 10, [](std::vector<float>& row, Normal& nd, int) {
         for (auto& v : row) v = nd();
     });
@@ -121,6 +122,24 @@ TEST(TopkSample, EstimateKeepsRowsOffTheFallback) {
     // Known limit (session 11): with runs of 32, about 1 row in 150 still leaves fewer than k items above the
     // estimate and takes the one-CTA whole-row select (~760 us at 1M). Groups of 16 failed 4 in 250.
     check_profile("runs of 32", 150, runs(32), 1);
+}
+
+// The work-item sizes measured best on the H200 (132 SMs), and the rule's general shape.
+TEST(TopkPlan, FilterChunk) {
+    EXPECT_EQ(ts::filter_chunk(64, 1 << 20, 132, 1024, 65536), 65536);  // 64 x 1M: 1024 items, two waves
+    EXPECT_EQ(ts::filter_chunk(64, 1 << 17, 132, 1024, 65536), 16384);  // 64 x 128K: 512 items, one wave
+    EXPECT_EQ(ts::filter_chunk(4, 1 << 20, 132, 1024, 65536), 8192);    // 4 x 1M: 512 items
+    EXPECT_EQ(ts::filter_chunk(512, 1 << 16, 132, 1024, 65536), 65536);
+    EXPECT_EQ(ts::filter_chunk(64, 1 << 20, 132, 1024, 4096), 4096);  // the append body's cap
+    EXPECT_EQ(ts::filter_chunk(1, 40000, 132, 1024, 65536), 1024);
+    for (int64_t rows = 1; rows <= 4096; rows *= 3)
+        for (int64_t stride = 33000; stride <= (int64_t{1} << 24); stride *= 5) {
+            const int c = ts::filter_chunk(rows, stride, 132, 1024, 65536);
+            ASSERT_TRUE(c >= 1024 && c <= 65536 && (c & (c - 1)) == 0) << rows << " x " << stride;
+            const int64_t items = rows * ((stride + c - 1) / c);
+            EXPECT_TRUE(c == 65536 || items <= 4 * 132) << rows << " x " << stride << ": " << items << " items";
+            if (c > 1024) EXPECT_GT(rows * ((stride + c / 2 - 1) / (c / 2)), 4 * 132) << "not the smallest";
+        }
 }
 
 }  // namespace
