@@ -47,9 +47,9 @@ MEGACTX_HOST_DEVICE inline int sample_rank(int k, int len) {
 
 // Elements per filter work item for n_rows rows of row_stride: the smallest power-of-two multiple of chunk_min up to
 // chunk_max whose items fit one wave of 4 CTAs on each of n_sm SMs, else chunk_max. Short-lived CTAs cost a launch,
-// two dependent loads and three barriers each, so big batches want long items (H200, 64 x 1M: 4K items 143 us,
-// 16K 113, 64K 98.8 for the whole call), while a batch that fits one wave wants enough CTAs to fill it (64 x 128K:
-// 16K items 39.2 us, 32K 47.9, 64K 56.8).
+// two dependent loads and three barriers each, so big batches want long items (H200, 64 x 1M whole call: 4K items
+// 143 us, 16K 113; 16K 103.8 vs 64K 98.8 once the select ordered its rows, with the since-reverted 16-wide sample),
+// while a batch that fits one wave wants enough CTAs to fill it (64 x 128K: 16K items 39.2 us, 32K 47.9, 64K 56.8).
 inline int filter_chunk(int64_t n_rows, int64_t row_stride, int64_t n_sm, int chunk_min, int chunk_max) {
     int chunk = chunk_min;
     while (chunk < chunk_max && n_rows * ((row_stride + chunk - 1) / chunk) > 4 * n_sm) chunk *= 2;
