@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -24,6 +25,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/kv_fill.h"
+#include "backend/cuda/topk.h"
 #include "bench_util.h"
 #include "kv/kv_format.h"
 
@@ -69,6 +71,11 @@ int main(int argc, char** argv) {
         const std::vector<int64_t> contexts = bench::parse_positive_list(contexts_arg, "--contexts");
         const int64_t max_l = *std::max_element(contexts.begin(), contexts.end());
         const cuda::DeviceInfo dev = cuda::device_info(0);
+        if (const char* few = std::getenv("MEGACTX_TOPK_FEW")) {  // A/B of the decode top-k kernels (topk.h)
+            cuda::TopkTuning tu;
+            tu.few_rows = std::atoi(few);
+            cuda::topk_set_tuning(tu);
+        }
         auto ops_owner = make_cuda_ops(CudaOptions{});
         auto& ops = dynamic_cast<cuda::CudaOps&>(*ops_owner);
         const cudaStream_t stream = ops.stream();

@@ -251,21 +251,16 @@ int main(int argc, char** argv) {
                 time_graph(v, vm, vn);
                 std::printf("    sweep few_rows=%d few_threads=512: %8.1f us (min %.1f)\n", base.few_rows, vm, vn);
             }
-            // Phases from the kernel's globaltimer stamps (topk.cu): CTA 0 [0] start, [1] keys loaded, [2] t_c,
-            // [4] appended; row 0's last CTA [5] start, [8] candidates >= t_max staged, [9] their select, [10] the
-            // hot-slice path done (V, staging, select, re-read, select), [6] end; [7] staged count (bit 32: whole-row
-            // fallback), [11] |U| and hot slices (<< 32); the order kernel (row 0) [12] start, [13] ties resolved,
-            // [14] end, [15] entries marked as ties.
+            // Phases from the few-rows kernel's globaltimer stamps (topk.cu, CTA 0): [0] start, [1] keys staged and
+            // histogrammed, [2] past the first barrier, [3] rounds done, [4] counts published (barrier), [5] the
+            // select, [6] end; [7] rounds | candidates << 32.
             unsigned long long* d_dbg = nullptr;
             MEGACTX_BENCH_CK(cudaMalloc(&d_dbg, 16 * sizeof(unsigned long long)));
-            {
+            if (s.len > 32768) {
                 TopkTuning tu = base;
                 tu.debug_times = d_dbg;
                 topk_set_tuning(tu);
-                const int spans[][2] = {{0, 1},  {1, 2},  {2, 4}, {4, 5},  {5, 8},   {8, 9},
-                                        {9, 10}, {10, 6}, {0, 6}, {6, 12}, {12, 13}, {13, 14}};
-                constexpr int kSpans = sizeof spans / sizeof spans[0];
-                std::vector<double> ph[kSpans];
+                std::vector<double> ph[6];
                 unsigned long long h[16] = {};
                 for (int i = 0; i < 30; ++i) {
                     p.values = d_v + (i % n_buf) * elems;
@@ -273,26 +268,23 @@ int main(int argc, char** argv) {
                     launch_topk(p, stream);
                     MEGACTX_BENCH_CK(cudaStreamSynchronize(stream));
                     MEGACTX_BENCH_CK(cudaMemcpy(h, d_dbg, sizeof h, cudaMemcpyDeviceToHost));
-                    for (int j = 0; j < kSpans; ++j)
-                        ph[j].push_back((double(h[spans[j][1]]) - double(h[spans[j][0]])) * 1e-3);
+                    for (int j = 0; j < 6; ++j) ph[j].push_back((double(h[j + 1]) - double(h[j])) * 1e-3);
                 }
                 topk_set_tuning(base);
-                double m[kSpans];
-                for (int j = 0; j < kSpans; ++j) {
+                double m[6];
+                for (int j = 0; j < 6; ++j) {
                     std::sort(ph[j].begin(), ph[j].end());
                     m[j] = ph[j][ph[j].size() / 2];
                 }
                 std::printf(
-                    "    phases (us): CTA 0 load %.2f, t_c %.2f, append %.2f; to the last CTA %.2f; its staging %.2f, "
-                    "select %.2f, hot-slice path %.2f, emit %.2f; CTA 0 start to end %.2f; |U| %llu, "
-                    "staged %llu, hot slices %llu%s; order kernel: start %.2f after, ties %.2f (%llu marked), "
-                    "bitmap %.2f\n",
-                    m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], h[11] & 0xffffffffull, h[7] & 0xffffffffull,
-                    h[11] >> 32, (h[7] >> 32) ? " FALLBACK" : "", m[9], m[10], h[15], m[11]);
+                    "    phases (us, CTA 0): load + histogram %.2f, barrier %.2f, rest of %llu rounds %.2f, counts + "
+                    "barrier %.2f, select %.2f, emit %.2f; candidates %llu\n",
+                    m[0], m[1], h[7] & 0xffffffffull, m[2], m[3], m[4], m[5], h[7] >> 32);
             }
             MEGACTX_BENCH_CK(cudaFree(d_dbg));
-            char b3[160];
-            std::snprintf(b3, sizeof b3, ", \"chain_median_us\": %.2f, \"few_median_us\": %.2f", vmed[0], vmed[1]);
+            char b3[224];
+            std::snprintf(b3, sizeof b3,
+                          ", \"chain_median_us\": %.2f, \"few_median_us\": %.2f", vmed[0], vmed[1]);
             chain_json = b3;
         }
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.

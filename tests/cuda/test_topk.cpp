@@ -453,8 +453,8 @@ TEST_F(TopkFew, FewRowsShortStrides) {
     for (int64_t k : {1, 37, 4096}) check_batch(distinct_batch({24000}, 24000, 276 + k), k);
 }
 
-// Ties: k-th value 0 of a ReLU-like row (tie buffer), all equal, few levels (candidates overflow: the
-// whole-row fallback of the last CTA).
+// Ties: k-th value 0 of a ReLU-like row, all equal, few levels: the bin that holds the k-th key ends as one key value
+// with more items than the candidate list holds, so the ties are shared out by the slices' published counts.
 TEST_F(TopkFew, FewRowsTies) {
     check_batch(tied_batch({1 << 20, 300000, 70000}, 1 << 20, 231, 3, 0.999f), 2048);
     check_batch(tied_batch({131072}, 131072, 232, 1, 0.0f), 2048);
@@ -481,8 +481,8 @@ TEST_F(TopkFew, FewRowsSampleAdversaries) {
 }
 
 // Hot slices: windows of large values (attention sinks at the start, the most recent tokens at the end, a
-// block in the middle) give some CTAs far more of the top k than their share, so their own thresholds sit
-// above the row's k-th value and the last CTA re-reads them. Shifted values stay distinct (tie-free check).
+// block in the middle) give some CTAs far more of the top k than their share (a kernel with per-CTA thresholds
+// must re-read them; sessions 5-11). Shifted values stay distinct (tie-free check).
 TEST_F(TopkFew, FewRowsHotSlices) {
     const auto heat = [](Batch& b, int64_t r, int64_t begin, int64_t count) {
         for (int64_t i = begin; i < begin + count; ++i) b.values[r * b.row_stride + i] += 1000.f;
@@ -499,6 +499,26 @@ TEST_F(TopkFew, FewRowsHotSlices) {
     Batch c = distinct_batch({131072 - 3}, 131072, 272);
     for (int64_t w = 0; w < 6; ++w) heat(c, 0, 5000 + w * 20000, 400);  // six hot slices of a 128K row
     check_batch(c, 2048);
+}
+
+// Narrow ranges: the top-11-bit bin that holds the k-th key holds most of the row, so the select takes further
+// rounds of 8-bit digits before it stages candidates: consecutive floats (every key distinct), shuffled.
+TEST_F(TopkFew, FewRowsNarrowRange) {
+    Batch b = distinct_batch({1 << 20, 300001}, 1 << 20, 281);
+    std::mt19937 rng(282);
+    for (int64_t r = 0; r < b.n_rows; ++r) {
+        std::vector<float> v(static_cast<size_t>(b.lengths[r]));
+        float x = 1.0f + static_cast<float>(r);
+        for (float& e : v) {
+            e = x;
+            x = std::nextafter(x, 10.0f);
+        }
+        std::shuffle(v.begin(), v.end(), rng);
+        std::copy(v.begin(), v.end(), b.values.begin() + r * b.row_stride);
+    }
+    check_batch(b, 2048);
+    check_batch(b, 16384);
+    check_batch(b, 2048, true);
 }
 
 // Graph replays (the control words are re-zeroed by each call), the same scratch over successive calls of

@@ -47,29 +47,21 @@
 //   filter drains; no launch gap between them.
 // Few long rows (decode: batches of <= TopkTuning::few_max_rows = 2 rows of > 32K; few_rows = 1, default):
 // the chain above costs ~19-24 us per call at batch 1, almost all fixed latency (sample 13 + filter 6-7.5 +
-// select 11-12 us as separate launches). topk_few_local_kernel does it in ONE kernel of G CTAs per row
-// (G = min(stride / 2048, SMs / rows rounded down to a multiple of 8)), with no CTA waiting for another:
-// each CTA stages its slice in shared memory (the row is read once), takes its own one-level radix threshold
-// t_c and appends its keys >= t_c; the row's last CTA to finish takes T = the k-th largest of those, re-reads
-// the slices whose t_c > T ("hot" slices, holding more of the top k than their share: the recent tokens of real
-// indexer scores) for their keys in [T, t_c), and selects exactly (kernel comment below). A 1-CTA init kernel
-// zeroes the row counters first (the scratch may hold anything). Before session 5 the last CTA kept only the
-// keys >= max t_c, which fell back to a one-CTA select over the whole row whenever one slice was hot.
-// Selects among staged candidates (this last CTA, the chain's select kernel) find each radix level's bin with
-// one warp (select_staged), not a block scan.
-// H200 (434402f, bench_indexer decode_topk_graph: batch 1, wgmma scores + top-2048 in a CUDA graph, µs):
-//   L        scores   + chain   + few-rows   top-k share   % of copy (132 B/token)
-//   128K       9.3     28.4       23.3      19.1 -> 14.0     14.4 -> 17.5
-//   256K      13.6     33.5       28.2      19.8 -> 14.6     24.4 -> 29.0
-//   512K      22.5     43.5       38.5      21.0 -> 15.9     37.6 -> 42.5
-//   1M        40.0     63.8       60.5      23.8 -> 20.5     51.3 -> 54.1
-// bench_topk alone (1 call per graph, scores from HBM): 1 x 128K 23.3 -> 19.3, 1 x 256K 23.6 -> 20.1,
-// 1 x 512K 23.6 -> 22.5, 1 x 1M 24.7 -> 25.9 at G = 132 (23.1 at G = 128: hence the multiple of 8), 2 x 128K
-// 23.6 -> 19.5; 4 rows a wash (4 x 1M 31.6 -> 30.9; in bench_indexer -3 .. +3 us), so <= 2 rows by default.
-// Phases (globaltimer, 8e82caf, 1 x 1M): CTA 0 load 1.5, t_c 1.3, append 1.3, then 1.3 until the last CTA,
-// whose staging takes 2.3, its select among ~3.5K candidates 4.4 and the emit 1.3 us: that serial tail is what
-// keeps batch-1 top-k near 18-21 us. Rows with hot slices (bench_topk "hot windows") take the V path, ~14 us more
-// (1 x 1M: 36 us; it was 706 us when they fell back to the whole-row select).
+// select 11-12 us as separate launches). topk_few_grid_kernel does it in ONE kernel of G CTAs per row
+// (G = min(stride / 2048, SMs / rows rounded down to a multiple of 8)): the row's CTAs, all resident at once,
+// run one radix select together over their slices staged in shared memory, meeting at counter barriers, and each
+// writes its slice's share of the canonical output (kernel comment below). A 1-CTA init kernel zeroes the row's
+// control words first (the scratch may hold anything).
+// History: sessions 3-11 ran topk_few_local_kernel instead (per-CTA thresholds, then the row's last CTA selected
+// alone among ~3.5K candidates, re-reading "hot" slices, then the order kernel). Its serial tail kept batch-1 top-k
+// at 18-25 us, and hot windows (sinks and recent tokens, as real indexer scores have) cost ~14 us more. H200,
+// session 12 (bench_topk, 1 call per graph, scores from HBM), last-CTA -> grid-wide kernel, us:
+//   1 x 1M 24.7 -> 20.7, 1 x 1M hot windows 41.5 -> 19.5, 1 x 128K 22.3 -> 17.4, 1 x 128K hot windows 34.1 -> 16.4,
+//   2 x 128K 22.1 -> 17.2, 2 x 256K hot windows 36.4 -> 17.5.
+// Batch-1 indexer scores + top-2048 in a CUDA graph (bench_indexer decode_topk_graph, kernel 2), us:
+//   128K 26.4 -> 21.1, 256K 32.3 -> 26.5, 512K 42.7 -> 36.5, 1M 61.3 -> 55.6 (53.4 -> 58.9% of copy).
+// Selects among staged candidates (this kernel, the chain's select kernel) find each radix level's bin with one
+// warp (select_staged), not a block scan.
 
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
@@ -109,10 +101,7 @@ constexpr int kCountStride = 32;  // per-row counters 128 B apart (different L2 
 constexpr int kFewMaxRows = 4;
 constexpr int kFewSliceMin = 2048;   // row elements per CTA at least (fewer CTAs for shorter rows)
 constexpr int kFewSliceMax = 32768;  // at most: 128 KB of keys in shared memory
-constexpr int kFewGMax = 512;        // CTAs per row at most (their thresholds: [kFewGMax] per row)
-constexpr int kFewLocal = 4096;      // (key, index) pairs a CTA gathers before one global atomic
-constexpr int kFewCap = 16384;       // candidates per row (staged by the selecting CTA)
-constexpr int kFewCtl = 32;          // ints per row: [1] done, [2] candidates
+constexpr int kFewGMax = 512;        // CTAs per row at most (their counts: [2 * kFewGMax] per row)
 // Canonical order (topk_order_kernel): a CTA per range of a long row (a multiple of kOrderRange positions, so that
 // the grid is about two CTAs per SM), a bitmap of the range in shared memory (at most kOrderMaxRange positions).
 constexpr int kOrderThreads = 256;
@@ -461,8 +450,11 @@ __device__ __forceinline__ RowMap row_map(const TopkSlotMap& m, int64_t r) {
 // warp's items > T and == T, and the second writes every item > T and the lowest-positioned n_eq items == T at
 // out[(items > T before it) + min(items == T before it, n_eq)]: ascending, ties resolved like the CPU reference,
 // no sort.
+// A slice of a longer row (the grid-wide few-rows kernel) passes its first position pos0 and the row's items > T and
+// == T before it: the same formulas then place it in the row's output.
 template <int NT>
-__device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* out, RowMap map, SelectSmem<NT>& sm) {
+__device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* out, RowMap map, SelectSmem<NT>& sm,
+                             int pos0 = 0, int gt_before = 0, int eq_before = 0) {
     constexpr int kWarps = NT / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int span = ((n + kWarps - 1) / kWarps + 31) & ~31;
@@ -480,7 +472,7 @@ __device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* 
         sm.red_hi[warp] = static_cast<uint32_t>(eq);
     }
     __syncthreads();
-    int o_gt = 0, o_eq = 0;  // items > T and == T before this warp's next 32
+    int o_gt = gt_before, o_eq = eq_before;  // items > T and == T before this warp's next 32
     for (int w = 0; w < warp; ++w) {
         o_gt += static_cast<int>(sm.red_lo[w]);
         o_eq += static_cast<int>(sm.red_hi[w]);
@@ -492,8 +484,8 @@ __device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* 
         const bool g = i < e && key > t.key, q = i < e && key == t.key;
         const unsigned bg = __ballot_sync(0xffffffffu, g), bq = __ballot_sync(0xffffffffu, q);
         const int rg = o_gt + __popc(bg & below), rq = o_eq + __popc(bq & below);
-        if (g) out[rg + min(rq, t.n_eq)] = map(i);
-        if (q && rq < t.n_eq) out[rg + rq] = map(i);
+        if (g) out[rg + min(rq, t.n_eq)] = map(pos0 + i);
+        if (q && rq < t.n_eq) out[rg + rq] = map(pos0 + i);
         o_gt += __popc(bg);
         o_eq += __popc(bq);
     }
@@ -883,7 +875,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 }
 
 // ---- few long rows (decode): one kernel over a grid of G co-resident CTAs per row ----
-// Zeroes the per-row control words (arrival / done / candidate counters) once the previous kernel of the
+// Zeroes the per-row control words (barrier arrivals, histograms, counts) once the previous kernel of the
 // stream has finished (a previous call may still be using the same scratch), and lets the main kernel's
 // CTAs become resident meanwhile.
 __global__ void topk_few_init_kernel(int* __restrict__ ctl, int n) {
@@ -901,275 +893,233 @@ __device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
     }
 }
 
-// Few long rows (TopkTuning::few_rows = 1, the default for <= 2 rows): CTA c of row r owns row elements
-// [c * per, (c + 1) * per) and
-//   1. stages their keys in shared memory, with their min and max;
-//   2. finds t_c, the floor of the range-relative 11-bit bin that holds its m_c-th largest key (one radix
-//      level; m_c = mu + 4·sqrt(mu) + 8 with mu = k·n_c/len, the slice's expected share of the top k), so
-//      at least m_c of its keys are >= t_c;
-//   3. appends its keys >= t_c to the row's candidate set U (one global atomic per CTA) and publishes t_c;
-//   4. the row's last CTA to finish (done counter) stages the keys of U >= t_max = max t_c in shared memory.
-//      Every row key >= t_max is in U, so when at least k are staged the row's k-th largest key is >= t_max
-//      and the exact select among them is the row's top k (the common case). Otherwise one slice is "hot":
-//      it holds more of the top k than m_c (as the most recent tokens of real indexer scores do) and its t_c
-//      lies above the row's k-th largest key. Then the last CTA takes T = the k-th largest key of U (staging
-//      only the keys >= V, a lower bound on T from the slices' thresholds and counts). U is part of the row,
-//      so the top k of the row are >= T; a slice with t_c <= T put all of its keys >= T into U, and a slice
-//      with t_c > T is re-read from global memory (L2: the scores were just written) for its keys in
-//      [T, t_c). The exact select over U plus those is the row's top k.
-// The whole-row select from global memory remains only for candidate sets beyond the shared-memory buffer
-// (heavy ties, e.g. a row of ReLU zeros). No CTA waits for another: no co-residency needed, no barrier.
+// ---- few long rows (decode): one exact radix select shared by the row's CTAs ----
+// The G CTAs of a row (G * rows <= SMs, one CTA per SM: all co-resident, so they can wait for each other) run the
+// radix select together, each over its slice staged in shared memory, and meet at a counter barrier after each
+// step (~1.3 us each on the H200):
+//   1. stage the slice's keys;
+//   2. rounds of key digits from the top (11 bits: sign, exponent, 2 mantissa bits; then 8 bits): each CTA
+//      histograms its keys that carry the digits chosen so far in shared memory and adds the non-empty bins to the
+//      row's global histogram;                                                             barrier
+//      every CTA reads the global histogram and finds the same bin, the one holding the k-th largest key; the
+//      rounds end once that bin holds at most kGridCand keys (one round on spread rows: 1/8 of a binade) or is a
+//      single key value;
+//   3. each CTA counts its keys above the bin and in it (published per CTA) and appends those in it to the row's
+//      candidate list (kGridCand at most);                                                 barrier
+//   4. every CTA stages the candidates and finds the exact k-th key T among them (select_staged; the same answer
+//      in every CTA), counts the items > T and == T in the slices before its own (the published counts plus the
+//      candidates below its first position), and writes its slice's items > T and its share of the lowest-
+//      positioned items == T straight into the row's final place in position order (emit_ordered).
+// The row's output is canonical (ascending, ties to the lowest positions) without the order kernel, hot slices
+// and heavy ties cost no more than spread rows (no fallback), and no CTA does the others' work.
+// Why the barriers cannot deadlock: the grid has G * rows <= SMs CTAs and each SM can hold one, whatever else is
+// resident, once the kernels before it drain (the init kernel waits for them; they do not wait for this one), and
+// this grid lets a dependent grid launch (griddepcontrol.launch_dependents) only after its last barrier, when all
+// of its CTAs are resident.
+constexpr int kGridDigit0 = 11;  // round 0: the keys' top 11 bits (kBins bins)
+constexpr int kGridDigit = 8;    // later rounds
+constexpr int kGridBins0 = 1 << kGridDigit0;
+constexpr int kGridBins = 1 << kGridDigit;
+constexpr int kGridRounds = 1 + (32 - kGridDigit0 + kGridDigit - 1) / kGridDigit;
+constexpr int kGridCand = 8192;
+// Per-row control words: [0] barrier arrivals, [3] candidates, [kGridHist ..) round 0's histogram (kGridBins0), then
+// the later rounds' (kGridBins each), [kGridCnt + c] CTA c's keys above the final bin, [kGridCnt + kFewGMax + c] in it.
+constexpr int kGridHist = 32;
+constexpr int kGridCnt = kGridHist + kGridBins0 + (kGridRounds - 1) * kGridBins;
+constexpr int kGridCtl = kGridCnt + 2 * kFewGMax;
+
+// All G CTAs of a row: arrive, then wait until `target` arrivals (G per barrier so far) are counted.
+__device__ __forceinline__ void grid_row_barrier(int* counter, int target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1);
+        int v;
+        do {
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+        } while (v < target);
+    }
+    __syncthreads();
+}
+
+// Sums a and b over the CTA (all threads get them).
+template <int NT>
+__device__ __forceinline__ void block_sum2(int& a, int& b, SelectSmem<NT>& sm) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    a = __reduce_add_sync(0xffffffffu, a);
+    b = __reduce_add_sync(0xffffffffu, b);
+    if (lane == 0) {
+        sm.red_lo[warp] = static_cast<uint32_t>(a);
+        sm.red_hi[warp] = static_cast<uint32_t>(b);
+    }
+    __syncthreads();
+    a = __reduce_add_sync(0xffffffffu, lane < NT / 32 ? static_cast<int>(sm.red_lo[lane]) : 0);
+    b = __reduce_add_sync(0xffffffffu, lane < NT / 32 ? static_cast<int>(sm.red_hi[lane]) : 0);
+    __syncthreads();  // red_lo / red_hi may be reused
+}
+
 template <int NT>
 __global__ void __launch_bounds__(NT, 1)
-    topk_few_local_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
-                          int k, int ctas_per_row, int* __restrict__ ctl_all, uint32_t* __restrict__ tc_all,
-                          uint32_t* __restrict__ cand_keys, int32_t* __restrict__ cand_idx,
-                          int32_t* __restrict__ out_idx, unsigned long long* dbg) {
+    topk_few_grid_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
+                         int k, int ctas_per_row, int* __restrict__ ctl_all, uint32_t* __restrict__ cand_keys,
+                         int32_t* __restrict__ cand_idx, int32_t* __restrict__ out_idx, TopkSlotMap slots,
+                         unsigned long long* dbg) {
     __shared__ SelectSmem<NT> sm;
     __shared__ StagedSmem st;
-    __shared__ int s_n, s_base, s_last, s_n_hot;
-    __shared__ int s_hot[kFewGMax], s_cnt[kFewGMax];
-    __shared__ uint32_t s_hot_tc[kFewGMax], s_tc[kFewGMax];
-    extern __shared__ uint32_t dyn[];  // [per] keys, then [2 * kFewLocal] (key, index) pairs; later [2 * kFewCap]
+    extern __shared__ uint32_t dyn[];  // [per] keys, then kGridCand candidate keys, then their indices
     const int G = ctas_per_row;
     const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
+    static_assert(kFewGMax <= NT, "one count pair per thread (step 4)");
+    const int lane = threadIdx.x & 31;
     unsigned long long* dbg0 = blockIdx.x == 0 ? dbg : nullptr;
-    unsigned long long* dbgr = r == 0 ? dbg : nullptr;
     pdl_wait();
     stamp(dbg0, 0);
     const int len = lengths[r];
     int32_t* out = out_idx + static_cast<int64_t>(r) * k;
-    if (len <= k) {
-        if (c == 0) write_all_padded<NT>(len, k, out);
+    const RowMap map = row_map(slots, r);
+    if (len <= k) {  // uniform over the row's CTAs: none of them reaches a barrier
+        if (c == 0) write_all_padded<NT>(len, k, out, map);
         return;
     }
-    int* ctl = ctl_all + r * kFewCtl;                                 // [1] done, [2] |U|
-    uint32_t* tcs = tc_all + static_cast<int64_t>(r) * 2 * kFewGMax;  // [G] t_c, then [G] counts
-    uint32_t* cnts = tcs + kFewGMax;
-    uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kFewCap;
-    int32_t* cids = cand_idx + static_cast<int64_t>(r) * kFewCap;
+    int* ctl = ctl_all + static_cast<int64_t>(r) * kGridCtl;
+    uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kGridCand;
+    int32_t* cids = cand_idx + static_cast<int64_t>(r) * kGridCand;
     const int per = (len + G - 1) / G;
     const int b0 = c * per;
     const int n = max(0, min(len - b0, per));
     uint32_t* keys = dyn;
-    uint32_t* lkeys = dyn + per;
-    int32_t* lids = reinterpret_cast<int32_t*>(dyn + per + kFewLocal);
-    const int lane = threadIdx.x & 31;
+    uint32_t* sk = dyn + per;
+    int32_t* si = reinterpret_cast<int32_t*>(sk + kGridCand);
+    int arrivals = 0;
 
-    // 1. keys, min and max
+    // 1. the slice's keys and their histogram by the keys' top 11 bits (sign, exponent, 2 mantissa bits)
+    // 2. rounds: the global histogram of this round's digit over the keys that carry the digits chosen so far;
+    //    every CTA finds the same bin, the one holding the need-th largest key. Digits of 11 bits, then 8.
     const float* row = values + static_cast<int64_t>(r) * row_stride;
-    uint32_t lo = 0xffffffffu, hi = 0;
 #pragma unroll 8
-    for (int i = threadIdx.x; i < n; i += NT) {
-        const uint32_t key = float_key(__ldg(row + b0 + i));
-        keys[i] = key;
-        lo = min(lo, key);
-        hi = max(hi, key);
-    }
-    if (threadIdx.x == 0) s_n = 0;
-    block_min_max<NT>(lo, hi, sm);
-    stamp(dbg0, 1);
-    // 2. t_c: one radix level over [lo, hi]
-    uint32_t tc = lo;
-    const double mu = static_cast<double>(k) * n / len;
-    const double want = ceil(mu + 4.0 * sqrt(mu) + 8.0);
-    if (n > 0 && want < n && hi > lo) {  // uniform
-        const int rem = 32 - __clz(static_cast<int>(hi - lo));
-        const int shift = rem - (rem < kBinBits ? rem : kBinBits);
+    for (int i = threadIdx.x; i < n; i += NT) keys[i] = float_key(__ldg(row + b0 + i));
+    int rem = 32;  // low key bits still undecided
+    uint32_t prefix = 0;
+    int need = k, bin_n = len, round = 0;
+#pragma unroll 1
+    while (round == 0 || (rem > 0 && bin_n > kGridCand)) {  // uniform: every CTA reads the same histograms
+        const int w = round == 0 ? kGridDigit0 : (rem < kGridDigit ? rem : kGridDigit);
+        const int shift = rem - w;
         int* h = st.hist[0];
-        for (int b = threadIdx.x; b < kBins; b += NT) h[b] = 0;
+        for (int b = threadIdx.x; b < (1 << w); b += NT) h[b] = 0;
         __syncthreads();
-#pragma unroll 8
-        for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&h[(keys[i] - lo) >> shift], 1);
+        for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps vote
+            const int i = i0 + static_cast<int>(threadIdx.x);
+            int bin = -1;
+            if (i < n) {  // a thread reads back the keys it stored
+                const uint32_t key = keys[i];
+                if ((static_cast<uint64_t>(key) >> rem) == prefix) bin = static_cast<int>((key >> shift) & ((1u << w) - 1));
+            }
+            // Clustered keys (ties, a narrow bin) would serialise on one shared counter: a warp whose 32 keys share
+            // a bin adds once.
+            const int b_first = __shfl_sync(0xffffffffu, bin, 0);
+            if (__all_sync(0xffffffffu, bin == b_first)) {
+                if (lane == 0 && bin >= 0) atomicAdd(&h[bin], 32);
+            } else if (bin >= 0) {
+                atomicAdd(&h[bin], 1);
+            }
+        }
         __syncthreads();
-        if (threadIdx.x < 32) warp_find_bin(h, static_cast<int>(want), &st.digit, &st.above, &st.count);
+        if (round == 0) stamp(dbg0, 1);
+        int* gh = ctl + kGridHist + (round == 0 ? 0 : kGridBins0 + (round - 1) * kGridBins);
+        for (int b = threadIdx.x; b < (1 << w); b += NT)
+            if (h[b] != 0) atomicAdd(gh + b, h[b]);
+        grid_row_barrier(ctl, arrivals += G);
+        if (round == 0) stamp(dbg0, 2);
+        // The global histogram into shared memory (zero-padded to kBins), then warp 0 finds the bin.
+        int* gs = st.hist[1];
+        for (int b = threadIdx.x; b < kBins; b += NT) gs[b] = b < (1 << w) ? __ldcg(gh + b) : 0;
         __syncthreads();
-        tc = lo + (static_cast<uint32_t>(st.digit) << shift);
+        if (threadIdx.x < 32) warp_find_bin(gs, need, &st.digit, &st.above, &st.count);
+        __syncthreads();
+        prefix = (prefix << w) | static_cast<uint32_t>(st.digit);
+        need -= st.above;
+        bin_n = st.count;
+        rem = shift;
+        ++round;
     }
-    stamp(dbg0, 2);
-    // 3. keys >= t_c into U
-    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps take part in the ballots
+    stamp(dbg0, 3);
+    // The bin [bl, bh] holds the need-th largest key of the row (need >= 1) among its bin_n keys.
+    const uint32_t bl = rem >= 32 ? 0u : prefix << rem;
+    const uint32_t bh = static_cast<uint32_t>(static_cast<uint64_t>(bl) + ((uint64_t{1} << rem) - 1));
+    const bool cands = bin_n <= kGridCand;  // else a single key value (rem == 0): all of the bin ties
+
+    // 3. this slice's keys above the bin and in it; those in it join the row's candidates (gathered in shared
+    //    memory, then one global atomic per CTA for their place)
+    if (threadIdx.x == 0) sm.n_gt = 0;
+    __syncthreads();
+    int n_above = 0, n_in = 0;
+    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count (warp_slot)
         const int i = i0 + static_cast<int>(threadIdx.x);
-        const bool ok = i < n;
-        const uint32_t key = ok ? keys[i] : 0u;
-        const bool in = ok && key >= tc;
-        const unsigned ballot = __ballot_sync(0xffffffffu, in);
-        if (ballot != 0) {
-            const int leader = __ffs(ballot) - 1;
-            int b = 0;
-            if (lane == leader) b = atomicAdd(&s_n, __popc(ballot));
-            b = __shfl_sync(0xffffffffu, b, leader);
-            const int pos = b + __popc(ballot & ((1u << lane) - 1u));
-            if (in && pos < kFewLocal) {
-                lkeys[pos] = key;
-                lids[pos] = b0 + i;
+        const uint32_t key = i < n ? keys[i] : 0u;
+        const bool in = i < n && key >= bl && key <= bh;
+        n_above += i < n && key > bh;
+        n_in += in;
+        if (cands) {
+            const int slot = warp_slot(in, &sm.n_gt);
+            if (in) {
+                sk[slot] = key;
+                si[slot] = b0 + i;
             }
-            if (b + __popc(ballot) > kFewLocal)
-                warp_append(in && pos >= kFewLocal, key, b0 + i, ctl + 2, ckeys, cids, kFewCap);
         }
     }
-    __syncthreads();
-    const int n_local = min(s_n, kFewLocal);
+    block_sum2<NT>(n_above, n_in, sm);
     if (threadIdx.x == 0) {
-        s_base = n_local > 0 ? atomicAdd(ctl + 2, n_local) : 0;
-        tcs[c] = tc;
-        cnts[c] = static_cast<uint32_t>(s_n) | (tc == lo ? 0x80000000u : 0u);  // top bit: the whole slice is in U
+        ctl[kGridCnt + c] = n_above;
+        ctl[kGridCnt + kFewGMax + c] = n_in;
+        sm.n_eq = cands && n_in > 0 ? atomicAdd(ctl + 3, n_in) : 0;
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < n_local; j += NT) {
-        const int p = s_base + j;
-        if (p < kFewCap) {
-            ckeys[p] = lkeys[j];
-            cids[p] = lids[j];
+    if (cands) {
+        const int base = sm.n_eq;
+        for (int j = threadIdx.x; j < n_in; j += NT) {
+            ckeys[base + j] = sk[j];
+            cids[base + j] = si[j];
         }
     }
-    pdl_trigger();
-    // 4. the row's last CTA selects
-    __syncthreads();
+    grid_row_barrier(ctl, arrivals += G);
     stamp(dbg0, 4);
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(ctl + 1, 1) == G - 1;
-        if (s_last) __threadfence();
+    pdl_trigger();  // every CTA of the grid is resident: a dependent grid may take the SMs that free up
+
+    // 4. the exact k-th key, then this slice's place in the row's output
+    // The slices' counts and the candidates are loaded together (G <= kFewGMax <= NT: one count pair per thread).
+    const bool counts = static_cast<int>(threadIdx.x) < c;
+    int gt_before = counts ? __ldcg(ctl + kGridCnt + threadIdx.x) : 0;  // items > T and == T before this slice
+    int eq_before = counts ? __ldcg(ctl + kGridCnt + kFewGMax + threadIdx.x) : 0;
+    if (cands) {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < bin_n; i += NT) {
+            sk[i] = __ldcg(ckeys + i);
+            si[i] = __ldcg(cids + i);
+        }
     }
-    __syncthreads();
-    if (!s_last) return;
-    stamp(dbgr, 5);
-    const int n_u = __ldcg(ctl + 2);
-    uint32_t my_tc = 0;
-    bool my_all = true;  // this thread's slice (threads < G) put every key into U
-    if (static_cast<int>(threadIdx.x) < G) {
-        my_tc = __ldcg(tcs + threadIdx.x);
-        const uint32_t w = __ldcg(cnts + threadIdx.x);
-        my_all = (w >> 31) != 0;
-        s_tc[threadIdx.x] = my_tc;
-        s_cnt[threadIdx.x] = static_cast<int>(w & 0x7fffffffu);
+    block_sum2<NT>(gt_before, eq_before, sm);  // also orders the staging before the select
+    Threshold t{bl, need, bin_n};
+    if (cands) {  // uniform
+        t = select_staged<NT>(sk, bin_n, need, bl, bh, st);
+        // Before this slice: the candidates > T join the keys above the bin; the ties are only candidates.
+        int g = 0, e = 0;
+        for (int i = threadIdx.x; i < bin_n; i += NT) {
+            if (si[i] < b0) {
+                g += sk[i] > t.key;
+                e += sk[i] == t.key;
+            }
+        }
+        block_sum2<NT>(g, e, sm);
+        eq_before = e;
+        gt_before += g;
     }
-    // t_max = the largest t_c of the slices not wholly in U: every row key >= t_max is in U.
-    uint32_t t_max = my_all ? 0u : my_tc, unused = 0xffffffffu;
-    block_min_max<NT>(unused, t_max, sm);
-    bool done = false;
-    int n_s = 0, n_hot = 0;
-    uint32_t* sk = dyn;
-    int32_t* si = reinterpret_cast<int32_t*>(dyn + kFewCap);
-    constexpr int kU = 8;  // loads in flight per thread
-    // Stages the keys of U >= bound (and their indices) in sk / si; returns how many, with their min and max.
-    const auto stage = [&](uint32_t bound, uint32_t& lo_out, uint32_t& hi_out) {
-        if (threadIdx.x == 0) s_n = 0;
+    stamp(dbg0, 5);
+    emit_ordered<NT>(keys, n, t, out, map, sm, b0, gt_before, eq_before);
+    if (dbg0 != nullptr) {
         __syncthreads();
-        uint32_t ulo = 0xffffffffu, uhi = 0;
-        for (int i0 = 0; i0 < n_u; i0 += NT * kU) {  // uniform trip count (warp_slots)
-            uint32_t kv[kU];
-            int32_t iv[kU];
-#pragma unroll
-            for (int u = 0; u < kU; ++u) {
-                const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
-                kv[u] = i < n_u ? __ldcg(ckeys + i) : 0u;
-                iv[u] = i < n_u ? __ldcg(cids + i) : 0;
-            }
-            unsigned keep = 0;
-#pragma unroll
-            for (int u = 0; u < kU; ++u)
-                keep |= (i0 + u * NT + static_cast<int>(threadIdx.x) < n_u && kv[u] >= bound) << u;
-            int slot = warp_slots(__popc(keep), &s_n);
-#pragma unroll
-            for (int u = 0; u < kU; ++u) {
-                if (keep >> u & 1) {
-                    sk[slot] = kv[u];
-                    si[slot++] = iv[u];
-                    ulo = min(ulo, kv[u]);
-                    uhi = max(uhi, kv[u]);
-                }
-            }
-        }
-        block_min_max<NT>(ulo, uhi, sm);
-        lo_out = ulo;
-        hi_out = uhi;
-        return s_n;
-    };
-    if (n_u >= k && n_u <= kFewCap) {  // uniform
-        uint32_t ulo = 0, uhi = 0;
-        // Common case: at least k keys of U are >= t_max, so the row's k-th largest is >= t_max and the top k
-        // of those are the row's.
-        n_s = stage(t_max, ulo, uhi);
-        stamp(dbgr, 8);
-        Threshold t{};
-        if (n_s >= k) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
-        stamp(dbgr, 9);
-        if (n_s < k) {  // a hot slice: its t_c is above the row's k-th largest key
-            // V = the largest t_c with at least k keys of U >= it (counting whole slices' appended keys): the
-            // k-th largest key of U, T, is >= V, so the keys of U >= V hold it.
-            uint32_t v = 0;
-            if (static_cast<int>(threadIdx.x) < G) {
-                int above = 0;
-                for (int j = 0; j < G; ++j) above += s_tc[j] >= my_tc ? s_cnt[j] : 0;
-                if (above >= k) v = my_tc;
-            }
-            unused = 0xffffffffu;
-            block_min_max<NT>(unused, v, sm);
-            const int n_v = stage(v, ulo, uhi);
-            t = select_staged<NT>(sk, n_v, k, ulo, uhi, st);
-            // The slices with t_c > T kept none of their keys in [T, t_c): those join the staged set.
-            if (threadIdx.x == 0) s_n_hot = 0;
-            __syncthreads();
-            if (!my_all && my_tc > t.key) {
-                const int h = atomicAdd(&s_n_hot, 1);
-                s_hot[h] = static_cast<int>(threadIdx.x);
-                s_hot_tc[h] = my_tc;
-            }
-            __syncthreads();
-            n_hot = s_n_hot;
-            for (int h = 0; h < n_hot; ++h) {  // uniform
-                const int hb0 = s_hot[h] * per;
-                const int hn = max(0, min(len - hb0, per));
-                const uint32_t htc = s_hot_tc[h];
-                for (int i0 = 0; i0 < hn; i0 += NT * kU) {  // uniform trip count (warp_slots)
-                    uint32_t kv[kU];
-#pragma unroll
-                    for (int u = 0; u < kU; ++u) {
-                        const int i = i0 + u * NT + static_cast<int>(threadIdx.x);
-                        kv[u] = i < hn ? float_key(__ldcg(row + hb0 + i)) : 0u;
-                    }
-                    unsigned add = 0;
-#pragma unroll
-                    for (int u = 0; u < kU; ++u)
-                        add |= (i0 + u * NT + static_cast<int>(threadIdx.x) < hn && kv[u] >= t.key && kv[u] < htc) << u;
-                    int slot = warp_slots(__popc(add), &s_n);
-#pragma unroll
-                    for (int u = 0; u < kU; ++u) {
-                        if (add >> u & 1) {
-                            if (slot < kFewCap) {
-                                sk[slot] = kv[u];
-                                si[slot] = hb0 + i0 + u * NT + static_cast<int>(threadIdx.x);
-                            }
-                            ++slot;
-                        }
-                    }
-                }
-            }
-            __syncthreads();
-            n_s = s_n;
-            // Added keys lie in [T, t_c), inside [ulo, uhi] (t_c <= the slice's largest key, which is in U).
-            if (n_s > n_v && n_s <= kFewCap) t = select_staged<NT>(sk, n_s, k, ulo, uhi, st);  // uniform
-        }
-        stamp(dbgr, 10);
-        if (n_s <= kFewCap) {
-            emit_staged<NT>(sk, si, n_s, k, t, out, sm);
-            done = true;
-        }
-    }
-    if (!done) {
-        const RowLoader ld{row};
-        const Threshold t = find_threshold<NT>(ld, len, k, sm);
-        emit_topk<NT>(ld, len, k, t, out, sm);
-    }
-    if (dbgr != nullptr) {
-        __syncthreads();
-        stamp(dbgr, 6);
-        if (threadIdx.x == 0) {
-            dbgr[7] = static_cast<unsigned long long>(n_s) | (done ? 0ull : 1ull << 32);
-            dbgr[11] = static_cast<unsigned long long>(n_u) | static_cast<unsigned long long>(n_hot) << 32;
-        }
+        stamp(dbg0, 6);
+        if (threadIdx.x == 0) dbg0[7] = static_cast<unsigned long long>(round) | static_cast<unsigned long long>(bin_n) << 32;
     }
 }
 
@@ -1339,16 +1289,15 @@ LongLayout long_layout(int64_t n_rows, int64_t row_stride, int64_t k) {
 }
 
 struct FewLayout {
-    size_t ctl = 0, tcs = 0, keys = 0, ids = 0, total = 0;
+    size_t ctl = 0, keys = 0, ids = 0, total = 0;
 };
 
 FewLayout few_layout(int64_t n_rows) {
     const size_t n = static_cast<size_t>(n_rows);
     FewLayout l;
-    l.tcs = align256(n * kFewCtl * sizeof(int));
-    l.keys = l.tcs + align256(n * 2 * kFewGMax * sizeof(uint32_t));
-    l.ids = l.keys + align256(n * kFewCap * sizeof(uint32_t));
-    l.total = l.ids + align256(n * kFewCap * sizeof(int32_t));
+    l.keys = align256(n * kGridCtl * sizeof(int));
+    l.ids = l.keys + align256(n * kGridCand * sizeof(uint32_t));
+    l.total = l.ids + align256(n * kGridCand * sizeof(int32_t));
     return l;
 }
 
@@ -1403,7 +1352,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
     // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
     const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
-    const bool few = tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows && p.k <= kFewCap &&
+    const bool few = tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows &&
                      p.n_rows <= device_sm_count() && p.row_stride > kFewMinStride &&
                      p.scratch_bytes >= topk_scratch_bytes(p.n_rows, p.row_stride, p.k);
     const auto launch_short = [&] {
@@ -1432,26 +1381,22 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         const int64_t per_max = (p.row_stride + G - 1) / G;
         if (per_max <= kFewSliceMax) {
             per_device_once([] {
-                const int bytes = static_cast<int>((kFewSliceMax + 2 * kFewLocal) * sizeof(uint32_t));
-                const cudaError_t e = cudaFuncSetAttribute(topk_few_local_kernel<1024>,
+                const int bytes = static_cast<int>((kFewSliceMax + 2 * kGridCand) * sizeof(uint32_t));
+                const cudaError_t e = cudaFuncSetAttribute(topk_few_grid_kernel<1024>,
                                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
                 return e != cudaSuccess ? e
-                                        : cudaFuncSetAttribute(topk_few_local_kernel<512>,
+                                        : cudaFuncSetAttribute(topk_few_grid_kernel<512>,
                                                                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
             });
             const FewLayout fl = few_layout(p.n_rows);
-            char* fb = rest;
-            auto* ctl = reinterpret_cast<int*>(fb + fl.ctl);
-            launch_ex(topk_few_init_kernel, dim3(1), dim3(128), 0, stream, pdl, ctl,
-                      static_cast<int>(p.n_rows * kFewCtl));
-            const size_t smem =
-                static_cast<size_t>(std::max<int64_t>(per_max + 2 * kFewLocal, 2 * kFewCap)) * sizeof(uint32_t);
-            launch_ex(half ? topk_few_local_kernel<512> : topk_few_local_kernel<1024>,
+            auto* ctl = reinterpret_cast<int*>(rest + fl.ctl);
+            launch_ex(topk_few_init_kernel, dim3(1), dim3(256), 0, stream, pdl, ctl,
+                      static_cast<int>(p.n_rows * kGridCtl));
+            const size_t smem = static_cast<size_t>(per_max + 2 * kGridCand) * sizeof(uint32_t);
+            launch_ex(half ? topk_few_grid_kernel<512> : topk_few_grid_kernel<1024>,
                       dim3(rows * static_cast<unsigned>(G)), dim3(half ? 512 : 1024), smem, stream, pdl, p.values,
-                      p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(fb + fl.tcs),
-                      reinterpret_cast<uint32_t*>(fb + fl.keys), reinterpret_cast<int32_t*>(fb + fl.ids), sel,
-                      tu.debug_times);
-            launch_order(p, sel, nullptr, stream, pdl);
+                      p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(rest + fl.keys),
+                      reinterpret_cast<int32_t*>(rest + fl.ids), p.out_idx, p.slots, tu.debug_times);
             return;
         }
     }

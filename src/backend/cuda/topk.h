@@ -49,13 +49,14 @@ struct TopkTuning {
     int filter_ctas_per_sm = 0;  // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
     int filter_variant = 1;      // 1: mask-then-compact-loop filter (16-B path); 0: the unrolled-append one
     int order_range = 0;         // row positions per CTA of the order kernel (a multiple of 32768); 0: automatic
-    // <= few_max_rows long rows: 1 one kernel of G CTAs per row (per-CTA thresholds, no barrier); 0: the three
-    // kernels above.
+    // <= few_max_rows long rows: 1 one kernel of G CTAs per row (a radix select shared by the row's CTAs, which
+    // meet at barriers); 0: the three kernels above.
     int few_rows = 1;
-    int few_max_rows = 2;                       // few-rows kernels for batches of <= this many rows (at most 4)
+    int few_max_rows = 2;                       // few-rows kernel for batches of <= this many rows (at most 4)
     int few_threads = 0;                        // few-rows kernel: 512 or 1024 (0) threads per CTA
     int few_slice_min = 0;                      // few-rows kernel: row elements per CTA at least (sets G); 0: 2048
-    unsigned long long* debug_times = nullptr;  // few-rows kernel: device [16], globaltimer stamps (topk.cu)
+    unsigned long long* debug_times = nullptr;  // few-rows (CTA 0) and order kernels: device [16], globaltimer
+                                                // stamps (topk.cu, bench_topk)
     cudaEvent_t* step_events = nullptr;  // long rows: when set, events [0..3] recorded around sample/filter/select
                                          // (PDL then off)
 };
