@@ -442,9 +442,10 @@ TEST_F(TopkFew, FewRowsNegativeAndExtremes) {
     check_batch(b, 1);
 }
 
-// Rows of 16K..32K in batches of <= 4 (decode at those contexts; the kernel is chosen by kFewMinStride): exact rows,
+// Rows of 8K..32K in batches of <= 4 (decode at those contexts; the kernel is chosen by kFewMinStride): exact rows,
 // ties (zeros and spread), inside a graph, k from 1 to 4096.
 TEST_F(TopkFew, FewRowsShortStrides) {
+    check_batch(distinct_batch({8193, 9000, 2049}, 9001, 270), 2048);
     check_batch(distinct_batch({32768}, 32768, 271), 2048);
     check_batch(distinct_batch({20000, 16385}, 20001, 272), 2048, true);
     check_batch(distinct_batch({32768, 1000, 2049}, 32768, 273), 2048);

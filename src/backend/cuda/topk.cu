@@ -45,7 +45,7 @@
 //   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
-// Few long rows (decode: batches of <= TopkTuning::few_max_rows = 2 rows of > 32K; few_rows = 1, default):
+// Few long rows (decode: batches of <= TopkTuning::few_max_rows = 4 rows of > 8K; few_rows = 1, default):
 // the chain above costs ~19-24 us per call at batch 1, almost all fixed latency (sample 13 + filter 6-7.5 +
 // select 11-12 us as separate launches). topk_few_grid_kernel does it in ONE kernel of G CTAs per row
 // (G = min(stride / 2048, SMs / rows rounded down to a multiple of 8)): the row's CTAs, all resident at once,
@@ -57,7 +57,9 @@
 // at 18-25 us, and hot windows (sinks and recent tokens, as real indexer scores have) cost ~14 us more. H200,
 // session 12 (bench_topk, 1 call per graph, scores from HBM), last-CTA -> grid-wide kernel, us:
 //   1 x 1M 24.7 -> 20.7, 1 x 1M hot windows 41.5 -> 19.5, 1 x 128K 22.3 -> 17.4, 1 x 128K hot windows 34.1 -> 16.4,
-//   2 x 128K 22.1 -> 17.2, 2 x 256K hot windows 36.4 -> 17.5.
+//   2 x 128K 22.1 -> 17.2, 2 x 256K hot windows 36.4 -> 17.5; the boundaries moved with it: rows of 8K-32K (were
+//   one CTA each: 1 x 32K 30.6 -> 15.9) and batches of 3-4 rows (were the chain: MTP verification at batch 1).
+//   Later tuning (warp-span counts, flagged chunks): 4 x 1M 35.3 -> 33.3 (chain 33.9).
 // Batch-1 indexer scores + top-2048 in a CUDA graph (bench_indexer decode_topk_graph, kernel 2), us:
 //   128K 26.4 -> 21.1, 256K 32.3 -> 26.5, 512K 42.7 -> 36.5, 1M 61.3 -> 55.6 (53.4 -> 58.9% of copy).
 // Selects among staged candidates (this kernel, the chain's select kernel) find each radix level's bin with one
@@ -75,10 +77,10 @@ namespace megactx::cuda {
 namespace {
 
 constexpr int64_t kShortMaxStride = 32768;  // rows up to this stride run one CTA each in shared memory
-// Few rows longer than this take the few-rows kernel. At 32K (H200, session 6, 1 row) it beat the one-CTA kernel on
-// normal scores (20.8 vs 30.0 us) but lost with hot windows (32.6 vs 29.2: its hot-slice path costs ~13 us at any
-// length), and real indexer scores have hot windows, so the boundary stays at the one-CTA limit.
-constexpr int64_t kFewMinStride = kShortMaxStride;
+// Few rows longer than this take the few-rows kernel. Its last-CTA form (sessions 3-11) lost to the one-CTA kernel
+// on rows with hot windows (1 x 32K 32.6 vs 29.2 us), so the boundary sat at 32K; the grid-wide form takes hot rows
+// at the cost of spread ones (H200, session 12: 1 x 32K 30.6 -> 15.9 us, with hot windows 29.8 -> 15.7).
+constexpr int64_t kFewMinStride = 8192;
 constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 1024;
 constexpr int kSampleSize = topk_plan::kSampleSize;
@@ -450,11 +452,8 @@ __device__ __forceinline__ RowMap row_map(const TopkSlotMap& m, int64_t r) {
 // warp's items > T and == T, and the second writes every item > T and the lowest-positioned n_eq items == T at
 // out[(items > T before it) + min(items == T before it, n_eq)]: ascending, ties resolved like the CPU reference,
 // no sort.
-// A slice of a longer row (the grid-wide few-rows kernel) passes its first position pos0 and the row's items > T and
-// == T before it: the same formulas then place it in the row's output.
 template <int NT>
-__device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* out, RowMap map, SelectSmem<NT>& sm,
-                             int pos0 = 0, int gt_before = 0, int eq_before = 0) {
+__device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* out, RowMap map, SelectSmem<NT>& sm) {
     constexpr int kWarps = NT / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int span = ((n + kWarps - 1) / kWarps + 31) & ~31;
@@ -472,7 +471,7 @@ __device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* 
         sm.red_hi[warp] = static_cast<uint32_t>(eq);
     }
     __syncthreads();
-    int o_gt = gt_before, o_eq = eq_before;  // items > T and == T before this warp's next 32
+    int o_gt = 0, o_eq = 0;  // items > T and == T before this warp's next 32
     for (int w = 0; w < warp; ++w) {
         o_gt += static_cast<int>(sm.red_lo[w]);
         o_eq += static_cast<int>(sm.red_hi[w]);
@@ -484,8 +483,8 @@ __device__ void emit_ordered(const uint32_t* keys, int n, Threshold t, int32_t* 
         const bool g = i < e && key > t.key, q = i < e && key == t.key;
         const unsigned bg = __ballot_sync(0xffffffffu, g), bq = __ballot_sync(0xffffffffu, q);
         const int rg = o_gt + __popc(bg & below), rq = o_eq + __popc(bq & below);
-        if (g) out[rg + min(rq, t.n_eq)] = map(pos0 + i);
-        if (q && rq < t.n_eq) out[rg + rq] = map(pos0 + i);
+        if (g) out[rg + min(rq, t.n_eq)] = map(i);
+        if (q && rq < t.n_eq) out[rg + rq] = map(i);
         o_gt += __popc(bg);
         o_eq += __popc(bq);
     }
@@ -904,12 +903,14 @@ __device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
 //      every CTA reads the global histogram and finds the same bin, the one holding the k-th largest key; the
 //      rounds end once that bin holds at most kGridCand keys (one round on spread rows: 1/8 of a binade) or is a
 //      single key value;
-//   3. each CTA counts its keys above the bin and in it (published per CTA) and appends those in it to the row's
+//   3. each CTA counts its keys above the bin and in it (published per CTA; also per warp, over the spans it will
+//      emit from), flags its 32-key chunks that hold a key >= the bin, and appends the keys in the bin to the row's
 //      candidate list (kGridCand at most);                                                 barrier
 //   4. every CTA stages the candidates and finds the exact k-th key T among them (select_staged; the same answer
-//      in every CTA), counts the items > T and == T in the slices before its own (the published counts plus the
-//      candidates below its first position), and writes its slice's items > T and its share of the lowest-
-//      positioned items == T straight into the row's final place in position order (emit_ordered).
+//      in every CTA), and counts the items > T and == T in the slices before its own (the published counts plus the
+//      candidates below its first position) and in each warp's span;
+//   5. each warp writes its span's items > T and its share of the lowest-positioned items == T straight into the
+//      row's final place in position order, reading only the flagged chunks.
 // The row's output is canonical (ascending, ties to the lowest positions) without the order kernel, hot slices
 // and heavy ties cost no more than spread rows (no fallback), and no CTA does the others' work.
 // Why the barriers cannot deadlock: the grid has G * rows <= SMs CTAs and each SM can hold one, whatever else is
@@ -927,6 +928,11 @@ constexpr int kGridCand = 8192;
 constexpr int kGridHist = 32;
 constexpr int kGridCnt = kGridHist + kGridBins0 + (kGridRounds - 1) * kGridBins;
 constexpr int kGridCtl = kGridCnt + 2 * kFewGMax;
+constexpr int kGridChunkWords = kFewSliceMax / 32 / 32;
+
+// Row elements per CTA of the few-rows kernel: a multiple of 4, so that each slice of a row whose start is 16-B
+// aligned is too.
+__host__ __device__ constexpr int64_t few_slice(int64_t len, int64_t G) { return ((len + G - 1) / G + 3) & ~int64_t{3}; }
 
 // All G CTAs of a row: arrive, then wait until `target` arrivals (G per barrier so far) are counted.
 __device__ __forceinline__ void grid_row_barrier(int* counter, int target) {
@@ -966,6 +972,8 @@ __global__ void __launch_bounds__(NT, 1)
                          unsigned long long* dbg) {
     __shared__ SelectSmem<NT> sm;
     __shared__ StagedSmem st;
+    __shared__ uint32_t s_chunks[kGridChunkWords];  // a bit per 32-key chunk of the slice: a key >= the final bin
+    __shared__ int s_above[NT / 32], s_in[NT / 32], s_gt[NT / 32], s_eq[NT / 32];  // per warp's span
     extern __shared__ uint32_t dyn[];  // [per] keys, then kGridCand candidate keys, then their indices
     const int G = ctas_per_row;
     const int r = static_cast<int>(blockIdx.x) / G, c = static_cast<int>(blockIdx.x) % G;
@@ -984,7 +992,7 @@ __global__ void __launch_bounds__(NT, 1)
     int* ctl = ctl_all + static_cast<int64_t>(r) * kGridCtl;
     uint32_t* ckeys = cand_keys + static_cast<int64_t>(r) * kGridCand;
     int32_t* cids = cand_idx + static_cast<int64_t>(r) * kGridCand;
-    const int per = (len + G - 1) / G;
+    const int per = static_cast<int>(few_slice(len, G));
     const int b0 = c * per;
     const int n = max(0, min(len - b0, per));
     uint32_t* keys = dyn;
@@ -996,8 +1004,22 @@ __global__ void __launch_bounds__(NT, 1)
     // 2. rounds: the global histogram of this round's digit over the keys that carry the digits chosen so far;
     //    every CTA finds the same bin, the one holding the need-th largest key. Digits of 11 bits, then 8.
     const float* row = values + static_cast<int64_t>(r) * row_stride;
+    // 16-B loads where the slice is 16-B aligned (a row stride that is a multiple of 4): the large slices of 2-4 rows
+    // need that many bytes in flight.
+    const float* src = row + b0;
+    int head = 0;
+    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+        head = n & ~3;
+        const float4* src4 = reinterpret_cast<const float4*>(src);
+        uint4* keys4 = reinterpret_cast<uint4*>(keys);
+#pragma unroll 4
+        for (int i = threadIdx.x; i < (head >> 2); i += NT) {
+            const float4 v = __ldg(src4 + i);
+            keys4[i] = make_uint4(float_key(v.x), float_key(v.y), float_key(v.z), float_key(v.w));
+        }
+    }
 #pragma unroll 8
-    for (int i = threadIdx.x; i < n; i += NT) keys[i] = float_key(__ldg(row + b0 + i));
+    for (int i = head + static_cast<int>(threadIdx.x); i < n; i += NT) keys[i] = float_key(__ldg(src + i));
     int rem = 32;  // low key bits still undecided
     uint32_t prefix = 0;
     int need = k, bin_n = len, round = 0;
@@ -1049,34 +1071,60 @@ __global__ void __launch_bounds__(NT, 1)
     const uint32_t bh = static_cast<uint32_t>(static_cast<uint64_t>(bl) + ((uint64_t{1} << rem) - 1));
     const bool cands = bin_n <= kGridCand;  // else a single key value (rem == 0): all of the bin ties
 
-    // 3. this slice's keys above the bin and in it; those in it join the row's candidates (gathered in shared
-    //    memory, then one global atomic per CTA for their place)
+    // 3. this slice's keys above the bin and in it, counted per warp over the spans that step 5 emits from (warp w:
+    //    keys [w·span, (w+1)·span)); the 32-key chunks holding a key >= the bin are flagged; the keys in the bin
+    //    join the row's candidates (gathered in shared memory, then one global atomic per CTA for their place)
+    constexpr int kWarps = NT / 32;
+    const int warp = threadIdx.x >> 5;
+    const int span = ((n + kWarps - 1) / kWarps + 31) & ~31;
+    const int wb = warp * span, we = min(n, wb + span);
+    for (int j = threadIdx.x; j < kGridChunkWords; j += NT) s_chunks[j] = 0;
     if (threadIdx.x == 0) sm.n_gt = 0;
     __syncthreads();
-    int n_above = 0, n_in = 0;
-    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count (warp_slot)
-        const int i = i0 + static_cast<int>(threadIdx.x);
-        const uint32_t key = i < n ? keys[i] : 0u;
-        const bool in = i < n && key >= bl && key <= bh;
-        n_above += i < n && key > bh;
-        n_in += in;
-        if (cands) {
-            const int slot = warp_slot(in, &sm.n_gt);
+    int w_above = 0, w_in = 0;
+    for (int i0 = wb; i0 < we; i0 += 32) {  // warp-uniform trip count
+        const int i = i0 + lane;
+        const uint32_t key = i < we ? keys[i] : 0u;
+        const bool up = i < we && key >= bl;
+        w_above += up && key > bh;
+        const unsigned b_up = __ballot_sync(0xffffffffu, up);
+        if (b_up == 0) continue;  // most chunks
+        if (lane == 0) atomicOr(&s_chunks[i0 >> 10], 1u << ((i0 >> 5) & 31));
+        const bool in = up && key <= bh;
+        w_in += in;
+        const unsigned b_in = __ballot_sync(0xffffffffu, in);
+        if (cands && b_in != 0) {
+            int base = 0;
+            if (lane == 0) base = atomicAdd(&sm.n_gt, __popc(b_in));
+            base = __shfl_sync(0xffffffffu, base, 0);
             if (in) {
+                const int slot = base + __popc(b_in & ((1u << lane) - 1u));
                 sk[slot] = key;
                 si[slot] = b0 + i;
             }
         }
     }
-    block_sum2<NT>(n_above, n_in, sm);
+    w_above = __reduce_add_sync(0xffffffffu, w_above);
+    w_in = __reduce_add_sync(0xffffffffu, w_in);
+    if (lane == 0) {
+        s_above[warp] = w_above;
+        s_in[warp] = w_in;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
+        int n_above = 0, n_in = 0;
+        for (int w = 0; w < kWarps; ++w) {
+            n_above += s_above[w];
+            n_in += s_in[w];
+        }
         ctl[kGridCnt + c] = n_above;
         ctl[kGridCnt + kFewGMax + c] = n_in;
         sm.n_eq = cands && n_in > 0 ? atomicAdd(ctl + 3, n_in) : 0;
+        sm.bin_n = n_in;
     }
     __syncthreads();
     if (cands) {
-        const int base = sm.n_eq;
+        const int base = sm.n_eq, n_in = sm.bin_n;
         for (int j = threadIdx.x; j < n_in; j += NT) {
             ckeys[base + j] = sk[j];
             cids[base + j] = si[j];
@@ -1086,10 +1134,10 @@ __global__ void __launch_bounds__(NT, 1)
     stamp(dbg0, 4);
     pdl_trigger();  // every CTA of the grid is resident: a dependent grid may take the SMs that free up
 
-    // 4. the exact k-th key, then this slice's place in the row's output
+    // 4. the exact k-th key T; the items > T and == T before this slice and in each warp's span
     // The slices' counts and the candidates are loaded together (G <= kFewGMax <= NT: one count pair per thread).
     const bool counts = static_cast<int>(threadIdx.x) < c;
-    int gt_before = counts ? __ldcg(ctl + kGridCnt + threadIdx.x) : 0;  // items > T and == T before this slice
+    int gt_before = counts ? __ldcg(ctl + kGridCnt + threadIdx.x) : 0;
     int eq_before = counts ? __ldcg(ctl + kGridCnt + kFewGMax + threadIdx.x) : 0;
     if (cands) {
 #pragma unroll 4
@@ -1098,24 +1146,63 @@ __global__ void __launch_bounds__(NT, 1)
             si[i] = __ldcg(cids + i);
         }
     }
+    if (static_cast<int>(threadIdx.x) < kWarps) {  // a warp's keys above the bin are > T; without candidates, the
+        s_gt[threadIdx.x] = s_above[threadIdx.x];   // bin is T's single value
+        s_eq[threadIdx.x] = cands ? 0 : s_in[threadIdx.x];
+    }
     block_sum2<NT>(gt_before, eq_before, sm);  // also orders the staging before the select
     Threshold t{bl, need, bin_n};
     if (cands) {  // uniform
         t = select_staged<NT>(sk, bin_n, need, bl, bh, st);
-        // Before this slice: the candidates > T join the keys above the bin; the ties are only candidates.
+        // Candidates before this slice: those > T join the keys above the bin (the ties are only candidates);
+        // candidates inside it: the counts of their warps.
         int g = 0, e = 0;
         for (int i = threadIdx.x; i < bin_n; i += NT) {
-            if (si[i] < b0) {
-                g += sk[i] > t.key;
-                e += sk[i] == t.key;
+            const int p = si[i] - b0;
+            const uint32_t key = sk[i];
+            if (p < 0) {
+                g += key > t.key;
+                e += key == t.key;
+            } else if (p < n) {
+                if (key > t.key) atomicAdd(&s_gt[p / span], 1);
+                if (key == t.key) atomicAdd(&s_eq[p / span], 1);
             }
         }
-        block_sum2<NT>(g, e, sm);
+        block_sum2<NT>(g, e, sm);  // also completes the warps' counts
         eq_before = e;
         gt_before += g;
     }
     stamp(dbg0, 5);
-    emit_ordered<NT>(keys, n, t, out, map, sm, b0, gt_before, eq_before);
+
+    // 5. each warp writes its span's items > T, and the ties among the row's lowest-positioned t.n_eq, at
+    //    (items > T before it) + min(ties before it, t.n_eq): position order, ties as the CPU reference resolves
+    //    them. Only the flagged chunks can hold any.
+    int o_gt = gt_before, o_eq = eq_before;
+    for (int w = 0; w < warp; ++w) {
+        o_gt += s_gt[w];
+        o_eq += s_eq[w];
+    }
+    const unsigned below = (1u << lane) - 1u;
+    const int c1 = (we + 31) >> 5;
+    for (int ci = wb >> 5; ci < c1;) {  // warp-uniform: the flagged chunks of this warp's span
+        const uint32_t word = s_chunks[ci >> 5] >> (ci & 31);
+        if (word == 0) {
+            ci = (ci | 31) + 1;
+            continue;
+        }
+        ci += __ffs(word) - 1;
+        if (ci >= c1) break;
+        const int i = (ci << 5) + lane;
+        const uint32_t key = i < we ? keys[i] : 0u;
+        const bool g = i < we && key > t.key, q = i < we && key == t.key;
+        const unsigned bg = __ballot_sync(0xffffffffu, g), bq = __ballot_sync(0xffffffffu, q);
+        const int rg = o_gt + __popc(bg & below), rq = o_eq + __popc(bq & below);
+        if (g) out[rg + min(rq, t.n_eq)] = map(b0 + i);
+        if (q && rq < t.n_eq) out[rg + rq] = map(b0 + i);
+        o_gt += __popc(bg);
+        o_eq += __popc(bq);
+        ++ci;
+    }
     if (dbg0 != nullptr) {
         __syncthreads();
         stamp(dbg0, 6);
@@ -1378,7 +1465,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         int64_t g_max = std::min<int64_t>(device_sm_count() / p.n_rows, std::min(kFewGMax, half ? 512 : 1024));
         if (g_max >= 16) g_max &= ~int64_t{7};
         const int G = static_cast<int>(want < g_max ? want : g_max);
-        const int64_t per_max = (p.row_stride + G - 1) / G;
+        const int64_t per_max = few_slice(p.row_stride, G);
         if (per_max <= kFewSliceMax) {
             per_device_once([] {
                 const int bytes = static_cast<int>((kFewSliceMax + 2 * kGridCand) * sizeof(uint32_t));

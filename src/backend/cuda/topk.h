@@ -52,7 +52,7 @@ struct TopkTuning {
     // <= few_max_rows long rows: 1 one kernel of G CTAs per row (a radix select shared by the row's CTAs, which
     // meet at barriers); 0: the three kernels above.
     int few_rows = 1;
-    int few_max_rows = 2;                       // few-rows kernel for batches of <= this many rows (at most 4)
+    int few_max_rows = 4;                       // few-rows kernel for batches of <= this many rows (at most 4)
     int few_threads = 0;                        // few-rows kernel: 512 or 1024 (0) threads per CTA
     int few_slice_min = 0;                      // few-rows kernel: row elements per CTA at least (sets G); 0: 2048
     unsigned long long* debug_times = nullptr;  // few-rows (CTA 0) and order kernels: device [16], globaltimer
