@@ -8,20 +8,43 @@
 
 namespace megactx::cuda {
 
+// launch_ex and launch_coop below: PDL when `pdl`, cooperative when `coop`.
 template <class... KArgs, class... Args>
-cudaError_t launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                      Args... args) {
+cudaError_t launch_attrs(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                         bool coop, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (coop) {
+        attr[n].id = cudaLaunchAttributeCooperative;
+        attr[n++].val.cooperative = 1;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+}
+
+template <class... KArgs, class... Args>
+cudaError_t launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                      Args... args) {
+    return launch_attrs(kern, grid, block, smem, stream, pdl, false, args...);
+}
+
+// launch_ex for a kernel whose CTAs wait for each other: a cooperative launch, which the driver refuses
+// (cudaErrorCooperativeLaunchTooLarge) unless every CTA can be resident at once on the SMs this context may use
+// (under MPS or green contexts, fewer than the device has).
+template <class... KArgs, class... Args>
+cudaError_t launch_coop(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                        Args... args) {
+    return launch_attrs(kern, grid, block, smem, stream, pdl, true, args...);
 }
 
 }  // namespace megactx::cuda

@@ -66,6 +66,7 @@
 // warp (select_staged), not a block scan.
 
 #include <algorithm>
+#include <atomic>
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/launch_ex.cuh"
@@ -916,7 +917,8 @@ __device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
 // Why the barriers cannot deadlock: the grid has G * rows <= SMs CTAs and each SM can hold one, whatever else is
 // resident, once the kernels before it drain (the init kernel waits for them; they do not wait for this one), and
 // this grid lets a dependent grid launch (griddepcontrol.launch_dependents) only after its last barrier, when all
-// of its CTAs are resident.
+// of its CTAs are resident. The launch is cooperative, so a context with fewer usable SMs than the device reports
+// (MPS, green contexts) gets an error instead of a hang, and launch_topk then takes the other kernels.
 constexpr int kGridDigit0 = 11;  // round 0: the keys' top 11 bits (kBins bins)
 constexpr int kGridDigit = 8;    // later rounds
 constexpr int kGridBins0 = 1 << kGridDigit0;
@@ -1430,6 +1432,17 @@ bool topk_supported(int64_t k, int64_t row_stride) {
     return k >= 1 && k <= kMaxK && row_stride >= 0 && row_stride <= (int64_t{1} << 24);
 }
 
+namespace {
+// Whether the current device refused the few-rows kernel's cooperative launch (set: record that it did).
+bool few_refused(bool set) {
+    static std::atomic<bool> refused[kMaxDevices] = {};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return true;
+    if (set) refused[dev].store(true, std::memory_order_relaxed);
+    return refused[dev].load(std::memory_order_relaxed);
+}
+}  // namespace
+
 void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (p.n_rows <= 0 || p.k <= 0) return;
     const int k = static_cast<int>(p.k);
@@ -1439,7 +1452,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
     // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
     const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
-    const bool few = tu.few_rows != 0 && ev == nullptr && p.n_rows <= few_max_rows &&
+    const bool few = tu.few_rows != 0 && ev == nullptr && !few_refused(false) && p.n_rows <= few_max_rows &&
                      p.n_rows <= device_sm_count() && p.row_stride > kFewMinStride &&
                      p.scratch_bytes >= topk_scratch_bytes(p.n_rows, p.row_stride, p.k);
     const auto launch_short = [&] {
@@ -1480,11 +1493,16 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
             launch_ex(topk_few_init_kernel, dim3(1), dim3(256), 0, stream, pdl, ctl,
                       static_cast<int>(p.n_rows * kGridCtl));
             const size_t smem = static_cast<size_t>(per_max + 2 * kGridCand) * sizeof(uint32_t);
-            launch_ex(half ? topk_few_grid_kernel<512> : topk_few_grid_kernel<1024>,
-                      dim3(rows * static_cast<unsigned>(G)), dim3(half ? 512 : 1024), smem, stream, pdl, p.values,
-                      p.lengths, p.row_stride, k, G, ctl, reinterpret_cast<uint32_t*>(rest + fl.keys),
-                      reinterpret_cast<int32_t*>(rest + fl.ids), p.out_idx, p.slots, tu.debug_times);
-            return;
+            // Cooperative: the driver refuses the grid unless all of its CTAs fit at once (they wait for each other).
+            // Refused (MPS or a green context with fewer SMs than the device), this device takes the other paths.
+            const cudaError_t e = launch_coop(
+                half ? topk_few_grid_kernel<512> : topk_few_grid_kernel<1024>, dim3(rows * static_cast<unsigned>(G)),
+                dim3(half ? 512 : 1024), smem, stream, pdl, p.values, p.lengths, p.row_stride, k, G, ctl,
+                reinterpret_cast<uint32_t*>(rest + fl.keys), reinterpret_cast<int32_t*>(rest + fl.ids), p.out_idx,
+                p.slots, tu.debug_times);
+            if (e == cudaSuccess) return;
+            (void)cudaGetLastError();
+            few_refused(true);
         }
     }
     if (p.row_stride <= kShortMaxStride) return launch_short();
