@@ -1,14 +1,18 @@
-// The long-row top-k's plan (src/backend/cuda/topk_plan.h), without a GPU: the filter's work items, and the sample:
-// sample positions stay inside the row, and on rows of 1M the estimated threshold leaves between k and the candidate
-// capacity of items above it, also on rows whose neighbours are correlated. A row outside that range takes the one-CTA
-// whole-row select, ~8x slower for a call of 64 rows (session 11: sampling groups of 16 neighbours instead of 4 did
-// that on correlated rows).
+// The top-k's plan (src/backend/cuda/topk_plan.h), without a GPU:
+// - long rows: the filter's work items, and the sample: sample positions stay inside the row, and on rows of 1M the
+//   estimated threshold leaves between k and the candidate capacity of items above it, also on rows whose neighbours
+//   are correlated. A row outside that range takes the one-CTA whole-row select, ~8x slower for a call of 64 rows
+//   (session 11: sampling groups of 16 neighbours instead of 4 did that on correlated rows);
+// - few rows: a step-by-step CPU model of topk_few_grid_kernel's shared select (its digit rounds, bins and slices come
+//   from the same header) against the reference on spread, hot, tied, narrow, clustered and extreme rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -140,6 +144,182 @@ TEST(TopkPlan, FilterChunk) {
             EXPECT_TRUE(c == 65536 || items <= 4 * 132) << rows << " x " << stride << ": " << items << " items";
             if (c > 1024) EXPECT_GT(rows * ((stride + c / 2 - 1) / (c / 2)), 4 * 132) << "not the smallest";
         }
+}
+
+// ---- the few-rows kernel's shared select (topk_few_grid_kernel), modelled step by step on the CPU ----
+// Order-preserving key (topk.cu's float_key: -0 and +0 are one key).
+uint32_t key_of(float f) {
+    uint32_t u = std::bit_cast<uint32_t>(f);
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The kernel's algorithm over a row split into G slices of few_slice(len, G): the digit rounds on summed slice
+// histograms, the per-slice counts above and in the final bin, the exact k-th key among the candidates (or the bin's
+// single value), and each slice's emission at its published offsets. Returns the row's output (k indices, -1 padded).
+std::vector<int32_t> grid_select_model(const std::vector<float>& row, int k, int G, int* rounds_out = nullptr) {
+    const int len = static_cast<int>(row.size());
+    std::vector<int32_t> out(static_cast<size_t>(k), -1);
+    if (len <= k) {
+        for (int i = 0; i < len; ++i) out[static_cast<size_t>(i)] = i;
+        return out;
+    }
+    std::vector<uint32_t> keys(row.size());
+    for (size_t i = 0; i < row.size(); ++i) keys[i] = key_of(row[i]);
+    int rem = 32, need = k, bin_n = len, round = 0;
+    uint32_t prefix = 0;
+    while (ts::grid_more_rounds(round, rem, bin_n)) {
+        const int w = ts::grid_digit_bits(round, rem), shift = rem - w;
+        std::vector<int64_t> hist(size_t{1} << w, 0);
+        for (const uint32_t key : keys)
+            if ((static_cast<uint64_t>(key) >> rem) == prefix) ++hist[(key >> shift) & ((1u << w) - 1)];
+        int64_t above = 0;
+        int b = static_cast<int>(hist.size()) - 1;
+        while (above + hist[static_cast<size_t>(b)] < need) above += hist[static_cast<size_t>(b--)];
+        prefix = (prefix << w) | static_cast<uint32_t>(b);
+        need -= static_cast<int>(above);
+        bin_n = static_cast<int>(hist[static_cast<size_t>(b)]);
+        rem = shift;
+        ++round;
+        EXPECT_LE(round, ts::kGridRounds);
+    }
+    if (rounds_out) *rounds_out = round;
+    const uint32_t bl = ts::grid_bin_lo(prefix, rem), bh = ts::grid_bin_hi(bl, rem);
+    const bool cands = bin_n <= ts::kGridCand;
+    if (!cands) {
+        EXPECT_EQ(rem, 0) << "a bin over the candidate capacity must be a single key value";
+    }
+    const int per = static_cast<int>(ts::few_slice(len, G));
+    EXPECT_GE(static_cast<int64_t>(per) * G, len);
+    std::vector<int> n_above(static_cast<size_t>(G), 0), n_in(static_cast<size_t>(G), 0);
+    std::vector<std::pair<uint32_t, int>> cand;
+    for (int c = 0; c < G; ++c)
+        for (int i = c * per; i < std::min(len, (c + 1) * per); ++i) {
+            const uint32_t key = keys[static_cast<size_t>(i)];
+            n_above[static_cast<size_t>(c)] += key > bh;
+            if (key >= bl && key <= bh) {
+                ++n_in[static_cast<size_t>(c)];
+                if (cands) cand.emplace_back(key, i);
+            }
+        }
+    EXPECT_EQ(std::accumulate(n_in.begin(), n_in.end(), 0), bin_n);
+    uint32_t t = bl;  // the k-th key
+    int n_eq = need;  // the items == t that belong to the top k
+    if (cands) {
+        std::vector<uint32_t> ck;
+        for (const auto& e : cand) ck.push_back(e.first);
+        std::nth_element(ck.begin(), ck.begin() + (need - 1), ck.end(), std::greater<uint32_t>());
+        t = ck[static_cast<size_t>(need - 1)];
+        n_eq = need - static_cast<int>(std::count_if(ck.begin(), ck.end(), [&](uint32_t x) { return x > t; }));
+    }
+    std::vector<int> written(static_cast<size_t>(k), 0);
+    for (int c = 0; c < G; ++c) {
+        const int b0 = c * per;
+        int gt = 0, eq = 0;  // items > t and == t before this slice
+        for (int j = 0; j < c; ++j) gt += n_above[static_cast<size_t>(j)];
+        if (cands) {
+            for (const auto& e : cand)
+                if (e.second < b0) {
+                    gt += e.first > t;
+                    eq += e.first == t;
+                }
+        } else {
+            for (int j = 0; j < c; ++j) eq += n_in[static_cast<size_t>(j)];
+        }
+        for (int i = b0; i < std::min(len, b0 + per); ++i) {
+            const uint32_t key = keys[static_cast<size_t>(i)];
+            int slot = -1;
+            if (key > t) slot = gt++ + std::min(eq, n_eq);
+            else if (key == t && eq++ < n_eq) slot = gt + eq - 1;
+            if (slot < 0) continue;
+            EXPECT_TRUE(slot >= 0 && slot < k) << "slot " << slot;
+            if (slot < 0 || slot >= k) return out;
+            out[static_cast<size_t>(slot)] = i;
+            ++written[static_cast<size_t>(slot)];
+        }
+    }
+    for (int s = 0; s < k; ++s) EXPECT_EQ(written[static_cast<size_t>(s)], 1) << "output slot " << s;
+    return out;
+}
+
+// The reference: the k largest, ties to the lowest indices, ascending.
+std::vector<int32_t> reference_topk(const std::vector<float>& row, int k) {
+    const int len = static_cast<int>(row.size());
+    std::vector<int32_t> idx(row.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    const int m = std::min(k, len);
+    std::partial_sort(idx.begin(), idx.begin() + m, idx.end(), [&](int32_t a, int32_t b) {
+        const uint32_t ka = key_of(row[static_cast<size_t>(a)]), kb = key_of(row[static_cast<size_t>(b)]);
+        return ka != kb ? ka > kb : a < b;
+    });
+    std::vector<int32_t> out(idx.begin(), idx.begin() + m);
+    std::sort(out.begin(), out.end());
+    out.resize(static_cast<size_t>(k), -1);
+    return out;
+}
+
+void check_grid(const char* name, const std::vector<float>& row, int k, int G, int want_rounds = 0) {
+    int rounds = 0;
+    const std::vector<int32_t> got = grid_select_model(row, k, G, &rounds);
+    EXPECT_EQ(got, reference_topk(row, k)) << name << ", k " << k << ", G " << G;
+    if (want_rounds > 0) {
+        EXPECT_EQ(rounds, want_rounds) << name;
+    }
+}
+
+TEST(TopkPlan, GridSelectDigits) {
+    EXPECT_EQ(ts::grid_digit_bits(0, 32), 11);
+    EXPECT_EQ(ts::grid_digit_bits(1, 21), 8);
+    EXPECT_EQ(ts::grid_digit_bits(3, 5), 5);  // 11 + 8 + 8 + 5 = 32 bits in kGridRounds = 4 rounds
+    EXPECT_EQ(ts::kGridRounds, 4);
+    EXPECT_EQ(ts::grid_bin_lo(0, 32), 0u);
+    EXPECT_EQ(ts::grid_bin_lo(0x7ffu, 21), 0xffe00000u);
+    EXPECT_EQ(ts::grid_bin_hi(0xffe00000u, 21), 0xffffffffu);  // the top bin: no overflow
+    EXPECT_EQ(ts::grid_bin_hi(0x12345678u, 0), 0x12345678u);
+    for (const int64_t len : {8193, 9000, 131072, 131075, 1 << 20})
+        for (const int64_t g : {1, 4, 7, 64, 128, 132}) {
+            const int64_t per = ts::few_slice(len, g);
+            EXPECT_EQ(per % 4, 0);
+            EXPECT_GE(per * g, len);
+            EXPECT_LT((per - 4) * g, len) << "slices no longer than needed";
+        }
+}
+
+// Spread rows take one round; ties, narrow ranges and extremes take more, or end in a single tied value.
+TEST(TopkPlan, GridSelectModelMatchesReference) {
+    Normal nd(77);
+    std::vector<float> row(300007);
+    for (float& v : row) v = nd();
+    check_grid("normal", row, 2048, 128, 1);
+    check_grid("normal", row, 1, 7);
+    check_grid("normal", row, 16384, 33);
+    std::vector<float> hot = row;  // sinks and a recent window: a few slices hold most of the top k
+    for (int i = 0; i < 300; ++i) hot[static_cast<size_t>(i)] += 8.f;
+    for (size_t i = hot.size() - 1500; i < hot.size(); ++i) hot[i] += 8.f;
+    check_grid("hot windows", hot, 2048, 128);
+    std::vector<float> relu(row.size(), 0.f);  // 99.9% zeros of either sign: the k-th key ties with ~300K others
+    for (size_t i = 0; i < relu.size(); ++i) relu[i] = i % 1000 == 7 ? std::fabs(row[i]) : (i % 2 ? 0.f : -0.f);
+    check_grid("relu zeros", relu, 2048, 64);
+    check_grid("all equal", std::vector<float>(70001, 3.5f), 2048, 16);
+    std::vector<float> narrow(1 << 18);  // consecutive floats: every key distinct, all in one top-11-bit bin
+    float x = 1.0f;
+    for (float& v : narrow) {
+        v = x;
+        x = std::nextafter(x, 2.0f);
+    }
+    std::shuffle(narrow.begin(), narrow.end(), nd.rng);
+    check_grid("consecutive floats", narrow, 2048, 128, 2);
+    std::vector<float> clustered(200003);  // values in 65536 steps of one ulp, each ~3 times: ties inside the bin
+    for (float& v : clustered) v = std::bit_cast<float>(0x3f800000u + static_cast<uint32_t>(nd.rng() & 0xffffu));
+    check_grid("clustered", clustered, 2048, 100);
+    check_grid("clustered", clustered, 9000, 100);
+    std::vector<float> extreme = row;
+    const float specials[] = {INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1e-40f, 0.f, -0.f};
+    for (size_t i = 0; i < extreme.size(); i += 3) extreme[i] = specials[nd.rng() % 9];
+    check_grid("extremes", extreme, 2048, 128);
+    check_grid("extremes", extreme, 1, 3);
+    check_grid("short", std::vector<float>(row.begin(), row.begin() + 2049), 2048, 1);
+    check_grid("at k", std::vector<float>(row.begin(), row.begin() + 2048), 2048, 4);
 }
 
 }  // namespace

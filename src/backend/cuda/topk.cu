@@ -919,22 +919,19 @@ __device__ __forceinline__ void stamp(unsigned long long* dbg, int i) {
 // this grid lets a dependent grid launch (griddepcontrol.launch_dependents) only after its last barrier, when all
 // of its CTAs are resident. The launch is cooperative, so a context with fewer usable SMs than the device reports
 // (MPS, green contexts) gets an error instead of a hang, and launch_topk then takes the other kernels.
-constexpr int kGridDigit0 = 11;  // round 0: the keys' top 11 bits (kBins bins)
-constexpr int kGridDigit = 8;    // later rounds
-constexpr int kGridBins0 = 1 << kGridDigit0;
-constexpr int kGridBins = 1 << kGridDigit;
-constexpr int kGridRounds = 1 + (32 - kGridDigit0 + kGridDigit - 1) / kGridDigit;
-constexpr int kGridCand = 8192;
+// The digit rounds, bins and slices: topk_plan.h (shared with a CPU model of this kernel, tests/unit).
+using topk_plan::few_slice;
+using topk_plan::kGridCand;
+using topk_plan::kGridDigit0;
+using topk_plan::kGridRounds;
+constexpr int kGridBins0 = 1 << kGridDigit0;  // round 0's bins (kBins)
+constexpr int kGridBins = 1 << topk_plan::kGridDigit;
 // Per-row control words: [0] barrier arrivals, [3] candidates, [kGridHist ..) round 0's histogram (kGridBins0), then
 // the later rounds' (kGridBins each), [kGridCnt + c] CTA c's keys above the final bin, [kGridCnt + kFewGMax + c] in it.
 constexpr int kGridHist = 32;
 constexpr int kGridCnt = kGridHist + kGridBins0 + (kGridRounds - 1) * kGridBins;
 constexpr int kGridCtl = kGridCnt + 2 * kFewGMax;
 constexpr int kGridChunkWords = kFewSliceMax / 32 / 32;
-
-// Row elements per CTA of the few-rows kernel: a multiple of 4, so that each slice of a row whose start is 16-B
-// aligned is too.
-__host__ __device__ constexpr int64_t few_slice(int64_t len, int64_t G) { return ((len + G - 1) / G + 3) & ~int64_t{3}; }
 
 // All G CTAs of a row: arrive, then wait until `target` arrivals (G per barrier so far) are counted.
 __device__ __forceinline__ void grid_row_barrier(int* counter, int target) {
@@ -1026,8 +1023,8 @@ __global__ void __launch_bounds__(NT, 1)
     uint32_t prefix = 0;
     int need = k, bin_n = len, round = 0;
 #pragma unroll 1
-    while (round == 0 || (rem > 0 && bin_n > kGridCand)) {  // uniform: every CTA reads the same histograms
-        const int w = round == 0 ? kGridDigit0 : (rem < kGridDigit ? rem : kGridDigit);
+    while (topk_plan::grid_more_rounds(round, rem, bin_n)) {  // uniform: every CTA reads the same histograms
+        const int w = topk_plan::grid_digit_bits(round, rem);
         const int shift = rem - w;
         int* h = st.hist[0];
         for (int b = threadIdx.x; b < (1 << w); b += NT) h[b] = 0;
@@ -1069,8 +1066,8 @@ __global__ void __launch_bounds__(NT, 1)
     }
     stamp(dbg0, 3);
     // The bin [bl, bh] holds the need-th largest key of the row (need >= 1) among its bin_n keys.
-    const uint32_t bl = rem >= 32 ? 0u : prefix << rem;
-    const uint32_t bh = static_cast<uint32_t>(static_cast<uint64_t>(bl) + ((uint64_t{1} << rem) - 1));
+    const uint32_t bl = topk_plan::grid_bin_lo(prefix, rem);
+    const uint32_t bh = topk_plan::grid_bin_hi(bl, rem);
     const bool cands = bin_n <= kGridCand;  // else a single key value (rem == 0): all of the bin ties
 
     // 3. this slice's keys above the bin and in it, counted per warp over the spans that step 5 emits from (warp w:

@@ -3,7 +3,8 @@
 // - the sample (step 1): which positions of a row it reads and which sample rank becomes the estimated threshold
 //   T_est. The estimate must leave at least k and at most the candidate capacity of a row's items above T_est, or the
 //   row falls back to the one-CTA whole-row select (~8x slower for a call of 64 rows of 1M);
-// - the filter's work items (step 2).
+// - the filter's work items (step 2);
+// - the few-rows kernel's shared radix select (topk_few_grid_kernel): its digit rounds, bins and slices.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,36 @@ inline int filter_chunk(int64_t n_rows, int64_t row_stride, int64_t n_sm, int ch
     while (chunk < chunk_max && n_rows * ((row_stride + chunk - 1) / chunk) > 4 * n_sm) chunk *= 2;
     return chunk;
 }
+
+// ---- few rows (decode): the radix select that a row's G CTAs run together (topk_few_grid_kernel) ----
+// Rounds of digits of the order-preserving 32-bit keys, from the top: round 0 takes the top kGridDigit0 bits (sign,
+// exponent, 2 mantissa bits: 1/8 of a binade), later rounds kGridDigit bits of the keys that carry the digits chosen
+// so far. The rounds stop once the bin that holds the k-th key has at most kGridCand keys (they are then selected
+// among exactly) or is a single key value (they all tie).
+constexpr int kGridDigit0 = 11;
+constexpr int kGridDigit = 8;
+constexpr int kGridRounds = 1 + (32 - kGridDigit0 + kGridDigit - 1) / kGridDigit;  // at most
+constexpr int kGridCand = 8192;
+
+// Bits of round `round`'s digit, with rem low key bits still undecided (32 before round 0).
+MEGACTX_HOST_DEVICE inline int grid_digit_bits(int round, int rem) {
+    return round == 0 ? kGridDigit0 : (rem < kGridDigit ? rem : kGridDigit);
+}
+
+// Whether another round runs, after `round` rounds left rem undecided bits and bin_n keys in the chosen bin.
+MEGACTX_HOST_DEVICE inline bool grid_more_rounds(int round, int rem, int bin_n) {
+    return round == 0 || (rem > 0 && bin_n > kGridCand);
+}
+
+// The keys [lo, hi] of the bin whose keys carry `prefix` above their rem low bits (rem <= 32): hi from lo.
+MEGACTX_HOST_DEVICE inline uint32_t grid_bin_lo(uint32_t prefix, int rem) { return rem >= 32 ? 0u : prefix << rem; }
+MEGACTX_HOST_DEVICE inline uint32_t grid_bin_hi(uint32_t lo, int rem) {
+    return static_cast<uint32_t>(static_cast<uint64_t>(lo) + ((uint64_t{1} << rem) - 1));
+}
+
+// Row elements per CTA for a row of len over G CTAs: a multiple of 4, so that each slice of a row whose start is 16-B
+// aligned is too (the kernel's 16-B loads).
+MEGACTX_HOST_DEVICE constexpr int64_t few_slice(int64_t len, int64_t G) { return ((len + G - 1) / G + 3) & ~int64_t{3}; }
 
 }  // namespace megactx::topk_plan
 
