@@ -478,6 +478,7 @@ constexpr int kWsRegs = 168;                                // ptxas's count und
 constexpr int kWsProducerRegs = 40, kWsMathRegs = 232;      // setmaxnreg: 40 + 2 · 232 = 3 · 168
 static_assert(kWsProducerRegs + 2 * kWsMathRegs == 3 * kWsRegs);
 static_assert(kWsSmem <= 232448);
+static_assert(sizeof(IndexerLogitsParams) <= 128, "kernel parameters over 128 B slowed kernel 3 (indexer_logits.h)");
 constexpr int kQChunks = kGroup * kHeads * kDim / 16;  // 16-B chunks of the group's q8
 constexpr int kQPer = (kQChunks + kWsThreads - 1) / kWsThreads;
 

@@ -99,7 +99,7 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         lp.row_begin = r0;
         lp.row_end = r1;
         lp.n_seq = p.n_seq;
-        lp.max_seq_rows = p.max_seq_rows;
+        lp.max_seq_rows = static_cast<int32_t>(std::min<int64_t>(p.max_seq_rows, INT32_MAX));
         lp.max_context = p.max_context;
         lp.out = scores;
         lp.out_stride = stride;
