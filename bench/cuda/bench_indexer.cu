@@ -5,7 +5,9 @@
 //           L = 128K, 256K, 512K, 1M: effective TB/s over 132 · L · batch bytes vs the 4.23 TB/s copy bandwidth;
 //           batch 1 also with the exact top-2048 (topk.h) after each launch (decode_topk_graph: the default top-k,
 //           for <= 2 rows the few-rows kernel; kernel 2 also: decode_topk_chain_graph, the three-kernel chain
-//           (few_rows = 0)); batch 64 also as scores + the top-2048 of every row (decode_topk, plain launches);
+//           (few_rows = 0), and decode_topk_fused_graph, as indexer_topk.cu runs decode: plan kernel zeroing the
+//           select's control words, kernel 2 counting its first histogram, the prepared select); batch 64 also as
+//           scores + the top-2048 of every row (decode_topk, plain launches);
 //   each for kernel 1 (mma.sync) and kernel 2 (wgmma) of indexer_logits;
 //   prefill, kernels 1, 2 and 3 (warp-specialised): 4096 queries (positions L − 4096 .. L − 1) of one sequence over
 //           L = 16K, 32K, 64K keys, and 64 queries at L = 1M (the model's row block under its scratch budget):
@@ -280,7 +282,10 @@ int main(int argc, char** argv) {
                 // adds the exact top-2048 of each launch's scores (the whole decode selection).
                 // with_topk 2 (kernel 2 only): the top-k on its three-kernel chain (TopkTuning::few_rows = 0),
                 // the path decode took before the few-rows kernel.
-                for (int with_topk = 0; with_topk < (kernel == 2 ? 3 : 2); ++with_topk) {
+                // with_topk 3 (kernel 2, one query): as indexer_topk.cu runs decode, the plan kernel zeroes the
+                // few-rows select's control words and kernel 2 counts its first histogram (decode_topk_fused_graph;
+                // it includes the plan kernel, which the other rows leave out).
+                for (int with_topk = 0; with_topk < (kernel == 2 ? (qps == 1 ? 4 : 3) : 2); ++with_topk) {
                     cuda::TopkTuning tt = topk_base;
                     if (with_topk == 2) tt.few_rows = 0;
                     cuda::topk_set_tuning(tt);
@@ -288,6 +293,27 @@ int main(int argc, char** argv) {
                     setup(1, qps, L, n_rot);
                     auto enqueue = [&]() {
                         for (int r = 0; r < n_rot; ++r) {
+                            if (with_topk == 3) {
+                                cuda::TopkParams tp = topk_params(qps, L, r);
+                                const cuda::TopkGridCtl gc = cuda::topk_grid_ctl(tp);
+                                IndexerPlanParams pp;
+                                pp.pos = d_pos;
+                                pp.seq = d_seq;
+                                pp.row_begin = 0;
+                                pp.row_end = qps;
+                                pp.plan = d_plan + r * plan_ints;
+                                pp.lengths = d_len + r * max_rows;
+                                pp.table_offset = d_toff + r;
+                                pp.zero = gc.ctl;
+                                pp.zero_n = gc.n_ints;
+                                launch_indexer_plan(pp, stream);
+                                const IndexerLogitsHist hist{gc.hist0, gc.row_stride};
+                                bool done = false;
+                                launch_indexer_logits(params(1, qps, L, r, kernel), stream, &hist, &done);
+                                tp.grid_prepared = gc.ctl == nullptr ? 0 : done ? 2 : 1;
+                                cuda::launch_topk(tp, stream);
+                                continue;
+                            }
                             launch_indexer_logits(params(1, qps, L, r, kernel), stream);
                             if (with_topk) cuda::launch_topk(topk_params(qps, L, r), stream);
                         }
@@ -319,7 +345,8 @@ int main(int argc, char** argv) {
                     cuda::topk_set_tuning(topk_base);
                     const char* kind = with_topk == 0   ? "decode_graph"
                                        : with_topk == 1 ? "decode_topk_graph"
-                                                        : "decode_topk_chain_graph";
+                                       : with_topk == 2 ? "decode_topk_chain_graph"
+                                                        : "decode_topk_fused_graph";
                     results.push_back(
                         {kind, kernel, 1, qps, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
                 }

@@ -37,10 +37,10 @@ namespace {
 constexpr int64_t kHeads = 64, kRank = 512, kRope = 64, kIdxHeads = 32, kIdxDim = 128, kTopk = 2048, kBlock = 64;
 constexpr float kTheta = 1e6f;
 
-#define CK(expr)                                                                                  \
-    do {                                                                                          \
-        const cudaError_t e_ = (expr);                                                            \
-        MEGACTX_CHECK(e_ == cudaSuccess, "{}: {}", #expr, cudaGetErrorString(e_));                \
+#define CK(expr)                                                                   \
+    do {                                                                           \
+        const cudaError_t e_ = (expr);                                             \
+        MEGACTX_CHECK(e_ == cudaSuccess, "{}: {}", #expr, cudaGetErrorString(e_)); \
     } while (0)
 
 double median(std::vector<double> v) {
@@ -84,14 +84,15 @@ int main(int argc, char** argv) {
         const int64_t row_bytes = fp8_latent_row_bytes(kRank, kRope);
         Tensor latent = ops.alloc(DType::F8_E4M3, {n_slots, row_bytes});
         Tensor index = ops.alloc(DType::F8_E4M3, {n_blocks, fp8_indexer_block_bytes(kIdxDim)});
-        cuda::fill_kv_random(latent.data, cuda::KvFillKind::kLatent, cuda::KvFillFormat::kFp8, n_slots, kRank, kRope, 1);
+        cuda::fill_kv_random(latent.data, cuda::KvFillKind::kLatent, cuda::KvFillFormat::kFp8, n_slots, kRank, kRope,
+                             1);
         cuda::fill_kv_random(index.data, cuda::KvFillKind::kIndexer, cuda::KvFillFormat::kFp8, n_slots, kIdxDim, 0, 2);
 
         std::mt19937 rng(7);
-        Tensor kv_a = random_f32(ops, {1, kRank + kRope}, rng, 1.0f);      // [1, 576] raw kv_a_proj output
-        Tensor k_raw = random_f32(ops, {1, kIdxDim}, rng, 1.0f);          // [1, 128] raw indexer key
-        Tensor iq = random_f32(ops, {1, kIdxHeads, kIdxDim}, rng, 1.0f);  // [1, 32, 128] indexer query (RoPE'd)
-        Tensor gates = random_f32(ops, {1, kIdxHeads}, rng, 1.0f);        // [1, 32]
+        Tensor kv_a = random_f32(ops, {1, kRank + kRope}, rng, 1.0f);        // [1, 576] raw kv_a_proj output
+        Tensor k_raw = random_f32(ops, {1, kIdxDim}, rng, 1.0f);             // [1, 128] raw indexer key
+        Tensor iq = random_f32(ops, {1, kIdxHeads, kIdxDim}, rng, 1.0f);     // [1, 32, 128] indexer query (RoPE'd)
+        Tensor gates = random_f32(ops, {1, kIdxHeads}, rng, 1.0f);           // [1, 32]
         Tensor q = random_f32(ops, {1, kHeads, kRank + kRope}, rng, 0.05f);  // [1, 64, 576] absorbed query
         Tensor slots_out = ops.alloc(DType::I32, {1, kTopk});
         Tensor lat_out = ops.alloc(DType::F32, {1, kHeads, kRank});
@@ -107,9 +108,14 @@ int main(int argc, char** argv) {
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
 
-        nlohmann::json out = {{"bench", "bench_layer"}, {"device", dev.name}, {"date", bench::utc_now()},
-                              {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)}, {"batch", 1},
-                              {"cuda_graph", true}, {"cold_l2", true}, {"results", nlohmann::json::array()}};
+        nlohmann::json out = {{"bench", "bench_layer"},
+                              {"device", dev.name},
+                              {"date", bench::utc_now()},
+                              {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)},
+                              {"batch", 1},
+                              {"cuda_graph", true},
+                              {"cold_l2", true},
+                              {"results", nlohmann::json::array()}};
         std::printf("%9s  %-34s %10s %10s %12s\n", "L", "step", "µs", "floor µs", "% of floor");
         for (const int64_t L : contexts) {
             const Tensor pos = ops.upload_i32({static_cast<int32_t>(L)});
@@ -124,6 +130,7 @@ int main(int argc, char** argv) {
             ip.map.table_offset = toff.i32();
             ip.map.tables = tables.i32();
             ip.map.n_seq = 1;
+            ip.map.max_seq_rows = 1;  // as BatchPlan records it for a decode step
             ip.map.max_context = L + 1;
             ip.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kIdxDim));
             ip.head_scale = 1.0f / std::sqrt(static_cast<float>(kIdxHeads));
@@ -145,12 +152,21 @@ int main(int argc, char** argv) {
                 std::function<void()> run;
                 double floor_bytes;
             };
-            const double idx_bytes = 132.0 * static_cast<double>(L + 1), mla_bytes = static_cast<double>(kTopk * row_bytes);
+            const double idx_bytes = 132.0 * static_cast<double>(L + 1),
+                         mla_bytes = static_cast<double>(kTopk * row_bytes);
             const std::vector<Step> steps = {
-                {"full layer (writes+indexer+mla)", [&] { cache_writes(); ops.indexer_topk(ip); ops.sparse_mla(sp); },
+                {"full layer (writes+indexer+mla)",
+                 [&] {
+                     cache_writes();
+                     ops.indexer_topk(ip);
+                     ops.sparse_mla(sp);
+                 },
                  idx_bytes + mla_bytes},
                 {"shared layer (latent write+mla)",
-                 [&] { ops.latent_cache_write(kv_a, norm_w, 1e-6f, pos, kTheta, slot, latent); ops.sparse_mla(sp); },
+                 [&] {
+                     ops.latent_cache_write(kv_a, norm_w, 1e-6f, pos, kTheta, slot, latent);
+                     ops.sparse_mla(sp);
+                 },
                  mla_bytes},
                 {"  cache writes", cache_writes, 0.0},
                 {"  indexer scores + top-2048", [&] { ops.indexer_topk(ip); }, idx_bytes},
@@ -181,7 +197,9 @@ int main(int argc, char** argv) {
                 const double t = median(us), floor_us = s.floor_bytes / 4.23e12 * 1e6;
                 std::printf("%9lld  %-34s %10.1f %10.1f %11.0f%%\n", static_cast<long long>(L), s.name, t, floor_us,
                             floor_us > 0 ? 100.0 * floor_us / t : 0.0);
-                out["results"].push_back({{"context", L}, {"step", s.name}, {"us_median", t},
+                out["results"].push_back({{"context", L},
+                                          {"step", s.name},
+                                          {"us_median", t},
                                           {"us_min", *std::min_element(us.begin(), us.end())},
                                           {"floor_us", floor_us}});
             }

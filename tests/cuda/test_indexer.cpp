@@ -488,6 +488,92 @@ TEST(IndexerCuda, LogitsPrefillChunkWithRowRange) {
     for (int kernel : {2, 3}) check_logits({20001, 700}, {33, 16}, 0, -1, 9, kernel);
 }
 
+// Rows of `out` (slots from the composition) whose top-k set differs from the CPU reference beyond fp32 near-ties.
+int64_t rows_off_reference(const Scenario& sc, const QuantQ& qq, const std::vector<int32_t>& out, int64_t n,
+                           int64_t topk) {
+    std::vector<double> val, mag;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        reference_row(sc, qq, i, val, mag);
+        const int32_t s = sc.seq[static_cast<size_t>(i)];
+        const auto n_t = static_cast<int64_t>(val.size()), k = std::min(topk, n_t);
+        // slot → position of this sequence
+        std::vector<int32_t> got;
+        for (int64_t j = 0; j < topk; ++j) {
+            const int32_t slot = out[static_cast<size_t>(i * topk + j)];
+            if (slot < 0) continue;
+            int32_t t = -1;
+            for (int32_t b = 0; b * 64 < sc.lens[static_cast<size_t>(s)]; ++b)
+                if (sc.tables[static_cast<size_t>(sc.table_offset[static_cast<size_t>(s)] + b)] == slot / 64)
+                    t = b * 64 + slot % 64;
+            got.push_back(t);
+        }
+        std::vector<int32_t> order(static_cast<size_t>(n_t));
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return val[a] > val[b]; });
+        const double kth = val[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
+        const double mag_kth = mag[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
+        std::vector<char> picked(static_cast<size_t>(n_t), 0);
+        bool ok = static_cast<int64_t>(got.size()) == k;
+        for (int32_t t : got) {
+            if (t < 0 || t >= n_t || picked[static_cast<size_t>(t)]) {
+                ok = false;
+                continue;
+            }
+            picked[static_cast<size_t>(t)] = 1;
+            // A pick below the k-th reference value must be a near-tie (within the fp32 rounding of the sums).
+            if (val[static_cast<size_t>(t)] < kth - 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth)) ok = false;
+        }
+        for (int64_t r = 0; r < k; ++r) {  // everything clearly above the k-th must be picked
+            const int32_t t = order[static_cast<size_t>(r)];
+            if (!picked[static_cast<size_t>(t)] &&
+                val[static_cast<size_t>(t)] > kth + 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth))
+                ok = false;
+        }
+        if (!ok) {
+            ++bad;
+            std::printf("row %lld (seq %d, pos %d): top-k set differs from the reference\n", static_cast<long long>(i),
+                        s, sc.pos[static_cast<size_t>(i)]);
+        }
+    }
+    return bad;
+}
+
+// launch_indexer_topk over the scenario, rows_per_group rows scored at once; returns the slots.
+std::vector<int32_t> run_composition(const Scenario& sc, const std::vector<float>& q, const std::vector<float>& gates,
+                                     int64_t n_seq, int64_t max_seq_rows, int64_t rows_per_group, int64_t topk) {
+    const auto n = static_cast<int64_t>(sc.pos.size());
+    DevScenario ds(sc);
+    DevBuf<float> d_q(q), d_g(gates);
+    DevBuf<int32_t> d_out(static_cast<size_t>(n * topk));
+    EXPECT_TRUE(indexer_topk_supported(32, 128, 64, topk, sc.max_context));
+    const size_t scratch = indexer_topk_scratch_bytes(rows_per_group, sc.max_context, topk);
+    DevBuf<uint8_t> d_scratch(scratch);
+    EXPECT_EQ(cudaMemset(d_scratch.p, 0xff, scratch), cudaSuccess);  // no zero words by chance
+    IndexerTopkCudaParams p;
+    p.q = d_q.p;
+    p.gates = d_g.p;
+    p.pool = ds.pool.p;
+    p.pos = ds.pos.p;
+    p.seq = ds.seq.p;
+    p.table_offset = ds.table_offset.p;
+    p.tables = ds.tables.p;
+    p.n = n;
+    p.n_seq = n_seq;
+    p.max_seq_rows = max_seq_rows;
+    p.max_context = sc.max_context;
+    p.softmax_scale = 1.0f / std::sqrt(128.0f);
+    p.head_scale = 1.0f / std::sqrt(32.0f);
+    p.topk = topk;
+    p.max_rows_per_group = rows_per_group;
+    p.out_slots = d_out.p;
+    p.scratch = d_scratch.p;
+    p.scratch_bytes = scratch;
+    EXPECT_TRUE(launch_indexer_topk(p, nullptr));
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return d_out.download();
+}
+
 TEST(IndexerCuda, TopkCompositionSelectsReferenceTopk) {
     SKIP_WITHOUT_GPU();
     std::mt19937 rng(5);
@@ -496,85 +582,32 @@ TEST(IndexerCuda, TopkCompositionSelectsReferenceTopk) {
     const auto n = static_cast<int64_t>(sc.pos.size());
     const auto q = random_q(n, rng);
     const auto gates = randn(static_cast<size_t>(n * 32), rng);
-    const float hs = 1.0f / std::sqrt(32.0f), ss = 1.0f / std::sqrt(128.0f);
-    const QuantQ qq = gpu_q_quant(q, gates, n, hs, ss);  // the composition quantises the same way
-    DevScenario ds(sc);
-    DevBuf<float> d_q(q), d_g(gates);
-    const int64_t topk = 2048;
+    const QuantQ qq = gpu_q_quant(q, gates, n, 1.0f / std::sqrt(32.0f), 1.0f / std::sqrt(128.0f));
     // Groups of 5 rows (three-kernel top-k), and of 1 and 3 rows (the few-rows grid-wide top-k of decode).
     for (const int64_t rows_per_group : {int64_t{5}, int64_t{1}, int64_t{3}}) {
-        DevBuf<int32_t> d_out(static_cast<size_t>(n * topk));
-        ASSERT_TRUE(indexer_topk_supported(32, 128, 64, topk, sc.max_context));
-        const size_t scratch = indexer_topk_scratch_bytes(rows_per_group, sc.max_context, topk);
-        DevBuf<uint8_t> d_scratch(scratch);
-        IndexerTopkCudaParams p;
-        p.q = d_q.p;
-        p.gates = d_g.p;
-        p.pool = ds.pool.p;
-        p.pos = ds.pos.p;
-        p.seq = ds.seq.p;
-        p.table_offset = ds.table_offset.p;
-        p.tables = ds.tables.p;
-        p.n = n;
-        p.n_seq = static_cast<int64_t>(lens.size());
-        p.max_seq_rows = 4;  // qps' largest
-        p.max_context = sc.max_context;
-        p.softmax_scale = ss;
-        p.head_scale = hs;
-        p.topk = topk;
-        p.max_rows_per_group = rows_per_group;
-        p.out_slots = d_out.p;
-        p.scratch = d_scratch.p;
-        p.scratch_bytes = scratch;
-        ASSERT_TRUE(launch_indexer_topk(p, nullptr));
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const auto out = d_out.download();
-        std::vector<double> val, mag;
-        int64_t bad = 0;
-        for (int64_t i = 0; i < n; ++i) {
-            reference_row(sc, qq, i, val, mag);
-            const int32_t s = sc.seq[static_cast<size_t>(i)];
-            const auto n_t = static_cast<int64_t>(val.size()), k = std::min(topk, n_t);
-            // slot → position of this sequence
-            std::vector<int32_t> got;
-            for (int64_t j = 0; j < topk; ++j) {
-                const int32_t slot = out[static_cast<size_t>(i * topk + j)];
-                if (slot < 0) continue;
-                int32_t t = -1;
-                for (int32_t b = 0; b * 64 < sc.lens[static_cast<size_t>(s)]; ++b)
-                    if (sc.tables[static_cast<size_t>(sc.table_offset[static_cast<size_t>(s)] + b)] == slot / 64)
-                        t = b * 64 + slot % 64;
-                got.push_back(t);
-            }
-            std::vector<int32_t> order(static_cast<size_t>(n_t));
-            std::iota(order.begin(), order.end(), 0);
-            std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return val[a] > val[b]; });
-            const double kth = val[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
-            const double mag_kth = mag[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
-            std::vector<char> picked(static_cast<size_t>(n_t), 0);
-            bool ok = static_cast<int64_t>(got.size()) == k;
-            for (int32_t t : got) {
-                if (t < 0 || t >= n_t || picked[static_cast<size_t>(t)]) {
-                    ok = false;
-                    continue;
-                }
-                picked[static_cast<size_t>(t)] = 1;
-                // A pick below the k-th reference value must be a near-tie (within the fp32 rounding of the sums).
-                if (val[static_cast<size_t>(t)] < kth - 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth)) ok = false;
-            }
-            for (int64_t r = 0; r < k; ++r) {  // everything clearly above the k-th must be picked
-                const int32_t t = order[static_cast<size_t>(r)];
-                if (!picked[static_cast<size_t>(t)] &&
-                    val[static_cast<size_t>(t)] > kth + 2e-3 * (mag[static_cast<size_t>(t)] + mag_kth))
-                    ok = false;
-            }
-            if (!ok) {
-                ++bad;
-                std::printf("row %lld (seq %d, pos %d): top-k set differs from the reference\n",
-                            static_cast<long long>(i), s, sc.pos[static_cast<size_t>(i)]);
-            }
-        }
-        EXPECT_EQ(bad, 0) << "rows_per_group " << rows_per_group;
+        const auto out = run_composition(sc, q, gates, static_cast<int64_t>(lens.size()), 4, rows_per_group, 2048);
+        EXPECT_EQ(rows_off_reference(sc, qq, out, n, 2048), 0) << "rows_per_group " << rows_per_group;
+    }
+}
+
+// Decode, one query per sequence (max_seq_rows 1) at contexts past 8K and batches of <= 4: the plan kernel zeroes
+// the few-rows select's control words and kernel 2 counts its first histogram while it writes the scores. The
+// result must be the reference's and the same slots as without that preparation (max_seq_rows unknown).
+TEST(IndexerCuda, TopkDecodeWithPreparedSelect) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(6);
+    for (const std::vector<int32_t>& lens :
+         {std::vector<int32_t>{131072}, std::vector<int32_t>{9000, 70001, 2000, 40000}, std::vector<int32_t>{8200}}) {
+        const Scenario sc = make_scenario(lens, std::vector<int32_t>(lens.size(), 1), rng);
+        const auto n = static_cast<int64_t>(sc.pos.size());
+        const auto q = random_q(n, rng);
+        const auto gates = randn(static_cast<size_t>(n * 32), rng);
+        const QuantQ qq = gpu_q_quant(q, gates, n, 1.0f / std::sqrt(32.0f), 1.0f / std::sqrt(128.0f));
+        const auto n_seq = static_cast<int64_t>(lens.size());
+        const auto fused = run_composition(sc, q, gates, n_seq, 1, n, 2048);
+        const auto plain = run_composition(sc, q, gates, n_seq, 0, n, 2048);
+        EXPECT_EQ(rows_off_reference(sc, qq, fused, n, 2048), 0) << "batch " << n;
+        EXPECT_EQ(fused, plain) << "batch " << n;
     }
 }
 

@@ -13,10 +13,14 @@
 #include <vector>
 
 #include "backend/cuda/topk.h"
+#include "backend/cuda/topk_plan.h"
 
 namespace {
 
 using megactx::cuda::launch_topk;
+using megactx::cuda::topk_grid_ctl;
+using megactx::cuda::TopkGridCtl;
+namespace topk_plan = megactx::topk_plan;
 using megactx::cuda::topk_scratch_bytes;
 using megactx::cuda::topk_set_tuning;
 using megactx::cuda::topk_supported;
@@ -58,8 +62,10 @@ void fill_distinct(float* row, int len, std::mt19937& rng, bool negative_only = 
 }
 
 // tables (optional): per row, row_stride / 64 (rounded up) block ids; the output then holds slots (TopkSlotMap).
+// prepared (few-rows select only, no graph): as the decode indexer calls it (topk_grid_ctl), 1: control words zeroed
+// here instead of by the init kernel; 2: also round 0's histogram of each row, counted here on the host.
 std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false,
-                             const std::vector<int32_t>* tables = nullptr) {
+                             const std::vector<int32_t>* tables = nullptr, int prepared = 0) {
     std::vector<int32_t> out(static_cast<size_t>(b.n_rows * k), 12345);
     float* d_values = nullptr;
     int32_t* d_len = nullptr;
@@ -105,6 +111,24 @@ std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false,
         p.slots.table_offset = d_toff;
         p.slots.tables = d_tables;
         p.slots.block = 64;
+    }
+    if (prepared > 0) {
+        EXPECT_FALSE(graph);
+        if (d_scratch) EXPECT_EQ(cudaMemset(d_scratch, 0xff, scratch), cudaSuccess);  // no zero words by chance
+        const TopkGridCtl gc = topk_grid_ctl(p);
+        EXPECT_NE(gc.ctl, nullptr) << "the few-rows select does not run on this batch";
+        if (gc.ctl != nullptr) {
+            std::vector<int32_t> ctl(static_cast<size_t>(gc.n_ints), 0);
+            for (int64_t r = 0; prepared == 2 && r < b.n_rows; ++r)
+                for (int i = 0; i < b.lengths[r]; ++i) {
+                    const float v = b.values[static_cast<size_t>(r * b.row_stride + i)];
+                    ++ctl[static_cast<size_t>(gc.hist0 - gc.ctl + r * gc.row_stride +
+                                              topk_plan::grid_bin0(topk_plan::float_key(v)))];
+                }
+            EXPECT_EQ(cudaMemcpy(gc.ctl, ctl.data(), ctl.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+                      cudaSuccess);
+            p.grid_prepared = prepared;
+        }
     }
     if (graph) {  // capture once (after a warm-up call outside capture), replay twice
         cudaStream_t s = nullptr;
@@ -452,6 +476,26 @@ TEST_F(TopkFew, FewRowsShortStrides) {
     check_batch(tied_batch({32768, 30000}, 32768, 274, 3, 0.99f), 2048);
     check_batch(spread_ties_batch({32768}, 32768, 275, 13, 1500), 2048);
     for (int64_t k : {1, 37, 4096}) check_batch(distinct_batch({24000}, 24000, 276 + k), k);
+}
+
+// As the decode indexer runs it: control words zeroed by an earlier kernel (no init kernel), and with round 0's
+// histogram already counted (no histogram, no first barrier). A histogram the kernel ignored, or counted twice,
+// would select from the wrong bin.
+TEST_F(TopkFew, FewRowsPreparedControlWords) {
+    for (int prepared : {1, 2}) {
+        SCOPED_TRACE(prepared);
+        const std::vector<Batch> batches = {
+            distinct_batch({1 << 20}, 1 << 20, 281), distinct_batch({131072, 2000, 99999, 40000}, 131072, 282),
+            distinct_batch({9000}, 9001, 283, true), tied_batch({1 << 20, 300000}, 1 << 20, 284, 3, 0.999f),
+            spread_ties_batch({131072}, 131072, 285, 13, 1500)};
+        for (const Batch& b : batches) {
+            const std::vector<int32_t> out = run_gpu(b, 2048, false, nullptr, prepared);
+            for (int64_t r = 0; r < b.n_rows; ++r) {
+                check_row(b, r, 2048, out.data() + r * 2048);
+                if (HasFatalFailure()) return;
+            }
+        }
+    }
 }
 
 // Ties: k-th value 0 of a ReLU-like row, all equal, few levels: the bin that holds the k-th key ends as one key value

@@ -32,6 +32,7 @@
 #include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/per_device.cuh"
 #include "backend/cuda/sm90_async.cuh"
+#include "backend/cuda/topk_plan.h"
 
 namespace megactx {
 
@@ -75,6 +76,9 @@ __global__ void __launch_bounds__(kPlanThreads) indexer_plan_kernel(IndexerPlanP
     // grid) still sees both (launch_indexer_plan). The plan reads only pos / seq / table_offset, written before.
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int i0 = static_cast<int>(p.row_begin), i1 = static_cast<int>(p.row_end);
+    // The top-k's control words: every kernel before the query quantisation (launched plainly) has completed, so the
+    // previous call's top-k is done with them; the logits kernel waits for this grid before it adds to them.
+    for (int64_t j = threadIdx.x; j < p.zero_n; j += kPlanThreads) p.zero[j] = 0;
     if (threadIdx.x == 0) {
         s_run_start = i0;
         s_groups = 0;
@@ -330,10 +334,15 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[QT * 16], uint64_t da, uin
 }
 #endif
 
-template <int QT, int SUB>
-__global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams p, int pages_per_item) {
+// kHist (decode, one row per group): each CTA also counts its row's scores into the top-k's round-0 bins
+// (IndexerLogitsHist) in shared memory, then adds the non-empty ones to the row's global bins.
+constexpr int kHistBins = 1 << topk_plan::kGridDigit0;
+template <int QT, int SUB, bool kHist>
+__global__ void __launch_bounds__(kWgThreads)
+    logits_kernel(IndexerLogitsParams p, int pages_per_item, int* hist, int64_t hist_stride) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<QT, SUB>;
+    __shared__ int s_hist[kHist ? kHistBins : 1];
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
     const uint32_t sb = (raw + 1023u) & ~1023u;
@@ -353,6 +362,8 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
+    if constexpr (kHist)
+        for (int b = tid; b < kHistBins; b += kWgThreads) s_hist[b] = 0;  // visible after the staging barrier
     const int key0 = 16 * warp + g, key1 = key0 + 8;
 
     for (int qc = r_a; qc < r_b; qc += C::kCap) {
@@ -438,13 +449,23 @@ __global__ void __launch_bounds__(kWgThreads) logits_kernel(IndexerLogitsParams 
                     v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
                     const int qpos = s_pos[q];
                     float* orow = p.out + (static_cast<int64_t>(qc + q) - p.row_begin) * p.out_stride + t0;
-                    if (t == 0 && t0 + key0 <= qpos) orow[key0] = v0 * ks0;
-                    if (t == 1 && t0 + key1 <= qpos) orow[key1] = v1 * ks1;
+                    const bool w0 = t == 0 && t0 + key0 <= qpos, w1 = t == 1 && t0 + key1 <= qpos;
+                    const float s0 = v0 * ks0, s1 = v1 * ks1;
+                    if (w0) orow[key0] = s0;
+                    if (w1) orow[key1] = s1;
+                    if constexpr (kHist) {  // one row per CTA (the launch checks)
+                        if (w0 || w1) atomicAdd(&s_hist[topk_plan::grid_bin0(topk_plan::float_key(w0 ? s0 : s1))], 1);
+                    }
                 }
             }
         }
         cp_async_wait<0>();
         __syncthreads();  // before the next chunk restages q / weights / positions
+    }
+    if constexpr (kHist) {
+        int* row_bins = hist + static_cast<int64_t>(r_a - p.row_begin) * hist_stride;
+        for (int b = tid; b < kHistBins; b += kWgThreads)
+            if (s_hist[b] != 0) atomicAdd(row_bins + b, s_hist[b]);
     }
 #endif
 }
@@ -737,19 +758,20 @@ void launch_mma_sync(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm
     indexer_logits_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, static_cast<int>(per_item));
 }
 
-template <int QT, int SUB>
-void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
+template <int QT, int SUB, bool kHist = false>
+void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, int* hist = nullptr,
+                  int64_t hist_stride = 0) {
     using C = wg::Cfg<QT, SUB>;
     static std::atomic<int> occupancy[kMaxDevices] = {};  // CTAs per SM, per device (after its attributes)
     int dev = 0;
     cudaGetDevice(&dev);
     per_device_once([&] {
-        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
-        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB, kHist>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB, kHist>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared);
         int c = 0;
-        const cudaError_t e =
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, wg::logits_kernel<QT, SUB>, wg::kWgThreads, C::kSmem);
+        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, wg::logits_kernel<QT, SUB, kHist>,
+                                                                            wg::kWgThreads, C::kSmem);
         occupancy[dev].store(std::max(c, 1));
         return e;
     });
@@ -763,8 +785,9 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
     int64_t per_item = (total + slots * waves - 1) / (slots * waves);
     per_item = std::min<int64_t>(std::max<int64_t>(per_item, 1), wg::kMaxPages);
     const int64_t chunks = (max_pages + per_item - 1) / per_item;
-    cuda::launch_ex(wg::logits_kernel<QT, SUB>, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)),
-                    dim3(wg::kWgThreads), C::kSmem, stream, true, p, static_cast<int>(per_item));
+    cuda::launch_ex(wg::logits_kernel<QT, SUB, kHist>,
+                    dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)), dim3(wg::kWgThreads), C::kSmem,
+                    stream, true, p, static_cast<int>(per_item), hist, hist_stride);
 }
 
 // Kernel 3's tensor map: the pool as rows of 128 B (66 per block: 64 key rows, then the 256 B of scales), boxes of
@@ -816,7 +839,9 @@ bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
 }
 }  // namespace
 
-int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
+int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream, const IndexerLogitsHist* hist,
+                          bool* hist_done) {
+    if (hist_done) *hist_done = false;
     const int64_t n_rows = p.row_end - p.row_begin;
     if (n_rows <= 0 || p.max_context <= 0) return 0;
     int major = 0;
@@ -845,7 +870,11 @@ int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream) {
                          "prefill scores take kernel 2\n");
         });
     }
-    if (est <= 1)
+    // The histogram needs one row per group: at most one row per sequence (est is only an estimate).
+    if (est <= 1 && hist != nullptr && hist->bins != nullptr && p.max_seq_rows == 1) {
+        launch_wgmma<1, 1, true>(p, stream, n_sm, hist->bins, hist->row_stride);
+        if (hist_done) *hist_done = true;
+    } else if (est <= 1)
         launch_wgmma<1, 1>(p, stream, n_sm);
     else if (est <= 2)
         launch_wgmma<2, 1>(p, stream, n_sm);

@@ -54,6 +54,17 @@ struct IndexerPlanParams {
     int32_t* plan = nullptr;                // [indexer_plan_ints(row_end - row_begin)]
     int32_t* lengths = nullptr;             // optional [row_end - row_begin]: pos + 1 (top-k row lengths)
     const int32_t* table_offset = nullptr;  // optional [n_seq]: recorded per group (else the logits look it up)
+    int* zero = nullptr;                    // optional: zero_n ints the kernel zeroes (a top-k's control words)
+    int64_t zero_n = 0;
+};
+
+// Optional for launch_indexer_logits: round 0 of the decode top-k's radix select, added up while the scores are
+// written (topk.h, TopkGridCtl): row i's scores go to bins[(i - row_begin) · row_stride + grid_bin0(float_key(s))],
+// which must be zero before. Kernel 2 does it when every sequence has one row (decode); the return value says
+// whether it did.
+struct IndexerLogitsHist {
+    int* bins = nullptr;
+    int64_t row_stride = 0;
 };
 
 // Number of int32 the plan of n_rows rows occupies.
@@ -63,7 +74,9 @@ bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_s
 // its dependents early (indexer_q_quant does), and it completes only after that kernel has completed. The previous
 // kernel must not write pos / seq / table_offset.
 void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream);
-// Returns the kernel that ran (1, 2 or 3; 0 when there was nothing to score).
-int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream);
+// Returns the kernel that ran (1, 2 or 3; 0 when there was nothing to score); with hist, *hist_done says whether
+// the histogram was added up.
+int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream, const IndexerLogitsHist* hist = nullptr,
+                          bool* hist_done = nullptr);
 
 }  // namespace megactx

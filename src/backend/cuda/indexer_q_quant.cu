@@ -31,6 +31,8 @@ void launch_indexer_q_quant(const IndexerQQuantParams& p, cudaStream_t stream) {
     if (p.n <= 0) return;
     constexpr int kWarps = 8;
     const auto grid = static_cast<unsigned>((p.n * kHeads + kWarps - 1) / kWarps);
+    // Launched plainly (no PDL): it starts once every earlier kernel of the stream has completed, which the plan
+    // kernel behind it relies on when it zeroes the top-k's control words (IndexerPlanParams::zero).
     indexer_q_quant_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
 }
 

@@ -13,6 +13,8 @@ namespace megactx {
 
 using namespace cuda_indexer;
 using cuda::launch_topk;
+using cuda::topk_grid_ctl;
+using cuda::TopkGridCtl;
 using cuda::topk_scratch_bytes;
 using cuda::topk_supported;
 using cuda::TopkParams;
@@ -77,6 +79,24 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         qq.w8 = w8;
         launch_indexer_q_quant(qq, stream);
 
+        TopkParams tp;
+        tp.values = scores;
+        tp.lengths = lengths;
+        tp.n_rows = rows;
+        tp.row_stride = stride;
+        tp.k = p.topk;
+        tp.out_idx = p.out_slots + r0 * p.topk;
+        tp.slots.seq = p.seq;  // positions → slots as the top-k writes them
+        tp.slots.table_offset = p.table_offset;
+        tp.slots.tables = p.tables;
+        tp.slots.row_begin = r0;
+        tp.slots.block = kBlock;
+        tp.scratch = base + l.topk;
+        tp.scratch_bytes = l.total - l.topk;
+        // Decode (the top-k's few-rows select will run): the plan kernel zeroes the select's control words and the
+        // scores kernel adds up its first histogram, which saves the select a launch and a grid-wide barrier.
+        const TopkGridCtl gc = p.reduce_scores == nullptr ? topk_grid_ctl(tp) : TopkGridCtl{};
+
         IndexerPlanParams pp;
         pp.pos = p.pos;
         pp.seq = p.seq;
@@ -85,6 +105,8 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         pp.plan = plan;
         pp.lengths = lengths;
         pp.table_offset = p.table_offset;
+        pp.zero = gc.ctl;
+        pp.zero_n = gc.n_ints;
         launch_indexer_plan(pp, stream);
 
         IndexerLogitsParams lp;
@@ -104,23 +126,11 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         lp.out = scores;
         lp.out_stride = stride;
         lp.plan = plan;
-        launch_indexer_logits(lp, stream);
+        const IndexerLogitsHist hist{gc.hist0, gc.row_stride};
+        bool hist_done = false;
+        launch_indexer_logits(lp, stream, gc.ctl != nullptr ? &hist : nullptr, &hist_done);
         if (p.reduce_scores) p.reduce_scores(p.reduce_ctx, scores, rows * stride);
-
-        TopkParams tp;
-        tp.values = scores;
-        tp.lengths = lengths;
-        tp.n_rows = rows;
-        tp.row_stride = stride;
-        tp.k = p.topk;
-        tp.out_idx = p.out_slots + r0 * p.topk;
-        tp.slots.seq = p.seq;  // positions → slots as the top-k writes them
-        tp.slots.table_offset = p.table_offset;
-        tp.slots.tables = p.tables;
-        tp.slots.row_begin = r0;
-        tp.slots.block = kBlock;
-        tp.scratch = base + l.topk;
-        tp.scratch_bytes = l.total - l.topk;
+        tp.grid_prepared = gc.ctl == nullptr ? 0 : hist_done ? 2 : 1;
         launch_topk(tp, stream);
     }
     return cudaGetLastError() == cudaSuccess;

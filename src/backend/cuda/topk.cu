@@ -113,11 +113,7 @@ constexpr int kOrderMaxRange = 1 << 20;  // 128 KB
 
 TopkTuning g_tuning;
 
-__device__ __forceinline__ uint32_t float_key(float f) {
-    uint32_t u = __float_as_uint(f);
-    if (u == 0x80000000u) u = 0;  // -0 == +0: one key, so ReLU zeros of either sign tie
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+using topk_plan::float_key;  // order-preserving keys (topk_plan.h)
 
 // Programmatic dependent launch (no-ops when the kernel was launched without the attribute).
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -928,7 +924,7 @@ constexpr int kGridBins0 = 1 << kGridDigit0;  // round 0's bins (kBins)
 constexpr int kGridBins = 1 << topk_plan::kGridDigit;
 // Per-row control words: [0] barrier arrivals, [3] candidates, [kGridHist ..) round 0's histogram (kGridBins0), then
 // the later rounds' (kGridBins each), [kGridCnt + c] CTA c's keys above the final bin, [kGridCnt + kFewGMax + c] in it.
-constexpr int kGridHist = 32;
+using topk_plan::kGridHist;
 constexpr int kGridCnt = kGridHist + kGridBins0 + (kGridRounds - 1) * kGridBins;
 constexpr int kGridCtl = kGridCnt + 2 * kFewGMax;
 constexpr int kGridChunkWords = kFewSliceMax / 32 / 32;
@@ -968,7 +964,7 @@ __global__ void __launch_bounds__(NT, 1)
     topk_few_grid_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride,
                          int k, int ctas_per_row, int* __restrict__ ctl_all, uint32_t* __restrict__ cand_keys,
                          int32_t* __restrict__ cand_idx, int32_t* __restrict__ out_idx, TopkSlotMap slots,
-                         unsigned long long* dbg) {
+                         bool hist0_ready, unsigned long long* dbg) {
     __shared__ SelectSmem<NT> sm;
     __shared__ StagedSmem st;
     __shared__ uint32_t s_chunks[kGridChunkWords];  // a bit per 32-key chunk of the slice: a key >= the final bin
@@ -1026,31 +1022,34 @@ __global__ void __launch_bounds__(NT, 1)
     while (topk_plan::grid_more_rounds(round, rem, bin_n)) {  // uniform: every CTA reads the same histograms
         const int w = topk_plan::grid_digit_bits(round, rem);
         const int shift = rem - w;
-        int* h = st.hist[0];
-        for (int b = threadIdx.x; b < (1 << w); b += NT) h[b] = 0;
-        __syncthreads();
-        for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps vote
-            const int i = i0 + static_cast<int>(threadIdx.x);
-            int bin = -1;
-            if (i < n) {  // a thread reads back the keys it stored
-                const uint32_t key = keys[i];
-                if ((static_cast<uint64_t>(key) >> rem) == prefix) bin = static_cast<int>((key >> shift) & ((1u << w) - 1));
-            }
-            // Clustered keys (ties, a narrow bin) would serialise on one shared counter: a warp whose 32 keys share
-            // a bin adds once.
-            const int b_first = __shfl_sync(0xffffffffu, bin, 0);
-            if (__all_sync(0xffffffffu, bin == b_first)) {
-                if (lane == 0 && bin >= 0) atomicAdd(&h[bin], 32);
-            } else if (bin >= 0) {
-                atomicAdd(&h[bin], 1);
-            }
-        }
-        __syncthreads();
-        if (round == 0) stamp(dbg0, 1);
         int* gh = ctl + kGridHist + (round == 0 ? 0 : kGridBins0 + (round - 1) * kGridBins);
-        for (int b = threadIdx.x; b < (1 << w); b += NT)
-            if (h[b] != 0) atomicAdd(gh + b, h[b]);
-        grid_row_barrier(ctl, arrivals += G);
+        if (round > 0 || !hist0_ready) {  // (else the scores' kernel added up round 0's histogram: no barrier)
+            int* h = st.hist[0];
+            for (int b = threadIdx.x; b < (1 << w); b += NT) h[b] = 0;
+            __syncthreads();
+            for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count: whole warps vote
+                const int i = i0 + static_cast<int>(threadIdx.x);
+                int bin = -1;
+                if (i < n) {  // a thread reads back the keys it stored
+                    const uint32_t key = keys[i];
+                    if ((static_cast<uint64_t>(key) >> rem) == prefix)
+                        bin = static_cast<int>((key >> shift) & ((1u << w) - 1));
+                }
+                // Clustered keys (ties, a narrow bin) would serialise on one shared counter: a warp whose 32 keys share
+                // a bin adds once.
+                const int b_first = __shfl_sync(0xffffffffu, bin, 0);
+                if (__all_sync(0xffffffffu, bin == b_first)) {
+                    if (lane == 0 && bin >= 0) atomicAdd(&h[bin], 32);
+                } else if (bin >= 0) {
+                    atomicAdd(&h[bin], 1);
+                }
+            }
+            __syncthreads();
+            if (round == 0) stamp(dbg0, 1);
+            for (int b = threadIdx.x; b < (1 << w); b += NT)
+                if (h[b] != 0) atomicAdd(gh + b, h[b]);
+            grid_row_barrier(ctl, arrivals += G);
+        }
         if (round == 0) stamp(dbg0, 2);
         // The global histogram into shared memory (zero-padded to kBins), then warp 0 finds the bin.
         int* gs = st.hist[1];
@@ -1146,7 +1145,7 @@ __global__ void __launch_bounds__(NT, 1)
         }
     }
     if (static_cast<int>(threadIdx.x) < kWarps) {  // a warp's keys above the bin are > T; without candidates, the
-        s_gt[threadIdx.x] = s_above[threadIdx.x];   // bin is T's single value
+        s_gt[threadIdx.x] = s_above[threadIdx.x];  // bin is T's single value
         s_eq[threadIdx.x] = cands ? 0 : s_in[threadIdx.x];
     }
     block_sum2<NT>(gt_before, eq_before, sm);  // also orders the staging before the select
@@ -1205,7 +1204,8 @@ __global__ void __launch_bounds__(NT, 1)
     if (dbg0 != nullptr) {
         __syncthreads();
         stamp(dbg0, 6);
-        if (threadIdx.x == 0) dbg0[7] = static_cast<unsigned long long>(round) | static_cast<unsigned long long>(bin_n) << 32;
+        if (threadIdx.x == 0)
+            dbg0[7] = static_cast<unsigned long long>(round) | static_cast<unsigned long long>(bin_n) << 32;
     }
 }
 
@@ -1440,18 +1440,55 @@ bool few_refused(bool set) {
 }
 }  // namespace
 
+namespace {
+// Whether launch_topk runs the few-rows grid kernel on p (unless the driver refuses its launch), and its shape.
+struct FewPlan {
+    bool run = false;
+    int G = 0;            // CTAs per row
+    int64_t per_max = 0;  // row elements per CTA at most
+};
+FewPlan few_plan(const TopkParams& p) {
+    const TopkTuning& tu = g_tuning;
+    FewPlan f;
+    // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
+    const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
+    if (tu.few_rows == 0 || tu.step_events != nullptr || few_refused(false) || p.n_rows > few_max_rows ||
+        p.n_rows > device_sm_count() || p.row_stride <= kFewMinStride ||
+        p.scratch_bytes < topk_scratch_bytes(p.n_rows, p.row_stride, p.k))
+        return f;
+    const int64_t slice_min = tu.few_slice_min > 0 ? tu.few_slice_min : kFewSliceMin;
+    const int64_t want = (p.row_stride + slice_min - 1) / slice_min;
+    // CTAs per row: at most the SMs per row, rounded down to a multiple of 8 (132 -> 128: a few SMs stay free
+    // for the init kernel and the previous kernel's tail; 1 x 1M: 23.1 us at G = 128, 25.9 at G = 132).
+    int64_t g_max =
+        std::min<int64_t>(device_sm_count() / p.n_rows, std::min(kFewGMax, tu.few_threads == 512 ? 512 : 1024));
+    if (g_max >= 16) g_max &= ~int64_t{7};
+    f.G = static_cast<int>(want < g_max ? want : g_max);
+    f.per_max = few_slice(p.row_stride, f.G);
+    f.run = f.per_max <= kFewSliceMax;
+    return f;
+}
+}  // namespace
+
+TopkGridCtl topk_grid_ctl(const TopkParams& p) {
+    TopkGridCtl c;
+    if (p.n_rows <= 0 || p.k <= 0 || !few_plan(p).run) return c;
+    char* rest = static_cast<char*>(p.scratch) + sel_bytes(p.n_rows, p.k);
+    c.ctl = reinterpret_cast<int*>(rest + few_layout(p.n_rows).ctl);
+    c.n_ints = p.n_rows * kGridCtl;
+    c.row_stride = kGridCtl;
+    c.hist0 = c.ctl + kGridHist;
+    return c;
+}
+
 void launch_topk(const TopkParams& p, cudaStream_t stream) {
     if (p.n_rows <= 0 || p.k <= 0) return;
     const int k = static_cast<int>(p.k);
     const unsigned rows = static_cast<unsigned>(p.n_rows);
     const TopkTuning& tu = g_tuning;
     cudaEvent_t* ev = tu.step_events;
-    // Few long rows (decode): the single grid-wide kernel, when every row's CTAs fit on the GPU at once.
-    // Rows: up to 2 by default (measured to win at 1 and 2 rows; at 4 rows a wash against the chain).
-    const int64_t few_max_rows = tu.few_max_rows < kFewMaxRows ? tu.few_max_rows : kFewMaxRows;
-    const bool few = tu.few_rows != 0 && ev == nullptr && !few_refused(false) && p.n_rows <= few_max_rows &&
-                     p.n_rows <= device_sm_count() && p.row_stride > kFewMinStride &&
-                     p.scratch_bytes >= topk_scratch_bytes(p.n_rows, p.row_stride, p.k);
+    const FewPlan fp = few_plan(p);
+    const bool few = fp.run;
     const auto launch_short = [&] {
         per_device_once([] {
             const int bytes = static_cast<int>(kShortMaxStride * sizeof(uint32_t));
@@ -1467,16 +1504,10 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
     char* const rest = static_cast<char*>(p.scratch) + sel_bytes(p.n_rows, p.k);
     const bool pdl = tu.pdl != 0 && ev == nullptr;
     if (few) {
-        const int64_t slice_min = tu.few_slice_min > 0 ? tu.few_slice_min : kFewSliceMin;
-        const int64_t want = (p.row_stride + slice_min - 1) / slice_min;
-        // CTAs per row: at most the SMs per row, rounded down to a multiple of 8 (132 -> 128: a few SMs stay free
-        // for the init kernel and the previous kernel's tail; 1 x 1M: 23.1 us at G = 128, 25.9 at G = 132).
         const bool half = tu.few_threads == 512;
-        int64_t g_max = std::min<int64_t>(device_sm_count() / p.n_rows, std::min(kFewGMax, half ? 512 : 1024));
-        if (g_max >= 16) g_max &= ~int64_t{7};
-        const int G = static_cast<int>(want < g_max ? want : g_max);
-        const int64_t per_max = few_slice(p.row_stride, G);
-        if (per_max <= kFewSliceMax) {
+        const int G = fp.G;
+        const int64_t per_max = fp.per_max;
+        {
             per_device_once([] {
                 const int bytes = static_cast<int>((kFewSliceMax + 2 * kGridCand) * sizeof(uint32_t));
                 const cudaError_t e = cudaFuncSetAttribute(topk_few_grid_kernel<1024>,
@@ -1487,8 +1518,9 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
             });
             const FewLayout fl = few_layout(p.n_rows);
             auto* ctl = reinterpret_cast<int*>(rest + fl.ctl);
-            launch_ex(topk_few_init_kernel, dim3(1), dim3(256), 0, stream, pdl, ctl,
-                      static_cast<int>(p.n_rows * kGridCtl));
+            if (p.grid_prepared == 0)  // else an earlier kernel of the stream zeroed them (topk_grid_ctl)
+                launch_ex(topk_few_init_kernel, dim3(1), dim3(256), 0, stream, pdl, ctl,
+                          static_cast<int>(p.n_rows * kGridCtl));
             const size_t smem = static_cast<size_t>(per_max + 2 * kGridCand) * sizeof(uint32_t);
             // Cooperative: the driver refuses the grid unless all of its CTAs fit at once (they wait for each other).
             // Refused (MPS or a green context with fewer SMs than the device), this device takes the other paths.
@@ -1496,7 +1528,7 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
                 half ? topk_few_grid_kernel<512> : topk_few_grid_kernel<1024>, dim3(rows * static_cast<unsigned>(G)),
                 dim3(half ? 512 : 1024), smem, stream, pdl, p.values, p.lengths, p.row_stride, k, G, ctl,
                 reinterpret_cast<uint32_t*>(rest + fl.keys), reinterpret_cast<int32_t*>(rest + fl.ids), p.out_idx,
-                p.slots, tu.debug_times);
+                p.slots, p.grid_prepared == 2, tu.debug_times);
             if (e == cudaSuccess) return;
             (void)cudaGetLastError();
             few_refused(true);

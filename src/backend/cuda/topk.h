@@ -32,7 +32,22 @@ struct TopkParams {
     TopkSlotMap slots;           // optional (see above)
     void* scratch = nullptr;     // >= topk_scratch_bytes(n_rows, row_stride, k) bytes, 256-B aligned
     size_t scratch_bytes = 0;
+    // Prepared by the caller (topk_grid_ctl below), for the few-rows select only: 1: an earlier kernel of the stream
+    // zeroed its control words; 2: and added up round 0's histogram of every row's first lengths[r] values.
+    int grid_prepared = 0;
 };
+
+// The few-rows select's control words in p.scratch, for a caller that prepares them (the decode indexer: its plan
+// kernel zeroes them and its scores kernel adds up round 0's histogram, which saves the select a launch and a
+// grid-wide barrier). ctl == nullptr when launch_topk(p) will not run that select. Row r's round-0 histogram is
+// hist0 + r · row_stride: 2^topk_plan::kGridDigit0 bins, bin topk_plan::grid_bin0(topk_plan::float_key(value)).
+struct TopkGridCtl {
+    int* ctl = nullptr;
+    int64_t n_ints = 0;  // to zero, from ctl
+    int* hist0 = nullptr;
+    int64_t row_stride = 0;  // ints
+};
+TopkGridCtl topk_grid_ctl(const TopkParams& p);
 
 // Scratch for launch_topk; 0 for short rows (row_stride <= 32768), which run one CTA per row in shared memory.
 size_t topk_scratch_bytes(int64_t n_rows, int64_t row_stride, int64_t k);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define MEGACTX_HOST_DEVICE __host__ __device__
@@ -66,6 +67,23 @@ constexpr int kGridDigit0 = 11;
 constexpr int kGridDigit = 8;
 constexpr int kGridRounds = 1 + (32 - kGridDigit0 + kGridDigit - 1) / kGridDigit;  // at most
 constexpr int kGridCand = 8192;
+constexpr int kGridHist = 32;  // where round 0's histogram starts in a row's control words (ints; topk.cu)
+
+// The order-preserving 32-bit key of a float: a > b as floats iff key(a) > key(b); -0 and +0 are one key, so ReLU
+// zeros of either sign tie. NaN is not supported.
+MEGACTX_HOST_DEVICE inline uint32_t float_key(float f) {
+#ifdef __CUDA_ARCH__
+    uint32_t u = __float_as_uint(f);
+#else
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+#endif
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Round 0's bin of a key: its top kGridDigit0 bits.
+MEGACTX_HOST_DEVICE constexpr uint32_t grid_bin0(uint32_t key) { return key >> (32 - kGridDigit0); }
 
 // Bits of round `round`'s digit, with rem low key bits still undecided (32 before round 0).
 MEGACTX_HOST_DEVICE inline int grid_digit_bits(int round, int rem) {
@@ -85,7 +103,9 @@ MEGACTX_HOST_DEVICE inline uint32_t grid_bin_hi(uint32_t lo, int rem) {
 
 // Row elements per CTA for a row of len over G CTAs: a multiple of 4, so that each slice of a row whose start is 16-B
 // aligned is too (the kernel's 16-B loads).
-MEGACTX_HOST_DEVICE constexpr int64_t few_slice(int64_t len, int64_t G) { return ((len + G - 1) / G + 3) & ~int64_t{3}; }
+MEGACTX_HOST_DEVICE constexpr int64_t few_slice(int64_t len, int64_t G) {
+    return ((len + G - 1) / G + 3) & ~int64_t{3};
+}
 
 }  // namespace megactx::topk_plan
 
