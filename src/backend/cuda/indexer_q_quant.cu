@@ -11,8 +11,25 @@ using namespace cuda_indexer;
 namespace {
 
 __global__ void __launch_bounds__(256) indexer_q_quant_kernel(IndexerQQuantParams p) {
-    // The plan kernel launched next (programmatic dependent launch) does not read this grid's output: let it run.
+    // The kernel launched next (programmatic dependent launch: the plan kernel, or the logits kernel, which waits for
+    // this grid) may become resident now.
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if (p.plan != nullptr && blockIdx.x == 0) {  // one row per sequence: the plan indexer_plan_kernel would write
+        const int n = static_cast<int>(p.n);
+        int32_t* ext = p.plan + n + 2;
+        for (int r = threadIdx.x; r < n; r += blockDim.x) {
+            const int i = static_cast<int>(p.row_begin) + r;
+            p.plan[1 + r] = i;
+            ext[2 * r] = p.table_offset[p.seq[i]];
+            ext[2 * r + 1] = p.pos[i];
+            if (p.lengths) p.lengths[r] = p.pos[i] + 1;
+        }
+        if (threadIdx.x == 0) {
+            p.plan[0] = n;
+            p.plan[1 + n] = static_cast<int>(p.row_begin) + n;
+        }
+        for (int64_t j = threadIdx.x; j < p.zero_n; j += blockDim.x) p.zero[j] = 0;
+    }
     const int lane = threadIdx.x & 31;
     const int64_t ih = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // token · 32 + head
     if (ih >= p.n * kHeads) return;

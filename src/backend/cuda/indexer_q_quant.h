@@ -18,6 +18,19 @@ struct IndexerQQuantParams {
     float softmax_scale = 0;  // d_indexer^-0.5
     uint8_t* q8 = nullptr;    // [n, 32, 128] e4m3
     float* w8 = nullptr;      // [n, 32] folded per-head weights
+    // Optional (plan != nullptr), for rows of which no two share a sequence (decode: CacheMap::max_seq_rows 1): also
+    // write what launch_indexer_plan would for rows row_begin .. row_begin + n (every row its own group) with the
+    // top-k row lengths (pos + 1), and zero zero_n ints at zero (the top-k's control words), so no plan kernel runs.
+    // Launched plainly, the kernel starts after every earlier kernel of the stream has completed, so those words are
+    // no longer in use.
+    const int32_t* pos = nullptr;           // [batch rows]
+    const int32_t* seq = nullptr;           // [batch rows]
+    const int32_t* table_offset = nullptr;  // [n_seq]
+    int64_t row_begin = 0;
+    int32_t* plan = nullptr;  // [indexer_plan_ints(n)]
+    int32_t* lengths = nullptr;
+    int* zero = nullptr;
+    int64_t zero_n = 0;
 };
 
 bool indexer_q_quant_supported(int64_t n_head, int64_t d_indexer);

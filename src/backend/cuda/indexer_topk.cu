@@ -14,9 +14,9 @@ namespace megactx {
 using namespace cuda_indexer;
 using cuda::launch_topk;
 using cuda::topk_grid_ctl;
-using cuda::TopkGridCtl;
 using cuda::topk_scratch_bytes;
 using cuda::topk_supported;
+using cuda::TopkGridCtl;
 using cuda::TopkParams;
 
 namespace {
@@ -68,17 +68,6 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
     const int64_t stride = score_stride(p.max_context);
     for (int64_t r0 = 0; r0 < p.n; r0 += p.max_rows_per_group) {
         const int64_t r1 = std::min(p.n, r0 + p.max_rows_per_group), rows = r1 - r0;
-        // q8/w8 hold only this group's rows; the logits kernel indexes them by absolute row, so shift the base.
-        IndexerQQuantParams qq;
-        qq.q = p.q + r0 * kHeads * kDim;
-        qq.gates = p.gates + r0 * kHeads;
-        qq.n = rows;
-        qq.head_scale = p.head_scale;
-        qq.softmax_scale = p.softmax_scale;
-        qq.q8 = q8;
-        qq.w8 = w8;
-        launch_indexer_q_quant(qq, stream);
-
         TopkParams tp;
         tp.values = scores;
         tp.lengths = lengths;
@@ -93,22 +82,48 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         tp.slots.block = kBlock;
         tp.scratch = base + l.topk;
         tp.scratch_bytes = l.total - l.topk;
-        // Decode (the top-k's few-rows select will run): the plan kernel zeroes the select's control words and the
-        // scores kernel adds up its first histogram, which saves the select a launch and a grid-wide barrier.
+        // When the top-k's few-rows select will run (decode): the plan kernel (or, with one row per sequence, the
+        // quantisation) zeroes the select's control words and the scores kernel adds up its first histogram, which
+        // saves the select a launch and a grid-wide barrier.
         const TopkGridCtl gc = p.reduce_scores == nullptr ? topk_grid_ctl(tp) : TopkGridCtl{};
 
-        IndexerPlanParams pp;
-        pp.pos = p.pos;
-        pp.seq = p.seq;
-        pp.row_begin = r0;
-        pp.row_end = r1;
-        pp.plan = plan;
-        pp.lengths = lengths;
-        pp.table_offset = p.table_offset;
-        pp.zero = gc.ctl;
-        pp.zero_n = gc.n_ints;
-        launch_indexer_plan(pp, stream);
+        IndexerQQuantParams qq;
+        qq.q = p.q + r0 * kHeads * kDim;
+        qq.gates = p.gates + r0 * kHeads;
+        qq.n = rows;
+        qq.head_scale = p.head_scale;
+        qq.softmax_scale = p.softmax_scale;
+        qq.q8 = q8;
+        qq.w8 = w8;
+        // Decode (no two rows of one sequence): the quantisation also writes the plan, the row lengths and the
+        // select's zeroed control words, and the plan kernel's launch is saved.
+        const bool one_row_each = p.max_seq_rows == 1;
+        if (one_row_each) {
+            qq.pos = p.pos;
+            qq.seq = p.seq;
+            qq.table_offset = p.table_offset;
+            qq.row_begin = r0;
+            qq.plan = plan;
+            qq.lengths = lengths;
+            qq.zero = gc.ctl;
+            qq.zero_n = gc.n_ints;
+        }
+        launch_indexer_q_quant(qq, stream);
+        if (!one_row_each) {
+            IndexerPlanParams pp;
+            pp.pos = p.pos;
+            pp.seq = p.seq;
+            pp.row_begin = r0;
+            pp.row_end = r1;
+            pp.plan = plan;
+            pp.lengths = lengths;
+            pp.table_offset = p.table_offset;
+            pp.zero = gc.ctl;
+            pp.zero_n = gc.n_ints;
+            launch_indexer_plan(pp, stream);
+        }
 
+        // q8/w8 hold only this group's rows; the logits kernel indexes them by absolute row, so shift the base.
         IndexerLogitsParams lp;
         lp.q8 = q8 - r0 * kHeads * kDim;
         lp.w8 = w8 - r0 * kHeads;
