@@ -282,9 +282,10 @@ int main(int argc, char** argv) {
                 // adds the exact top-2048 of each launch's scores (the whole decode selection).
                 // with_topk 2 (kernel 2 only): the top-k on its three-kernel chain (TopkTuning::few_rows = 0),
                 // the path decode took before the few-rows kernel.
-                // with_topk 3 (kernel 2, one query): as indexer_topk.cu runs decode, the plan kernel zeroes the
-                // few-rows select's control words and kernel 2 counts its first histogram (decode_topk_fused_graph;
-                // it includes the plan kernel, which the other rows leave out).
+                // with_topk 3 (kernel 2, one query): the prepared select, the plan kernel zeroing the few-rows
+                // select's control words and kernel 2 counting its first histogram (decode_topk_fused_graph; it
+                // includes the plan kernel, which the other rows leave out; indexer_topk.cu's decode folds the plan
+                // into the q quantisation instead, which bench_layer measures).
                 for (int with_topk = 0; with_topk < (kernel == 2 ? (qps == 1 ? 4 : 3) : 2); ++with_topk) {
                     cuda::TopkTuning tt = topk_base;
                     if (with_topk == 2) tt.few_rows = 0;
