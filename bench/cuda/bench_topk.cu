@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
     TopkTuning base;
     if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_VARIANT")) base.filter_variant = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_CHUNK")) base.filter_chunk = std::atoi(c);
+    if (const char* c = std::getenv("MEGACTX_TOPK_FILTER_PREFETCH")) base.filter_prefetch = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_ORDER_RANGE")) base.order_range = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW")) base.few_rows = std::atoi(c);
     if (const char* c = std::getenv("MEGACTX_TOPK_FEW_MAX_ROWS")) base.few_max_rows = std::atoi(c);
@@ -283,8 +284,7 @@ int main(int argc, char** argv) {
             }
             MEGACTX_BENCH_CK(cudaFree(d_dbg));
             char b3[224];
-            std::snprintf(b3, sizeof b3,
-                          ", \"chain_median_us\": %.2f, \"few_median_us\": %.2f", vmed[0], vmed[1]);
+            std::snprintf(b3, sizeof b3, ", \"chain_median_us\": %.2f, \"few_median_us\": %.2f", vmed[0], vmed[1]);
             chain_json = b3;
         }
         // Per-kernel breakdown (long rows): plain launches, events between the kernels, median per step.

@@ -95,6 +95,7 @@ constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
 // where 32K / 64K take 47.9 / 56.8.
 constexpr int kFilterChunkMax = 65536;
 constexpr int kFilterChunkMin = 1024;
+constexpr int kFilterPrefetch = 2048;  // items of its first work item a filter CTA prefetches during the sample
 constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;  // candidates staged in shared memory (8 B each)
 constexpr int kMaxK = 16384;      // topk_supported
@@ -589,15 +590,17 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
     topk_filter_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
                        const uint32_t* __restrict__ t_est, int* __restrict__ cand_count,
                        uint32_t* __restrict__ cand_keys, int32_t* __restrict__ cand_idx, int32_t* __restrict__ eq_idx,
-                       int cap, int chunk, int chunks_per_row, int n_work) {
-    // Before waiting for the sample grid: pull the start of the first work item towards L2.
+                       int cap, int chunk, int chunks_per_row, int n_work, int prefetch) {
+    // Before waiting for the sample grid: pull the first `prefetch` items of the first work item towards L2 (one
+    // 128-B line per thread and step).
     if (static_cast<int>(blockIdx.x) < n_work) {
         const int64_t r = blockIdx.x / chunks_per_row;
         const int begin = static_cast<int>(blockIdx.x % chunks_per_row) * chunk;
         const int len = lengths[r];
-        const int pre = chunk < kFilterThreads * 32 ? chunk : kFilterThreads * 32;  // <= one 128-B line per thread
-        const int i = begin + static_cast<int>(threadIdx.x) * 32;
-        if (len > k && i < len && i < begin + pre) prefetch_l2(values + r * row_stride + i);
+        const int end = min(len, begin + min(chunk, prefetch));
+        if (len > k)
+            for (int i = begin + static_cast<int>(threadIdx.x) * 32; i < end; i += kFilterThreads * 32)
+                prefetch_l2(values + r * row_stride + i);
     }
     __shared__ uint32_t s_keys[kLocalCap];
     __shared__ int32_t s_ids[kLocalCap];
@@ -1564,19 +1567,23 @@ void launch_topk(const TopkParams& p, cudaStream_t stream) {
         const int64_t g = static_cast<int64_t>(tu.filter_ctas_per_sm) * device_sm_count();
         grid = static_cast<int>(g < n_work64 ? g : n_work64);
     }
+    // Items of its first work item each resident filter CTA pulls towards L2 while the sample runs. Deeper prefetches
+    // compete with the sample's gathers: 64 x 1M 100.9 us at 8192 items, 100.0-100.2 at 2048, 102.7 at 16384, 105 at
+    // 24576; 64 x 128K 40.2 -> 39.2 (H200, bench/results/cuda-h200-2026-11-30-*-topk-filter-prefetch.txt).
+    const int prefetch = tu.filter_prefetch > 0 ? tu.filter_prefetch : kFilterPrefetch;
     const bool vec = (reinterpret_cast<uintptr_t>(p.values) & 15) == 0 && (p.row_stride & 3) == 0;
     if (vec && tu.filter_variant == 1)
         launch_ex(topk_filter_kernel<true, true>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values, p.lengths,
                   p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
-                  chunks_per_row, n_work);
+                  chunks_per_row, n_work, prefetch);
     else if (vec)
         launch_ex(topk_filter_kernel<true, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values,
                   p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
-                  chunks_per_row, n_work);
+                  chunks_per_row, n_work, prefetch);
     else
         launch_ex(topk_filter_kernel<false, false>, dim3(grid), dim3(kFilterThreads), 0, stream, pdl, p.values,
                   p.lengths, p.row_stride, k, static_cast<const uint32_t*>(t_est), count, keys, ids, eq_ids, cap, chunk,
-                  chunks_per_row, n_work);
+                  chunks_per_row, n_work, prefetch);
     if (ev) cudaEventRecord(ev[2], stream);
     launch_ex(topk_select_kernel, dim3(rows), dim3(kSelectThreads), (2 * kStageCap + k) * sizeof(uint32_t), stream, pdl,
               p.values, p.lengths, p.row_stride, k, sel, static_cast<const int*>(count),

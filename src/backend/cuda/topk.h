@@ -63,7 +63,8 @@ struct TopkTuning {
     int filter_chunk = 0;        // elements per filter work item (multiple of 1024); 0: automatic
     int filter_ctas_per_sm = 0;  // > 0: persistent filter grid of this many CTAs per SM; 0: one CTA per item
     int filter_variant = 1;      // 1: mask-then-compact-loop filter (16-B path); 0: the unrolled-append one
-    int order_range = 0;         // row positions per CTA of the order kernel (a multiple of 32768); 0: automatic
+    int filter_prefetch = 0;  // items of its first work item a filter CTA prefetches to L2 during the sample; 0: 2048
+    int order_range = 0;      // row positions per CTA of the order kernel (a multiple of 32768); 0: automatic
     // <= few_max_rows long rows: 1 one kernel of G CTAs per row (a radix select shared by the row's CTAs, which
     // meet at barriers); 0: the three kernels above.
     int few_rows = 1;
