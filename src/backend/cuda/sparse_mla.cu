@@ -11,7 +11,10 @@
 // bf16 RoPE dims (k_pe is stored bf16), so Q·Kᵀ mixes f16 and bf16 k-steps into one fp32 accumulator.
 // History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel between CTA barriers (FP8
 // b128 164 µs), both removed in session 4 when this one beat them in every case measured (FP8 b128 131 µs with bf16
-// K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*).
+// K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*). Session 14: the FP8
+// codes staged by one bulk copy per row instead of 32 cp.async of 16 B (b64 69.5 → 63.2 µs, b128 113 → 109 µs);
+// rows loaded into registers instead of staged measured slower (b128 137 µs; global loads land through L1, of which
+// the full shared-memory carve-out leaves ~28 KB).
 // Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
 // masked to −inf and chunks with no valid slot are skipped.
 // One split (n_split = 1): the CTA converts its Q itself, and writes the normalised [64 heads × 512] fp32 rows,
@@ -145,40 +148,61 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
 //       row rescale factors to shared memory, then O[:, 0:256] += P·V (4 × m64n256k16) and releases tile b;
 //   WG1: waits for P, rescales, O[:, 256:512] += P·V, releases P and tile b; while it multiplies, WG0 already runs
 //       the next chunk's Q·Kᵀ on the other tile;
-//   WG2 (producer): fills the two K tiles in turn, one chunk ahead: rows stream in with cp.async into the tile as
-//       soon as both consumers released it (BF16: in place; FP8: staged codes in the tile's upper half, then
-//       dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg moves its
+//   WG2 (producer): fills the two K tiles in turn, one chunk ahead: rows stream into the tile as soon as both
+//       consumers released it (BF16: cp.async in place; FP8: codes staged in the tile's upper half by one bulk copy
+//       per row, then dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg moves its
 //       registers to the consumers: 168 at launch (384 threads), 120 for the producer, 192 for each consumer. The
 //       CTA's register pool is fixed at launch, so what the consumers add must equal what the producer releases
 //       ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and the kernel hangs.
 // Barriers: k_ready[b] (mbarrier, 128 producer arrivals, tile b and its slot ids written), k_free[b] (mbarrier, one
-// arrival per consumer warp, 8), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose
+// arrival per consumer warp, 8), FP8 staged[b] (mbarrier, 32 producer arrivals + the bulk copies' bytes), named
+// barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose
 // 64 slots are all unused is skipped by both consumers (per-warp valid flags from the producer).
 constexpr int kWsThreads = 384;
 constexpr int kWsFlags = kIdx + 2 * 64 * 4;     // [2 tiles][4 producer warps] int32
 constexpr int kWsRed = kWsFlags + 2 * 4 * 4;    // alpha [64], l [64]
 constexpr int kWsLse = kWsRed + 2 * 64 * 4;     // cluster merge: this CTA's log2-sum-exp per head [64]
 constexpr int kWsBar = kWsLse + 64 * 4;         // k_ready[2], k_free[2] (8 B each)
-constexpr int kWsSmem = kWsBar + 5 * 8 + 1024;  // + q_ready (prepared Q)
+constexpr int kWsSmem = kWsBar + 7 * 8 + 1024;  // + q_ready (prepared Q), FP8 staged[2]
 static_assert(kWsSmem <= 232448);
 constexpr int kBarPReady = 1, kBarPFree = 2, kBarEpilogue = 3;  // consumer named barriers (0: __syncthreads)
 
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
-// FP8 producer staging: chunk c's raw rows stream in with cp.async into tile c%2 itself, the e4m3 codes (512 B
-// per row, 16-B pieces XOR-swizzled by row) over blocks 4..7 and k_pe straight to its place in block 8; the tile
-// scales go to registers. Nothing waits in registers for a whole chunk, so the producer needs no large arrays.
+// FP8 producer staging: chunk c's raw rows stream into tile c%2 itself: the e4m3 codes (512 B per row) with one
+// bulk async copy per row (the TMA engine, completing on the tile's `staged` mbarrier) over blocks 4..7, row r at
+// byte r·512; k_pe with cp.async straight to its place in block 8; the tile scales to registers. An unused slot's
+// codes are zeros, stored by the threads that dequantise them (0 × a NaN code would poison the P·V sum).
+// The thread of (row, part) reads the row's 16-B pieces part + 4j' with j' = j ^ (row & 1): the 8 rows of a warp
+// are 512 B apart, so without the flip a warp's 32 reads would fall on 4 of the 8 16-B bank groups.
 __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0..31 of the codes of `row`
-    return static_cast<uint32_t>(4 * kBlk + row * 512 + ((piece ^ (row & 7)) << 4));
+    return static_cast<uint32_t>(4 * kBlk + row * 512 + piece * 16);
 }
-__device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot, int row, int part, uint32_t tile) {
-    const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
+__device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot_a, int32_t slot_b, int ra, int rb,
+                                                int part, uint8_t* tile, uint32_t tile_sa, uint32_t staged) {
+    if (part == 0) {  // one thread per row pair: 32 arrivals per chunk
+        mbar_expect_tx(staged, 512u * ((slot_a >= 0) + (slot_b >= 0)));
+        if (slot_a >= 0)
+            bulk_load(tile_sa + stage_off(ra, 0), cache + static_cast<int64_t>(slot_a) * kFp8RowBytes, 512, staged);
+        if (slot_b >= 0)
+            bulk_load(tile_sa + stage_off(rb, 0), cache + static_cast<int64_t>(slot_b) * kFp8RowBytes, 512, staged);
+    }
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) cp_async16(tile + stage_off(row, part + 4 * j), src + (part + 4 * j) * 16, slot >= 0);
+    for (int r = 0; r < 2; ++r) {
+        const int32_t slot = r ? slot_b : slot_a;
+        const int row = r ? rb : ra;
+        if (slot < 0) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
-        cp_async16(tile + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16, slot >= 0);
+            for (int j = 0; j < 8; ++j) *reinterpret_cast<uint4*>(tile + stage_off(row, part + 4 * j)) = z;
+        }
+        const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
+            cp_async16(tile_sa + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16, slot >= 0);
+    }
+    cp_async_commit();
 }
 __device__ __forceinline__ float4 fp8_scales(const uint8_t* cache, int32_t slot) {
     return __ldg(
@@ -355,6 +379,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     float* sl = salpha + kHeads;                                          // [64]
     const uint32_t bar_ready = sb + kWsBar, bar_free = sb + kWsBar + 16;  // + 8·b
     const uint32_t bar_q = sb + kWsBar + 32;                              // prepared Q: its bulk copy has landed
+    const uint32_t bar_staged = sb + kWsBar + 40;  // FP8: + 8·b, tile b's staged codes have landed (32 arrivals)
     if (t == 0) {
         mbar_init(bar_ready, 128);
         mbar_init(bar_ready + 8, 128);
@@ -382,9 +407,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     na = tok_slots[(c_begin + 1) * kChunk + ra];
                     nb = tok_slots[(c_begin + 1) * kChunk + rb];
                 }
-                fp8_stage_issue(cache, sa, ra, part, sb + kK0);
-                fp8_stage_issue(cache, sbb, rb, part, sb + kK0);
-                cp_async_commit();
+                if (pt == 0) {  // the producer's own barriers, initialised before its first copies
+                    mbar_init(bar_staged, 32);
+                    mbar_init(bar_staged + 8, 32);
+                    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+                }
+                producer_sync();
+                fp8_stage_issue(cache, sa, sbb, ra, rb, part, smem + kK0, sb + kK0, bar_staged);
                 sca = fp8_scales(cache, sa);
                 scb = fp8_scales(cache, sbb);
             } else {
@@ -459,18 +488,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 if (lane == 0) sflags[buf * 4 + pw] = any != 0;
             };
             if constexpr (kFp8) {
-                // Chunk c is in flight into tile buf (issued an iteration ago). Once every producer's pieces have
-                // landed: the codes of dims 256..511 (pieces 16..31, staged over blocks 4..7) go to registers and
-                // dims 0..255 are dequantised into blocks 0..3 straight from the staging; after a producer barrier
-                // (no one reads the staging any more) the saved half goes to blocks 4..7.
+                // Chunk c is in flight into tile buf (issued an iteration ago). Once its codes have landed (the
+                // staged mbarrier; this thread's own k_pe copies and zeros need no barrier): the codes of dims
+                // 256..511 (pieces 16..31, staged over blocks 4..7) go to registers and dims 0..255 are dequantised
+                // into blocks 0..3 straight from the staging; after a producer barrier (no one reads the staging any
+                // more) the saved half goes to blocks 4..7. Piece order j' = j ^ (row & 1), see stage_off.
                 uint8_t* tile = smem + kK0 + buf * kTile;
                 cp_async_wait_all();
-                producer_sync();
+                mbar_wait(bar_staged + 8 * buf, (it >> 1) & 1);
+                const int fa = ra & 1, fb = rb & 1;
                 uint4 ha[4], hb[4];
 #pragma unroll
                 for (int j = 4; j < 8; ++j) {
-                    ha[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(ra, part + 4 * j));
-                    hb[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(rb, part + 4 * j));
+                    ha[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(ra, part + 4 * (j ^ fa)));
+                    hb[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(rb, part + 4 * (j ^ fb)));
                 }
                 // piece pc = part + 4j: codes 16pc.. → bf16 chunks 2pc, 2pc+1 of the row; its scale is tile j/2
                 auto put = [&](int row, int pc, const uint4& w, float scale) {
@@ -485,15 +516,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 };
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const int pc = part + 4 * j;
-                    put(ra, pc, *reinterpret_cast<const uint4*>(tile + stage_off(ra, pc)), j < 2 ? sca.x : sca.y);
-                    put(rb, pc, *reinterpret_cast<const uint4*>(tile + stage_off(rb, pc)), j < 2 ? scb.x : scb.y);
+                    const int pa = part + 4 * (j ^ fa), pb = part + 4 * (j ^ fb);
+                    put(ra, pa, *reinterpret_cast<const uint4*>(tile + stage_off(ra, pa)), (j ^ fa) < 2 ? sca.x : sca.y);
+                    put(rb, pb, *reinterpret_cast<const uint4*>(tile + stage_off(rb, pb)), (j ^ fb) < 2 ? scb.x : scb.y);
                 }
                 producer_sync();
 #pragma unroll
                 for (int j = 4; j < 8; ++j) {
-                    put(ra, part + 4 * j, ha[j - 4], j < 6 ? sca.z : sca.w);
-                    put(rb, part + 4 * j, hb[j - 4], j < 6 ? scb.z : scb.w);
+                    put(ra, part + 4 * (j ^ fa), ha[j - 4], (j ^ fa) < 6 ? sca.z : sca.w);
+                    put(rb, part + 4 * (j ^ fb), hb[j - 4], (j ^ fb) < 6 ? scb.z : scb.w);
                 }
                 publish();
                 proxy_fence();
@@ -502,10 +533,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     if (it >= 1) mbar_wait(bar_free + 8 * (buf ^ 1), ((it - 1) >> 1) & 1);
                     sa = na;
                     sbb = nb;
-                    const uint32_t nt = sb + kK0 + (buf ^ 1) * kTile;
-                    fp8_stage_issue(cache, sa, ra, part, nt);
-                    fp8_stage_issue(cache, sbb, rb, part, nt);
-                    cp_async_commit();
+                    fp8_stage_issue(cache, sa, sbb, ra, rb, part, smem + kK0 + (buf ^ 1) * kTile,
+                                    sb + kK0 + (buf ^ 1) * kTile, bar_staged + 8 * (buf ^ 1));
                     sca = fp8_scales(cache, sa);
                     scb = fp8_scales(cache, sbb);
                     na = nb = -1;
