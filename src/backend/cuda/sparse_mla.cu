@@ -12,7 +12,9 @@
 // History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel between CTA barriers (FP8
 // b128 164 µs), both removed in session 4 when this one beat them in every case measured (FP8 b128 131 µs with bf16
 // K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*). Session 14: the FP8
-// codes staged by one bulk copy per row instead of 32 cp.async of 16 B (b64 69.5 → 63.2 µs, b128 113 → 109 µs);
+// codes staged by one bulk copy per row instead of 32 cp.async of 16 B (b64 69.5 → 63.2 µs, b128 113 → 109 µs),
+// and on two mbarriers per tile, rows 0..31 and 32..63, so the first half is dequantised while the second lands
+// (b128 109 → 106 µs, prefill 374 → 383 TFLOP/s);
 // rows loaded into registers instead of staged measured slower (b128 137 µs; global loads land through L1, of which
 // the full shared-memory carve-out leaves ~28 KB).
 // Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
@@ -155,15 +157,15 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
 //       CTA's register pool is fixed at launch, so what the consumers add must equal what the producer releases
 //       ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and the kernel hangs.
 // Barriers: k_ready[b] (mbarrier, 128 producer arrivals, tile b and its slot ids written), k_free[b] (mbarrier, one
-// arrival per consumer warp, 8), FP8 staged[b] (mbarrier, 32 producer arrivals + the bulk copies' bytes), named
-// barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose
-// 64 slots are all unused is skipped by both consumers (per-warp valid flags from the producer).
+// arrival per consumer warp, 8), FP8 staged[h][b] (mbarriers per half chunk h: 32 producer arrivals + the bulk
+// copies' bytes), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose 64 slots are all
+// unused is skipped by both consumers (per-warp valid flags from the producer).
 constexpr int kWsThreads = 384;
 constexpr int kWsFlags = kIdx + 2 * 64 * 4;     // [2 tiles][4 producer warps] int32
 constexpr int kWsRed = kWsFlags + 2 * 4 * 4;    // alpha [64], l [64]
 constexpr int kWsLse = kWsRed + 2 * 64 * 4;     // cluster merge: this CTA's log2-sum-exp per head [64]
 constexpr int kWsBar = kWsLse + 64 * 4;         // k_ready[2], k_free[2] (8 B each)
-constexpr int kWsSmem = kWsBar + 7 * 8 + 1024;  // + q_ready (prepared Q), FP8 staged[2]
+constexpr int kWsSmem = kWsBar + 9 * 8 + 1024;  // + q_ready (prepared Q), FP8 staged[2][2]
 static_assert(kWsSmem <= 232448);
 constexpr int kBarPReady = 1, kBarPFree = 2, kBarEpilogue = 3;  // consumer named barriers (0: __syncthreads)
 
@@ -181,12 +183,14 @@ __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0.
 }
 __device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot_a, int32_t slot_b, int ra, int rb,
                                                 int part, uint8_t* tile, uint32_t tile_sa, uint32_t staged) {
-    if (part == 0) {  // one thread per row pair: 32 arrivals per chunk
-        mbar_expect_tx(staged, 512u * ((slot_a >= 0) + (slot_b >= 0)));
+    if (part == 0) {  // one thread per row pair: 32 arrivals per half chunk (rows 0..31 on staged, 32..63 on + 16)
+        mbar_expect_tx(staged, slot_a >= 0 ? 512u : 0u);
         if (slot_a >= 0)
             bulk_load(tile_sa + stage_off(ra, 0), cache + static_cast<int64_t>(slot_a) * kFp8RowBytes, 512, staged);
+        mbar_expect_tx(staged + 16, slot_b >= 0 ? 512u : 0u);
         if (slot_b >= 0)
-            bulk_load(tile_sa + stage_off(rb, 0), cache + static_cast<int64_t>(slot_b) * kFp8RowBytes, 512, staged);
+            bulk_load(tile_sa + stage_off(rb, 0), cache + static_cast<int64_t>(slot_b) * kFp8RowBytes, 512,
+                      staged + 16);
     }
     const uint4 z = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
@@ -379,7 +383,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     float* sl = salpha + kHeads;                                          // [64]
     const uint32_t bar_ready = sb + kWsBar, bar_free = sb + kWsBar + 16;  // + 8·b
     const uint32_t bar_q = sb + kWsBar + 32;                              // prepared Q: its bulk copy has landed
-    const uint32_t bar_staged = sb + kWsBar + 40;  // FP8: + 8·b, tile b's staged codes have landed (32 arrivals)
+    // FP8: + 8·b, tile b's staged codes of rows 0..31 have landed (32 arrivals); + 16 + 8·b, rows 32..63
+    const uint32_t bar_staged = sb + kWsBar + 40;
     if (t == 0) {
         mbar_init(bar_ready, 128);
         mbar_init(bar_ready + 8, 128);
@@ -410,6 +415,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 if (pt == 0) {  // the producer's own barriers, initialised before its first copies
                     mbar_init(bar_staged, 32);
                     mbar_init(bar_staged + 8, 32);
+                    mbar_init(bar_staged + 16, 32);
+                    mbar_init(bar_staged + 24, 32);
                     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
                 }
                 producer_sync();
@@ -488,21 +495,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 if (lane == 0) sflags[buf * 4 + pw] = any != 0;
             };
             if constexpr (kFp8) {
-                // Chunk c is in flight into tile buf (issued an iteration ago). Once its codes have landed (the
-                // staged mbarrier; this thread's own k_pe copies and zeros need no barrier): the codes of dims
-                // 256..511 (pieces 16..31, staged over blocks 4..7) go to registers and dims 0..255 are dequantised
-                // into blocks 0..3 straight from the staging; after a producer barrier (no one reads the staging any
-                // more) the saved half goes to blocks 4..7. Piece order j' = j ^ (row & 1), see stage_off.
+                // Chunk c is in flight into tile buf (issued an iteration ago). Row a (0..31) then row b (32..63),
+                // each once its half's codes have landed (staged mbarriers; this thread's own zeros need no
+                // barrier): the codes of dims 256..511 (pieces 16..31, staged over blocks 4..7) go to registers and
+                // dims 0..255 are dequantised into blocks 0..3 straight from the staging; after a producer barrier
+                // (no one reads the staging any more) the saved halves go to blocks 4..7. Piece order
+                // j' = j ^ (row & 1), see stage_off. The k_pe copies are waited for only before the tile is
+                // published.
                 uint8_t* tile = smem + kK0 + buf * kTile;
-                cp_async_wait_all();
-                mbar_wait(bar_staged + 8 * buf, (it >> 1) & 1);
+                mbar_wait(bar_staged + 8 * buf, (it >> 1) & 1);  // rows 0..31 (rows 32..63 still land meanwhile)
                 const int fa = ra & 1, fb = rb & 1;
                 uint4 ha[4], hb[4];
 #pragma unroll
-                for (int j = 4; j < 8; ++j) {
+                for (int j = 4; j < 8; ++j)
                     ha[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(ra, part + 4 * (j ^ fa)));
-                    hb[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(rb, part + 4 * (j ^ fb)));
-                }
                 // piece pc = part + 4j: codes 16pc.. → bf16 chunks 2pc, 2pc+1 of the row; its scale is tile j/2
                 auto put = [&](int row, int pc, const uint4& w, float scale) {
                     const __half2 sc = __float2half2_rn(scale);  // a power of two: exact in f16
@@ -516,8 +522,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 };
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const int pa = part + 4 * (j ^ fa), pb = part + 4 * (j ^ fb);
+                    const int pa = part + 4 * (j ^ fa);
                     put(ra, pa, *reinterpret_cast<const uint4*>(tile + stage_off(ra, pa)), (j ^ fa) < 2 ? sca.x : sca.y);
+                }
+                mbar_wait(bar_staged + 16 + 8 * buf, (it >> 1) & 1);  // rows 32..63
+#pragma unroll
+                for (int j = 4; j < 8; ++j)
+                    hb[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(rb, part + 4 * (j ^ fb)));
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int pb = part + 4 * (j ^ fb);
                     put(rb, pb, *reinterpret_cast<const uint4*>(tile + stage_off(rb, pb)), (j ^ fb) < 2 ? scb.x : scb.y);
                 }
                 producer_sync();
@@ -526,6 +540,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     put(ra, part + 4 * (j ^ fa), ha[j - 4], (j ^ fa) < 6 ? sca.z : sca.w);
                     put(rb, part + 4 * (j ^ fb), hb[j - 4], (j ^ fb) < 6 ? scb.z : scb.w);
                 }
+                cp_async_wait_all();  // this thread's k_pe copies, before the consumers may read the tile
                 publish();
                 proxy_fence();
                 mbar_arrive(bar_ready + 8 * buf);
