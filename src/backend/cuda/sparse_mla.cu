@@ -152,8 +152,8 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
 //       the next chunk's Q·Kᵀ on the other tile;
 //   WG2 (producer): fills the two K tiles in turn, one chunk ahead: rows stream into the tile as soon as both
 //       consumers released it (BF16: cp.async in place; FP8: codes staged in the tile's upper half by one bulk copy
-//       per row, then dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg moves its
-//       registers to the consumers: 168 at launch (384 threads), 120 for the producer, 192 for each consumer. The
+//       per row, then dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg
+//       moves its registers to the consumers: 168 at launch (384 threads), 120 for the producer, 192 for each consumer. The
 //       CTA's register pool is fixed at launch, so what the consumers add must equal what the producer releases
 //       ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and the kernel hangs.
 // Barriers: k_ready[b] (mbarrier, 128 producer arrivals, tile b and its slot ids written), k_free[b] (mbarrier, one
@@ -173,9 +173,10 @@ __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
 // FP8 producer staging: chunk c's raw rows stream into tile c%2 itself: the e4m3 codes (512 B per row) with one
-// bulk async copy per row (the TMA engine, completing on the tile's `staged` mbarrier) over blocks 4..7, row r at
-// byte r·512; k_pe with cp.async straight to its place in block 8; the tile scales to registers. An unused slot's
-// codes are zeros, stored by the threads that dequantise them (0 × a NaN code would poison the P·V sum).
+// bulk async copy per row (the TMA engine, completing on the tile's `staged` mbarrier of the row's half) over
+// blocks 4..7, row r at byte r·512; k_pe with cp.async straight to its place in block 8; the tile scales to
+// registers. An unused slot's codes are zeros, stored by the threads that dequantise them (0 × a NaN code would
+// poison the P·V sum).
 // The thread of (row, part) reads the row's 16-B pieces part + 4j' with j' = j ^ (row & 1): the 8 rows of a warp
 // are 512 B apart, so without the flip a warp's 32 reads would fall on 4 of the 8 16-B bank groups.
 __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0..31 of the codes of `row`
@@ -523,7 +524,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const int pa = part + 4 * (j ^ fa);
-                    put(ra, pa, *reinterpret_cast<const uint4*>(tile + stage_off(ra, pa)), (j ^ fa) < 2 ? sca.x : sca.y);
+                    put(ra, pa, *reinterpret_cast<const uint4*>(tile + stage_off(ra, pa)),
+                        (j ^ fa) < 2 ? sca.x : sca.y);
                 }
                 mbar_wait(bar_staged + 16 + 8 * buf, (it >> 1) & 1);  // rows 32..63
 #pragma unroll
@@ -532,7 +534,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const int pb = part + 4 * (j ^ fb);
-                    put(rb, pb, *reinterpret_cast<const uint4*>(tile + stage_off(rb, pb)), (j ^ fb) < 2 ? scb.x : scb.y);
+                    put(rb, pb, *reinterpret_cast<const uint4*>(tile + stage_off(rb, pb)),
+                        (j ^ fb) < 2 ? scb.x : scb.y);
                 }
                 producer_sync();
 #pragma unroll
