@@ -182,26 +182,33 @@ __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive 
 __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0..31 of the codes of `row`
     return static_cast<uint32_t>(4 * kBlk + row * 512 + piece * 16);
 }
+// The arrive-on of `bar` (.noinc: counted in its init count) fires once every cp.async this thread issued so far has
+// landed.
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Codes: producer warp pw copies rows 8pw..8pw+7 (half a) and 32 + 8pw.. (half b), one row per instruction, lane l
+// → 16-B piece l, so each instruction reads 512 contiguous bytes and writes one staged row without bank conflicts;
+// an unused slot's row is zero-filled by the copy itself (0 × a NaN code would poison the P·V sum). The row's slot
+// is in lane 4k (thread (row, part 0)). Every producer thread then arrives on the half's `staged` mbarrier (128
+// arrivals) when its copies have landed.
 __device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot_a, int32_t slot_b, int ra, int rb,
-                                                int part, uint8_t* tile, uint32_t tile_sa, uint32_t staged) {
-    if (part == 0) {  // one thread per row pair: 32 arrivals per half chunk (rows 0..31 on staged, 32..63 on + 16)
-        mbar_expect_tx(staged, slot_a >= 0 ? 512u : 0u);
-        if (slot_a >= 0)
-            bulk_load(tile_sa + stage_off(ra, 0), cache + static_cast<int64_t>(slot_a) * kFp8RowBytes, 512, staged);
-        mbar_expect_tx(staged + 16, slot_b >= 0 ? 512u : 0u);
-        if (slot_b >= 0)
-            bulk_load(tile_sa + stage_off(rb, 0), cache + static_cast<int64_t>(slot_b) * kFp8RowBytes, 512,
-                      staged + 16);
+                                                int part, uint32_t tile_sa, uint32_t staged) {
+    const int lane = threadIdx.x & 31, r0 = ra & ~7;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const int32_t s = __shfl_sync(0xffffffffu, h ? slot_b : slot_a, 4 * k);
+            cp_async16(tile_sa + stage_off(r0 + 32 * h + k, lane),
+                       cache + static_cast<int64_t>(s < 0 ? 0 : s) * kFp8RowBytes + lane * 16, s >= 0);
+        }
+        cp_async_arrive(staged + 16 * h);
     }
-    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int32_t slot = r ? slot_b : slot_a;
         const int row = r ? rb : ra;
-        if (slot < 0) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) *reinterpret_cast<uint4*>(tile + stage_off(row, part + 4 * j)) = z;
-        }
         const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
 #pragma unroll
         for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
@@ -414,14 +421,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     nb = tok_slots[(c_begin + 1) * kChunk + rb];
                 }
                 if (pt == 0) {  // the producer's own barriers, initialised before its first copies
-                    mbar_init(bar_staged, 32);
-                    mbar_init(bar_staged + 8, 32);
-                    mbar_init(bar_staged + 16, 32);
-                    mbar_init(bar_staged + 24, 32);
+                    mbar_init(bar_staged, 128);
+                    mbar_init(bar_staged + 8, 128);
+                    mbar_init(bar_staged + 16, 128);
+                    mbar_init(bar_staged + 24, 128);
                     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
                 }
                 producer_sync();
-                fp8_stage_issue(cache, sa, sbb, ra, rb, part, smem + kK0, sb + kK0, bar_staged);
+                fp8_stage_issue(cache, sa, sbb, ra, rb, part, sb + kK0, bar_staged);
                 sca = fp8_scales(cache, sa);
                 scb = fp8_scales(cache, sbb);
             } else {
@@ -551,8 +558,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     if (it >= 1) mbar_wait(bar_free + 8 * (buf ^ 1), ((it - 1) >> 1) & 1);
                     sa = na;
                     sbb = nb;
-                    fp8_stage_issue(cache, sa, sbb, ra, rb, part, smem + kK0 + (buf ^ 1) * kTile,
-                                    sb + kK0 + (buf ^ 1) * kTile, bar_staged + 8 * (buf ^ 1));
+                    fp8_stage_issue(cache, sa, sbb, ra, rb, part, sb + kK0 + (buf ^ 1) * kTile,
+                                    bar_staged + 8 * (buf ^ 1));
                     sca = fp8_scales(cache, sa);
                     scb = fp8_scales(cache, sbb);
                     na = nb = -1;
