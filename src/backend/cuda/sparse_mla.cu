@@ -14,7 +14,10 @@
 // K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*). Session 14: the FP8
 // codes staged by one bulk copy per row instead of 32 cp.async of 16 B (b64 69.5 → 63.2 µs, b128 113 → 109 µs),
 // and on two mbarriers per tile, rows 0..31 and 32..63, so the first half is dequantised while the second lands
-// (b128 109 → 106 µs, prefill 374 → 383 TFLOP/s);
+// (b128 109 → 106 µs, prefill 374 → 383 TFLOP/s). Session 15: the bulk copies replaced by one cp.async per lane and
+// row (a warp instruction per 512-B row; the per-lane bulk-copy issue loop was 26% of the producer), k_pe on the
+// second half's barrier (b64 63.0 → 61.7 µs, b128 106.3 → 103.6 µs, prefill 383 → 398 TFLOP/s); issuing chunk c+1
+// as soon as its tile is freed, during chunk c's dequantisation, measured slower (b128 112–119 µs);
 // rows loaded into registers instead of staged measured slower (b128 137 µs; global loads land through L1, of which
 // the full shared-memory carve-out leaves ~28 KB).
 // Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
@@ -151,15 +154,16 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
 //   WG1: waits for P, rescales, O[:, 256:512] += P·V, releases P and tile b; while it multiplies, WG0 already runs
 //       the next chunk's Q·Kᵀ on the other tile;
 //   WG2 (producer): fills the two K tiles in turn, one chunk ahead: rows stream into the tile as soon as both
-//       consumers released it (BF16: cp.async in place; FP8: codes staged in the tile's upper half by one bulk copy
-//       per row, then dequantised over the whole tile, stage_off below). It holds no accumulators, so setmaxnreg
-//       moves its registers to the consumers: 168 at launch (384 threads), 120 for the producer, 192 for each consumer. The
-//       CTA's register pool is fixed at launch, so what the consumers add must equal what the producer releases
-//       ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and the kernel hangs.
+//       consumers released it (BF16: cp.async in place; FP8: codes staged in the tile's upper half by cp.async, a
+//       warp instruction per row, then dequantised over the whole tile, stage_off below). It holds no accumulators,
+//       so setmaxnreg moves its registers to the consumers: 168 at launch (384 threads), 120 for the producer, 192
+//       for each consumer. The CTA's register pool is fixed at launch, so what the consumers add must equal what the
+//       producer releases ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and the kernel
+//       hangs.
 // Barriers: k_ready[b] (mbarrier, 128 producer arrivals, tile b and its slot ids written), k_free[b] (mbarrier, one
-// arrival per consumer warp, 8), FP8 staged[h][b] (mbarriers per half chunk h: 32 producer arrivals + the bulk
-// copies' bytes), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose 64 slots are all
-// unused is skipped by both consumers (per-warp valid flags from the producer).
+// arrival per consumer warp, 8), FP8 staged[h][b] (mbarriers per half chunk h: 128 producer arrivals, each when that
+// thread's copies have landed), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose 64
+// slots are all unused is skipped by both consumers (per-warp valid flags from the producer).
 constexpr int kWsThreads = 384;
 constexpr int kWsFlags = kIdx + 2 * 64 * 4;     // [2 tiles][4 producer warps] int32
 constexpr int kWsRed = kWsFlags + 2 * 4 * 4;    // alpha [64], l [64]
@@ -172,11 +176,9 @@ constexpr int kBarPReady = 1, kBarPFree = 2, kBarEpilogue = 3;  // consumer name
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
-// FP8 producer staging: chunk c's raw rows stream into tile c%2 itself: the e4m3 codes (512 B per row) with one
-// bulk async copy per row (the TMA engine, completing on the tile's `staged` mbarrier of the row's half) over
-// blocks 4..7, row r at byte r·512; k_pe with cp.async straight to its place in block 8; the tile scales to
-// registers. An unused slot's codes are zeros, stored by the threads that dequantise them (0 × a NaN code would
-// poison the P·V sum).
+// FP8 producer staging: chunk c's raw rows stream into tile c%2 itself: the e4m3 codes (512 B per row) over blocks
+// 4..7, row r at byte r·512, and k_pe straight to its place in block 8, both by cp.async (fp8_stage_issue); the tile
+// scales to registers.
 // The thread of (row, part) reads the row's 16-B pieces part + 4j' with j' = j ^ (row & 1): the 8 rows of a warp
 // are 512 B apart, so without the flip a warp's 32 reads would fall on 4 of the 8 16-B bank groups.
 __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0..31 of the codes of `row`
@@ -190,31 +192,36 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
 // Codes: producer warp pw copies rows 8pw..8pw+7 (half a) and 32 + 8pw.. (half b), one row per instruction, lane l
 // → 16-B piece l, so each instruction reads 512 contiguous bytes and writes one staged row without bank conflicts;
 // an unused slot's row is zero-filled by the copy itself (0 × a NaN code would poison the P·V sum). The row's slot
-// is in lane 4k (thread (row, part 0)). Every producer thread then arrives on the half's `staged` mbarrier (128
-// arrivals) when its copies have landed.
+// is in lane 4k (thread (row, part 0)). k_pe: this thread's 2 × 2 16-B chunks of rows a and b, straight to their
+// place in block 8. Every producer thread arrives on the `staged` mbarrier of rows 0..31 when its half-a copies have
+// landed, and on that of rows 32..63 when all of them have (k_pe included): 128 arrivals each, no commit groups.
 __device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot_a, int32_t slot_b, int ra, int rb,
                                                 int part, uint32_t tile_sa, uint32_t staged) {
     const int lane = threadIdx.x & 31, r0 = ra & ~7;
+    const uint8_t* piece = cache + lane * 16;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
             const int32_t s = __shfl_sync(0xffffffffu, h ? slot_b : slot_a, 4 * k);
             cp_async16(tile_sa + stage_off(r0 + 32 * h + k, lane),
-                       cache + static_cast<int64_t>(s < 0 ? 0 : s) * kFp8RowBytes + lane * 16, s >= 0);
+                       piece + static_cast<int64_t>(s < 0 ? 0 : s) * kFp8RowBytes, s >= 0);
         }
-        cp_async_arrive(staged + 16 * h);
-    }
+        if (h == 0) {
+            cp_async_arrive(staged);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int32_t slot = r ? slot_b : slot_a;
-        const int row = r ? rb : ra;
-        const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
+            for (int r = 0; r < 2; ++r) {
+                const int32_t slot = r ? slot_b : slot_a;
+                const int row = r ? rb : ra;
+                const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
 #pragma unroll
-        for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
-            cp_async16(tile_sa + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16, slot >= 0);
+                for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
+                    cp_async16(tile_sa + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16,
+                               slot >= 0);
+            }
+        }
     }
-    cp_async_commit();
+    cp_async_arrive(staged + 16);
 }
 __device__ __forceinline__ float4 fp8_scales(const uint8_t* cache, int32_t slot) {
     return __ldg(
@@ -504,12 +511,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             };
             if constexpr (kFp8) {
                 // Chunk c is in flight into tile buf (issued an iteration ago). Row a (0..31) then row b (32..63),
-                // each once its half's codes have landed (staged mbarriers; this thread's own zeros need no
-                // barrier): the codes of dims 256..511 (pieces 16..31, staged over blocks 4..7) go to registers and
-                // dims 0..255 are dequantised into blocks 0..3 straight from the staging; after a producer barrier
-                // (no one reads the staging any more) the saved halves go to blocks 4..7. Piece order
-                // j' = j ^ (row & 1), see stage_off. The k_pe copies are waited for only before the tile is
-                // published.
+                // each once its half's codes have landed (staged mbarriers): the codes of dims 256..511 (pieces
+                // 16..31, staged over blocks 4..7) go to registers and dims 0..255 are dequantised into blocks 0..3
+                // straight from the staging; after a producer barrier (no one reads the staging any more) the saved
+                // halves go to blocks 4..7. Piece order j' = j ^ (row & 1), see stage_off. The k_pe copies complete
+                // on the barrier of rows 32..63.
                 uint8_t* tile = smem + kK0 + buf * kTile;
                 mbar_wait(bar_staged + 8 * buf, (it >> 1) & 1);  // rows 0..31 (rows 32..63 still land meanwhile)
                 const int fa = ra & 1, fb = rb & 1;
@@ -534,7 +540,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     put(ra, pa, *reinterpret_cast<const uint4*>(tile + stage_off(ra, pa)),
                         (j ^ fa) < 2 ? sca.x : sca.y);
                 }
-                mbar_wait(bar_staged + 16 + 8 * buf, (it >> 1) & 1);  // rows 32..63
+                mbar_wait(bar_staged + 16 + 8 * buf, (it >> 1) & 1);  // rows 32..63 and k_pe
 #pragma unroll
                 for (int j = 4; j < 8; ++j)
                     hb[j - 4] = *reinterpret_cast<const uint4*>(tile + stage_off(rb, part + 4 * (j ^ fb)));
@@ -550,7 +556,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     put(ra, part + 4 * (j ^ fa), ha[j - 4], (j ^ fa) < 6 ? sca.z : sca.w);
                     put(rb, part + 4 * (j ^ fb), hb[j - 4], (j ^ fb) < 6 ? scb.z : scb.w);
                 }
-                cp_async_wait_all();  // this thread's k_pe copies, before the consumers may read the tile
                 publish();
                 proxy_fence();
                 mbar_arrive(bar_ready + 8 * buf);
