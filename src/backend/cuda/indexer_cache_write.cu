@@ -1,9 +1,14 @@
 // indexer_cache_write kernel: one warp per token, 4 consecutive dims per lane.
 //   k_raw [n, 128] fp32 → LayerNorm → interleaved RoPE on dims [0, 64) → e4m3 codes + fp32 pow2 scale at slots[i]
 // Reference: CpuOps::layer_norm + CpuOps::rope + fp8_indexer_pack (kv_format.cpp). The LayerNorm sums run in a
-// different order (warp tree), so a code can differ by one step in rare rounding ties; the angle, sin/cos and
-// inv_freq are computed in double and rounded to fp32, matching glibc's correctly rounded float functions.
+// different order (warp tree), so a code can differ by one step in rare rounding ties. inv_freq comes from the host,
+// computed with std::pow exactly as CpuOps::rope does; sin and cos of the fp32 angle are computed in double (one
+// sincos) and rounded to fp32, matching glibc's correctly rounded float functions. (Session 15: pow, sin and cos
+// each in double on the device were a serial chain of ~1 µs in this one-token kernel.)
 #include "backend/cuda/indexer_cache_write.h"
+
+#include <cmath>
+
 #include "backend/cuda/indexer_common.cuh"
 
 namespace megactx {
@@ -12,7 +17,13 @@ using namespace cuda_indexer;
 
 namespace {
 
-__global__ void __launch_bounds__(256) indexer_cache_write_kernel(IndexerCacheWriteParams p) {
+// 1 / theta^(2j / d_rope) for the pairs j of the rotated dims (d_rope ≤ 128: at most 64 pairs).
+struct RopeFreqs {
+    float inv_freq[kDim / 2];
+};
+
+__global__ void __launch_bounds__(256) indexer_cache_write_kernel(const __grid_constant__ IndexerCacheWriteParams p,
+                                                                  const __grid_constant__ RopeFreqs f) {
     const int lane = threadIdx.x & 31;
     const int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (i >= p.n) return;
@@ -37,13 +48,10 @@ __global__ void __launch_bounds__(256) indexer_cache_write_kernel(IndexerCacheWr
     if (4 * lane < p.d_rope) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int jp = 2 * lane + h;
-            const float expo = static_cast<float>(2 * jp) / static_cast<float>(p.d_rope);
-            const float pw = static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(expo)));
-            const float inv_freq = 1.0f / pw;
-            const float angle = fp * inv_freq;
-            const float c = static_cast<float>(cos(static_cast<double>(angle)));
-            const float s = static_cast<float>(sin(static_cast<double>(angle)));
+            const float angle = fp * f.inv_freq[2 * lane + h];
+            double sd, cd;
+            sincos(static_cast<double>(angle), &sd, &cd);
+            const float c = static_cast<float>(cd), s = static_cast<float>(sd);
             const float x0 = x[2 * h], x1 = x[2 * h + 1];
             x[2 * h] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
             x[2 * h + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
@@ -67,7 +75,10 @@ void launch_indexer_cache_write(const IndexerCacheWriteParams& p, cudaStream_t s
     if (p.n <= 0) return;
     constexpr int kWarps = 8;
     const auto grid = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
-    indexer_cache_write_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
+    RopeFreqs f{};
+    for (int64_t j = 0; j < p.d_rope / 2; ++j)
+        f.inv_freq[j] = 1.0f / std::pow(p.theta, static_cast<float>(2 * j) / static_cast<float>(p.d_rope));
+    indexer_cache_write_kernel<<<grid, kWarps * 32, 0, stream>>>(p, f);
 }
 
 }  // namespace megactx

@@ -2,7 +2,7 @@
 // One CTA of 128 threads per token: thread t owns c[4t..4t+3]; warp w owns FP8 tile w (c[128w..128w+127]).
 //   c    = w ⊙ (c_raw · 1/sqrt(mean(c_raw²) + eps))                 fp32, as CpuOps::rms_norm
 //   k_pe = interleaved RoPE: pair (2j, 2j+1) rotates by pos · theta^(−2j/64) (fp32 angle, as CpuOps::rope;
-//          inv_freq from the host's std::pow so the angles are the oracle's bit for bit)
+//          inv_freq from the host's std::pow so the angles are the oracle's bit for bit; sin/cos in double)
 //   BF16 row: [c | k_pe] as bf16 (RNE).  FP8 row: per tile s = 2^ceil(log2(max(amax,1e-4)/448)),
 //   codes = e4m3 satfinite RNE of c/s, then the 4 fp32 scales, then k_pe as bf16 (= fp8_latent_pack).
 #include "backend/cuda/latent_cache.h"
@@ -63,9 +63,12 @@ __global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_co
     // RoPE on k_pe: threads 0..31 each rotate one pair.
     float2 pe = make_float2(0.f, 0.f);
     if (warp == 0) {
+        // sin and cos of the fp32 angle in double, rounded to fp32 (glibc's sinf/cosf are correctly rounded; the
+        // fp32 sincosf takes its slow reduction path above |angle| ~ 1e5, i.e. from position ~100K on).
         const float angle = fpos * f.inv_freq[lane];
-        float sn, cs;
-        sincosf(angle, &sn, &cs);
+        double sd, cd;
+        sincos(static_cast<double>(angle), &sd, &cd);
+        const float sn = static_cast<float>(sd), cs = static_cast<float>(cd);
         pe = make_float2(x0 * cs - x1 * sn, x1 * cs + x0 * sn);
     }
 
