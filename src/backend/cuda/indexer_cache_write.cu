@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backend/cuda/indexer_common.cuh"
+#include "backend/cuda/launch_ex.cuh"
 
 namespace megactx {
 
@@ -24,6 +25,9 @@ struct RopeFreqs {
 
 __global__ void __launch_bounds__(256) indexer_cache_write_kernel(const __grid_constant__ IndexerCacheWriteParams p,
                                                                   const __grid_constant__ RopeFreqs f) {
+    // Launched under PDL (behind the latent write): wait for the previous kernel before touching memory.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int lane = threadIdx.x & 31;
     const int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (i >= p.n) return;
@@ -78,7 +82,7 @@ void launch_indexer_cache_write(const IndexerCacheWriteParams& p, cudaStream_t s
     RopeFreqs f{};
     for (int64_t j = 0; j < p.d_rope / 2; ++j)
         f.inv_freq[j] = 1.0f / std::pow(p.theta, static_cast<float>(2 * j) / static_cast<float>(p.d_rope));
-    indexer_cache_write_kernel<<<grid, kWarps * 32, 0, stream>>>(p, f);
+    cuda::launch_ex(indexer_cache_write_kernel, dim3(grid), dim3(kWarps * 32), 0, stream, true, p, f);
 }
 
 }  // namespace megactx

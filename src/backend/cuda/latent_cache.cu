@@ -12,6 +12,8 @@
 
 #include <cmath>
 
+#include "backend/cuda/launch_ex.cuh"
+
 namespace megactx::cuda {
 namespace {
 
@@ -35,6 +37,10 @@ __global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_co
                                                                  const __grid_constant__ RopeFreqs f) {
     const int64_t i = blockIdx.x;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    // Launched under PDL: wait for the previous kernel before touching memory, and let the next one (the indexer
+    // write, also under PDL) become resident at once, so the two one-token kernels' launches overlap.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     // Every global load is issued up front, before any of them is used: one memory round trip instead of a chain
     // of dependent ones (slot → row → norm weights → position), which is most of a one-token decode write.
     const int32_t slot = p.slots[i];
@@ -106,8 +112,7 @@ cudaError_t launch_latent_cache_write(const LatentCacheWriteParams& p, cudaStrea
     RopeFreqs f;
     for (int j = 0; j < kRope / 2; ++j)
         f.inv_freq[j] = 1.0f / std::pow(p.rope_theta, static_cast<float>(2 * j) / static_cast<float>(kRope));
-    latent_cache_write_kernel<<<static_cast<unsigned>(p.n), 128, 0, stream>>>(p, f);
-    return cudaGetLastError();
+    return launch_ex(latent_cache_write_kernel, dim3(static_cast<unsigned>(p.n)), dim3(128), 0, stream, true, p, f);
 }
 
 }  // namespace megactx::cuda
