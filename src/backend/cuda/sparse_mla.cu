@@ -16,8 +16,10 @@
 // and on two mbarriers per tile, rows 0..31 and 32..63, so the first half is dequantised while the second lands
 // (b128 109 → 106 µs, prefill 374 → 383 TFLOP/s). Session 15: the bulk copies replaced by one cp.async per lane and
 // row (a warp instruction per 512-B row; the per-lane bulk-copy issue loop was 26% of the producer), k_pe on the
-// second half's barrier (b64 63.0 → 61.7 µs, b128 106.3 → 103.6 µs, prefill 383 → 398 TFLOP/s); issuing chunk c+1
-// as soon as its tile is freed, during chunk c's dequantisation, measured slower (b128 112–119 µs);
+// second half's barrier (b64 63.0 → 61.7 µs, b128 106.3 → 103.6 µs, prefill 383 → 398 TFLOP/s); then rows 32..63 by
+// bulk copy again, so two copy paths keep bytes in flight (b64 61.4 → 58.2 µs, b128 103.6 → 102.4 µs). Issuing chunk
+// c+1 as soon as its tile is freed, during chunk c's dequantisation, measured slower (b128 112–119 µs), and so did a
+// fetch warp beside three dequantising warps (157 µs) and WG1 issuing (116 µs);
 // rows loaded into registers instead of staged measured slower (b128 137 µs; global loads land through L1, of which
 // the full shared-memory carve-out leaves ~28 KB).
 // Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
@@ -154,16 +156,17 @@ __device__ __forceinline__ void bf16_issue(const uint8_t* cache, int32_t slot, i
 //   WG1: waits for P, rescales, O[:, 256:512] += P·V, releases P and tile b; while it multiplies, WG0 already runs
 //       the next chunk's Q·Kᵀ on the other tile;
 //   WG2 (producer): fills the two K tiles in turn, one chunk ahead: rows stream into the tile as soon as both
-//       consumers released it (BF16: cp.async in place; FP8: codes staged in the tile's upper half by cp.async, a
-//       warp instruction per row, then dequantised over the whole tile, stage_off below). It holds no accumulators,
-//       so setmaxnreg moves its registers to the consumers: 168 at launch (384 threads), 120 for the producer, 192
-//       for each consumer. The CTA's register pool is fixed at launch, so what the consumers add must equal what the
-//       producer releases ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and the kernel
-//       hangs.
+//       consumers released it (BF16: cp.async in place; FP8: codes staged in the tile's upper half, rows 0..31 by
+//       cp.async and rows 32..63 by bulk copy, then dequantised over the whole tile, stage_off below). It holds no
+//       accumulators, so setmaxnreg moves its registers to the consumers: 168 at launch (384 threads), 120 for the
+//       producer, 192 for each consumer. The CTA's register pool is fixed at launch, so what the consumers add must
+//       equal what the producer releases ((168 - 120) = 2 · (192 - 168)); an unbalanced request never completes and
+//       the kernel hangs.
 // Barriers: k_ready[b] (mbarrier, 128 producer arrivals, tile b and its slot ids written), k_free[b] (mbarrier, one
 // arrival per consumer warp, 8), FP8 staged[h][b] (mbarriers per half chunk h: 128 producer arrivals, each when that
-// thread's copies have landed), named barriers kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose 64
-// slots are all unused is skipped by both consumers (per-warp valid flags from the producer).
+// thread's cp.async have landed, and for rows 32..63 also the 32 bulk copies' issuers and bytes), named barriers
+// kBarP ready / free between WG0 and WG1 (256 threads). A chunk whose 64 slots are all unused is skipped by both
+// consumers (per-warp valid flags from the producer).
 constexpr int kWsThreads = 384;
 constexpr int kWsFlags = kIdx + 2 * 64 * 4;     // [2 tiles][4 producer warps] int32
 constexpr int kWsRed = kWsFlags + 2 * 4 * 4;    // alpha [64], l [64]
@@ -177,8 +180,8 @@ __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
 // FP8 producer staging: chunk c's raw rows stream into tile c%2 itself: the e4m3 codes (512 B per row) over blocks
-// 4..7, row r at byte r·512, and k_pe straight to its place in block 8, both by cp.async (fp8_stage_issue); the tile
-// scales to registers.
+// 4..7, row r at byte r·512, and k_pe straight to its place in block 8 (fp8_stage_issue); the tile scales to
+// registers.
 // The thread of (row, part) reads the row's 16-B pieces part + 4j' with j' = j ^ (row & 1): the 8 rows of a warp
 // are 512 B apart, so without the flip a warp's 32 reads would fall on 4 of the 8 16-B bank groups.
 __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0..31 of the codes of `row`
@@ -189,37 +192,52 @@ __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0.
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// Codes: producer warp pw copies rows 8pw..8pw+7 (half a) and 32 + 8pw.. (half b), one row per instruction, lane l
-// → 16-B piece l, so each instruction reads 512 contiguous bytes and writes one staged row without bank conflicts;
-// an unused slot's row is zero-filled by the copy itself (0 × a NaN code would poison the P·V sum). The row's slot
-// is in lane 4k (thread (row, part 0)). k_pe: this thread's 2 × 2 16-B chunks of rows a and b, straight to their
-// place in block 8. Every producer thread arrives on the `staged` mbarrier of rows 0..31 when its half-a copies have
-// landed, and on that of rows 32..63 when all of them have (k_pe included): 128 arrivals each, no commit groups.
+// Rows 0..31 and rows 32..63 go by two different copy paths, whose limits on bytes in flight add up (session 15:
+// one warp issues a 512-B cp.async row only every ~56 cycles, and an SM keeps ~14.5 B/clock of them in flight):
+// - rows 0..31 (half a) by cp.async: producer warp pw copies rows 8pw..8pw+7, one row per instruction, lane l → 16-B
+//   piece l, so each instruction reads 512 contiguous bytes and writes one staged row without bank conflicts; an
+//   unused slot's row is zero-filled by the copy itself (0 × a NaN code would poison the P·V sum). The row's slot is
+//   in lane 4k (thread (row, part 0)). Every producer thread arrives on half a's `staged` mbarrier once its copies
+//   have landed (.noinc: 128 arrivals);
+// - rows 32..63 (half b) by the TMA engine: thread (rb, part 0) issues one 512-B bulk copy (arriving with expect_tx:
+//   32 more arrivals on half b's barrier); an unused slot's row is zeroed by the 4 threads that later read it.
+// k_pe: this thread's 2 × 2 16-B chunks of rows a and b, by cp.async straight to their place in block 8, covered by
+// half b's barrier (every thread arrives on it after all its cp.async).
+// Measured (session 15, b64 / b128): all rows by cp.async 61.4 / 103.6 µs, this split 58.2 / 102.4 µs; 16 or 24 rows
+// by bulk copy 60.2–61.0 / 105.3–105.6 µs, 16 rows of each half 62.9 / 109.5 µs.
 __device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot_a, int32_t slot_b, int ra, int rb,
                                                 int part, uint32_t tile_sa, uint32_t staged) {
     const int lane = threadIdx.x & 31, r0 = ra & ~7;
     const uint8_t* piece = cache + lane * 16;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 8; ++k) {
+        const int32_t s = __shfl_sync(0xffffffffu, slot_a, 4 * k);
+        cp_async16(tile_sa + stage_off(r0 + k, lane), piece + static_cast<int64_t>(s < 0 ? 0 : s) * kFp8RowBytes,
+                   s >= 0);
+    }
+    cp_async_arrive(staged);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const int32_t s = __shfl_sync(0xffffffffu, h ? slot_b : slot_a, 4 * k);
-            cp_async16(tile_sa + stage_off(r0 + 32 * h + k, lane),
-                       piece + static_cast<int64_t>(s < 0 ? 0 : s) * kFp8RowBytes, s >= 0);
-        }
-        if (h == 0) {
-            cp_async_arrive(staged);
+    for (int r = 0; r < 2; ++r) {
+        const int32_t slot = r ? slot_b : slot_a;
+        const int row = r ? rb : ra;
+        const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int32_t slot = r ? slot_b : slot_a;
-                const int row = r ? rb : ra;
-                const uint8_t* src = cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * kFp8RowBytes;
+        for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
+            cp_async16(tile_sa + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16, slot >= 0);
+    }
+    // (k_pe before the bulk copies: issued after them, b128 measured 102.4 -> 106.4 us)
+    if (part == 0) {
+        mbar_expect_tx(staged + 16, slot_b >= 0 ? 512u : 0u);
+        if (slot_b >= 0)
+            bulk_load(tile_sa + stage_off(rb, 0), cache + static_cast<int64_t>(slot_b) * kFp8RowBytes, 512,
+                      staged + 16);
+    }
+    if (slot_b < 0) {
 #pragma unroll
-                for (int j = 0; j < 2; ++j)  // k_pe: bf16 chunks 64..71 of the tile row
-                    cp_async16(tile_sa + tile_off(row, 64 + part + 4 * j), src + 528 + (part + 4 * j) * 16,
-                               slot >= 0);
-            }
-        }
+        for (int j = 0; j < 8; ++j)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile_sa + stage_off(rb, part + 4 * j)),
+                         "r"(0)
+                         : "memory");
     }
     cp_async_arrive(staged + 16);
 }
@@ -428,10 +446,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     nb = tok_slots[(c_begin + 1) * kChunk + rb];
                 }
                 if (pt == 0) {  // the producer's own barriers, initialised before its first copies
-                    mbar_init(bar_staged, 128);
+                    mbar_init(bar_staged, 128);  // rows 0..31: the cp.async arrivals
                     mbar_init(bar_staged + 8, 128);
-                    mbar_init(bar_staged + 16, 128);
-                    mbar_init(bar_staged + 24, 128);
+                    mbar_init(bar_staged + 16, 160);  // rows 32..63: + the 32 bulk-copy issuers
+                    mbar_init(bar_staged + 24, 160);
                     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
                 }
                 producer_sync();
