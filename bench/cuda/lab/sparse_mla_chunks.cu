@@ -124,7 +124,6 @@ int main() {
             {"WG1 P ready -> P.V done", 40, 41, 0},
             {"WG1 P.V done -> next P ready", 41, 40, 1},
             {"publish (P0) -> WG0 ready", 4, 33, 0},
-            {"WG1 issue c+2 (WG1-issuing variant)", 42, 43, 0},
             {"P0 issue c+1 done -> WG0 ready c+1", 6, 33, 1},
         };
         std::printf("  steady state, mean cycles over %d CTAs x chunks 2..%d:\n", ctas, cpc - 3);

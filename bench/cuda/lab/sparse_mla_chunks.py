@@ -29,49 +29,5 @@ rep('                producer_sync();\n#pragma unroll\n                for (int 
 rep('                mbar_arrive(bar_ready + 8 * buf);\n', '                mbar_arrive(bar_ready + 8 * buf);\n' + P % 4 + '\n')
 rep('                    if (it >= 1) mbar_wait(bar_free + 8 * (buf ^ 1), ((it - 1) >> 1) & 1);\n',
     '                    if (it >= 1) mbar_wait(bar_free + 8 * (buf ^ 1), ((it - 1) >> 1) & 1);\n' + P % 5 + '\n')
-# WG1 issuing variant (optional): 42 before its wait for WG0's release, 43 after the issue
-rep('''                mbar_wait(bar_free + 8 * buf, (it >> 1) & 1);
-                fp8_stage_issue(cache, xa, xb, ra, rb, part, kt, bar_staged + 8 * buf);
-''', '''                if (t == 128) ST(42);
-                mbar_wait(bar_free + 8 * buf, (it >> 1) & 1);
-                fp8_stage_issue(cache, xa, xb, ra, rb, part, kt, bar_staged + 8 * buf);
-                if (t == 128) ST(43);
-''', False)
-rep('''                    scb = fp8_scales(cache, sbb);
-                    na = nb = -1;
-''', '''                    scb = fp8_scales(cache, sbb);
-                    na = nb = -1;
-''' + P % 6 + '\n')
-rep('''            mbar_wait(bar_ready + 8 * buf, (it >> 1) & 1);
-            const int32_t* fl''', '''            if (t == 0) ST(32);
-            mbar_wait(bar_ready + 8 * buf, (it >> 1) & 1);
-            if (t == 0) ST(33);
-            const int32_t* fl''')
-rep('''                    wg_commit();
-                    wg_wait<0>();
-                    reg_fence(s);
-''', '''                    wg_commit();
-                    wg_wait<0>();
-                    reg_fence(s);
-                    if (t == 0) ST(34);
-''')
-rep('                if (it > 0) named_sync(kBarPFree);', '                if (it > 0) named_sync(kBarPFree);\n                if (t == 0) ST(35);')
-rep('''            } else {
-                named_sync(kBarPReady);
-''', '''            } else {
-                named_sync(kBarPReady);
-                if (t == 128) ST(40);
-''')
-rep('''                wg_commit();
-                wg_wait<0>();
-                reg_fence(o);
-            }
-''', '''                wg_commit();
-                wg_wait<0>();
-                reg_fence(o);
-                if (t == 0) ST(36);
-                if (t == 128) ST(41);
-            }
-''')
 open(dst, 'w').write(s)
 print('patched')
