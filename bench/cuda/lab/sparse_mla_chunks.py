@@ -8,10 +8,9 @@
 import sys
 src, dst = sys.argv[1], sys.argv[2]
 s = open(src).read()
-def rep(a, b, required=True):
+def rep(a, b):
     global s
     if a not in s:
-        if not required: return
         print('MISSING:', a[:100]); sys.exit(1)
     s = s.replace(a, b, 1)
 pre = '''
