@@ -6,9 +6,14 @@
 // conversion included), TFLOP/s = 2 · rows · in · out / time. Also prints the weight bytes each path holds.
 //
 //   bench_gemm [--rows 4096] [--expert-rows 256] [--reps 20] [--json PATH]
+//
+// --decode-rows 1,2,4,8,16 instead measures the decode shapes (a few rows of x) through the three FP8 paths: the GEMV
+// (fp8_gemv.h, up to 8 rows), the few-row W8A8 kernel (fp8_gemm_small.h, up to 16) and cuBLASLt's W8A8 GEMM, each over rotating copies of the weight (≥ 256 MB, so every call reads its weight from
+// HBM as a decode step does) captured in one CUDA graph; µs per call and the weight bytes read per second.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -56,12 +61,95 @@ Weight random_fp8_weight(const Shape& s, std::mt19937& rng, std::vector<uint8_t>
     return w;
 }
 
+// The decode sweep: for each projection and row count, the three FP8 paths, cold weights, graph replays. Besides the
+// prefill shapes: the indexer's projections and the LM head (GLM-5.2's vocabulary).
+void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_counts, int64_t reps,
+                  nlohmann::json& out) {
+    shapes.push_back({"indexer wq_b (2048 -> 4096)", 4096, 2048, false});
+    shapes.push_back({"indexer wk (6144 -> 128)", 128, 6144, false});
+    shapes.push_back({"lm_head (6144 -> 154880)", 154880, 6144, false});
+    constexpr int64_t kRotateBytes = int64_t{256} << 20;
+    std::mt19937 rng(11);
+    std::printf("%-28s %6s %10s %6s %10s %6s %10s %6s\n", "GEMM", "rows", "GEMV us", "TB/s", "small us", "TB/s",
+                "cuBLASLt", "TB/s");
+    for (const Shape& s : shapes) {
+        if (s.expert) continue;
+        const int64_t bytes = s.out * s.in, copies = std::max<int64_t>(2, kRotateBytes / bytes);
+        std::vector<uint8_t> codes;
+        Weight proto = random_fp8_weight(s, rng, codes);  // the scales; the codes come from `pool`
+        std::vector<uint8_t> pool(static_cast<size_t>(bytes * copies));
+        std::uniform_int_distribution<int> byte(0, 0x7d);
+        for (uint8_t& c : pool) c = static_cast<uint8_t>(byte(rng) | (rng() & 1 ? 0x80 : 0));
+        std::vector<Weight> ws(static_cast<size_t>(copies), proto);
+        for (int64_t c = 0; c < copies; ++c) ws[static_cast<size_t>(c)].data = pool.data() + c * bytes;
+        for (const int64_t n : row_counts) {
+            double us[3] = {-1, -1, -1};
+            for (int path = 0; path < 3; ++path) {  // 0: GEMV, 1: few-row tensor-core kernel, 2: cuBLASLt
+                if ((path == 0 && n > 8) || (path == 1 && n > 16)) continue;
+                CudaOptions o;
+                o.fp8_gemv_max_rows = path == 0 ? 8 : 0;
+                o.fp8_gemm_small_max_rows = path == 1 ? 16 : 0;
+                auto ops = make_cuda_ops(o);
+                auto* cops = dynamic_cast<cuda::CudaOps*>(ops.get());
+                const cudaStream_t stream = cops->stream();
+                Tensor x = ops->alloc(DType::F32, {n, s.in});
+                std::vector<float> hx(static_cast<size_t>(n * s.in));
+                std::normal_distribution<float> nd(0.0f, 1.0f);
+                for (float& v : hx) v = nd(rng);
+                ops->upload(hx.data(), x);
+                Tensor y = ops->alloc(DType::F32, {n, s.out});
+                for (int i = 0; i < 2; ++i)
+                    for (const Weight& w : ws) ops->linear(x, w, y);  // uploads, plans, allocator free lists
+                CK(cudaStreamSynchronize(stream));
+                cudaGraph_t graph;
+                cudaGraphExec_t exec;
+                CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+                for (const Weight& w : ws) ops->linear(x, w, y);
+                CK(cudaStreamEndCapture(stream, &graph));
+                CK(cudaGraphInstantiate(&exec, graph, 0));
+                CK(cudaGraphLaunch(exec, stream));
+                cudaEvent_t e0, e1;
+                CK(cudaEventCreate(&e0));
+                CK(cudaEventCreate(&e1));
+                CK(cudaEventRecord(e0, stream));
+                for (int64_t r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, stream));
+                CK(cudaEventRecord(e1, stream));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                us[path] = 1e3 * ms / static_cast<double>(reps * copies);
+                CK(cudaEventDestroy(e0));
+                CK(cudaEventDestroy(e1));
+                CK(cudaGraphExecDestroy(exec));
+                CK(cudaGraphDestroy(graph));
+            }
+            auto tbs = [&](double t) { return t > 0 ? static_cast<double>(bytes) / t / 1e6 : 0.0; };
+            std::printf("%-28s %6lld", s.name, static_cast<long long>(n));
+            nlohmann::json r = {{"gemm", s.name}, {"rows", n}, {"in", s.in}, {"out", s.out}};
+            const char* keys[3] = {"gemv", "small", "cublaslt"};
+            for (int path = 0; path < 3; ++path) {
+                if (us[path] > 0) {
+                    std::printf(" %10.1f %6.2f", us[path], tbs(us[path]));
+                    r[std::string(keys[path]) + "_us"] = us[path];
+                    r[std::string(keys[path]) + "_weight_tb_s"] = tbs(us[path]);
+                } else {
+                    std::printf(" %10s %6s", "-", "-");
+                }
+            }
+            std::printf("\n");
+            std::fflush(stdout);
+            out["results"].push_back(r);
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"bench_gemm: FP8 prefill GEMMs, W8A8 against the bf16 copy"};
     int64_t rows = 4096, expert_rows = 256, reps = 20;
-    std::string json_path;
+    std::string json_path, decode_rows;
+    app.add_option("--decode-rows", decode_rows, "decode mode: these row counts, GEMV against W8A8 (cold weights)");
     app.add_option("--rows", rows, "tokens of the prefill chunk")->check(CLI::Range(1, 65536));
     app.add_option("--expert-rows", expert_rows, "tokens routed to the one expert")->check(CLI::Range(1, 65536));
     app.add_option("--reps", reps)->check(CLI::Range(1, 10000));
@@ -83,6 +171,14 @@ int main(int argc, char** argv) {
                               {"expert_rows", expert_rows},
                               {"reps", reps},
                               {"results", nlohmann::json::array()}};
+        if (!decode_rows.empty()) {
+            out["mode"] = "decode";
+            out.erase("rows");
+            out.erase("expert_rows");
+            decode_sweep(shapes, bench::parse_positive_list(decode_rows, "--decode-rows"), reps, out);
+            if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+            return 0;
+        }
         std::printf("%-28s %6s %12s %10s %12s %10s %8s\n", "GEMM", "rows", "W8A8 us", "TFLOP/s", "bf16 us", "TFLOP/s",
                     "speedup");
         std::mt19937 rng(7);

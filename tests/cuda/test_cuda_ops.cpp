@@ -182,15 +182,18 @@ TEST_F(CudaOpsTest, AddRmsNorm) {
 }
 
 TEST_F(CudaOpsTest, Linear) {
+    CudaOptions gemv_opts;
+    gemv_opts.fp8_gemv_max_rows = 8;
+    const auto gemv8 = make_cuda_ops(gemv_opts);
     struct C {
         DType t;
         int64_t n, in, out;
         double tol;
     };
-    // fp32 weights: fp32 GEMM; bf16: activations rounded to bf16. fp8, up to 8 rows: the FP8 GEMV (fp8_gemv.h,
-    // staged or segmented kernel) reads the e4m3 weights and scales with fp32 activations, like the CPU: fp32
-    // rounding only. Its cases cover partial 128-blocks in both directions, inputs beyond one 1024-column stage,
-    // and 1..8 rows. fp8, more rows:
+    // fp32 weights: fp32 GEMM; bf16: activations rounded to bf16. fp8, up to 8 rows (an Ops whose GEMV takes up to
+    // 8 rows; the default stops at 2): the FP8 GEMV (fp8_gemv.h, staged or segmented kernel) reads the e4m3 weights
+    // and scales with fp32 activations, like the CPU: fp32 rounding only. Its cases cover partial 128-blocks in both
+    // directions, inputs beyond one 1024-column stage, and 1..8 rows. fp8, more rows:
     // the W8A8 GEMM (LinearFp8W8A8 below), except where cuBLASLt refuses the shape (an input width that is not a
     // multiple of 16, 130 output rows): then a bf16 copy of the weight and bf16 activations, 1.5e-2.
     for (const C c :
@@ -213,7 +216,8 @@ TEST_F(CudaOpsTest, Linear) {
         const auto x = randv(c.n * c.in);
         std::vector<float> out[3];
         int i = 0;
-        for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get(), gpu_.get()}) {
+        Ops* gpu = c.t == DType::F8_E4M3 ? gemv8.get() : gpu_.get();
+        for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu, gpu}) {
             Tensor tx = put(*ops, x, {c.n, c.in});
             Tensor ty = ops->alloc(DType::F32, {c.n, c.out});
             ops->linear(tx, w, ty);
@@ -227,18 +231,26 @@ TEST_F(CudaOpsTest, Linear) {
     }
 }
 
-// FP8 weights with more than 8 rows run the W8A8 block-scaled GEMM (cuBLASLt): the activations are quantised per
-// 1 × 128 group to e4m3 (s = amax / 448, act_quant.h), as transformers' FP8Linear and DeepGEMM do. The reference is
-// the CPU's fp32 linear on the same quantised activations, so what is left is the tensor cores' FP8 accumulation
-// (measured 2-5e-4 of max |y| on the H200) and a wrong scale layout, padding or block moves results by O(1). Shapes:
-// token counts that are not multiples of 4 (padded, output staged), ceil(k / 128) not a multiple of 4 (padded
-// weight scales), partial 128-blocks in rows and columns, and GLM-5.2 widths.
+// FP8 weights with more than 2 rows run W8A8: the activations are quantised per 1 × 128 group to e4m3 (s = amax /
+// 448, act_quant.h), as transformers' FP8Linear and DeepGEMM do, and the block-scaled GEMM runs on the tensor cores:
+// up to 16 rows (input a multiple of 128) the few-row kernel (fp8_gemm_small.h), else cuBLASLt. Each case runs
+// through both (the default Ops, and one with the few-row kernel off) where cuBLASLt takes the shape. The reference is the
+// CPU's fp32 linear on the same quantised activations, so what is left is the tensor cores' FP8 accumulation
+// (measured 2-5e-4 of max |y| on the H200) and a wrong scale layout, padding, fragment or block moves results by
+// O(1). Shapes: token counts that are not multiples of 4 or 8 (padded, output staged), ceil(k / 128) not a multiple
+// of 4 (padded weight scales), partial 128-blocks in rows and columns, output rows not a multiple of 16, inputs of
+// one 128-column block and odd numbers of blocks, and GLM-5.2 widths.
 TEST_F(CudaOpsTest, LinearFp8W8A8) {
+    CudaOptions lt_opts;
+    lt_opts.fp8_gemm_small_max_rows = 0;
+    const auto lt = make_cuda_ops(lt_opts);
     struct C {
         int64_t n, in, out;
     };
     for (const C c :
-         {C{9, 384, 200}, C{16, 6144, 576}, C{37, 896, 640}, C{40, 2048, 1024}, C{12, 320, 64}, C{130, 512, 384}}) {
+         {C{9, 384, 200}, C{16, 6144, 576}, C{37, 896, 640}, C{40, 2048, 1024}, C{12, 320, 64}, C{130, 512, 384},
+          C{3, 6144, 576}, C{4, 128, 40}, C{5, 2048, 1001}, C{8, 16384, 130}, C{13, 1152, 4100}, C{16, 256, 16}, C{24, 256, 16},
+          C{32, 1024, 48}, C{15, 640, 7}}) {
         const Weight w = make_weight(DType::F8_E4M3, c.out, c.in);
         auto x = randv(c.n * c.in);
         for (int64_t i = 0; i < c.n * c.in; i += 97)
@@ -261,17 +273,20 @@ TEST_F(CudaOpsTest, LinearFp8W8A8) {
         Tensor cy = cpu_.alloc(DType::F32, {c.n, c.out});
         cpu_.linear(cx, w, cy);
         const std::vector<float> want = get(cpu_, cy);
-        std::vector<float> got[2];
-        for (auto& out : got) {
-            Tensor tx = put(*gpu_, x, {c.n, c.in});
-            Tensor ty = gpu_->alloc(DType::F32, {c.n, c.out});
-            gpu_->linear(tx, w, ty);
-            out = get(*gpu_, ty);
+        std::vector<float> got[3];
+        int i = 0;
+        for (Ops* ops : {gpu_.get(), gpu_.get(), lt.get()}) {
+            Tensor tx = put(*ops, x, {c.n, c.in});
+            Tensor ty = ops->alloc(DType::F32, {c.n, c.out});
+            ops->linear(tx, w, ty);
+            got[i++] = get(*ops, ty);
         }
         const std::string tag =
             "linear fp8 W8A8 " + std::to_string(c.n) + "x" + std::to_string(c.in) + "->" + std::to_string(c.out);
         EXPECT_EQ(got[1], got[0]) << tag << " differs run to run";
         expect_close(got[0], want, 2e-3, tag);
+        // cuBLASLt refuses fp32 outputs whose rows are not 16-byte aligned; linear then takes the bf16 copy.
+        if (c.out % 4 == 0) expect_close(got[2], want, 2e-3, tag + " (cuBLASLt)");
     }
 }
 

@@ -12,6 +12,9 @@ constexpr int kGroup = 128, kThreads = 256, kWarps = kThreads / 32;
 __global__ void __launch_bounds__(kThreads)
     act_quant_kernel(const float* __restrict__ x, int64_t n, int64_t k, int64_t n_pad, uint8_t* __restrict__ q,
                      float* __restrict__ scales) {
+    // The GEMM behind it (fp8_gemm_small, under PDL) may start fetching its weight now; it waits for this grid's
+    // results before reading them.
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int64_t groups = (k + kGroup - 1) / kGroup;
     const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
     if (item >= n_pad * groups) return;

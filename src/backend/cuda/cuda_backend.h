@@ -21,6 +21,12 @@ struct CudaOptions {
     // read as they are; what vLLM and SGLang run). false: through a bf16 copy of each weight and bf16 activations
     // (3 bytes per weight on the device instead of 1, slower; for A/B). MEGACTX_FP8_GEMM=0 sets it false.
     bool fp8_gemm = true;
+    // FP8 linears of at most this many rows take the GEMV (fp8_gemv.h: fp32 activations, CUDA cores), 0..8. From 3
+    // rows on the W8A8 paths read the weight faster (H200, bench_gemm --decode-rows). MEGACTX_FP8_GEMV_MAX_ROWS.
+    int fp8_gemv_max_rows = 2;
+    // Above that and up to this many rows (0..16), W8A8 through the few-row tensor-core kernel (fp8_gemm_small.h)
+    // instead of cuBLASLt, whose fixed cost and bandwidth at these row counts it beats. MEGACTX_FP8_GEMM_SMALL_MAX_ROWS.
+    int fp8_gemm_small_max_rows = 16;
 };
 
 struct CudaMemoryStats {

@@ -10,6 +10,7 @@
 #include "backend/cuda/attention_ref.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/fp8_gemm_small.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/indexer_cache_write.h"
 #include "backend/cuda/indexer_topk.h"
@@ -192,6 +193,14 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     workspace_ = alloc(DType::F32, {kWorkspaceBytes / 4});
     const char* fp8_gemm = std::getenv("MEGACTX_FP8_GEMM");
     if (fp8_gemm != nullptr && std::strcmp(fp8_gemm, "0") == 0) options_.fp8_gemm = false;
+    if (const char* rows = std::getenv("MEGACTX_FP8_GEMV_MAX_ROWS")) options_.fp8_gemv_max_rows = std::atoi(rows);
+    MEGACTX_CHECK(options_.fp8_gemv_max_rows >= 0 && options_.fp8_gemv_max_rows <= kFp8GemvMaxRows,
+                  "fp8_gemv_max_rows must be 0..{} (got {})", kFp8GemvMaxRows, options_.fp8_gemv_max_rows);
+    if (const char* rows = std::getenv("MEGACTX_FP8_GEMM_SMALL_MAX_ROWS"))
+        options_.fp8_gemm_small_max_rows = std::atoi(rows);
+    MEGACTX_CHECK(options_.fp8_gemm_small_max_rows >= 0 && options_.fp8_gemm_small_max_rows <= kFp8GemmSmallMaxRows,
+                  "fp8_gemm_small_max_rows must be 0..{} (got {})", kFp8GemmSmallMaxRows,
+                  options_.fp8_gemm_small_max_rows);
     const char* sync = std::getenv("MEGACTX_CUDA_SYNC");
     sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
 }
@@ -571,6 +580,24 @@ bool CudaOps::gemm(const Gemm& g) {
 // the weight scales' rows padded to a multiple of 4 floats; other shapes it refuses, and the caller falls back.
 bool CudaOps::linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y) {
     const int64_t n = rows_of(x), in = dw.cols, out = dw.rows;
+    if (n <= options_.fp8_gemm_small_max_rows && fp8_gemm_small_supported(n, out, in, dw.block)) {
+        // A few rows (batched decode): the tensor-core kernel reads the weight straight from HBM (fp8_gemm_small.h).
+        Fp8GemmSmallParams p;
+        p.n = n;
+        p.n_pad = fp8_gemm_small_pad(n);
+        p.out = out;
+        p.in = in;
+        Tensor q = alloc(DType::F8_E4M3, {p.n_pad, in});
+        Tensor qs = alloc(DType::F32, {in / 128, p.n_pad});
+        p.xq = static_cast<const uint8_t*>(q.data);
+        p.xs = qs.f32();
+        p.w = static_cast<const uint8_t*>(dw.data.data);
+        p.scales = dw.scales.f32();
+        p.y = y.f32();
+        MEGACTX_CUDA_CHECK(launch_act_quant_fp8(x.f32(), n, in, p.n_pad, static_cast<uint8_t*>(q.data), qs.f32(), stream_));
+        MEGACTX_CUDA_CHECK(launch_fp8_gemm_small(p, n_sm_, stream_));
+        return true;
+    }
     const int64_t n_pad = (n + 3) / 4 * 4, kb = (in + 127) / 128, kb4 = (kb + 3) / 4 * 4, mb = (out + 127) / 128;
     if (in % 16 != 0 || dw.block != 128 || n == 0) return false;
     const float* w_scales = dw.scales.f32();
@@ -638,7 +665,8 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
                   in);
     DeviceWeight& dw = weight(w);
     // A few rows against FP8 weights (decode): read the FP8 weights as they are, half the bytes of the bf16 copy.
-    if (dw.dtype == DType::F8_E4M3 && !options_.gemm_f32 && fp8_gemv_supported(n, in, dw.block) &&
+    if (dw.dtype == DType::F8_E4M3 && !options_.gemm_f32 && n <= options_.fp8_gemv_max_rows &&
+        fp8_gemv_supported(n, in, dw.block) &&
         (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
         Fp8GemvParams p;
         p.x = x.f32();
