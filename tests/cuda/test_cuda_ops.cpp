@@ -457,6 +457,97 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
             }
 }
 
+// FP8 experts, 3-32 tokens, d and ff multiples of 128: grouped by expert on the tensor cores (moe_fp8.h, W8A8).
+// The reference quantises as the kernels do: x per 1 × 128 group before gate / up, h likewise before down (on the
+// host, with the codes act_quant makes), then the CPU's fp32 linears. What is left is fp32 order and a rare e4m3
+// rounding flip of h: 2e-3 of max |y| (a wrong slot, expert, scale or pass moves results by O(1)). Cases: an expert
+// chosen by more than 16 tokens (its weight read in two passes), experts held by another rank (null: 0), more
+// experts than choices, and a sanity check against the per-choice kernels (moe_fp8_min_tokens above 32, fp32
+// activations) on the same inputs: the two roundings of the activations differ by up to ~6e-2 of max |y| here.
+TEST_F(CudaOpsTest, MoeExpertsFp8Grouped) {
+    CudaOptions per_choice_opts;
+    per_choice_opts.moe_fp8_min_tokens = 33;
+    const auto per_choice = make_cuda_ops(per_choice_opts);
+    auto quant_rows = [](std::vector<float> v, int64_t rows, int64_t cols) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t g0 = 0; g0 < cols; g0 += 128) {
+                float amax = 0.0f;
+                for (int64_t j = g0; j < g0 + 128; ++j) amax = std::max(amax, std::fabs(v[static_cast<size_t>(r * cols + j)]));
+                const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+                for (int64_t j = g0; j < g0 + 128; ++j) {
+                    float& x = v[static_cast<size_t>(r * cols + j)];
+                    x = fp8e4m3_to_f32(f32_to_fp8e4m3(x / sc)) * sc;
+                }
+            }
+        return v;
+    };
+    struct C {
+        int64_t n, n_exp, k, d, ff;
+    };
+    std::mt19937 rng(5);
+    for (const C c : {C{3, 8, 2, 256, 384}, C{8, 4, 2, 256, 128}, C{32, 4, 2, 128, 256}, C{11, 16, 4, 384, 256},
+                      C{32, 300, 8, 128, 128}, C{20, 6, 3, 256, 384}}) {
+        std::vector<MlpWeights> experts;
+        for (int64_t e = 0; e < c.n_exp; ++e) {
+            if (c.n_exp == 16 && e % 5 == 3) {
+                experts.emplace_back();
+                continue;
+            }
+            experts.push_back({make_weight(DType::F8_E4M3, c.ff, c.d), make_weight(DType::F8_E4M3, c.ff, c.d),
+                               make_weight(DType::F8_E4M3, c.d, c.ff)});
+        }
+        // k distinct experts per token; with 4 experts and 32 tokens some expert takes more than 16.
+        std::vector<int32_t> ids;
+        std::vector<float> wts;
+        for (int64_t t = 0; t < c.n; ++t) {
+            std::vector<int32_t> all(static_cast<size_t>(c.n_exp));
+            std::iota(all.begin(), all.end(), 0);
+            std::shuffle(all.begin(), all.end(), rng);
+            for (int64_t j = 0; j < c.k; ++j) {
+                ids.push_back(all[static_cast<size_t>(j)]);
+                wts.push_back(0.2f + 0.1f * static_cast<float>(j));
+            }
+        }
+        const auto x = randv(c.n * c.d);
+        // Reference: per (token, choice), the quantised x through gate / up, SwiGLU, quantised h through down.
+        const std::vector<float> xq = quant_rows(x, c.n, c.d);
+        std::vector<float> want(static_cast<size_t>(c.n * c.d), 0.0f);
+        for (int64_t t = 0; t < c.n; ++t)
+            for (int64_t j = 0; j < c.k; ++j) {
+                const MlpWeights& m = experts[static_cast<size_t>(ids[static_cast<size_t>(t * c.k + j)])];
+                if (m.gate.empty()) continue;
+                Tensor tx = put(cpu_, std::vector<float>(xq.begin() + t * c.d, xq.begin() + (t + 1) * c.d), {1, c.d});
+                Tensor tg = cpu_.alloc(DType::F32, {1, c.ff}), tu = cpu_.alloc(DType::F32, {1, c.ff});
+                cpu_.linear(tx, m.gate, tg);
+                cpu_.linear(tx, m.up, tu);
+                const std::vector<float> g = get(cpu_, tg), u = get(cpu_, tu);
+                std::vector<float> h(static_cast<size_t>(c.ff));
+                for (size_t f = 0; f < h.size(); ++f) h[f] = g[f] / (1.0f + std::exp(-g[f])) * u[f];
+                Tensor th = put(cpu_, quant_rows(h, 1, c.ff), {1, c.ff});
+                Tensor ty = cpu_.alloc(DType::F32, {1, c.d});
+                cpu_.linear(th, m.down, ty);
+                const std::vector<float> yv = get(cpu_, ty);
+                for (int64_t o = 0; o < c.d; ++o)
+                    want[static_cast<size_t>(t * c.d + o)] += wts[static_cast<size_t>(t * c.k + j)] * yv[static_cast<size_t>(o)];
+            }
+        std::vector<float> got[3];
+        int i = 0;
+        for (Ops* ops : {gpu_.get(), gpu_.get(), per_choice.get()}) {
+            Tensor tx = put(*ops, x, {c.n, c.d});
+            Tensor ti = put_i32(*ops, ids, {c.n, c.k});
+            Tensor tw = put(*ops, wts, {c.n, c.k});
+            Tensor ty = ops->alloc(DType::F32, {c.n, c.d});
+            ops->moe_experts(tx, ti, tw, experts, ty);
+            got[i++] = get(*ops, ty);
+        }
+        const std::string tag = "moe fp8 grouped n " + std::to_string(c.n) + " E " + std::to_string(c.n_exp) + " k " +
+                                std::to_string(c.k) + " d " + std::to_string(c.d) + " ff " + std::to_string(c.ff);
+        EXPECT_EQ(got[1], got[0]) << tag << " differs run to run";
+        expect_close(got[0], want, 2e-3, tag);
+        expect_close(got[0], got[2], 1e-1, tag + " against the per-choice kernels");
+    }
+}
+
 // --- KV cache ops --------------------------------------------------------------------------------------------
 
 // A latent row through the format (what the CPU reference reads).

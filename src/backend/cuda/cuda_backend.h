@@ -27,6 +27,10 @@ struct CudaOptions {
     // Above that and up to this many rows (0..16), W8A8 through the few-row tensor-core kernel (fp8_gemm_small.h)
     // instead of cuBLASLt, whose fixed cost and bandwidth at these row counts it beats. MEGACTX_FP8_GEMM_SMALL_MAX_ROWS.
     int fp8_gemm_small_max_rows = 16;
+    // FP8 routed experts of at least this many tokens (up to the few-token limit, 32) run grouped by expert on the
+    // tensor cores (moe_fp8.h: each chosen expert read once, W8A8); fewer take the per-choice kernels (moe.h, fp32
+    // activations). A value above 32 turns the grouped path off. MEGACTX_MOE_FP8_MIN_TOKENS.
+    int moe_fp8_min_tokens = 3;
 };
 
 struct CudaMemoryStats {

@@ -17,6 +17,7 @@
 #include "backend/cuda/kv_write.h"
 #include "backend/cuda/latent_cache.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_fp8.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/sparse_mla.h"
@@ -196,6 +197,9 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     if (const char* rows = std::getenv("MEGACTX_FP8_GEMV_MAX_ROWS")) options_.fp8_gemv_max_rows = std::atoi(rows);
     MEGACTX_CHECK(options_.fp8_gemv_max_rows >= 0 && options_.fp8_gemv_max_rows <= kFp8GemvMaxRows,
                   "fp8_gemv_max_rows must be 0..{} (got {})", kFp8GemvMaxRows, options_.fp8_gemv_max_rows);
+    if (const char* tokens = std::getenv("MEGACTX_MOE_FP8_MIN_TOKENS")) options_.moe_fp8_min_tokens = std::atoi(tokens);
+    MEGACTX_CHECK(options_.moe_fp8_min_tokens >= 1, "moe_fp8_min_tokens must be >= 1 (got {})",
+                  options_.moe_fp8_min_tokens);
     if (const char* rows = std::getenv("MEGACTX_FP8_GEMM_SMALL_MAX_ROWS"))
         options_.fp8_gemm_small_max_rows = std::atoi(rows);
     MEGACTX_CHECK(options_.fp8_gemm_small_max_rows >= 0 && options_.fp8_gemm_small_max_rows <= kFp8GemmSmallMaxRows,
@@ -1132,6 +1136,29 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
     // Few tokens (decode): the experts run from device-side ids, no host round trip (capturable).
     if (n <= kMoeSmallMaxTokens) {
         const ExpertTable& t = expert_table(experts);
+        const int64_t n_exp = static_cast<int64_t>(experts.size());
+        if (t.usable && t.wtype == 2 && t.d == d && n >= options_.moe_fp8_min_tokens &&
+            moe_fp8_supported(n, k, d, t.ff, n_exp)) {
+            // FP8 experts, several tokens: grouped by expert, each chosen expert read once (moe_fp8.h).
+            const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);
+            Tensor scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+            MoeFp8Params p;
+            p.x = x.f32();
+            p.ids = ids.i32();
+            p.w = weights.f32();
+            p.experts = static_cast<const void* const*>(t.ptrs.data);
+            p.y = y.f32();
+            p.n = n;
+            p.k = k;
+            p.d = d;
+            p.ff = t.ff;
+            p.n_exp = n_exp;
+            p.scratch = scratch.data;
+            p.scratch_bytes = bytes;
+            MEGACTX_CUDA_CHECK(launch_moe_fp8(p, n_sm_, stream_));
+            after_op("moe_experts");
+            return;
+        }
         if (t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow) {
             Tensor h = alloc(DType::F32, {n, k, t.ff});
             Tensor yk = alloc(DType::F32, {n, k, d});

@@ -17,6 +17,7 @@
 // fetched before griddepcontrol.wait.
 #include "backend/cuda/fp8_gemm_small.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/launch_ex.cuh"
@@ -46,13 +47,22 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The lane's view of one CTA's tokens (at most 8 NT): where its B-fragment token's activations start (xr), and the
+// activation-scale rows of its two C-fragment tokens (2q, 2q + 1 of each tile).
+template <int NT>
+struct Tokens {
+    const uint8_t* xr[NT];
+    int32_t srow[NT][2];  // a row of xs's token index
+};
+
 // One 128-column block: lo / hi = the lane's 16 bytes at columns 16q and 64 + 16q of rows g (r) and g + 8 (r8).
 template <int NT>
-__device__ __forceinline__ void block_mma(float (&acc)[NT][4], const Fp8GemmSmallParams& p, int64_t kb, float s_w,
-                                          uint4 r_lo, uint4 r_hi, uint4 r8_lo, uint4 r8_hi, int g, int q) {
+__device__ __forceinline__ void block_mma(float (&acc)[NT][4], const Tokens<NT>& tk, const float* xs,
+                                          int64_t xs_stride, int64_t kb, float s_w, uint4 r_lo, uint4 r_hi,
+                                          uint4 r8_lo, uint4 r8_hi) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        const uint8_t* xr = p.xq + (nt * 8 + g) * p.in + kb * 128 + 16 * q;
+        const uint8_t* xr = tk.xr[nt] + kb * 128;
         const uint4 x_lo = __ldg(reinterpret_cast<const uint4*>(xr));
         const uint4 x_hi = __ldg(reinterpret_cast<const uint4*>(xr + 64));
         float t[4] = {0.f, 0.f, 0.f, 0.f};
@@ -61,8 +71,8 @@ __device__ __forceinline__ void block_mma(float (&acc)[NT][4], const Fp8GemmSmal
         mma_e4m3(t, r_hi.x, r8_hi.x, r_hi.y, r8_hi.y, x_hi.x, x_hi.y);
         mma_e4m3(t, r_hi.z, r8_hi.z, r_hi.w, r8_hi.w, x_hi.z, x_hi.w);
         // t[0], t[1]: row g, tokens 2q, 2q + 1; t[2], t[3]: row g + 8, the same tokens.
-        const float2 xs = *reinterpret_cast<const float2*>(p.xs + kb * p.n_pad + nt * 8 + 2 * q);
-        const float s0 = s_w * xs.x, s1 = s_w * xs.y;
+        const float s0 = s_w * __ldg(xs + kb * xs_stride + tk.srow[nt][0]);
+        const float s1 = s_w * __ldg(xs + kb * xs_stride + tk.srow[nt][1]);
         acc[nt][0] += t[0] * s0;
         acc[nt][1] += t[1] * s1;
         acc[nt][2] += t[2] * s0;
@@ -88,34 +98,104 @@ __device__ __forceinline__ void load_pair(WPair& w, const uint8_t* wr, const uin
     }
 }
 
+// Where a CTA's operands are. Plain: one weight, tokens 0..n-1 are the rows of xq and y.
+struct PlainMap {
+    Fp8GemmSmallParams p;
+    int64_t count = 0;
+    __device__ bool init() {
+        count = p.n;
+        return true;
+    }
+    __device__ int64_t out() const { return p.out; }
+    __device__ int64_t in() const { return p.in; }
+    __device__ const uint8_t* xq() const { return p.xq; }
+    __device__ const float* xs() const { return p.xs; }
+    __device__ int64_t xs_stride() const { return p.n_pad; }
+    __device__ int64_t brow(int64_t i) const { return i; }  // activation row of token i (< count)
+    __device__ float* yrow(int64_t i) const { return p.y + i * p.out; }
+    // Weight rows r .. r + 15 (one 16-row group): their codes, their scale row, and the row within that weight.
+    __device__ const uint8_t* weight(int64_t) const { return p.w; }
+    __device__ const float* scales(int64_t) const { return p.scales; }
+    __device__ int64_t local(int64_t r) const { return r; }
+};
+
+// Grouped (few-token MoE): blockIdx.y is an active expert, blockIdx.z a pass of 8 NT of its slots; rows [0, out0)
+// come from table column w0, [out0, out0 + out1) from w1.
 template <int NT>
-__global__ void __launch_bounds__(kWarps * 32, 2) fp8_gemm_small_kernel(Fp8GemmSmallParams p, int segs) {
+struct GroupMap {
+    Fp8GemmGroupedParams p;
+    int64_t count = 0;
+    const int32_t* slots = nullptr;  // this pass's slots
+    int64_t expert = 0;
+    __device__ bool init() {
+        const int32_t* plan = p.plan;
+        if (static_cast<int32_t>(blockIdx.y) >= plan[0]) return false;
+        expert = plan[1 + 3 * blockIdx.y];
+        const int64_t off = plan[2 + 3 * blockIdx.y], cnt = plan[3 + 3 * blockIdx.y];
+        const int64_t first = static_cast<int64_t>(blockIdx.z) * 8 * NT;
+        if (first >= cnt) return false;
+        count = min(cnt - first, static_cast<int64_t>(8 * NT));
+        slots = plan + 1 + 3 * p.max_groups + off + first;
+        return true;
+    }
+    __device__ int64_t out() const { return p.out0 + p.out1; }
+    __device__ int64_t in() const { return p.in; }
+    __device__ const uint8_t* xq() const { return p.xq; }
+    __device__ const float* xs() const { return p.xs; }
+    __device__ int64_t xs_stride() const { return p.xs_stride; }
+    __device__ int64_t brow(int64_t i) const { return p.by_token ? slots[i] / p.k : slots[i]; }
+    __device__ float* yrow(int64_t i) const { return p.y + static_cast<int64_t>(slots[i]) * (p.out0 + p.out1); }
+    __device__ const uint8_t* weight(int64_t r) const {
+        return static_cast<const uint8_t*>(p.experts[6 * expert + (r < p.out0 ? p.w0 : p.w1)]);
+    }
+    __device__ const float* scales(int64_t r) const {
+        return static_cast<const float*>(p.experts[6 * expert + 3 + (r < p.out0 ? p.w0 : p.w1)]);
+    }
+    __device__ int64_t local(int64_t r) const { return r < p.out0 ? r : r - p.out0; }
+};
+
+template <int NT, class Map>
+__global__ void __launch_bounds__(kWarps * 32, 2) fp8_gemm_small_kernel(Map m, int segs) {
     __shared__ float s_part[kWarps][kRows][8 * NT];
+    const bool active = m.init();  // uniform over the CTA
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int groups = kWarps / segs;  // row groups per CTA
     const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * groups + warp / segs) * kRows;
     const int seg = warp % segs;
-    const int64_t kbs = p.in / 128, per = (kbs + segs - 1) / segs;
+    const int64_t kbs = m.in() / 128, per = (kbs + segs - 1) / segs;
     const int64_t kb0 = seg * per, kb1 = min(kbs, kb0 + per);
-    const bool live = r0 < p.out;
-    // Rows past the end read the last row (their sums are not written).
-    const uint8_t* wr = p.w + min(r0 + g, p.out - 1) * p.in + 16 * q;
-    const uint8_t* wr8 = p.w + min(r0 + g + 8, p.out - 1) * p.in + 16 * q;
+    const uint8_t* w = active && r0 < m.out() ? m.weight(r0) : nullptr;
+    const bool live = w != nullptr;  // a null weight (an expert another rank holds) gives zeros
+    // This group's rows as rows of their own weight matrix; rows past the end read the group's last row (their sums
+    // are not written).
+    const int64_t lr = live ? m.local(r0) : 0, lr_last = live ? m.local(min(r0 + kRows, m.out()) - 1) : 0;
+    const uint8_t* wr = live ? w + min(lr + g, lr_last) * m.in() + 16 * q : nullptr;
+    const uint8_t* wr8 = live ? w + min(lr + g + 8, lr_last) * m.in() + 16 * q : nullptr;
     // The first two blocks of weight do not depend on the previous kernel (act_quant, launched before this one under
     // PDL): fetch them before waiting for its activations. (Keeping the next pair in flight during each pair's MMAs
     // measured slower: 128 registers then spill at 16 rows, and o_proj / the LM head lost 8-10% even at 8.)
     WPair cur;
     if (live) load_pair(cur, wr, wr8, kb0, kb1);
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (!active) return;
     float acc[NT][4] = {};
     if (live) {
-        const float* sw = p.scales + (r0 / 128) * kbs;
+        // Tokens past the count repeat the last one: their MMA columns are computed and dropped.
+        Tokens<NT> tk;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            tk.xr[nt] = m.xq() + m.brow(min(static_cast<int64_t>(nt * 8 + g), m.count - 1)) * m.in() + 16 * q;
+            tk.srow[nt][0] = static_cast<int32_t>(m.brow(min(static_cast<int64_t>(nt * 8 + 2 * q), m.count - 1)));
+            tk.srow[nt][1] = static_cast<int32_t>(m.brow(min(static_cast<int64_t>(nt * 8 + 2 * q + 1), m.count - 1)));
+        }
+        const float* sw = m.scales(r0) + (lr / 128) * kbs;
         for (int64_t kb = kb0; kb < kb1; kb += 2) {
             if (kb != kb0) load_pair(cur, wr, wr8, kb, kb1);
-            block_mma<NT>(acc, p, kb, __ldg(sw + kb), cur.v[0][0], cur.v[0][1], cur.v[0][2], cur.v[0][3], g, q);
+            block_mma<NT>(acc, tk, m.xs(), m.xs_stride(), kb, __ldg(sw + kb), cur.v[0][0], cur.v[0][1], cur.v[0][2],
+                          cur.v[0][3]);
             if (kb + 1 < kb1)
-                block_mma<NT>(acc, p, kb + 1, __ldg(sw + kb + 1), cur.v[1][0], cur.v[1][1], cur.v[1][2], cur.v[1][3],
-                              g, q);
+                block_mma<NT>(acc, tk, m.xs(), m.xs_stride(), kb + 1, __ldg(sw + kb + 1), cur.v[1][0], cur.v[1][1],
+                              cur.v[1][2], cur.v[1][3]);
         }
     }
 #pragma unroll
@@ -131,25 +211,31 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fp8_gemm_small_kernel(Fp8GemmS
     for (int i = threadIdx.x; i < groups * kTok * kRows; i += kWarps * 32) {
         const int grp = i / (kTok * kRows), t = (i / kRows) % kTok, row = i % kRows;
         const int64_t o = (static_cast<int64_t>(blockIdx.x) * groups + grp) * kRows + row;
-        if (o >= p.out || t >= p.n) continue;
+        if (o >= m.out() || t >= m.count) continue;
         float v = 0.f;
         for (int s = 0; s < segs; ++s) v += s_part[grp * segs + s][row][t];
-        p.y[t * p.out + o] = v;
+        m.yrow(t)[o] = v;
     }
+}
+
+// Segments per row group: the fewest (1, 2, 4, 8) that give two CTAs' worth of warps per SM, and at least two
+// blocks per segment. (A wave-count cost model that put o_proj in one wave of 192 CTAs measured slower than 384
+// CTAs in 1.45 waves.) `copies`: how many such GEMMs run side by side in the grid (the MoE's experts).
+int pick_segs(int64_t out, int64_t in, int64_t copies, int n_sm) {
+    const int64_t groups_total = (out + kRows - 1) / kRows * copies, kbs = in / 128;
+    int segs = 1;
+    while (segs < kWarps && 2 * segs <= kbs && groups_total * segs < int64_t{2} * kWarps * n_sm) segs *= 2;
+    return segs;
 }
 
 template <int NT>
 cudaError_t launch_nt(const Fp8GemmSmallParams& p, int n_sm, cudaStream_t stream) {
-    // Segments per row group: the fewest (1, 2, 4, 8) that give two CTAs' worth of warps per SM, and at least two
-    // blocks per segment. (A wave-count cost model that put o_proj in one wave of 192 CTAs measured slower than 384
-    // CTAs in 1.45 waves.)
-    const int64_t groups_total = (p.out + kRows - 1) / kRows, kbs = p.in / 128;
-    int segs = 1;
-    while (segs < kWarps && 2 * segs <= kbs && groups_total * segs < int64_t{2} * kWarps * n_sm) segs *= 2;
-    const int64_t per_cta = kWarps / segs;
-    const int64_t grid = (groups_total + per_cta - 1) / per_cta;
-    return launch_ex(fp8_gemm_small_kernel<NT>, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), 0, stream,
-                     true, p, segs);
+    const int segs = pick_segs(p.out, p.in, 1, n_sm);
+    const int64_t per_cta = kWarps / segs, grid = ((p.out + kRows - 1) / kRows + per_cta - 1) / per_cta;
+    PlainMap m;
+    m.p = p;
+    return launch_ex(fp8_gemm_small_kernel<NT, PlainMap>, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), 0,
+                     stream, true, m, segs);
 }
 
 }  // namespace
@@ -166,6 +252,33 @@ cudaError_t launch_fp8_gemm_small(const Fp8GemmSmallParams& p, int n_sm, cudaStr
         (reinterpret_cast<uintptr_t>(p.xs) & 7) != 0)
         return cudaErrorInvalidValue;
     return p.n_pad == 8 ? launch_nt<1>(p, n_sm, stream) : launch_nt<2>(p, n_sm, stream);
+}
+
+}  // namespace megactx::cuda
+
+namespace megactx::cuda {
+
+bool fp8_gemm_grouped_supported(int64_t out0, int64_t out1, int64_t in) {
+    return out0 >= 16 && out0 % 16 == 0 && out1 >= 0 && out1 % 16 == 0 && in >= 128 && in % 128 == 0;
+}
+
+cudaError_t launch_fp8_gemm_grouped(const Fp8GemmGroupedParams& p, int n_sm, cudaStream_t stream) {
+    if (!fp8_gemm_grouped_supported(p.out0, p.out1, p.in) || p.max_groups <= 0 || p.max_count <= 0 || p.k <= 0 ||
+        n_sm <= 0 || p.w0 < 0 || p.w0 > 2 || p.w1 > 2 || (p.out1 > 0 && p.w1 < 0) ||
+        (reinterpret_cast<uintptr_t>(p.xq) & 15) != 0 || p.xs_stride <= 0)
+        return cudaErrorInvalidValue;
+    constexpr int NT = 2;  // passes of 16 slots (an expert that more than 16 tokens chose reads its weight again)
+    const int64_t out = p.out0 + p.out1;
+    // The experts a step touches are unknown on the host; size the split as if half the groups were active.
+    const int segs = pick_segs(out, p.in, std::max<int64_t>(1, p.max_groups / 2), n_sm);
+    const int64_t per_cta = kWarps / segs, grid = ((out + kRows - 1) / kRows + per_cta - 1) / per_cta;
+    const int64_t passes = (p.max_count + 8 * NT - 1) / (8 * NT);
+    GroupMap<NT> m;
+    m.p = p;
+    return launch_ex(fp8_gemm_small_kernel<NT, GroupMap<NT>>,
+                     dim3(static_cast<unsigned>(grid), static_cast<unsigned>(p.max_groups),
+                          static_cast<unsigned>(passes)),
+                     dim3(kWarps * 32), 0, stream, true, m, segs);
 }
 
 }  // namespace megactx::cuda
