@@ -56,13 +56,16 @@ struct Tokens {
 };
 
 // One 128-column block: lo / hi = the lane's 16 bytes at columns 16q and 64 + 16q of rows g (r) and g + 8 (r8).
-template <int NT>
+// kContiguous: the tokens are rows 0.. of xq and columns 0.. of xs (a plain linear, xq / xs padded to 8 NT rows), so
+// the C fragment's two scales are one 8-B load and srow is unused. (Two indexed loads instead, as the grouped MoE
+// needs, made the 16-row linears 15-18% slower: o 44 -> 52 us, the LM head 327 -> 376 us.)
+template <int NT, bool kContiguous>
 __device__ __forceinline__ void block_mma(float (&acc)[NT][4], const Tokens<NT>& tk, const float* xs,
                                           int64_t xs_stride, int64_t kb, float s_w, uint4 r_lo, uint4 r_hi,
-                                          uint4 r8_lo, uint4 r8_hi) {
+                                          uint4 r8_lo, uint4 r8_hi, int q, int64_t in) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        const uint8_t* xr = tk.xr[nt] + kb * 128;
+        const uint8_t* xr = (kContiguous ? tk.xr[0] + nt * 8 * in : tk.xr[nt]) + kb * 128;
         const uint4 x_lo = __ldg(reinterpret_cast<const uint4*>(xr));
         const uint4 x_hi = __ldg(reinterpret_cast<const uint4*>(xr + 64));
         float t[4] = {0.f, 0.f, 0.f, 0.f};
@@ -71,8 +74,15 @@ __device__ __forceinline__ void block_mma(float (&acc)[NT][4], const Tokens<NT>&
         mma_e4m3(t, r_hi.x, r8_hi.x, r_hi.y, r8_hi.y, x_hi.x, x_hi.y);
         mma_e4m3(t, r_hi.z, r8_hi.z, r_hi.w, r8_hi.w, x_hi.z, x_hi.w);
         // t[0], t[1]: row g, tokens 2q, 2q + 1; t[2], t[3]: row g + 8, the same tokens.
-        const float s0 = s_w * __ldg(xs + kb * xs_stride + tk.srow[nt][0]);
-        const float s1 = s_w * __ldg(xs + kb * xs_stride + tk.srow[nt][1]);
+        float s0, s1;
+        if constexpr (kContiguous) {
+            const float2 x2 = __ldg(reinterpret_cast<const float2*>(xs + kb * xs_stride + nt * 8 + 2 * q));
+            s0 = s_w * x2.x;
+            s1 = s_w * x2.y;
+        } else {
+            s0 = s_w * __ldg(xs + kb * xs_stride + tk.srow[nt][0]);
+            s1 = s_w * __ldg(xs + kb * xs_stride + tk.srow[nt][1]);
+        }
         acc[nt][0] += t[0] * s0;
         acc[nt][1] += t[1] * s1;
         acc[nt][2] += t[2] * s0;
@@ -98,10 +108,17 @@ __device__ __forceinline__ void load_pair(WPair& w, const uint8_t* wr, const uin
     }
 }
 
-// Where a CTA's operands are. Plain: one weight, tokens 0..n-1 are the rows of xq and y.
+// Where a CTA's operands are. A map is built in the kernel from the launch's parameters (Params, passed by value:
+// the kernel-parameter block stays within design.md's 128 bytes) and holds this CTA's state, which init() sets (a
+// map passed as the parameter itself was 136 bytes for GroupMap, and writing its state made the kernel keep a local
+// copy: 60 B of spills).
+// Plain: one weight, tokens 0..n-1 are the rows of xq and y.
 struct PlainMap {
-    Fp8GemmSmallParams p;
+    using Params = Fp8GemmSmallParams;
+    static constexpr bool kContiguous = true;
+    const Params p;
     int64_t count = 0;
+    __device__ explicit PlainMap(const Params& params) : p(params) {}
     __device__ bool init() {
         count = p.n;
         return true;
@@ -123,10 +140,13 @@ struct PlainMap {
 // come from table column w0, [out0, out0 + out1) from w1.
 template <int NT>
 struct GroupMap {
-    Fp8GemmGroupedParams p;
+    using Params = Fp8GemmGroupedParams;
+    static constexpr bool kContiguous = false;
+    const Params p;
     int64_t count = 0;
     const int32_t* slots = nullptr;  // this pass's slots
     int64_t expert = 0;
+    __device__ explicit GroupMap(const Params& params) : p(params) {}
     __device__ bool init() {
         const int32_t* plan = p.plan;
         if (static_cast<int32_t>(blockIdx.y) >= plan[0]) return false;
@@ -155,8 +175,10 @@ struct GroupMap {
 };
 
 template <int NT, class Map>
-__global__ void __launch_bounds__(kWarps * 32, 2) fp8_gemm_small_kernel(Map m, int segs) {
+__global__ void __launch_bounds__(kWarps * 32, 2) fp8_gemm_small_kernel(const typename Map::Params p, int segs) {
+    static_assert(sizeof(typename Map::Params) + sizeof(int) <= 128, "kernel parameters within 128 bytes");
     __shared__ float s_part[kWarps][kRows][8 * NT];
+    Map m(p);
     const bool active = m.init();  // uniform over the CTA
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int groups = kWarps / segs;  // row groups per CTA
@@ -184,18 +206,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fp8_gemm_small_kernel(Map m, i
         Tokens<NT> tk;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            tk.xr[nt] = m.xq() + m.brow(min(static_cast<int64_t>(nt * 8 + g), m.count - 1)) * m.in() + 16 * q;
-            tk.srow[nt][0] = static_cast<int32_t>(m.brow(min(static_cast<int64_t>(nt * 8 + 2 * q), m.count - 1)));
-            tk.srow[nt][1] = static_cast<int32_t>(m.brow(min(static_cast<int64_t>(nt * 8 + 2 * q + 1), m.count - 1)));
+            if constexpr (Map::kContiguous) {  // tile nt's rows follow at 8 nt rows; padded rows are not clamped
+                tk.xr[0] = m.xq() + g * m.in() + 16 * q;  // (their columns are dropped)
+            } else {
+                tk.xr[nt] = m.xq() + m.brow(min(static_cast<int64_t>(nt * 8 + g), m.count - 1)) * m.in() + 16 * q;
+                tk.srow[nt][0] = static_cast<int32_t>(m.brow(min(static_cast<int64_t>(nt * 8 + 2 * q), m.count - 1)));
+                tk.srow[nt][1] =
+                    static_cast<int32_t>(m.brow(min(static_cast<int64_t>(nt * 8 + 2 * q + 1), m.count - 1)));
+            }
         }
         const float* sw = m.scales(r0) + (lr / 128) * kbs;
         for (int64_t kb = kb0; kb < kb1; kb += 2) {
             if (kb != kb0) load_pair(cur, wr, wr8, kb, kb1);
-            block_mma<NT>(acc, tk, m.xs(), m.xs_stride(), kb, __ldg(sw + kb), cur.v[0][0], cur.v[0][1], cur.v[0][2],
-                          cur.v[0][3]);
+            block_mma<NT, Map::kContiguous>(acc, tk, m.xs(), m.xs_stride(), kb, __ldg(sw + kb), cur.v[0][0],
+                                            cur.v[0][1], cur.v[0][2], cur.v[0][3], q, m.in());
             if (kb + 1 < kb1)
-                block_mma<NT>(acc, tk, m.xs(), m.xs_stride(), kb + 1, __ldg(sw + kb + 1), cur.v[1][0], cur.v[1][1],
-                              cur.v[1][2], cur.v[1][3]);
+                block_mma<NT, Map::kContiguous>(acc, tk, m.xs(), m.xs_stride(), kb + 1, __ldg(sw + kb + 1),
+                                                cur.v[1][0], cur.v[1][1], cur.v[1][2], cur.v[1][3], q, m.in());
         }
     }
 #pragma unroll
@@ -232,10 +259,8 @@ template <int NT>
 cudaError_t launch_nt(const Fp8GemmSmallParams& p, int n_sm, cudaStream_t stream) {
     const int segs = pick_segs(p.out, p.in, 1, n_sm);
     const int64_t per_cta = kWarps / segs, grid = ((p.out + kRows - 1) / kRows + per_cta - 1) / per_cta;
-    PlainMap m;
-    m.p = p;
     return launch_ex(fp8_gemm_small_kernel<NT, PlainMap>, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), 0,
-                     stream, true, m, segs);
+                     stream, true, p, segs);
 }
 
 }  // namespace
@@ -273,12 +298,10 @@ cudaError_t launch_fp8_gemm_grouped(const Fp8GemmGroupedParams& p, int n_sm, cud
     const int segs = pick_segs(out, p.in, std::max<int64_t>(1, p.max_groups / 2), n_sm);
     const int64_t per_cta = kWarps / segs, grid = ((out + kRows - 1) / kRows + per_cta - 1) / per_cta;
     const int64_t passes = (p.max_count + 8 * NT - 1) / (8 * NT);
-    GroupMap<NT> m;
-    m.p = p;
     return launch_ex(fp8_gemm_small_kernel<NT, GroupMap<NT>>,
                      dim3(static_cast<unsigned>(grid), static_cast<unsigned>(p.max_groups),
                           static_cast<unsigned>(passes)),
-                     dim3(kWarps * 32), 0, stream, true, m, segs);
+                     dim3(kWarps * 32), 0, stream, true, p, segs);
 }
 
 }  // namespace megactx::cuda
