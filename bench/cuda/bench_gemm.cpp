@@ -43,11 +43,26 @@ struct Shape {
     bool expert;  // runs at --expert-rows
 };
 
+// Random e4m3 codes of magnitude ≤ 448 (no NaN: magnitudes 0x7e and 0x7f map to 0x3e and 0x3f), eight per splitmix64
+// step. (Drawing each byte from mt19937 took most of a --decode-rows run: ~4 GB of codes for the rotating copies.)
+void fill_e4m3(uint8_t* p, size_t n, uint64_t seed) {
+    uint64_t x = seed;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        for (size_t k = 0; k < 8 && i + k < n; ++k) {
+            const uint8_t b = static_cast<uint8_t>(z >> (8 * k)), m = b & 0x7f;
+            p[i + k] = static_cast<uint8_t>((b & 0x80) | (m > 0x7d ? m - 0x40 : m));
+        }
+    }
+}
+
 // An FP8 weight [out, in]: random e4m3 codes of magnitude ≤ 448, block scales around 1e-3.
 Weight random_fp8_weight(const Shape& s, std::mt19937& rng, std::vector<uint8_t>& codes) {
     codes.resize(static_cast<size_t>(s.out * s.in));
-    std::uniform_int_distribution<int> byte(0, 0x7d);
-    for (uint8_t& c : codes) c = static_cast<uint8_t>(byte(rng) | (rng() & 1 ? 0x80 : 0));
+    fill_e4m3(codes.data(), codes.size(), rng());
     const int64_t rb = (s.out + 127) / 128, cb = (s.in + 127) / 128;
     std::uniform_real_distribution<float> u(0.5e-3f, 2e-3f);
     Weight w;
@@ -78,19 +93,23 @@ void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_cou
         std::vector<uint8_t> codes;
         Weight proto = random_fp8_weight(s, rng, codes);  // the scales; the codes come from `pool`
         std::vector<uint8_t> pool(static_cast<size_t>(bytes * copies));
-        std::uniform_int_distribution<int> byte(0, 0x7d);
-        for (uint8_t& c : pool) c = static_cast<uint8_t>(byte(rng) | (rng() & 1 ? 0x80 : 0));
+        fill_e4m3(pool.data(), pool.size(), rng());
         std::vector<Weight> ws(static_cast<size_t>(copies), proto);
         for (int64_t c = 0; c < copies; ++c) ws[static_cast<size_t>(c)].data = pool.data() + c * bytes;
+        // One backend per path for all row counts: each uploads the copies once.
+        std::unique_ptr<Ops> by_path[3];
         for (const int64_t n : row_counts) {
             double us[3] = {-1, -1, -1};
             for (int path = 0; path < 3; ++path) {  // 0: GEMV, 1: few-row tensor-core kernel, 2: cuBLASLt
                 if ((path == 0 && n > 8) || (path == 1 && n > 16)) continue;
-                CudaOptions o;
-                o.fp8_gemv_max_rows = path == 0 ? 8 : 0;
-                o.fp8_gemm_small_max_rows = path == 1 ? 16 : 0;
-                auto ops = make_cuda_ops(o);
-                auto* cops = dynamic_cast<cuda::CudaOps*>(ops.get());
+                if (!by_path[path]) {
+                    CudaOptions o;
+                    o.fp8_gemv_max_rows = path == 0 ? 8 : 0;
+                    o.fp8_gemm_small_max_rows = path == 1 ? 16 : 0;
+                    by_path[path] = make_cuda_ops(o);
+                }
+                Ops* ops = by_path[path].get();
+                auto* cops = dynamic_cast<cuda::CudaOps*>(ops);
                 const cudaStream_t stream = cops->stream();
                 Tensor x = ops->alloc(DType::F32, {n, s.in});
                 std::vector<float> hx(static_cast<size_t>(n * s.in));
