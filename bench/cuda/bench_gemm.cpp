@@ -10,11 +10,14 @@
 // --decode-rows 1,2,4,8,16 instead measures the decode shapes (a few rows of x) through the three FP8 paths: the GEMV
 // (fp8_gemv.h, up to 8 rows), the few-row W8A8 kernel (fp8_gemm_small.h, up to 16) and cuBLASLt's W8A8 GEMM, each over rotating copies of the weight (≥ 256 MB, so every call reads its weight from
 // HBM as a decode step does) captured in one CUDA graph; µs per call and the weight bytes read per second.
+// --moe-tokens 1,4,8,16,32 [--moe-experts 256] [--moe-topk 8] instead measures one MoE layer's routed experts at
+// decode (moe_sweep below).
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -162,13 +165,131 @@ void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_cou
     }
 }
 
+// The routed experts of one MoE layer at decode (--moe-tokens): n tokens, each routed to k distinct random experts of
+// E, GLM-5.2's expert shape (d 6144, ff 2048, FP8 with 128 x 128 block scales), weights cold (E x 37.7 MB >> L2),
+// one moe_experts call per replay. The per-choice kernels (moe.h: one weight read per (token, choice)) against the
+// default dispatch (from CudaOptions::moe_fp8_min_tokens = 3 tokens on, the grouped tensor-core path of moe_fp8.h:
+// each chosen expert read once); TB/s over the distinct experts' bytes, which
+// is what a step must read at least. Every expert holds the same random codes in its own buffer (the backend keeps a
+// device copy per weight address).
+void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t k, int64_t reps, nlohmann::json& out) {
+    constexpr int64_t d = 6144, ff = 2048;
+    MEGACTX_CHECK(k >= 1 && k <= n_exp, "--moe-topk {} must be in 1..--moe-experts ({})", k, n_exp);
+    std::mt19937 rng(13);
+    std::vector<uint8_t> cg, cd;
+    const Weight pg = random_fp8_weight({"expert gate/up (6144 -> 2048)", ff, d, true}, rng, cg);
+    const Weight pd = random_fp8_weight({"expert down (2048 -> 6144)", d, ff, true}, rng, cd);
+    const size_t eb = 2 * cg.size() + cd.size();  // one expert's codes
+    std::vector<uint8_t> pool(eb * static_cast<size_t>(n_exp));
+    std::vector<MlpWeights> experts(static_cast<size_t>(n_exp));
+    for (int64_t e = 0; e < n_exp; ++e) {
+        uint8_t* base = pool.data() + static_cast<size_t>(e) * eb;
+        std::copy(cg.begin(), cg.end(), base);
+        std::copy(cg.begin(), cg.end(), base + cg.size());
+        std::copy(cd.begin(), cd.end(), base + 2 * cg.size());
+        MlpWeights& m = experts[static_cast<size_t>(e)];
+        m.gate = pg;
+        m.up = pg;
+        m.down = pd;
+        m.gate.data = base;
+        m.up.data = base + cg.size();
+        m.down.data = base + 2 * cg.size();
+    }
+    out["moe"] = {{"experts", n_exp}, {"topk", k}, {"d", d}, {"ff", ff}, {"expert_bytes", eb}};
+    std::printf("%-8s %8s %14s %6s %14s %6s %8s\n", "tokens", "experts", "per-choice us", "TB/s", "default us", "TB/s",
+                "speedup");
+    std::unique_ptr<Ops> by_path[2];  // 0: per-choice, 1: grouped (the default from 3 tokens)
+    for (int path = 0; path < 2; ++path) {
+        CudaOptions o;
+        if (path == 0) o.moe_fp8_min_tokens = 1 << 20;  // path 1: the default dispatch (grouped from 3 tokens)
+        by_path[path] = make_cuda_ops(o);
+    }
+    for (const int64_t n : token_counts) {
+        std::vector<int32_t> ids;
+        std::vector<int32_t> wbits;
+        std::vector<int32_t> all(static_cast<size_t>(n_exp));
+        std::vector<bool> used(static_cast<size_t>(n_exp), false);
+        for (int64_t t = 0; t < n; ++t) {
+            for (int64_t e = 0; e < n_exp; ++e) all[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+            std::shuffle(all.begin(), all.end(), rng);
+            for (int64_t j = 0; j < k; ++j) {
+                ids.push_back(all[static_cast<size_t>(j)]);
+                used[static_cast<size_t>(all[static_cast<size_t>(j)])] = true;
+                const float wt = 1.0f / static_cast<float>(k);
+                int32_t b;
+                std::memcpy(&b, &wt, 4);
+                wbits.push_back(b);
+            }
+        }
+        const int64_t distinct = std::count(used.begin(), used.end(), true);
+        std::vector<int32_t> xbits(static_cast<size_t>(n * d));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (int32_t& b : xbits) {
+            const float v = nd(rng);
+            std::memcpy(&b, &v, 4);
+        }
+        double us[2] = {-1, -1};
+        for (int path = 0; path < 2; ++path) {
+            Ops* ops = by_path[path].get();
+            const cudaStream_t stream = dynamic_cast<cuda::CudaOps*>(ops)->stream();
+            Tensor x = ops->upload_i32(xbits), ti = ops->upload_i32(ids), tw = ops->upload_i32(wbits);
+            x.dtype = DType::F32;
+            x.shape = {n, d};
+            ti.shape = {n, k};
+            tw.dtype = DType::F32;
+            tw.shape = {n, k};
+            Tensor y = ops->alloc(DType::F32, {n, d});
+            for (int i = 0; i < 2; ++i) ops->moe_experts(x, ti, tw, experts, y);  // uploads, plans
+            CK(cudaStreamSynchronize(stream));
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+            ops->moe_experts(x, ti, tw, experts, y);
+            CK(cudaStreamEndCapture(stream, &graph));
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            CK(cudaGraphLaunch(exec, stream));
+            cudaEvent_t e0, e1;
+            CK(cudaEventCreate(&e0));
+            CK(cudaEventCreate(&e1));
+            CK(cudaEventRecord(e0, stream));
+            for (int64_t r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, stream));
+            CK(cudaEventRecord(e1, stream));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            us[path] = 1e3 * ms / static_cast<double>(reps);
+            CK(cudaEventDestroy(e0));
+            CK(cudaEventDestroy(e1));
+            CK(cudaGraphExecDestroy(exec));
+            CK(cudaGraphDestroy(graph));
+        }
+        const double bytes = static_cast<double>(distinct) * static_cast<double>(eb);
+        auto tbs = [&](double t) { return bytes / t / 1e6; };
+        std::printf("%-8lld %8lld %14.1f %6.2f %14.1f %6.2f %8.2f\n", static_cast<long long>(n),
+                    static_cast<long long>(distinct), us[0], tbs(us[0]), us[1], tbs(us[1]), us[0] / us[1]);
+        std::fflush(stdout);
+        out["results"].push_back({{"tokens", n},
+                                   {"distinct_experts", distinct},
+                                   {"per_choice_us", us[0]},
+                                   {"per_choice_tb_s", tbs(us[0])},
+                                   {"default_us", us[1]},
+                                   {"default_tb_s", tbs(us[1])}});
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"bench_gemm: FP8 prefill GEMMs, W8A8 against the bf16 copy"};
     int64_t rows = 4096, expert_rows = 256, reps = 20;
-    std::string json_path, decode_rows;
+    std::string json_path, decode_rows, moe_tokens;
+    int64_t moe_experts = 256, moe_topk = 8;
     app.add_option("--decode-rows", decode_rows, "decode mode: these row counts, GEMV against W8A8 (cold weights)");
+    app.add_option("--moe-tokens", moe_tokens,
+                   "MoE decode mode: these token counts through one layer's routed experts, per-choice vs grouped");
+    app.add_option("--moe-experts", moe_experts, "MoE decode mode: routed experts (GLM-5.2: 256)")
+        ->check(CLI::Range(1, 1024));
+    app.add_option("--moe-topk", moe_topk, "MoE decode mode: experts per token (GLM-5.2: 8)")->check(CLI::Range(1, 64));
     app.add_option("--rows", rows, "tokens of the prefill chunk")->check(CLI::Range(1, 65536));
     app.add_option("--expert-rows", expert_rows, "tokens routed to the one expert")->check(CLI::Range(1, 65536));
     app.add_option("--reps", reps)->check(CLI::Range(1, 10000));
@@ -190,6 +311,14 @@ int main(int argc, char** argv) {
                               {"expert_rows", expert_rows},
                               {"reps", reps},
                               {"results", nlohmann::json::array()}};
+        if (!moe_tokens.empty()) {
+            out["mode"] = "moe_decode";
+            out.erase("rows");
+            out.erase("expert_rows");
+            moe_sweep(bench::parse_positive_list(moe_tokens, "--moe-tokens"), moe_experts, moe_topk, reps, out);
+            if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+            return 0;
+        }
         if (!decode_rows.empty()) {
             out["mode"] = "decode";
             out.erase("rows");
