@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -79,6 +80,31 @@ Weight random_fp8_weight(const Shape& s, std::mt19937& rng, std::vector<uint8_t>
     return w;
 }
 
+// Captures `body` once into a CUDA graph on `stream` and returns the µs per replay over `reps` replays (after one).
+double graph_us(cudaStream_t stream, const std::function<void()>& body, int64_t reps) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    body();
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, stream));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0, stream));
+    for (int64_t r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, stream));
+    CK(cudaEventRecord(e1, stream));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return 1e3 * ms / static_cast<double>(reps);
+}
+
 // The decode sweep: for each projection and row count, the three FP8 paths, cold weights, graph replays. Besides the
 // prefill shapes: the indexer's projections and the LM head (GLM-5.2's vocabulary).
 void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_counts, int64_t reps,
@@ -123,27 +149,8 @@ void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_cou
                 for (int i = 0; i < 2; ++i)
                     for (const Weight& w : ws) ops->linear(x, w, y);  // uploads, plans, allocator free lists
                 CK(cudaStreamSynchronize(stream));
-                cudaGraph_t graph;
-                cudaGraphExec_t exec;
-                CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-                for (const Weight& w : ws) ops->linear(x, w, y);
-                CK(cudaStreamEndCapture(stream, &graph));
-                CK(cudaGraphInstantiate(&exec, graph, 0));
-                CK(cudaGraphLaunch(exec, stream));
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0));
-                CK(cudaEventCreate(&e1));
-                CK(cudaEventRecord(e0, stream));
-                for (int64_t r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, stream));
-                CK(cudaEventRecord(e1, stream));
-                CK(cudaEventSynchronize(e1));
-                float ms = 0;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                us[path] = 1e3 * ms / static_cast<double>(reps * copies);
-                CK(cudaEventDestroy(e0));
-                CK(cudaEventDestroy(e1));
-                CK(cudaGraphExecDestroy(exec));
-                CK(cudaGraphDestroy(graph));
+                us[path] = graph_us(stream, [&] { for (const Weight& w : ws) ops->linear(x, w, y); }, reps) /
+                           static_cast<double>(copies);
             }
             auto tbs = [&](double t) { return t > 0 ? static_cast<double>(bytes) / t / 1e6 : 0.0; };
             std::printf("%-28s %6lld", s.name, static_cast<long long>(n));
@@ -241,27 +248,7 @@ void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t 
             Tensor y = ops->alloc(DType::F32, {n, d});
             for (int i = 0; i < 2; ++i) ops->moe_experts(x, ti, tw, experts, y);  // uploads, plans
             CK(cudaStreamSynchronize(stream));
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-            ops->moe_experts(x, ti, tw, experts, y);
-            CK(cudaStreamEndCapture(stream, &graph));
-            CK(cudaGraphInstantiate(&exec, graph, 0));
-            CK(cudaGraphLaunch(exec, stream));
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            CK(cudaEventRecord(e0, stream));
-            for (int64_t r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, stream));
-            CK(cudaEventRecord(e1, stream));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            us[path] = 1e3 * ms / static_cast<double>(reps);
-            CK(cudaEventDestroy(e0));
-            CK(cudaEventDestroy(e1));
-            CK(cudaGraphExecDestroy(exec));
-            CK(cudaGraphDestroy(graph));
+            us[path] = graph_us(stream, [&] { ops->moe_experts(x, ti, tw, experts, y); }, reps);
         }
         const double bytes = static_cast<double>(distinct) * static_cast<double>(eb);
         auto tbs = [&](double t) { return bytes / t / 1e6; };
