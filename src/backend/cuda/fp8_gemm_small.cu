@@ -128,7 +128,6 @@ struct PlainMap {
     __device__ const uint8_t* xq() const { return p.xq; }
     __device__ const float* xs() const { return p.xs; }
     __device__ int64_t xs_stride() const { return p.n_pad; }
-    __device__ int64_t brow(int64_t i) const { return i; }  // activation row of token i (< count)
     __device__ float* yrow(int64_t i) const { return p.y + i * p.out; }
     // Weight rows r .. r + 15 (one 16-row group): their codes, their scale row, and the row within that weight.
     __device__ const uint8_t* weight(int64_t) const { return p.w; }
