@@ -94,6 +94,8 @@ __device__ __forceinline__ uint4 load_weights16(const void* p) {
     return v;
 }
 
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
 // Dots of the shared-memory row a[len] (already rounded like the weights) with R weight rows, by one warp: each
 // step loads 16 B of every row (all R in flight), then sums over the warp. Every lane gets the R results.
 template <class W, int R>
