@@ -85,7 +85,10 @@ constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation row staged: d
 // A 16-B piece of a weight row, read once: through the non-coherent path without allocating in L1 (the staged
 // activation row shares L1's storage). With plain loads the per-choice kernels streamed 2.55 TB/s at one token
 // (256 experts, 8 per token; 118.5 µs per layer), with these 3.08 TB/s (98.1 µs; bench_gemm --moe-tokens, H200,
-// bench/results/cuda-h200-2026-12-01-950c0b7-moe-small-loads-ab.txt).
+// bench/results/cuda-h200-2026-12-01-950c0b7-moe-small-loads-ab.txt). That needs the kernels' explicit
+// __launch_bounds__(256, 1): ptxas then gives them 106 registers (2 CTAs per SM) and keeps every row's two steps of
+// loads in flight; with its default heuristic it picks 70 registers (3 CTAs per SM) and runs 113 µs. Capping the
+// grid at 32 or 64 CTAs per choice, each looping over its rows, measured 105 / 115 µs.
 __device__ __forceinline__ uint4 load_weights16(const void* p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -192,7 +195,7 @@ __device__ __forceinline__ float round_like(float v) {
 
 // grid (ceil(ff / kGateUpPerCta), n · k): h[row, f] for the row's expert; each warp kGateUpPerWarp features.
 template <class W>
-__global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(MoeSmallParams p) {
+__global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(MoeSmallParams p) {
     extern __shared__ float s_x[];  // [d]
     const int64_t row = blockIdx.y, t = row / p.k;
     const int32_t e = p.ids[row];
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32) moe_small_gate_up_kernel(Moe
 // for an expert held elsewhere; moe_small_sum_kernel then adds the k choices in order (float atomics into y made
 // the sum's order, and decode, depend on timing). Each warp kDownPerWarp outputs.
 template <class W>
-__global__ void __launch_bounds__(kSmallWarps * 32) moe_small_down_kernel(MoeSmallParams p) {
+__global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(MoeSmallParams p) {
     extern __shared__ float s_h[];  // [ff]
     const int64_t t = blockIdx.y, j = blockIdx.z;
     const int32_t e = p.ids[t * p.k + j];
