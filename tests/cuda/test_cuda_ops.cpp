@@ -465,9 +465,11 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
 // experts than choices, and a sanity check against the per-choice kernels (moe_fp8_min_tokens above 32, fp32
 // activations) on the same inputs: the two roundings of the activations differ by up to ~6e-2 of max |y| here.
 TEST_F(CudaOpsTest, MoeExpertsFp8Grouped) {
-    CudaOptions per_choice_opts;
+    CudaOptions per_choice_opts, grouped_opts;
     per_choice_opts.moe_fp8_min_tokens = 33;
+    grouped_opts.moe_fp8_min_tokens = 1;  // grouped whatever the automatic rule (moe_plan.h) would choose
     const auto per_choice = make_cuda_ops(per_choice_opts);
+    const auto grouped = make_cuda_ops(grouped_opts);
     auto quant_rows = [](std::vector<float> v, int64_t rows, int64_t cols) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t g0 = 0; g0 < cols; g0 += 128) {
@@ -532,7 +534,7 @@ TEST_F(CudaOpsTest, MoeExpertsFp8Grouped) {
             }
         std::vector<float> got[3];
         int i = 0;
-        for (Ops* ops : {gpu_.get(), gpu_.get(), per_choice.get()}) {
+        for (Ops* ops : {grouped.get(), grouped.get(), per_choice.get()}) {
             Tensor tx = put(*ops, x, {c.n, c.d});
             Tensor ti = put_i32(*ops, ids, {c.n, c.k});
             Tensor tw = put(*ops, wts, {c.n, c.k});

@@ -27,10 +27,12 @@ struct CudaOptions {
     // Above that and up to this many rows (0..16), W8A8 through the few-row tensor-core kernel (fp8_gemm_small.h)
     // instead of cuBLASLt, whose fixed cost and bandwidth at these row counts it beats. MEGACTX_FP8_GEMM_SMALL_MAX_ROWS.
     int fp8_gemm_small_max_rows = 16;
-    // FP8 routed experts of at least this many tokens (up to the few-token limit, 32) run grouped by expert on the
-    // tensor cores (moe_fp8.h: each chosen expert read once, W8A8); fewer take the per-choice kernels (moe.h, fp32
-    // activations). A value above 32 turns the grouped path off. MEGACTX_MOE_FP8_MIN_TOKENS.
-    int moe_fp8_min_tokens = 3;
+    // FP8 routed experts of a few tokens (up to 32) run either per choice (moe.h, fp32 activations) or grouped by
+    // expert on the tensor cores (moe_fp8.h: each chosen expert read once, W8A8). 0 (default): chosen from the
+    // expected number of distinct experts (moe_plan.h: with 256 experts and 8 per token, grouped from 10 tokens;
+    // with 4 experts and 2 per token, from 3). N > 0: grouped from N tokens on; above 32 the grouped path is off.
+    // MEGACTX_MOE_FP8_MIN_TOKENS.
+    int moe_fp8_min_tokens = 0;
 };
 
 struct CudaMemoryStats {

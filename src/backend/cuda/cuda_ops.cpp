@@ -18,6 +18,7 @@
 #include "backend/cuda/latent_cache.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_fp8.h"
+#include "backend/cuda/moe_plan.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/sparse_mla.h"
@@ -198,7 +199,7 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     MEGACTX_CHECK(options_.fp8_gemv_max_rows >= 0 && options_.fp8_gemv_max_rows <= kFp8GemvMaxRows,
                   "fp8_gemv_max_rows must be 0..{} (got {})", kFp8GemvMaxRows, options_.fp8_gemv_max_rows);
     if (const char* tokens = std::getenv("MEGACTX_MOE_FP8_MIN_TOKENS")) options_.moe_fp8_min_tokens = std::atoi(tokens);
-    MEGACTX_CHECK(options_.moe_fp8_min_tokens >= 1, "moe_fp8_min_tokens must be >= 1 (got {})",
+    MEGACTX_CHECK(options_.moe_fp8_min_tokens >= 0, "moe_fp8_min_tokens must be >= 0 (0: automatic; got {})",
                   options_.moe_fp8_min_tokens);
     if (const char* rows = std::getenv("MEGACTX_FP8_GEMM_SMALL_MAX_ROWS"))
         options_.fp8_gemm_small_max_rows = std::atoi(rows);
@@ -1137,7 +1138,8 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
     if (n <= kMoeSmallMaxTokens) {
         const ExpertTable& t = expert_table(experts);
         const int64_t n_exp = static_cast<int64_t>(experts.size());
-        if (t.usable && t.wtype == 2 && t.d == d && n >= options_.moe_fp8_min_tokens &&
+        if (t.usable && t.wtype == 2 && t.d == d &&
+            moe_plan::grouped_by_expert(n, k, n_exp, options_.moe_fp8_min_tokens) &&
             moe_fp8_supported(n, k, d, t.ff, n_exp)) {
             // FP8 experts, several tokens: grouped by expert, each chosen expert read once (moe_fp8.h).
             const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);

@@ -82,6 +82,12 @@ constexpr int kGateUpPerCta = kSmallWarps * kGateUpPerWarp;
 constexpr int kDownPerWarp = 4;  // outputs per warp
 constexpr int kDownPerCta = kSmallWarps * kDownPerWarp;
 constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation row staged: d or ff floats
+// Only bf16 weights stage the activation row in shared memory (rounded to bf16 once); fp8 and fp32 weights read it
+// through L1 (the weights bypass L1): no staging pass and barrier before a CTA's first weight load. One MoE layer at
+// one token (256 experts, 8 per token, FP8): 98.4 -> 87.2 µs, 3.07 -> 3.46 TB/s (bench_gemm --moe-tokens, H200,
+// bench/results/cuda-h200-2026-12-01-d3e8f6e-moe-small-nostage-ab.txt).
+template <class W>
+constexpr bool kSmallStaged = std::is_same_v<W, __nv_bfloat16>;
 // A 16-B piece of a weight row, read once: through the non-coherent path without allocating in L1 (the staged
 // activation row shares L1's storage). With plain loads the per-choice kernels streamed 2.55 TB/s at one token
 // (256 experts, 8 per token; 118.5 µs per layer), with these 3.08 TB/s (98.1 µs; bench_gemm --moe-tokens, H200,
@@ -111,12 +117,16 @@ __device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R
     bool vec = true;
 #pragma unroll
     for (int q = 0; q < R; ++q) vec = vec && (reinterpret_cast<uintptr_t>(wr[q]) & 15) == 0;
+    vec = vec && (reinterpret_cast<uintptr_t>(a) & 15) == 0;
     constexpr int kPer = 16 / sizeof(W);  // elements per 16-B load
     // acc[q] += row q's 16-B chunk `raw` at column c · a[c .. c + kPer)
     const auto accum = [&](int q, const uint4& raw, int64_t c) {
         float xa[kPer];
 #pragma unroll
-        for (int e = 0; e < kPer; ++e) xa[e] = a[c + e];
+        for (int e = 0; e < kPer / 4; ++e) {  // c is a multiple of kPer here: 16-B aligned
+            const float4 v = *reinterpret_cast<const float4*>(a + c + 4 * e);
+            xa[4 * e] = v.x, xa[4 * e + 1] = v.y, xa[4 * e + 2] = v.z, xa[4 * e + 3] = v.w;
+        }
         if constexpr (std::is_same_v<W, uint8_t>) {  // e4m3, the scale of the 128-column block
             const uint32_t* u = reinterpret_cast<const uint32_t*>(&raw);
             float part = 0.0f;
@@ -196,7 +206,7 @@ __device__ __forceinline__ float round_like(float v) {
 // grid (ceil(ff / kGateUpPerCta), n · k): h[row, f] for the row's expert; each warp kGateUpPerWarp features.
 template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(MoeSmallParams p) {
-    extern __shared__ float s_x[];  // [d]
+    extern __shared__ float s_x[];  // [d], bf16 weights only (kSmallStaged)
     const int64_t row = blockIdx.y, t = row / p.k;
     const int32_t e = p.ids[row];
     const W* gate = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e]) : nullptr;
@@ -204,8 +214,12 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(
     const float* sg = gate ? static_cast<const float*>(p.experts[6 * e + 3]) : nullptr;  // fp8: block scales
     const float* su = gate ? static_cast<const float*>(p.experts[6 * e + 4]) : nullptr;
     const int64_t ncb = (p.d + 127) / 128;
-    for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) s_x[c] = round_like<W>(p.x[t * p.d + c]);
-    __syncthreads();
+    constexpr bool kStage = kSmallStaged<W>;
+    if constexpr (kStage) {
+        for (int64_t c = threadIdx.x; c < p.d; c += blockDim.x) s_x[c] = round_like<W>(p.x[t * p.d + c]);
+        __syncthreads();
+    }
+    const float* xa = kStage ? s_x : p.x + t * p.d;
     const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kGateUpPerCta + (threadIdx.x >> 5) * kGateUpPerWarp;
     if (f0 >= p.ff) return;
     float hv[kGateUpPerWarp] = {};
@@ -221,7 +235,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(
             srows[2 * q + 1] = su ? su + (f / 128) * ncb : nullptr;
         }
         float dots[2 * kGateUpPerWarp];
-        warp_dots<W, 2 * kGateUpPerWarp>(s_x, rows, srows, p.d, dots);
+        warp_dots<W, 2 * kGateUpPerWarp>(xa, rows, srows, p.d, dots);
 #pragma unroll
         for (int q = 0; q < kGateUpPerWarp; ++q) hv[q] = silu(dots[2 * q]) * dots[2 * q + 1];
     }
@@ -237,7 +251,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(
 // the sum's order, and decode, depend on timing). Each warp kDownPerWarp outputs.
 template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(MoeSmallParams p) {
-    extern __shared__ float s_h[];  // [ff]
+    extern __shared__ float s_h[];  // [ff], bf16 weights only
     const int64_t t = blockIdx.y, j = blockIdx.z;
     const int32_t e = p.ids[t * p.k + j];
     const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e + 2]) : nullptr;
@@ -247,8 +261,13 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(Moe
         if ((threadIdx.x & 31) < kDownPerWarp && o0 + (threadIdx.x & 31) < p.d) yk[o0 + (threadIdx.x & 31)] = 0.f;
         return;
     }
-    for (int64_t c = threadIdx.x; c < p.ff; c += blockDim.x) s_h[c] = round_like<W>(p.h[(t * p.k + j) * p.ff + c]);
-    __syncthreads();
+    constexpr bool kStage = kSmallStaged<W>;
+    if constexpr (kStage) {
+        for (int64_t c = threadIdx.x; c < p.ff; c += blockDim.x)
+            s_h[c] = round_like<W>(p.h[(t * p.k + j) * p.ff + c]);
+        __syncthreads();
+    }
+    const float* ha = kStage ? s_h : p.h + (t * p.k + j) * p.ff;
     if (o0 >= p.d) return;
     const float* sd = static_cast<const float*>(p.experts[6 * e + 5]);
     const int64_t ncb = (p.ff + 127) / 128;
@@ -261,7 +280,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(Moe
         srows[q] = sd ? sd + (o / 128) * ncb : nullptr;
     }
     float dots[kDownPerWarp];
-    warp_dots<W, kDownPerWarp>(s_h, rows, srows, p.ff, dots);
+    warp_dots<W, kDownPerWarp>(ha, rows, srows, p.ff, dots);
     const float wj = p.w[t * p.k + j];
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
@@ -283,7 +302,8 @@ __global__ void moe_small_sum_kernel(const float* __restrict__ yk, float* __rest
 
 template <class W>
 cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
-    const size_t smem_x = static_cast<size_t>(p.d) * 4, smem_h = static_cast<size_t>(p.ff) * 4;
+    const size_t smem_x = kSmallStaged<W> ? static_cast<size_t>(p.d) * 4 : 0;
+    const size_t smem_h = kSmallStaged<W> ? static_cast<size_t>(p.ff) * 4 : 0;
     const cudaError_t e = per_device_once([] {
         const cudaError_t e1 =
             cudaFuncSetAttribute(moe_small_gate_up_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);

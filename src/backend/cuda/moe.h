@@ -43,7 +43,8 @@ struct MoeSmallParams {
     int64_t n = 0, k = 0, d = 0, ff = 0, n_exp = 0;
     int wtype = 1;  // 0 fp32, 1 bf16, 2 e4m3
 };
-// cudaErrorInvalidValue when d or ff exceed kMoeSmallMaxRow (the rows staged in shared memory, fp32).
+// cudaErrorInvalidValue when d or ff exceed kMoeSmallMaxRow (bf16 weights stage the activation row in shared memory,
+// fp32; fp8 and fp32 weights read it through L1).
 constexpr int64_t kMoeSmallMaxRow = 51200;
 cudaError_t launch_moe_small(const MoeSmallParams& p, cudaStream_t stream);
 
