@@ -7,9 +7,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/launch_ex.cuh"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/per_device.cuh"
 
@@ -203,10 +206,17 @@ __device__ __forceinline__ float round_like(float v) {
         return v;
 }
 
+// The three kernels run under programmatic dependent launch: each lets the next one's CTAs start at once
+// (griddepcontrol.launch_dependents), and the down kernel pulls its weight rows towards L2 before it waits for h
+// (griddepcontrol.wait), so it streams them while the gate/up kernel's last CTAs finish.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 // grid (ceil(ff / kGateUpPerCta), n · k): h[row, f] for the row's expert; each warp kGateUpPerWarp features.
 template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(MoeSmallParams p) {
     extern __shared__ float s_x[];  // [d], bf16 weights only (kSmallStaged)
+    pdl_trigger();
     const int64_t row = blockIdx.y, t = row / p.k;
     const int32_t e = p.ids[row];
     const W* gate = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e]) : nullptr;
@@ -257,10 +267,18 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(Moe
     const W* down = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e + 2]) : nullptr;
     const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kDownPerCta + (threadIdx.x >> 5) * kDownPerWarp;
     float* yk = p.yk + (t * p.k + j) * p.d;
-    if (down == nullptr) {
+    pdl_trigger();
+    if (down == nullptr) {  // (yk is not the gate/up kernel's: no need to wait for it)
         if ((threadIdx.x & 31) < kDownPerWarp && o0 + (threadIdx.x & 31) < p.d) yk[o0 + (threadIdx.x & 31)] = 0.f;
         return;
     }
+    if (o0 < p.d) {  // this warp's weight rows towards L2, one 128-B line per lane and step
+        const uint8_t* first = reinterpret_cast<const uint8_t*>(down + o0 * p.ff);
+        const int64_t bytes = min(static_cast<int64_t>(kDownPerWarp), p.d - o0) * p.ff * static_cast<int64_t>(sizeof(W));
+        for (int64_t b = (threadIdx.x & 31) * 128; b < bytes; b += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(first + b));
+    }
+    pdl_wait();  // h
     constexpr bool kStage = kSmallStaged<W>;
     if constexpr (kStage) {
         for (int64_t c = threadIdx.x; c < p.ff; c += blockDim.x)
@@ -292,6 +310,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(Moe
 // y[t, o] = Σ_j yk[t, j, o], j = 0 .. k-1 in order.
 __global__ void moe_small_sum_kernel(const float* __restrict__ yk, float* __restrict__ y, int64_t n, int64_t k,
                                      int64_t d) {
+    pdl_wait();  // yk
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n * d) return;
     const int64_t t = i / d, o = i % d;
@@ -316,9 +335,17 @@ cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
     moe_small_gate_up_kernel<W><<<g1, kSmallWarps * 32, smem_x, stream>>>(p);
     const dim3 g2(static_cast<unsigned>((p.d + kDownPerCta - 1) / kDownPerCta), static_cast<unsigned>(p.n),
                   static_cast<unsigned>(p.k));
-    moe_small_down_kernel<W><<<g2, kSmallWarps * 32, smem_h, stream>>>(p);
+    // MEGACTX_MOE_PDL=0 launches the down and sum kernels plainly (A/B; their griddepcontrol.wait is then a no-op).
+    static const bool pdl = [] {
+        const char* v = std::getenv("MEGACTX_MOE_PDL");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    cudaError_t le = launch_ex(moe_small_down_kernel<W>, g2, dim3(kSmallWarps * 32), smem_h, stream, pdl, p);
+    if (le != cudaSuccess) return le;
     const int64_t total = p.n * p.d;
-    moe_small_sum_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(p.yk, p.y, p.n, p.k, p.d);
+    le = launch_ex(moe_small_sum_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0, stream, pdl,
+                   p.yk, p.y, p.n, p.k, p.d);
+    if (le != cudaSuccess) return le;
     return cudaGetLastError();
 }
 
