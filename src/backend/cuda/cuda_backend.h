@@ -28,11 +28,12 @@ struct CudaOptions {
     // instead of cuBLASLt, whose fixed cost and bandwidth at these row counts it beats. MEGACTX_FP8_GEMM_SMALL_MAX_ROWS.
     int fp8_gemm_small_max_rows = 16;
     // FP8 routed experts of a few tokens (up to 32) run either per choice (moe.h, fp32 activations) or grouped by
-    // expert on the tensor cores (moe_fp8.h: each chosen expert read once, W8A8). 0 (default): chosen from the
-    // expected number of distinct experts (moe_plan.h: with 256 experts and 8 per token, grouped from 10 tokens;
-    // with 4 experts and 2 per token, from 3). N > 0: grouped from N tokens on; above 32 the grouped path is off.
+    // expert on the tensor cores (moe_fp8.h: each chosen expert read once, W8A8). N > 0 (default 3): grouped from N
+    // tokens on; above 32 the grouped path is off. 0: chosen from the expected number of distinct experts under
+    // uniform routing (moe_plan.h), which is faster when the batch's tokens route apart and slower when they share
+    // experts (a batch of identical sequences: 1.7x slower at 4-8 tokens with 256 experts), so it is not the default.
     // MEGACTX_MOE_FP8_MIN_TOKENS.
-    int moe_fp8_min_tokens = 0;
+    int moe_fp8_min_tokens = 3;
 };
 
 struct CudaMemoryStats {
