@@ -13,14 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                     \
-    do {                                                                          \
-        cudaError_t e_ = (x);                                                     \
-        if (e_ != cudaSuccess) {                                                  \
-            std::printf("CUDA %s at line %d\n", cudaGetErrorString(e_), __LINE__); \
-            std::exit(1);                                                         \
-        }                                                                         \
-    } while (0)
+#include "../cuda_bench.cuh"
+
+#define CK(x) MEGACTX_BENCH_CK(x)
 
 __device__ __forceinline__ uint64_t desc(uint32_t addr) {  // K-major, 128-B swizzle, LBO 16, SBO 1024
     return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |

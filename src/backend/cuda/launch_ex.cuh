@@ -8,6 +8,11 @@
 
 namespace megactx::cuda {
 
+// The kernel side of PDL: wait for the previous grid's results (a no-op when launched plainly), and let the next
+// grid's CTAs start.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 // launch_ex and launch_coop below: PDL when `pdl`, cooperative when `coop`.
 template <class... KArgs, class... Args>
 cudaError_t launch_attrs(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,

@@ -208,9 +208,7 @@ __device__ __forceinline__ float round_like(float v) {
 
 // The three kernels run under programmatic dependent launch: each lets the next one's CTAs start at once
 // (griddepcontrol.launch_dependents), and the down kernel pulls its weight rows towards L2 before it waits for h
-// (griddepcontrol.wait), so it streams them while the gate/up kernel's last CTAs finish.
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// (griddepcontrol.wait), so it streams them while the gate/up kernel's last CTAs finish (pdl_* in launch_ex.cuh).
 
 // grid (ceil(ff / kGateUpPerCta), n · k): h[row, f] for the row's expert; each warp kGateUpPerWarp features.
 template <class W>

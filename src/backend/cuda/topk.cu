@@ -116,10 +116,6 @@ TopkTuning g_tuning;
 
 using topk_plan::float_key;  // order-preserving keys (topk_plan.h)
 
-// Programmatic dependent launch (no-ops when the kernel was launched without the attribute).
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
 template <int NT>
 struct SelectSmem {
     int hist[2048];
