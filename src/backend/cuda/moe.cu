@@ -83,6 +83,7 @@ constexpr int kSmallWarps = 8;     // warps per CTA
 constexpr int kGateUpPerWarp = 2;  // features per warp (a gate and an up row each)
 constexpr int kGateUpPerCta = kSmallWarps * kGateUpPerWarp;
 constexpr int kDownPerWarp = 4;  // outputs per warp
+constexpr int kDownSteps = 4;    // 16-B loads per row and lane in flight at once (warp_dots' U)
 constexpr int kDownPerCta = kSmallWarps * kDownPerWarp;
 constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation row staged: d or ff floats
 // Only bf16 weights stage the activation row in shared memory (rounded to bf16 once); fp8 and fp32 weights read it
@@ -109,8 +110,9 @@ __device__ __forceinline__ uint4 load_weights16(const void* p) {
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 // Dots of the shared-memory row a[len] (already rounded like the weights) with R weight rows, by one warp: each
-// step loads 16 B of every row (all R in flight), then sums over the warp. Every lane gets the R results.
-template <class W, int R>
+// step loads 16 B of every row, U steps' loads of all R rows in flight at once, then sums over the warp. Every lane
+// gets the R results. (The order of the additions does not depend on U.)
+template <class W, int R, int U = 2>
 __device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R], const float* const (&sr)[R],
                                           int64_t len, float (&out)[R]) {
     float acc[R];
@@ -156,22 +158,21 @@ __device__ __forceinline__ void warp_dots(const float* a, const W* const (&wr)[R
     if (vec && len % kPer == 0) {
         constexpr int kStep = 32 * kPer;
         int64_t c = lane * kPer;
-        for (; c + kStep < len; c += 2 * kStep) {  // two steps' loads of every row in flight
-            uint4 r0[R], r1[R];
+        for (; c + (U - 1) * kStep < len; c += U * kStep) {  // U steps' loads of every row in flight
+            uint4 r[U][R];
 #pragma unroll
-            for (int q = 0; q < R; ++q) {
-                r0[q] = load_weights16(wr[q] + c);
-                r1[q] = load_weights16(wr[q] + c + kStep);
-            }
+            for (int u = 0; u < U; ++u)
 #pragma unroll
-            for (int q = 0; q < R; ++q) accum(q, r0[q], c);
+                for (int q = 0; q < R; ++q) r[u][q] = load_weights16(wr[q] + c + u * kStep);
 #pragma unroll
-            for (int q = 0; q < R; ++q) accum(q, r1[q], c + kStep);
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int q = 0; q < R; ++q) accum(q, r[u][q], c + u * kStep);
         }
-        if (c < len) {
+        for (; c < len; c += kStep) {
             uint4 r0[R];
 #pragma unroll
-            for (int q = 0; q < R; ++q) r0[q] = *reinterpret_cast<const uint4*>(wr[q] + c);
+            for (int q = 0; q < R; ++q) r0[q] = load_weights16(wr[q] + c);
 #pragma unroll
             for (int q = 0; q < R; ++q) accum(q, r0[q], c);
         }
@@ -257,8 +258,12 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(
 // grid (ceil(d / kDownPerCta), n, k): yk[t, j, o] = w[t, j] · (ĥ_{t,j} · down_e[o]) for choice j = blockIdx.z, 0
 // for an expert held elsewhere; moe_small_sum_kernel then adds the k choices in order (float atomics into y made
 // the sum's order, and decode, depend on timing). Each warp kDownPerWarp outputs.
+// Each warp has all 4 steps of its 4 rows in flight at once for GLM-5.2's 2-KB FP8 rows (kDownSteps; the gate/up
+// kernel's rows are 6 KB): one MoE layer at one token 85.9 -> 85.0 µs, 2 tokens 165.2 -> 164.1, 4 tokens 315.4 ->
+// 313.5 (H200, bench/results/cuda-h200-2026-12-01-c589eed-moe-down-steps-ab.txt). That needs the bound of 2 CTAs per
+// SM: with 1, ptxas takes 154 registers, and one CTA per SM. (Three steps for gate/up gained nothing.)
 template <class W>
-__global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(MoeSmallParams p) {
+__global__ void __launch_bounds__(kSmallWarps * 32, 2) moe_small_down_kernel(MoeSmallParams p) {
     extern __shared__ float s_h[];  // [ff], bf16 weights only
     const int64_t t = blockIdx.y, j = blockIdx.z;
     const int32_t e = p.ids[t * p.k + j];
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_down_kernel(Moe
         srows[q] = sd ? sd + (o / 128) * ncb : nullptr;
     }
     float dots[kDownPerWarp];
-    warp_dots<W, kDownPerWarp>(ha, rows, srows, p.ff, dots);
+    warp_dots<W, kDownPerWarp, kDownSteps>(ha, rows, srows, p.ff, dots);
     const float wj = p.w[t * p.k + j];
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
@@ -322,8 +327,8 @@ cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
     const size_t smem_x = kSmallStaged<W> ? static_cast<size_t>(p.d) * 4 : 0;
     const size_t smem_h = kSmallStaged<W> ? static_cast<size_t>(p.ff) * 4 : 0;
     const cudaError_t e = per_device_once([] {
-        const cudaError_t e1 =
-            cudaFuncSetAttribute(moe_small_gate_up_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);
+        const cudaError_t e1 = cudaFuncSetAttribute(moe_small_gate_up_kernel<W>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);
         return e1 != cudaSuccess ? e1
                                  : cudaFuncSetAttribute(moe_small_down_kernel<W>,
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmallSmem);
