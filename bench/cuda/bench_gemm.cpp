@@ -10,8 +10,8 @@
 // --decode-rows 1,2,4,8,16 instead measures the decode shapes (a few rows of x) through the three FP8 paths: the GEMV
 // (fp8_gemv.h, up to 8 rows), the few-row W8A8 kernel (fp8_gemm_small.h, up to 16) and cuBLASLt's W8A8 GEMM, each over rotating copies of the weight (≥ 256 MB, so every call reads its weight from
 // HBM as a decode step does) captured in one CUDA graph; µs per call and the weight bytes read per second.
-// --moe-tokens 1,4,8,16,32 [--moe-experts 256] [--moe-topk 8] instead measures one MoE layer's routed experts at
-// decode (moe_sweep below).
+// --moe-tokens 1,4,8,16,32 [--moe-experts 256] [--moe-topk 8] [--moe-shared] instead measures one MoE layer's routed
+// experts at decode (moe_sweep below).
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -175,11 +175,13 @@ void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_cou
 
 // The routed experts of one MoE layer at decode (--moe-tokens): n tokens, each routed to k distinct random experts of
 // E, GLM-5.2's expert shape (d 6144, ff 2048, FP8 with 128 x 128 block scales), weights cold (E x 37.7 MB >> L2),
-// one moe_experts call per replay. The per-choice kernels (moe.h: one weight read per (token, choice)) against the
-// grouped tensor-core path (moe_fp8.h: each chosen expert read once), and which of the two the default dispatch
-// picks (moe_plan.h); TB/s over the distinct experts' bytes, which is what a step must read at least. Every expert holds the same random codes in its own buffer (the backend keeps a
+// one moe_experts call per replay (--moe-shared: every token on the first one's experts, as in a batch of identical
+// sequences). The per-choice kernels (moe.h: one weight read per (token, choice)) against the grouped tensor-core path
+// (moe_fp8.h: each chosen expert read once), then the choice on the device (moe_fp8_min_tokens = 0, moe_plan.h: for
+// 3-10 tokens both paths launched and the device picking one) and which path it and the default take; TB/s over the distinct experts' bytes, which is what a step must read at least. Every expert holds the same random codes in its own buffer (the backend keeps a
 // device copy per weight address).
-void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t k, int64_t reps, nlohmann::json& out) {
+void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t k, bool shared, int64_t reps,
+               nlohmann::json& out) {
     constexpr int64_t d = 6144, ff = 2048;
     MEGACTX_CHECK(k >= 1 && k <= n_exp, "--moe-topk {} must be in 1..--moe-experts ({})", k, n_exp);
     std::mt19937 rng(13);
@@ -202,13 +204,13 @@ void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t 
         m.up.data = base + cg.size();
         m.down.data = base + 2 * cg.size();
     }
-    out["moe"] = {{"experts", n_exp}, {"topk", k}, {"d", d}, {"ff", ff}, {"expert_bytes", eb}};
-    std::printf("%-8s %8s %14s %6s %14s %6s %8s %s\n", "tokens", "experts", "per-choice us", "TB/s", "grouped us",
-                "TB/s", "speedup", "default");
-    std::unique_ptr<Ops> by_path[2];  // 0: per-choice, 1: grouped
-    for (int path = 0; path < 2; ++path) {
+    out["moe"] = {{"experts", n_exp}, {"topk", k}, {"d", d}, {"ff", ff}, {"expert_bytes", eb}, {"shared", shared}};
+    std::printf("%-8s %8s %14s %6s %14s %6s %8s %10s %6s %-20s %s\n", "tokens", "experts", "per-choice us", "TB/s",
+                "grouped us", "TB/s", "speedup", "device us", "TB/s", "device's pick", "default");
+    std::unique_ptr<Ops> by_path[3];  // 0: per-choice, 1: grouped, 2: chosen on the device (moe_fp8_min_tokens = 0)
+    for (int path = 0; path < 3; ++path) {
         CudaOptions o;
-        o.moe_fp8_min_tokens = path == 0 ? 1 << 20 : 1;
+        o.moe_fp8_min_tokens = path == 0 ? 1 << 20 : path == 1 ? 1 : 0;
         by_path[path] = make_cuda_ops(o);
     }
     for (const int64_t n : token_counts) {
@@ -217,8 +219,10 @@ void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t 
         std::vector<int32_t> all(static_cast<size_t>(n_exp));
         std::vector<bool> used(static_cast<size_t>(n_exp), false);
         for (int64_t t = 0; t < n; ++t) {
-            for (int64_t e = 0; e < n_exp; ++e) all[static_cast<size_t>(e)] = static_cast<int32_t>(e);
-            std::shuffle(all.begin(), all.end(), rng);
+            if (t == 0 || !shared) {  // --moe-shared: every token takes the first one's experts
+                for (int64_t e = 0; e < n_exp; ++e) all[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+                std::shuffle(all.begin(), all.end(), rng);
+            }
             for (int64_t j = 0; j < k; ++j) {
                 ids.push_back(all[static_cast<size_t>(j)]);
                 used[static_cast<size_t>(all[static_cast<size_t>(j)])] = true;
@@ -235,8 +239,8 @@ void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t 
             const float v = nd(rng);
             std::memcpy(&b, &v, 4);
         }
-        double us[2] = {-1, -1};
-        for (int path = 0; path < 2; ++path) {
+        double us[3] = {-1, -1, -1};
+        for (int path = 0; path < 3; ++path) {
             Ops* ops = by_path[path].get();
             const cudaStream_t stream = dynamic_cast<cuda::CudaOps*>(ops)->stream();
             Tensor x = ops->upload_i32(xbits), ti = ops->upload_i32(ids), tw = ops->upload_i32(wbits);
@@ -252,17 +256,27 @@ void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t 
         }
         const double bytes = static_cast<double>(distinct) * static_cast<double>(eb);
         auto tbs = [&](double t) { return bytes / t / 1e6; };
-        const bool grouped = moe_plan::grouped_by_expert(n, k, n_exp, CudaOptions{}.moe_fp8_min_tokens);
-        std::printf("%-8lld %8lld %14.1f %6.2f %14.1f %6.2f %8.2f %s\n", static_cast<long long>(n),
-                    static_cast<long long>(distinct), us[0], tbs(us[0]), us[1], tbs(us[1]), us[0] / us[1],
-                    grouped ? "grouped" : "per-choice");
+        auto path_name = [&](int min_tokens) {
+            const moe_plan::MoePath mp = moe_plan::moe_path(n, k, n_exp, min_tokens);
+            return mp == moe_plan::MoePath::kGrouped                 ? "grouped"
+                   : mp == moe_plan::MoePath::kPerChoice             ? "per-choice"
+                   : distinct > moe_plan::grouped_max_active(n, k) ? "on device: per-choice"
+                                                                     : "on device: grouped";
+        };
+        const char* device_pick = path_name(0);
+        const char* default_path = path_name(CudaOptions{}.moe_fp8_min_tokens);
+        std::printf("%-8lld %8lld %14.1f %6.2f %14.1f %6.2f %8.2f %10.1f %6.2f %-20s %s\n", static_cast<long long>(n),
+                    static_cast<long long>(distinct), us[0], tbs(us[0]), us[1], tbs(us[1]), us[0] / us[1], us[2],
+                    tbs(us[2]), device_pick, default_path);
         std::fflush(stdout);
         out["results"].push_back({{"tokens", n},
                                    {"distinct_experts", distinct},
                                    {"per_choice_us", us[0]},
                                    {"per_choice_tb_s", tbs(us[0])},
                                    {"grouped_us", us[1]},
-                                   {"default_path", grouped ? "grouped" : "per-choice"},
+                                   {"device_choice_us", us[2]},
+                                   {"device_choice_path", device_pick},
+                                   {"default_path", default_path},
                                    {"grouped_tb_s", tbs(us[1])}});
     }
 }
@@ -274,12 +288,14 @@ int main(int argc, char** argv) {
     int64_t rows = 4096, expert_rows = 256, reps = 20;
     std::string json_path, decode_rows, moe_tokens;
     int64_t moe_experts = 256, moe_topk = 8;
+    bool moe_shared = false;
     app.add_option("--decode-rows", decode_rows, "decode mode: these row counts, GEMV against W8A8 (cold weights)");
     app.add_option("--moe-tokens", moe_tokens,
                    "MoE decode mode: these token counts through one layer's routed experts, per-choice vs grouped");
     app.add_option("--moe-experts", moe_experts, "MoE decode mode: routed experts (GLM-5.2: 256)")
         ->check(CLI::Range(1, 1024));
     app.add_option("--moe-topk", moe_topk, "MoE decode mode: experts per token (GLM-5.2: 8)")->check(CLI::Range(1, 64));
+    app.add_flag("--moe-shared", moe_shared, "MoE decode mode: every token routes to the same experts");
     app.add_option("--rows", rows, "tokens of the prefill chunk")->check(CLI::Range(1, 65536));
     app.add_option("--expert-rows", expert_rows, "tokens routed to the one expert")->check(CLI::Range(1, 65536));
     app.add_option("--reps", reps)->check(CLI::Range(1, 10000));
@@ -305,7 +321,8 @@ int main(int argc, char** argv) {
             out["mode"] = "moe_decode";
             out.erase("rows");
             out.erase("expert_rows");
-            moe_sweep(bench::parse_positive_list(moe_tokens, "--moe-tokens"), moe_experts, moe_topk, reps, out);
+            moe_sweep(bench::parse_positive_list(moe_tokens, "--moe-tokens"), moe_experts, moe_topk, moe_shared, reps,
+                      out);
             if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
             return 0;
         }

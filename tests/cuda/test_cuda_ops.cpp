@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/moe_plan.h"
 #include "kv/kv_format.h"
 
 namespace megactx {
@@ -547,6 +548,51 @@ TEST_F(CudaOpsTest, MoeExpertsFp8Grouped) {
         EXPECT_EQ(got[1], got[0]) << tag << " differs run to run";
         expect_close(got[0], want, 2e-3, tag);
         expect_close(got[0], got[2], 1e-1, tag + " against the per-choice kernels");
+    }
+}
+
+// The device choice (moe_fp8_min_tokens = 0, moe_plan.h) for 3-10 FP8 tokens: both paths are launched and the
+// grouped path's plan kernel counts the distinct experts. 4 tokens × 8 of 64 experts: all 32 distinct (above the bound of
+// 28) must give the per-choice kernels' result bit for bit, all tokens on the same 8 the grouped one's; the two differ
+// (fp32 against quantised activations), so a wrong pick, or both paths writing y, fails. Alternating on one backend
+// checks that the flag is rewritten every call.
+TEST_F(CudaOpsTest, MoeExpertsFp8DeviceChoice) {
+    CudaOptions per_choice_opts, grouped_opts, device_opts;
+    per_choice_opts.moe_fp8_min_tokens = 33;
+    grouped_opts.moe_fp8_min_tokens = 1;
+    device_opts.moe_fp8_min_tokens = 0;
+    const auto per_choice = make_cuda_ops(per_choice_opts);
+    const auto grouped = make_cuda_ops(grouped_opts);
+    const auto automatic = make_cuda_ops(device_opts);
+    constexpr int64_t n = 4, n_exp = 64, k = 8, d = 256, ff = 384;
+    ASSERT_EQ(moe_plan::moe_path(n, k, n_exp, 0), moe_plan::MoePath::kOnDevice);
+    std::vector<MlpWeights> experts;
+    for (int64_t e = 0; e < n_exp; ++e)
+        experts.push_back({make_weight(DType::F8_E4M3, ff, d), make_weight(DType::F8_E4M3, ff, d),
+                           make_weight(DType::F8_E4M3, d, ff)});
+    std::vector<int32_t> apart, shared;
+    std::vector<float> wts;
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+            apart.push_back(static_cast<int32_t>(t * k + j));
+            shared.push_back(static_cast<int32_t>(3 * j + 1));
+            wts.push_back(0.05f + 0.02f * static_cast<float>(j));
+        }
+    const auto x = randv(n * d);
+    auto run = [&](Ops& ops, const std::vector<int32_t>& ids) {
+        Tensor tx = put(ops, x, {n, d});
+        Tensor ti = put_i32(ops, ids, {n, k});
+        Tensor tw = put(ops, wts, {n, k});
+        Tensor ty = ops.alloc(DType::F32, {n, d});
+        ops.moe_experts(tx, ti, tw, experts, ty);
+        return get(ops, ty);
+    };
+    const std::vector<float> want_apart = run(*per_choice, apart), want_shared = run(*grouped, shared);
+    ASSERT_NE(run(*grouped, apart), want_apart) << "the two paths must differ for this test to tell them apart";
+    ASSERT_NE(run(*per_choice, shared), want_shared);
+    for (int round = 0; round < 2; ++round) {
+        EXPECT_EQ(run(*automatic, apart), want_apart) << "32 distinct experts: the per-choice kernels, round " << round;
+        EXPECT_EQ(run(*automatic, shared), want_shared) << "8 shared experts: the grouped path, round " << round;
     }
 }
 

@@ -5,7 +5,10 @@
 #include "backend/cuda/moe_plan.h"
 
 using megactx::moe_plan::expected_distinct_experts;
-using megactx::moe_plan::grouped_by_expert;
+using megactx::moe_plan::grouped_max_active;
+using megactx::moe_plan::kOnDeviceMaxTokens;
+using megactx::moe_plan::moe_path;
+using megactx::moe_plan::MoePath;
 
 TEST(MoePlan, ExpectedDistinctExperts) {
     EXPECT_DOUBLE_EQ(expected_distinct_experts(1, 8, 256), 8.0);
@@ -15,18 +18,32 @@ TEST(MoePlan, ExpectedDistinctExperts) {
     EXPECT_DOUBLE_EQ(expected_distinct_experts(0, 8, 256), 0.0);
 }
 
-TEST(MoePlan, AutomaticRuleFollowsTheMeasuredCrossover) {
-    // GLM-5.2: 256 experts, 8 per token. Per choice measured faster at 1-8 tokens, grouped at 10, 12, 16 and 32.
-    for (int64_t n = 1; n <= 8; ++n) EXPECT_FALSE(grouped_by_expert(n, 8, 256, 0)) << n;
-    for (int64_t n = 10; n <= 32; ++n) EXPECT_TRUE(grouped_by_expert(n, 8, 256, 0)) << n;
-    // The glm52-shape preset: 4 experts, 2 per token; grouped measured faster from 3 tokens (session 16).
-    EXPECT_FALSE(grouped_by_expert(2, 2, 4, 0));
-    for (int64_t n = 3; n <= 32; ++n) EXPECT_TRUE(grouped_by_expert(n, 2, 4, 0)) << n;
+TEST(MoePlan, DeviceBoundFollowsTheMeasuredCrossover) {
+    // 8 tokens that drew 60 experts ran faster per choice, 10 tokens that drew 69 faster grouped.
+    EXPECT_LT(grouped_max_active(8, 8), 60);
+    EXPECT_GE(grouped_max_active(10, 8), 69);
+    // Tokens that share all their experts always group.
+    for (int64_t n = 3; n <= kOnDeviceMaxTokens; ++n) EXPECT_GE(grouped_max_active(n, 8), 8) << n;
+}
+
+TEST(MoePlan, AutomaticPaths) {
+    // GLM-5.2: 256 experts, 8 per token.
+    EXPECT_EQ(moe_path(1, 8, 256, 0), MoePath::kPerChoice);
+    EXPECT_EQ(moe_path(2, 8, 256, 0), MoePath::kPerChoice);
+    for (int64_t n = 3; n <= kOnDeviceMaxTokens; ++n) EXPECT_EQ(moe_path(n, 8, 256, 0), MoePath::kOnDevice) << n;
+    for (int64_t n = kOnDeviceMaxTokens + 1; n <= 32; ++n) EXPECT_EQ(moe_path(n, 8, 256, 0), MoePath::kGrouped) << n;
+    // Beyond the device bound a uniform draw rarely routes apart enough for per choice to win.
+    EXPECT_LT(expected_distinct_experts(kOnDeviceMaxTokens + 1, 8, 256),
+              0.9 * static_cast<double>((kOnDeviceMaxTokens + 1) * 8) - 2.0);
+    // The glm52-shape preset (4 experts, 2 per token): from 3 tokens the 4 experts are within the bound, so grouped
+    // without a device choice (measured faster from 3 tokens, session 16).
+    EXPECT_EQ(moe_path(2, 2, 4, 0), MoePath::kPerChoice);
+    for (int64_t n = 3; n <= 32; ++n) EXPECT_EQ(moe_path(n, 2, 4, 0), MoePath::kGrouped) << n;
 }
 
 TEST(MoePlan, FixedThreshold) {
-    EXPECT_FALSE(grouped_by_expert(2, 8, 256, 3));
-    EXPECT_TRUE(grouped_by_expert(3, 8, 256, 3));
-    EXPECT_TRUE(grouped_by_expert(1, 8, 256, 1));
-    EXPECT_FALSE(grouped_by_expert(32, 2, 4, 33));  // above the few-token limit: grouping off
+    EXPECT_EQ(moe_path(2, 8, 256, 3), MoePath::kPerChoice);
+    EXPECT_EQ(moe_path(3, 8, 256, 3), MoePath::kGrouped);
+    EXPECT_EQ(moe_path(1, 8, 256, 1), MoePath::kGrouped);
+    EXPECT_EQ(moe_path(32, 2, 4, 33), MoePath::kPerChoice);  // above the few-token limit: grouping off
 }

@@ -29,10 +29,10 @@ struct CudaOptions {
     int fp8_gemm_small_max_rows = 16;
     // FP8 routed experts of a few tokens (up to 32) run either per choice (moe.h, fp32 activations) or grouped by
     // expert on the tensor cores (moe_fp8.h: each chosen expert read once, W8A8). N > 0 (default 3): grouped from N
-    // tokens on; above 32 the grouped path is off. 0: chosen from the expected number of distinct experts under
-    // uniform routing (moe_plan.h), which is faster when the batch's tokens route apart and slower when they share
-    // experts (a batch of identical sequences: 1.7x slower at 4-8 tokens with 256 experts), so it is not the default.
-    // MEGACTX_MOE_FP8_MIN_TOKENS.
+    // tokens on; above 32 the grouped path is off. 0: per choice for 1-2 tokens, and for 3-10 tokens whose choices
+    // could touch more experts than grouping pays for, both paths launched and the device picking one from the
+    // step's distinct experts (moe_plan.h). It picks right, but the skipped path's empty CTAs cost 13-35 µs per
+    // GLM-5.2 layer, so it is not the default. MEGACTX_MOE_FP8_MIN_TOKENS.
     int moe_fp8_min_tokens = 3;
 };
 

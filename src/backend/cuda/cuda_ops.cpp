@@ -1138,9 +1138,16 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
     if (n <= kMoeSmallMaxTokens) {
         const ExpertTable& t = expert_table(experts);
         const int64_t n_exp = static_cast<int64_t>(experts.size());
-        if (t.usable && t.wtype == 2 && t.d == d &&
-            moe_plan::grouped_by_expert(n, k, n_exp, options_.moe_fp8_min_tokens) &&
-            moe_fp8_supported(n, k, d, t.ff, n_exp)) {
+        using moe_plan::MoePath;
+        const MoePath path = t.usable && t.wtype == 2 && t.d == d && moe_fp8_supported(n, k, d, t.ff, n_exp)
+                                 ? moe_plan::moe_path(n, k, n_exp, options_.moe_fp8_min_tokens)
+                                 : MoePath::kPerChoice;
+        const bool small_ok = t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow;
+        // The device choice launches both paths; the grouped path's plan kernel sets the flag that picks one.
+        const bool on_device = path == MoePath::kOnDevice && small_ok;
+        Tensor choice;
+        if (on_device) choice = alloc(DType::I32, {1});
+        if (path == MoePath::kGrouped || path == MoePath::kOnDevice) {
             // FP8 experts, several tokens: grouped by expert, each chosen expert read once (moe_fp8.h).
             const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);
             Tensor scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
@@ -1157,11 +1164,17 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
             p.n_exp = n_exp;
             p.scratch = scratch.data;
             p.scratch_bytes = bytes;
+            if (on_device) {
+                p.per_choice = choice.i32();
+                p.grouped_max_active = moe_plan::grouped_max_active(n, k);
+            }
             MEGACTX_CUDA_CHECK(launch_moe_fp8(p, n_sm_, stream_));
-            after_op("moe_experts");
-            return;
+            if (!on_device) {
+                after_op("moe_experts");
+                return;
+            }
         }
-        if (t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow) {
+        if (small_ok) {
             Tensor h = alloc(DType::F32, {n, k, t.ff});
             Tensor yk = alloc(DType::F32, {n, k, d});
             MoeSmallParams p;
@@ -1176,8 +1189,9 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
             p.k = k;
             p.d = d;
             p.ff = t.ff;
-            p.n_exp = static_cast<int64_t>(experts.size());
+            p.n_exp = n_exp;
             p.wtype = t.wtype;
+            p.run_if = on_device ? choice.i32() : nullptr;
             MEGACTX_CUDA_CHECK(launch_moe_small(p, stream_));
             after_op("moe_experts");
             return;

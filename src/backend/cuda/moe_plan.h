@@ -3,21 +3,36 @@
 // - per choice (moe.h): every (token, choice) reads its expert's weights, fp32 activations, no grouping step;
 // - grouped by expert (moe_fp8.h): every chosen expert is read once for all of its tokens, W8A8 on the tensor cores,
 //   after a device-side grouping step.
-// Grouping pays when the tokens share experts. With GLM-5.2's 256 experts and 8 choices per token, n tokens touch
-// nearly n·8 distinct experts, and up to ~9 tokens the per-choice kernels read faster (H200, bench_gemm
-// --moe-tokens, one layer, µs per choice / grouped: 1 token 86.5 / 107.3, 8 tokens 598 / 629, 10 tokens 743 / 718,
-// 16 tokens 1181 / 1042; bench/results/cuda-h200-2026-12-01-d3e8f6e-moe-small-nostage-ab.txt). With 4 experts and 2
-// choices (the glm52-shape preset) grouping wins from 3 tokens.
-// The automatic rule below assumes uniform routing. Real batches can share experts far more: in bench_model's decode
-// batches (identical sequences, so identical choices) with a 256-expert layer, per choice ran 0.973 / 1.309 ms at 4 /
-// 8 sequences against 0.773 / 0.832 grouped (…-7d825de-bench_model-256e-moe-rule.txt). Losing 5-19% when tokens
-// route apart is the smaller risk, so CudaOptions keeps the fixed threshold of 3 tokens and the rule is opt-in (0).
+// Grouping pays when the tokens share experts. On the H200 (bench_gemm --moe-tokens, one GLM-5.2 layer: 256 experts,
+// 8 per token) the per-choice kernels take ~9.3 µs per (token, choice) and the grouped path ~10.3 µs per distinct
+// expert, at 1 to 32 tokens: 8 tokens that drew 60 experts 598 / 629 µs, 10 tokens that drew 69 743 / 718, 16 tokens
+// 1181 / 1042 (bench/results/cuda-h200-2026-12-01-d3e8f6e-moe-small-nostage-ab.txt). So per choice is faster when
+// the distinct experts D exceed ~0.9 · n · k, which a uniform draw gives up to ~9 tokens, and which a batch whose
+// tokens share experts never gives (bench_model's identical sequences with a 256-expert layer: per choice 0.973 /
+// 1.309 ms at 4 / 8 sequences against 0.773 / 0.832 grouped, …-7d825de-bench_model-256e-moe-rule.txt).
+// Only the device knows D (the ids come from the router kernel). With min_tokens 0, for 3 to kOnDeviceMaxTokens
+// tokens both paths are launched: the grouped path's plan kernel counts D and either runs the grouped kernels or lets
+// the per-choice ones run (the others return at once). The pick is right, but the skipped path still launches all of
+// its CTAs, and empty CTAs are not free (H200, one GLM-5.2 layer, bench_gemm --moe-tokens, device against the faster
+// path: 3 / 4 / 6 tokens routed apart 250 / 325 / 473 against 237 / 310 / 456 µs per choice; 8 / 10 tokens 623 / 726
+// against 591 / 686 grouped; tokens sharing their 8 experts 134 / 138 / 157 / 175 against 121 / 122 / 129 / 140
+// grouped at 3 / 4 / 8 / 10; bench/results/cuda-h200-2026-12-01-c60b964-moe-device-choice.txt). Against the default
+// (grouped from 3 tokens) it wins 7-28 µs at 3-6 tokens routed apart and loses 13-35 µs elsewhere, so it is opt-in.
+// What would make it the default: grids whose size does not grow with n · k (persistent CTAs looping over the plan's
+// work), so that a skipped path costs a few µs.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 namespace megactx::moe_plan {
+
+enum class MoePath { kPerChoice, kGrouped, kOnDevice };
+
+// Above this many tokens the device choice is not launched: a uniform draw of 11 tokens × 8 of 256 experts expects
+// D = 0.86 · n · k, so the per-choice kernels would almost never run and their empty launches would only cost.
+constexpr int64_t kOnDeviceMaxTokens = 10;
 
 // Expected distinct experts among n tokens' k choices each when routing is uniform: E · (1 − (1 − k/E)^n).
 inline double expected_distinct_experts(int64_t n, int64_t k, int64_t n_exp) {
@@ -26,15 +41,17 @@ inline double expected_distinct_experts(int64_t n, int64_t k, int64_t n_exp) {
     return static_cast<double>(n_exp) * (1.0 - std::pow(miss < 0.0 ? 0.0 : miss, static_cast<double>(n)));
 }
 
+// The most distinct experts for which n tokens' k choices run grouped: floor(0.9 · n · k).
+inline int64_t grouped_max_active(int64_t n, int64_t k) { return 9 * n * k / 10; }
+
 // min_tokens > 0: grouped from that many tokens on (CudaOptions::moe_fp8_min_tokens, a fixed threshold).
-// min_tokens == 0 (automatic): grouped from 3 tokens on when the expected distinct experts are at most 88% of the
-// n·k expert reads the per-choice kernels make. The measured crossover lies between 94% (8 tokens drew 60 experts:
-// per choice 5% faster) and 86% (10 tokens, 69: grouped 3% faster); the grouped kernel streams ~3.6 against ~3.8
-// TB/s at these sizes and adds its grouping step.
-inline bool grouped_by_expert(int64_t n, int64_t k, int64_t n_exp, int min_tokens) {
-    if (min_tokens > 0) return n >= min_tokens;
-    if (n < 3) return false;
-    return expected_distinct_experts(n, k, n_exp) <= 0.88 * static_cast<double>(n * k);
+// min_tokens == 0: per choice for 1-2 tokens; grouped when even n · k distinct experts (or all E) would be within
+// grouped_max_active, and above kOnDeviceMaxTokens; else chosen on the device.
+inline MoePath moe_path(int64_t n, int64_t k, int64_t n_exp, int min_tokens) {
+    if (min_tokens > 0) return n >= min_tokens ? MoePath::kGrouped : MoePath::kPerChoice;
+    if (n < 3) return MoePath::kPerChoice;
+    if (std::min(n * k, n_exp) <= grouped_max_active(n, k) || n > kOnDeviceMaxTokens) return MoePath::kGrouped;
+    return MoePath::kOnDevice;
 }
 
 }  // namespace megactx::moe_plan
