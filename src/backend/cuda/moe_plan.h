@@ -18,8 +18,10 @@
 // against 591 / 686 grouped; tokens sharing their 8 experts 134 / 138 / 157 / 175 against 121 / 122 / 129 / 140
 // grouped at 3 / 4 / 8 / 10; bench/results/cuda-h200-2026-12-01-c60b964-moe-device-choice.txt). Against the default
 // (grouped from 3 tokens) it wins 7-28 µs at 3-6 tokens routed apart and loses 13-35 µs elsewhere, so it is opt-in.
-// What would make it the default: grids whose size does not grow with n · k (persistent CTAs looping over the plan's
-// work), so that a skipped path costs a few µs.
+// Capped grids (CTAs looping over the choices or experts) cut the skipped path to ~5-7 µs but made the per-choice
+// kernels 20-40 µs slower when they run (session 19 lab, bench/cuda/lab/moe_capped_grids.patch). What would make it
+// the default: a skipped path that launches nothing, e.g. the two paths as the branches of a CUDA graph conditional
+// node that the plan kernel sets (cudaGraphSetConditional), with both launched only outside graphs.
 #pragma once
 
 #include <algorithm>
