@@ -177,8 +177,9 @@ void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_cou
 // E, GLM-5.2's expert shape (d 6144, ff 2048, FP8 with 128 x 128 block scales), weights cold (E x 37.7 MB >> L2),
 // one moe_experts call per replay (--moe-shared: every token on the first one's experts, as in a batch of identical
 // sequences). The per-choice kernels (moe.h: one weight read per (token, choice)) against the grouped tensor-core path
-// (moe_fp8.h: each chosen expert read once), then the choice on the device (moe_fp8_min_tokens = 0, moe_plan.h: for
-// 3-10 tokens both paths launched and the device picking one) and which path it and the default take; TB/s over the distinct experts' bytes, which is what a step must read at least. Every expert holds the same random codes in its own buffer (the backend keeps a
+// (moe_fp8.h: each chosen expert read once), then the automatic choice (moe_fp8_min_tokens = 0, the default;
+// moe_plan.h: for 3-6 tokens the device picks one in the graph through a conditional node) and which path it and
+// the default take; TB/s over the distinct experts' bytes, which is what a step must read at least. Every expert holds the same random codes in its own buffer (the backend keeps a
 // device copy per weight address).
 void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t k, bool shared, int64_t reps,
                nlohmann::json& out) {

@@ -551,21 +551,21 @@ TEST_F(CudaOpsTest, MoeExpertsFp8Grouped) {
     }
 }
 
-// The device choice (moe_fp8_min_tokens = 0, moe_plan.h) for 3-10 FP8 tokens: both paths are launched and the
-// grouped path's plan kernel counts the distinct experts. 4 tokens × 8 of 64 experts: all 32 distinct (above the bound of
-// 28) must give the per-choice kernels' result bit for bit, all tokens on the same 8 the grouped one's; the two differ
-// (fp32 against quantised activations), so a wrong pick, or both paths writing y, fails. Alternating on one backend
-// checks that the flag is rewritten every call.
+// The device choice (moe_fp8_min_tokens = 0, the default; moe_plan.h) for 3-6 FP8 tokens inside a CUDA graph: the
+// grouped path's plan kernel counts the distinct experts and sets a conditional node whose branches are the two paths.
+// 4 tokens × 8 of 64 experts: all 32 distinct (above the bound of 28) must give the per-choice kernels' result bit for
+// bit, all tokens on the same 8 the grouped one's; the two differ (fp32 against quantised activations), so a wrong
+// pick, or both paths writing y, fails. One graph is replayed with the routing changed between replays, so the node
+// is set anew each time. Outside a graph the grouped path runs.
 TEST_F(CudaOpsTest, MoeExpertsFp8DeviceChoice) {
-    CudaOptions per_choice_opts, grouped_opts, device_opts;
+    CudaOptions per_choice_opts, grouped_opts;
     per_choice_opts.moe_fp8_min_tokens = 33;
     grouped_opts.moe_fp8_min_tokens = 1;
-    device_opts.moe_fp8_min_tokens = 0;
     const auto per_choice = make_cuda_ops(per_choice_opts);
     const auto grouped = make_cuda_ops(grouped_opts);
-    const auto automatic = make_cuda_ops(device_opts);
+    const auto automatic = make_cuda_ops(CudaOptions{});
     constexpr int64_t n = 4, n_exp = 64, k = 8, d = 256, ff = 384;
-    ASSERT_EQ(moe_plan::moe_path(n, k, n_exp, 0), moe_plan::MoePath::kOnDevice);
+    ASSERT_EQ(moe_plan::moe_path(n, k, n_exp, CudaOptions{}.moe_fp8_min_tokens), moe_plan::MoePath::kOnDevice);
     std::vector<MlpWeights> experts;
     for (int64_t e = 0; e < n_exp; ++e)
         experts.push_back({make_weight(DType::F8_E4M3, ff, d), make_weight(DType::F8_E4M3, ff, d),
@@ -590,9 +590,24 @@ TEST_F(CudaOpsTest, MoeExpertsFp8DeviceChoice) {
     const std::vector<float> want_apart = run(*per_choice, apart), want_shared = run(*grouped, shared);
     ASSERT_NE(run(*grouped, apart), want_apart) << "the two paths must differ for this test to tell them apart";
     ASSERT_NE(run(*per_choice, shared), want_shared);
-    for (int round = 0; round < 2; ++round) {
-        EXPECT_EQ(run(*automatic, apart), want_apart) << "32 distinct experts: the per-choice kernels, round " << round;
-        EXPECT_EQ(run(*automatic, shared), want_shared) << "8 shared experts: the grouped path, round " << round;
+    EXPECT_EQ(run(*automatic, apart), run(*grouped, apart)) << "outside a graph: grouped";
+    EXPECT_EQ(run(*automatic, shared), want_shared) << "outside a graph: grouped";
+    Tensor tx = put(*automatic, x, {n, d});
+    Tensor tw = put(*automatic, wts, {n, k});
+    Tensor ty = automatic->alloc(DType::F32, {n, d});
+    auto graph = automatic->record([&] {
+        Tensor ti = automatic->upload_i32(apart);
+        ti.shape = {n, k};
+        automatic->moe_experts(tx, ti, tw, experts, ty);
+    });
+    ASSERT_EQ(graph->inputs.size(), 1u);
+    for (int round = 0; round < 4; ++round) {
+        const bool is_apart = round % 2 == 0;
+        graph->inputs[0] = is_apart ? apart : shared;
+        automatic->replay(*graph);
+        EXPECT_EQ(get(*automatic, ty), is_apart ? want_apart : want_shared)
+            << (is_apart ? "32 distinct experts: the per-choice kernels" : "8 shared experts: the grouped path")
+            << ", replay " << round;
     }
 }
 

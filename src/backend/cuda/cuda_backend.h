@@ -28,12 +28,11 @@ struct CudaOptions {
     // instead of cuBLASLt, whose fixed cost and bandwidth at these row counts it beats. MEGACTX_FP8_GEMM_SMALL_MAX_ROWS.
     int fp8_gemm_small_max_rows = 16;
     // FP8 routed experts of a few tokens (up to 32) run either per choice (moe.h, fp32 activations) or grouped by
-    // expert on the tensor cores (moe_fp8.h: each chosen expert read once, W8A8). N > 0 (default 3): grouped from N
-    // tokens on; above 32 the grouped path is off. 0: per choice for 1-2 tokens, and for 3-10 tokens whose choices
-    // could touch more experts than grouping pays for, both paths launched and the device picking one from the
-    // step's distinct experts (moe_plan.h). It picks right, but the skipped path's empty CTAs cost 13-35 µs per
-    // GLM-5.2 layer, so it is not the default. MEGACTX_MOE_FP8_MIN_TOKENS.
-    int moe_fp8_min_tokens = 3;
+    // expert on the tensor cores (moe_fp8.h: each chosen expert read once, W8A8). 0 (default): per choice for 1-2
+    // tokens; for 3-6 tokens whose choices could touch more experts than grouping pays for, inside a CUDA graph,
+    // picked on the device from the step's distinct experts (a conditional graph node); else grouped (moe_plan.h).
+    // N > 0: grouped from N tokens on; above 32 the grouped path is off. MEGACTX_MOE_FP8_MIN_TOKENS.
+    int moe_fp8_min_tokens = 0;
 };
 
 struct CudaMemoryStats {

@@ -222,6 +222,7 @@ CudaOps::~CudaOps() {
     vectors_.clear();
     workspace_ = Tensor();
     cublasLtDestroy(lt_);
+    if (branch_stream_ != nullptr) cudaStreamDestroy(branch_stream_);
     cudaStreamDestroy(stream_);
 }
 
@@ -1131,6 +1132,47 @@ const CudaOps::ExpertTable& CudaOps::expert_table(const std::vector<MlpWeights>&
     return slot;
 }
 
+// Per choice or grouped, picked on the device (moe_plan.h) while a CUDA graph is captured: the grouped path's plan
+// kernel counts the step's distinct experts and sets an IF/ELSE conditional node whose branches are the two paths, so
+// the skipped path launches nothing. (Launching both and letting the skipped kernels return cost 13-35 µs per layer
+// in empty CTAs; the node costs ~6-12 µs, bench/results/cuda-h200-2026-12-01-d35a79c-moe-device-choice-graph-node.txt.)
+// The kernels also check the plan's flag, which keeps them right if they ever run outside their branch.
+void CudaOps::moe_device_choice(const MoeFp8Params& gp, const MoeSmallParams& sp) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaGraph_t graph = nullptr;
+    MEGACTX_CUDA_CHECK(cudaStreamGetCaptureInfo(stream_, &st, nullptr, &graph));
+    MEGACTX_CHECK(st == cudaStreamCaptureStatusActive && graph != nullptr, "moe_device_choice: not capturing");
+    cudaGraphConditionalHandle cond = 0;
+    MEGACTX_CUDA_CHECK(cudaGraphConditionalHandleCreate(&cond, graph, 0, 0));
+    MEGACTX_CUDA_CHECK(launch_moe_fp8_plan(gp, stream_, true, cond));
+    const cudaGraphNode_t* deps = nullptr;
+    const cudaGraphEdgeData* edges = nullptr;
+    size_t n_deps = 0;
+    MEGACTX_CUDA_CHECK(cudaStreamGetCaptureInfo(stream_, &st, nullptr, &graph, &deps, &edges, &n_deps));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = cond;
+    cp.conditional.type = cudaGraphCondTypeIf;
+    cp.conditional.size = 2;  // [0] when the condition is 1 (per choice), [1] when 0 (grouped)
+    cudaGraphNode_t node = nullptr;
+    MEGACTX_CUDA_CHECK(cudaGraphAddNode(&node, graph, deps, edges, n_deps, &cp));
+    MEGACTX_CUDA_CHECK(
+        cudaStreamUpdateCaptureDependencies(stream_, &node, nullptr, 1, cudaStreamSetCaptureDependencies));
+    if (branch_stream_ == nullptr) MEGACTX_CUDA_CHECK(cudaStreamCreateWithFlags(&branch_stream_, cudaStreamNonBlocking));
+    auto branch = [&](cudaGraph_t body, bool per_choice) {
+        MEGACTX_CUDA_CHECK(
+            cudaStreamBeginCaptureToGraph(branch_stream_, body, nullptr, nullptr, 0, cudaStreamCaptureModeRelaxed));
+        const cudaError_t e =
+            per_choice ? launch_moe_small(sp, branch_stream_) : launch_moe_fp8_experts(gp, n_sm_, branch_stream_);
+        cudaGraph_t captured = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(branch_stream_, &captured);
+        MEGACTX_CUDA_CHECK(e);
+        MEGACTX_CUDA_CHECK(end);
+    };
+    branch(cp.conditional.phGraph_out[0], true);
+    branch(cp.conditional.phGraph_out[1], false);
+}
+
 void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, Tensor& y) {
     const int64_t n = rows_of(x), d = x.shape.back(), k = ids.dim(1);
@@ -1143,56 +1185,59 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
                                  ? moe_plan::moe_path(n, k, n_exp, options_.moe_fp8_min_tokens)
                                  : MoePath::kPerChoice;
         const bool small_ok = t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow;
-        // The device choice launches both paths; the grouped path's plan kernel sets the flag that picks one.
-        const bool on_device = path == MoePath::kOnDevice && small_ok;
-        Tensor choice;
-        if (on_device) choice = alloc(DType::I32, {1});
-        if (path == MoePath::kGrouped || path == MoePath::kOnDevice) {
-            // FP8 experts, several tokens: grouped by expert, each chosen expert read once (moe_fp8.h).
-            const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);
-            Tensor scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
-            MoeFp8Params p;
-            p.x = x.f32();
-            p.ids = ids.i32();
-            p.w = weights.f32();
-            p.experts = static_cast<const void* const*>(t.ptrs.data);
-            p.y = y.f32();
-            p.n = n;
-            p.k = k;
-            p.d = d;
-            p.ff = t.ff;
-            p.n_exp = n_exp;
-            p.scratch = scratch.data;
-            p.scratch_bytes = bytes;
-            if (on_device) {
-                p.per_choice = choice.i32();
-                p.grouped_max_active = moe_plan::grouped_max_active(n, k);
+        // The device choice (moe_device_choice) only inside a CUDA graph; outside one, grouped.
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        if (path == MoePath::kOnDevice) MEGACTX_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+        const bool on_device = path == MoePath::kOnDevice && small_ok && capture == cudaStreamCaptureStatusActive;
+        const bool grouped = path == MoePath::kGrouped || path == MoePath::kOnDevice;
+        if (grouped || small_ok) {
+            Tensor choice, scratch, h, yk;
+            if (on_device) choice = alloc(DType::I32, {1});
+            MoeFp8Params gp;  // grouped by expert, each chosen expert read once (moe_fp8.h)
+            if (grouped) {
+                const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);
+                scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+                gp.x = x.f32();
+                gp.ids = ids.i32();
+                gp.w = weights.f32();
+                gp.experts = static_cast<const void* const*>(t.ptrs.data);
+                gp.y = y.f32();
+                gp.n = n;
+                gp.k = k;
+                gp.d = d;
+                gp.ff = t.ff;
+                gp.n_exp = n_exp;
+                gp.scratch = scratch.data;
+                gp.scratch_bytes = bytes;
+                if (on_device) {
+                    gp.per_choice = choice.i32();
+                    gp.grouped_max_active = moe_plan::grouped_max_active(n, k);
+                }
             }
-            MEGACTX_CUDA_CHECK(launch_moe_fp8(p, n_sm_, stream_));
+            MoeSmallParams sp;  // per (token, choice) (moe.h)
+            if (!grouped || on_device) {
+                h = alloc(DType::F32, {n, k, t.ff});
+                yk = alloc(DType::F32, {n, k, d});
+                sp.x = x.f32();
+                sp.ids = ids.i32();
+                sp.w = weights.f32();
+                sp.experts = static_cast<const void* const*>(t.ptrs.data);
+                sp.h = h.f32();
+                sp.yk = yk.f32();
+                sp.y = y.f32();
+                sp.n = n;
+                sp.k = k;
+                sp.d = d;
+                sp.ff = t.ff;
+                sp.n_exp = n_exp;
+                sp.wtype = t.wtype;
+                sp.run_if = on_device ? choice.i32() : nullptr;
+            }
             if (!on_device) {
-                after_op("moe_experts");
-                return;
+                MEGACTX_CUDA_CHECK(grouped ? launch_moe_fp8(gp, n_sm_, stream_) : launch_moe_small(sp, stream_));
+            } else {
+                moe_device_choice(gp, sp);
             }
-        }
-        if (small_ok) {
-            Tensor h = alloc(DType::F32, {n, k, t.ff});
-            Tensor yk = alloc(DType::F32, {n, k, d});
-            MoeSmallParams p;
-            p.x = x.f32();
-            p.ids = ids.i32();
-            p.w = weights.f32();
-            p.experts = static_cast<const void* const*>(t.ptrs.data);
-            p.h = h.f32();
-            p.yk = yk.f32();
-            p.y = y.f32();
-            p.n = n;
-            p.k = k;
-            p.d = d;
-            p.ff = t.ff;
-            p.n_exp = n_exp;
-            p.wtype = t.wtype;
-            p.run_if = on_device ? choice.i32() : nullptr;
-            MEGACTX_CUDA_CHECK(launch_moe_small(p, stream_));
             after_op("moe_experts");
             return;
         }

@@ -23,6 +23,9 @@
 
 namespace megactx::cuda {
 
+struct MoeFp8Params;    // moe_fp8.h
+struct MoeSmallParams;  // moe.h
+
 // Size-class caching allocator: freed blocks go to free lists and are reused; cudaMalloc only on a miss.
 // Small requests round up to powers of two (≥ 512 B) and reuse exact classes; requests above 1 MiB round up to
 // 2 MiB and reuse any cached block up to twice their size. Exceeding the budget first returns the cached blocks
@@ -170,11 +173,13 @@ class CudaOps final : public Ops {
     bool linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y);
     Tensor to_bf16(const Tensor& x);
     void after_op(const char* name);
+    void moe_device_choice(const MoeFp8Params& gp, const MoeSmallParams& sp);
 
     struct Graph;
 
     CudaOptions options_;
     cudaStream_t stream_ = nullptr;
+    cudaStream_t branch_stream_ = nullptr;  // captures the branches of conditional nodes (moe_device_choice)
     Graph* recording_ = nullptr;  // the graph being recorded, if any
     cublasLtHandle_t lt_ = nullptr;
     std::shared_ptr<DeviceAllocator> alloc_;

@@ -42,7 +42,8 @@ constexpr int kPlanThreads = 256;
 // CTAs return at once) and set the flag.
 __global__ void __launch_bounds__(kPlanThreads)
     moe_fp8_plan_kernel(const int32_t* __restrict__ ids, int nk, int n_exp, int groups, int32_t* __restrict__ plan,
-                        int32_t* __restrict__ per_choice, int max_active) {
+                        int32_t* __restrict__ per_choice, int max_active, bool has_cond,
+                        cudaGraphConditionalHandle cond) {
     extern __shared__ int smem[];
     int* cnt = smem;            // [n_exp]
     int* off = smem + n_exp;    // [n_exp] first slot-list position of each expert
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(kPlanThreads)
             const bool apart = per_choice != nullptr && act_in > max_active;
             plan[0] = apart ? 0 : act_in;
             if (per_choice != nullptr) *per_choice = apart ? 1 : 0;
+            if (has_cond) cudaGraphSetConditional(cond, apart ? 1u : 0u);  // the branch that runs (launch_moe_fp8_plan)
         }
     }
     __syncthreads();
@@ -143,29 +145,54 @@ size_t moe_fp8_scratch_bytes(int64_t n, int64_t k, int64_t d, int64_t ff, int64_
     return layout(n, k, d, ff, n_exp).total;
 }
 
-cudaError_t launch_moe_fp8(const MoeFp8Params& p, int n_sm, cudaStream_t stream) {
+namespace {
+
+// The scratch carve-up of one call (checked).
+struct Scratch {
+    int32_t* plan;
+    uint8_t *xq, *hq;
+    float *xs, *gu, *hs, *yk;
+};
+bool carve(const MoeFp8Params& p, Scratch& sc) {
     if (!moe_fp8_supported(p.n, p.k, p.d, p.ff, p.n_exp) || p.experts == nullptr || p.scratch == nullptr ||
         (reinterpret_cast<uintptr_t>(p.scratch) & (kAlign - 1)) != 0)
-        return cudaErrorInvalidValue;
+        return false;
     const Layout l = layout(p.n, p.k, p.d, p.ff, p.n_exp);
-    if (p.scratch_bytes < l.total) return cudaErrorInvalidValue;
+    if (p.scratch_bytes < l.total) return false;
     auto* base = static_cast<uint8_t*>(p.scratch);
-    auto* plan = reinterpret_cast<int32_t*>(base + l.plan);
-    auto* xq = base + l.xq;
-    auto* xs = reinterpret_cast<float*>(base + l.xs);
-    auto* gu = reinterpret_cast<float*>(base + l.gu);
-    auto* hq = base + l.hq;
-    auto* hs = reinterpret_cast<float*>(base + l.hs);
-    auto* yk = reinterpret_cast<float*>(base + l.yk);
-    const int64_t nk = p.n * p.k, groups = max_groups(p.n, p.k, p.n_exp);
+    sc.plan = reinterpret_cast<int32_t*>(base + l.plan);
+    sc.xq = base + l.xq;
+    sc.xs = reinterpret_cast<float*>(base + l.xs);
+    sc.gu = reinterpret_cast<float*>(base + l.gu);
+    sc.hq = base + l.hq;
+    sc.hs = reinterpret_cast<float*>(base + l.hs);
+    sc.yk = reinterpret_cast<float*>(base + l.yk);
+    return true;
+}
 
+}  // namespace
+
+cudaError_t launch_moe_fp8_plan(const MoeFp8Params& p, cudaStream_t stream, bool has_cond,
+                                cudaGraphConditionalHandle cond) {
+    Scratch sc;
+    if (!carve(p, sc)) return cudaErrorInvalidValue;
+    const int64_t nk = p.n * p.k, groups = max_groups(p.n, p.k, p.n_exp);
     const size_t plan_smem = static_cast<size_t>(2 * p.n_exp + nk) * sizeof(int);
     if (plan_smem > 48 * 1024) return cudaErrorInvalidValue;  // kMoeFp8MaxExperts / MaxChoices keep it below
     moe_fp8_plan_kernel<<<1, kPlanThreads, plan_smem, stream>>>(
-        p.ids, static_cast<int>(nk), static_cast<int>(p.n_exp), static_cast<int>(groups), plan, p.per_choice,
-        static_cast<int>(std::min<int64_t>(p.grouped_max_active, nk)));
-    if (cudaError_t e = launch_act_quant_fp8(p.x, p.n, p.d, p.n, xq, xs, stream); e != cudaSuccess) return e;
+        p.ids, static_cast<int>(nk), static_cast<int>(p.n_exp), static_cast<int>(groups), sc.plan, p.per_choice,
+        static_cast<int>(std::min<int64_t>(p.grouped_max_active, nk)), has_cond, cond);
+    return cudaGetLastError();
+}
 
+cudaError_t launch_moe_fp8_experts(const MoeFp8Params& p, int n_sm, cudaStream_t stream) {
+    Scratch sc;
+    if (!carve(p, sc)) return cudaErrorInvalidValue;
+    int32_t* plan = sc.plan;
+    uint8_t *xq = sc.xq, *hq = sc.hq;
+    float *xs = sc.xs, *gu = sc.gu, *hs = sc.hs, *yk = sc.yk;
+    const int64_t nk = p.n * p.k, groups = max_groups(p.n, p.k, p.n_exp);
+    if (cudaError_t e = launch_act_quant_fp8(p.x, p.n, p.d, p.n, xq, xs, stream); e != cudaSuccess) return e;
     Fp8GemmGroupedParams g;  // gate ‖ up: gu[s] = [x_t · gate_eᵀ, x_t · up_eᵀ], t = s / k
     g.xq = xq;
     g.xs = xs;
@@ -205,6 +232,11 @@ cudaError_t launch_moe_fp8(const MoeFp8Params& p, int n_sm, cudaStream_t stream)
     moe_fp8_combine_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(yk, p.w, p.n, p.k, p.d,
                                                                                             p.y, p.per_choice);
     return cudaGetLastError();
+}
+
+cudaError_t launch_moe_fp8(const MoeFp8Params& p, int n_sm, cudaStream_t stream) {
+    if (cudaError_t e = launch_moe_fp8_plan(p, stream); e != cudaSuccess) return e;
+    return launch_moe_fp8_experts(p, n_sm, stream);
 }
 
 }  // namespace megactx::cuda

@@ -42,5 +42,10 @@ constexpr int64_t kMoeFp8MaxExperts = 4096;
 bool moe_fp8_supported(int64_t n, int64_t k, int64_t d, int64_t ff, int64_t n_exp);
 size_t moe_fp8_scratch_bytes(int64_t n, int64_t k, int64_t d, int64_t ff, int64_t n_exp);
 cudaError_t launch_moe_fp8(const MoeFp8Params& p, int n_sm, cudaStream_t stream);
+// launch_moe_fp8 in two parts, for the device choice inside a CUDA graph: the plan kernel, which also sets the graph
+// conditional `cond` (when has_cond) to 1 for per choice, 0 for grouped; then the grouped kernels (both with the same p).
+cudaError_t launch_moe_fp8_plan(const MoeFp8Params& p, cudaStream_t stream, bool has_cond = false,
+                                cudaGraphConditionalHandle cond = 0);
+cudaError_t launch_moe_fp8_experts(const MoeFp8Params& p, int n_sm, cudaStream_t stream);
 
 }  // namespace megactx::cuda

@@ -10,18 +10,21 @@
 // the distinct experts D exceed ~0.9 · n · k, which a uniform draw gives up to ~9 tokens, and which a batch whose
 // tokens share experts never gives (bench_model's identical sequences with a 256-expert layer: per choice 0.973 /
 // 1.309 ms at 4 / 8 sequences against 0.773 / 0.832 grouped, …-7d825de-bench_model-256e-moe-rule.txt).
-// Only the device knows D (the ids come from the router kernel). With min_tokens 0, for 3 to kOnDeviceMaxTokens
-// tokens both paths are launched: the grouped path's plan kernel counts D and either runs the grouped kernels or lets
-// the per-choice ones run (the others return at once). The pick is right, but the skipped path still launches all of
-// its CTAs, and empty CTAs are not free (H200, one GLM-5.2 layer, bench_gemm --moe-tokens, device against the faster
-// path: 3 / 4 / 6 tokens routed apart 250 / 325 / 473 against 237 / 310 / 456 µs per choice; 8 / 10 tokens 623 / 726
-// against 591 / 686 grouped; tokens sharing their 8 experts 134 / 138 / 157 / 175 against 121 / 122 / 129 / 140
-// grouped at 3 / 4 / 8 / 10; bench/results/cuda-h200-2026-12-01-c60b964-moe-device-choice.txt). Against the default
-// (grouped from 3 tokens) it wins 7-28 µs at 3-6 tokens routed apart and loses 13-35 µs elsewhere, so it is opt-in.
-// Capped grids (CTAs looping over the choices or experts) cut the skipped path to ~5-7 µs but made the per-choice
-// kernels 20-40 µs slower when they run (session 19 lab, bench/cuda/lab/moe_capped_grids.patch). What would make it
-// the default: a skipped path that launches nothing, e.g. the two paths as the branches of a CUDA graph conditional
-// node that the plan kernel sets (cudaGraphSetConditional), with both launched only outside graphs.
+// Only the device knows D (the ids come from the router kernel). So, with min_tokens 0 (the default), for 3 to
+// kOnDeviceMaxTokens tokens inside a CUDA graph (decode), the grouped path's plan kernel counts D and sets a
+// conditional graph node whose two branches are the paths: the skipped one launches nothing. Outside a graph the
+// grouped path runs. Measured on the H200 (bench_gemm --moe-tokens, one GLM-5.2 layer, graphs; the node and, for per
+// choice, the plan kernel cost ~6-12 µs;
+// bench/results/cuda-h200-2026-12-01-d35a79c-moe-device-choice-graph-node.txt):
+// - 3 / 4 / 6 tokens routed apart: 250.6 / 325.5 / 472.3 µs, against 266.6 / 334.8 / 506.2 grouped (per choice alone
+//   238.6 / 312.9 / 460.6);
+// - tokens sharing their 8 experts: 129.0 / 129.5 µs at 3 / 4 (135.6 at 8, above today's bound), against 121.6 /
+//   123.0 (129.6) grouped;
+// - 8 / 10 tokens routed apart: the device picks grouped and loses the node's cost, 613-622 / 711-731 against
+//   603-604 / 702-718, which is why the choice stops at 6 tokens.
+// Tried first: both paths launched, the skipped one's kernels returning at once; their grids, sized on the host for
+// the worst case, cost 13-35 µs of empty CTAs. Capped grids (CTAs looping over the choices or experts) cut that to
+// ~5-7 µs but made the per-choice kernels 20-40 µs slower when they run (bench/cuda/lab/moe_capped_grids.patch).
 #pragma once
 
 #include <algorithm>
@@ -32,9 +35,9 @@ namespace megactx::moe_plan {
 
 enum class MoePath { kPerChoice, kGrouped, kOnDevice };
 
-// Above this many tokens the device choice is not launched: a uniform draw of 11 tokens × 8 of 256 experts expects
-// D = 0.86 · n · k, so the per-choice kernels would almost never run and their empty launches would only cost.
-constexpr int64_t kOnDeviceMaxTokens = 10;
+// Above this many tokens the choice is not made: a uniform draw of 8 tokens × 8 of 256 experts expects D = 0.90 · n · k,
+// so per choice would win about half the time, and by less than the node costs the other half.
+constexpr int64_t kOnDeviceMaxTokens = 6;
 
 // Expected distinct experts among n tokens' k choices each when routing is uniform: E · (1 − (1 − k/E)^n).
 inline double expected_distinct_experts(int64_t n, int64_t k, int64_t n_exp) {
@@ -48,7 +51,7 @@ inline int64_t grouped_max_active(int64_t n, int64_t k) { return 9 * n * k / 10;
 
 // min_tokens > 0: grouped from that many tokens on (CudaOptions::moe_fp8_min_tokens, a fixed threshold).
 // min_tokens == 0: per choice for 1-2 tokens; grouped when even n · k distinct experts (or all E) would be within
-// grouped_max_active, and above kOnDeviceMaxTokens; else chosen on the device.
+// grouped_max_active, and above kOnDeviceMaxTokens; else chosen on the device (inside a CUDA graph; grouped outside).
 inline MoePath moe_path(int64_t n, int64_t k, int64_t n_exp, int min_tokens) {
     if (min_tokens > 0) return n >= min_tokens ? MoePath::kGrouped : MoePath::kPerChoice;
     if (n < 3) return MoePath::kPerChoice;
