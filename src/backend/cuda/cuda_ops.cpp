@@ -1185,9 +1185,14 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
                                  ? moe_plan::moe_path(n, k, n_exp, options_.moe_fp8_min_tokens)
                                  : MoePath::kPerChoice;
         const bool small_ok = t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow;
-        // The device choice (moe_device_choice) only inside a CUDA graph; outside one, grouped.
+        // The device choice (moe_device_choice) only inside a CUDA graph, and with a driver that has IF/ELSE
+        // conditional nodes (CUDA 12.8); otherwise grouped.
+        static const bool if_else_nodes = [] {
+            int v = 0;
+            return cudaDriverGetVersion(&v) == cudaSuccess && v >= 12080;
+        }();
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-        if (path == MoePath::kOnDevice) MEGACTX_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+        if (path == MoePath::kOnDevice && if_else_nodes) MEGACTX_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
         const bool on_device = path == MoePath::kOnDevice && small_ok && capture == cudaStreamCaptureStatusActive;
         const bool grouped = path == MoePath::kGrouped || path == MoePath::kOnDevice;
         if (grouped || small_ok) {
