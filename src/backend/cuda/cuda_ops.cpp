@@ -1136,7 +1136,6 @@ const CudaOps::ExpertTable& CudaOps::expert_table(const std::vector<MlpWeights>&
 // kernel counts the step's distinct experts and sets an IF/ELSE conditional node whose branches are the two paths, so
 // the skipped path launches nothing. (Launching both and letting the skipped kernels return cost 13-35 µs per layer
 // in empty CTAs; the node costs ~6-12 µs, bench/results/cuda-h200-2026-12-01-d35a79c-moe-device-choice-graph-node.txt.)
-// The kernels also check the plan's flag, which keeps them right if they ever run outside their branch.
 void CudaOps::moe_device_choice(const MoeFp8Params& gp, const MoeSmallParams& sp) {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     cudaGraph_t graph = nullptr;
@@ -1196,8 +1195,7 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
         const bool on_device = path == MoePath::kOnDevice && small_ok && capture == cudaStreamCaptureStatusActive;
         const bool grouped = path == MoePath::kGrouped || path == MoePath::kOnDevice;
         if (grouped || small_ok) {
-            Tensor choice, scratch, h, yk;
-            if (on_device) choice = alloc(DType::I32, {1});
+            Tensor scratch, h, yk;
             MoeFp8Params gp;  // grouped by expert, each chosen expert read once (moe_fp8.h)
             if (grouped) {
                 const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);
@@ -1214,10 +1212,7 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
                 gp.n_exp = n_exp;
                 gp.scratch = scratch.data;
                 gp.scratch_bytes = bytes;
-                if (on_device) {
-                    gp.per_choice = choice.i32();
-                    gp.grouped_max_active = moe_plan::grouped_max_active(n, k);
-                }
+                if (on_device) gp.grouped_max_active = moe_plan::grouped_max_active(n, k);
             }
             MoeSmallParams sp;  // per (token, choice) (moe.h)
             if (!grouped || on_device) {
@@ -1236,7 +1231,6 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
                 sp.ff = t.ff;
                 sp.n_exp = n_exp;
                 sp.wtype = t.wtype;
-                sp.run_if = on_device ? choice.i32() : nullptr;
             }
             if (!on_device) {
                 MEGACTX_CUDA_CHECK(grouped ? launch_moe_fp8(gp, n_sm_, stream_) : launch_moe_small(sp, stream_));

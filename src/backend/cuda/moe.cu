@@ -216,7 +216,6 @@ template <class W>
 __global__ void __launch_bounds__(kSmallWarps * 32, 1) moe_small_gate_up_kernel(MoeSmallParams p) {
     extern __shared__ float s_x[];  // [d], bf16 weights only (kSmallStaged)
     pdl_trigger();
-    if (p.run_if != nullptr && *p.run_if == 0) return;  // the grouped path ran (MoeSmallParams::run_if)
     const int64_t row = blockIdx.y, t = row / p.k;
     const int32_t e = p.ids[row];
     const W* gate = e >= 0 && e < p.n_exp ? static_cast<const W*>(p.experts[6 * e]) : nullptr;
@@ -272,7 +271,6 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 2) moe_small_down_kernel(Moe
     const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kDownPerCta + (threadIdx.x >> 5) * kDownPerWarp;
     float* yk = p.yk + (t * p.k + j) * p.d;
     pdl_trigger();
-    if (p.run_if != nullptr && *p.run_if == 0) return;  // (written before the gate/up kernel started)
     if (down == nullptr) {  // (yk is not the gate/up kernel's: no need to wait for it)
         if ((threadIdx.x & 31) < kDownPerWarp && o0 + (threadIdx.x & 31) < p.d) yk[o0 + (threadIdx.x & 31)] = 0.f;
         return;
@@ -314,8 +312,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32, 2) moe_small_down_kernel(Moe
 
 // y[t, o] = Σ_j yk[t, j, o], j = 0 .. k-1 in order.
 __global__ void moe_small_sum_kernel(const float* __restrict__ yk, float* __restrict__ y, int64_t n, int64_t k,
-                                     int64_t d, const int32_t* __restrict__ run_if) {
-    if (run_if != nullptr && *run_if == 0) return;  // the grouped path wrote y
+                                     int64_t d) {
     pdl_wait();  // yk
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n * d) return;
@@ -350,7 +347,7 @@ cudaError_t launch_small(const MoeSmallParams& p, cudaStream_t stream) {
     if (le != cudaSuccess) return le;
     const int64_t total = p.n * p.d;
     le = launch_ex(moe_small_sum_kernel, dim3(static_cast<unsigned>((total + 255) / 256)), dim3(256), 0, stream, pdl,
-                   p.yk, p.y, p.n, p.k, p.d, p.run_if);
+                   p.yk, p.y, p.n, p.k, p.d);
     if (le != cudaSuccess) return le;
     return cudaGetLastError();
 }

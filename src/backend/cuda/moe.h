@@ -42,9 +42,6 @@ struct MoeSmallParams {
     float* y = nullptr;
     int64_t n = 0, k = 0, d = 0, ff = 0, n_exp = 0;
     int wtype = 1;  // 0 fp32, 1 bf16, 2 e4m3
-    // When set, the kernels do nothing unless *run_if != 0 (the device-side choice against the grouped path,
-    // MoeFp8Params::per_choice; written by a kernel that completed before this call's first kernel starts).
-    const int32_t* run_if = nullptr;
 };
 // cudaErrorInvalidValue when d or ff exceed kMoeSmallMaxRow (bf16 weights stage the activation row in shared memory,
 // fp32; fp8 and fp32 weights read it through L1).

@@ -38,11 +38,11 @@ Layout layout(int64_t n, int64_t k, int64_t d, int64_t ff, int64_t n_exp) {
 // One CTA: count each expert's choices, number the active experts (count > 0) in ascending id, and place every slot
 // s = t · k + j after the earlier slots of its expert. Plan layout: fp8_gemm_small.h (Fp8GemmGroupedParams::plan).
 constexpr int kPlanThreads = 256;
-// With per_choice (the device choice, MoeFp8Params): more than max_active experts leave the plan empty (the GEMMs'
-// CTAs return at once) and set the flag.
+// has_cond (the device choice, launch_moe_fp8_plan): the graph conditional `cond` is set to 1 (per choice) when more
+// than max_active experts are active, else 0.
 __global__ void __launch_bounds__(kPlanThreads)
     moe_fp8_plan_kernel(const int32_t* __restrict__ ids, int nk, int n_exp, int groups, int32_t* __restrict__ plan,
-                        int32_t* __restrict__ per_choice, int max_active, bool has_cond,
+                        int max_active, bool has_cond,
                         cudaGraphConditionalHandle cond) {
     extern __shared__ int smem[];
     int* cnt = smem;            // [n_exp]
@@ -74,10 +74,8 @@ __global__ void __launch_bounds__(kPlanThreads)
             base += cnt[e];
         }
         if (lane == 31) {
-            const bool apart = per_choice != nullptr && act_in > max_active;
-            plan[0] = apart ? 0 : act_in;
-            if (per_choice != nullptr) *per_choice = apart ? 1 : 0;
-            if (has_cond) cudaGraphSetConditional(cond, apart ? 1u : 0u);  // the branch that runs (launch_moe_fp8_plan)
+            plan[0] = act_in;
+            if (has_cond) cudaGraphSetConditional(cond, act_in > max_active ? 1u : 0u);  // the branch that runs
         }
     }
     __syncthreads();
@@ -96,11 +94,9 @@ __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 constexpr int kQuantThreads = 256;
 __global__ void __launch_bounds__(kQuantThreads) moe_fp8_swiglu_quant_kernel(const float* __restrict__ gu, int64_t nk,
                                                                              int64_t ff, uint8_t* __restrict__ hq,
-                                                                             float* __restrict__ hs,
-                                                                             const int32_t* __restrict__ skip) {
+                                                                             float* __restrict__ hs) {
     // The down GEMM behind it (under PDL) may start fetching its weights; it waits for this grid before reading hq.
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    if (skip != nullptr && *skip != 0) return;  // the per-choice kernels run instead
     const int64_t groups = ff / 128;
     const int64_t item = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) + (threadIdx.x >> 5);
     if (item >= nk * groups) return;
@@ -124,8 +120,7 @@ __global__ void __launch_bounds__(kQuantThreads) moe_fp8_swiglu_quant_kernel(con
 
 // y[t, o] = Σ_j w[t, j] · yk[t · k + j, o], j = 0 .. k-1 in order.
 __global__ void moe_fp8_combine_kernel(const float* __restrict__ yk, const float* __restrict__ w, int64_t n, int64_t k,
-                                       int64_t d, float* __restrict__ y, const int32_t* __restrict__ skip) {
-    if (skip != nullptr && *skip != 0) return;  // the per-choice kernels write y instead
+                                       int64_t d, float* __restrict__ y) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n * d) return;
     const int64_t t = i / d, o = i % d;
@@ -180,7 +175,7 @@ cudaError_t launch_moe_fp8_plan(const MoeFp8Params& p, cudaStream_t stream, bool
     const size_t plan_smem = static_cast<size_t>(2 * p.n_exp + nk) * sizeof(int);
     if (plan_smem > 48 * 1024) return cudaErrorInvalidValue;  // kMoeFp8MaxExperts / MaxChoices keep it below
     moe_fp8_plan_kernel<<<1, kPlanThreads, plan_smem, stream>>>(
-        p.ids, static_cast<int>(nk), static_cast<int>(p.n_exp), static_cast<int>(groups), sc.plan, p.per_choice,
+        p.ids, static_cast<int>(nk), static_cast<int>(p.n_exp), static_cast<int>(groups), sc.plan,
         static_cast<int>(std::min<int64_t>(p.grouped_max_active, nk)), has_cond, cond);
     return cudaGetLastError();
 }
@@ -213,7 +208,7 @@ cudaError_t launch_moe_fp8_experts(const MoeFp8Params& p, int n_sm, cudaStream_t
 
     const int64_t items = nk * (p.ff / 128), per_cta = kQuantThreads / 32;
     moe_fp8_swiglu_quant_kernel<<<static_cast<unsigned>((items + per_cta - 1) / per_cta), kQuantThreads, 0,
-                                  stream>>>(gu, nk, p.ff, hq, hs, p.per_choice);
+                                  stream>>>(gu, nk, p.ff, hq, hs);
 
     Fp8GemmGroupedParams dn = g;  // down: yk[s] = h_s · down_eᵀ
     dn.xq = hq;
@@ -230,7 +225,7 @@ cudaError_t launch_moe_fp8_experts(const MoeFp8Params& p, int n_sm, cudaStream_t
 
     const int64_t total = p.n * p.d;
     moe_fp8_combine_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(yk, p.w, p.n, p.k, p.d,
-                                                                                            p.y, p.per_choice);
+                                                                                            p.y);
     return cudaGetLastError();
 }
 

@@ -29,10 +29,8 @@ struct MoeFp8Params {
     int64_t n = 0, k = 0, d = 0, ff = 0, n_exp = 0;
     void* scratch = nullptr;  // moe_fp8_scratch_bytes(n, k, d, ff, n_exp), 256-byte aligned
     size_t scratch_bytes = 0;
-    // The choice on the device (moe_plan.h): when per_choice is set, the plan kernel writes 1 there if the step's
-    // distinct experts exceed grouped_max_active, and the grouped kernels then do nothing (y is not written: the
-    // per-choice kernels launched after them, given run_if = per_choice, compute it); else 0, and this path runs.
-    int32_t* per_choice = nullptr;
+    // The choice on the device (moe_plan.h, launch_moe_fp8_plan with has_cond): per choice when the step's distinct
+    // experts exceed this.
     int64_t grouped_max_active = 0;
 };
 
