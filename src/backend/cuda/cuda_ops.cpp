@@ -1196,20 +1196,23 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
         const bool grouped = path == MoePath::kGrouped || path == MoePath::kOnDevice;
         if (grouped || small_ok) {
             Tensor scratch, h, yk;
+            auto common = [&](auto& p) {  // the fields both paths' parameters share
+                p.x = x.f32();
+                p.ids = ids.i32();
+                p.w = weights.f32();
+                p.experts = static_cast<const void* const*>(t.ptrs.data);
+                p.y = y.f32();
+                p.n = n;
+                p.k = k;
+                p.d = d;
+                p.ff = t.ff;
+                p.n_exp = n_exp;
+            };
             MoeFp8Params gp;  // grouped by expert, each chosen expert read once (moe_fp8.h)
             if (grouped) {
                 const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);
                 scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
-                gp.x = x.f32();
-                gp.ids = ids.i32();
-                gp.w = weights.f32();
-                gp.experts = static_cast<const void* const*>(t.ptrs.data);
-                gp.y = y.f32();
-                gp.n = n;
-                gp.k = k;
-                gp.d = d;
-                gp.ff = t.ff;
-                gp.n_exp = n_exp;
+                common(gp);
                 gp.scratch = scratch.data;
                 gp.scratch_bytes = bytes;
                 if (on_device) gp.grouped_max_active = moe_plan::grouped_max_active(n, k);
@@ -1218,18 +1221,9 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
             if (!grouped || on_device) {
                 h = alloc(DType::F32, {n, k, t.ff});
                 yk = alloc(DType::F32, {n, k, d});
-                sp.x = x.f32();
-                sp.ids = ids.i32();
-                sp.w = weights.f32();
-                sp.experts = static_cast<const void* const*>(t.ptrs.data);
+                common(sp);
                 sp.h = h.f32();
                 sp.yk = yk.f32();
-                sp.y = y.f32();
-                sp.n = n;
-                sp.k = k;
-                sp.d = d;
-                sp.ff = t.ff;
-                sp.n_exp = n_exp;
                 sp.wtype = t.wtype;
             }
             if (!on_device) {
