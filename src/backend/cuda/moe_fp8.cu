@@ -37,13 +37,12 @@ Layout layout(int64_t n, int64_t k, int64_t d, int64_t ff, int64_t n_exp) {
 
 // One CTA: count each expert's choices, number the active experts (count > 0) in ascending id, and place every slot
 // s = t · k + j after the earlier slots of its expert. Plan layout: fp8_gemm_small.h (Fp8GemmGroupedParams::plan).
-constexpr int kPlanThreads = 256;
 // has_cond (the device choice, launch_moe_fp8_plan): the graph conditional `cond` is set to 1 (per choice) when more
 // than max_active experts are active, else 0.
+constexpr int kPlanThreads = 256;
 __global__ void __launch_bounds__(kPlanThreads)
     moe_fp8_plan_kernel(const int32_t* __restrict__ ids, int nk, int n_exp, int groups, int32_t* __restrict__ plan,
-                        int max_active, bool has_cond,
-                        cudaGraphConditionalHandle cond) {
+                        int max_active, bool has_cond, cudaGraphConditionalHandle cond) {
     extern __shared__ int smem[];
     int* cnt = smem;            // [n_exp]
     int* off = smem + n_exp;    // [n_exp] first slot-list position of each expert
