@@ -177,9 +177,8 @@ void decode_sweep(std::vector<Shape> shapes, const std::vector<int64_t>& row_cou
 // E, GLM-5.2's expert shape (d 6144, ff 2048, FP8 with 128 x 128 block scales), weights cold (E x 37.7 MB >> L2),
 // one moe_experts call per replay (--moe-shared: every token on the first one's experts, as in a batch of identical
 // sequences). The per-choice kernels (moe.h: one weight read per (token, choice)) against the grouped tensor-core path
-// (moe_fp8.h: each chosen expert read once), then the automatic choice (moe_fp8_min_tokens = 0, the default;
-// moe_plan.h: for 3-6 tokens the device picks one in the graph through a conditional node) and which path it and
-// the default take; TB/s over the distinct experts' bytes, which is what a step must read at least. Every expert holds the same random codes in its own buffer (the backend keeps a
+// (moe_fp8.h: each chosen expert read once), then the default dispatch (moe_plan.h: for 3-6 tokens the device
+// picks one in the graph through a conditional node) and the path it takes; TB/s over the distinct experts' bytes, which is what a step must read at least. Every expert holds the same random codes in its own buffer (the backend keeps a
 // device copy per weight address).
 void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t k, bool shared, int64_t reps,
                nlohmann::json& out) {
@@ -206,12 +205,12 @@ void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t 
         m.down.data = base + 2 * cg.size();
     }
     out["moe"] = {{"experts", n_exp}, {"topk", k}, {"d", d}, {"ff", ff}, {"expert_bytes", eb}, {"shared", shared}};
-    std::printf("%-8s %8s %14s %6s %14s %6s %8s %10s %6s %-20s %s\n", "tokens", "experts", "per-choice us", "TB/s",
-                "grouped us", "TB/s", "speedup", "device us", "TB/s", "device's pick", "default");
-    std::unique_ptr<Ops> by_path[3];  // 0: per-choice, 1: grouped, 2: chosen on the device (moe_fp8_min_tokens = 0)
+    std::printf("%-8s %8s %14s %6s %14s %6s %8s %11s %6s %s\n", "tokens", "experts", "per-choice us", "TB/s",
+                "grouped us", "TB/s", "speedup", "default us", "TB/s", "default's path");
+    std::unique_ptr<Ops> by_path[3];  // 0: per-choice, 1: grouped, 2: the default (moe_plan.h)
     for (int path = 0; path < 3; ++path) {
         CudaOptions o;
-        o.moe_fp8_min_tokens = path == 0 ? 1 << 20 : path == 1 ? 1 : 0;
+        if (path < 2) o.moe_fp8_min_tokens = path == 0 ? 1 << 20 : 1;
         by_path[path] = make_cuda_ops(o);
     }
     for (const int64_t n : token_counts) {
@@ -257,26 +256,21 @@ void moe_sweep(const std::vector<int64_t>& token_counts, int64_t n_exp, int64_t 
         }
         const double bytes = static_cast<double>(distinct) * static_cast<double>(eb);
         auto tbs = [&](double t) { return bytes / t / 1e6; };
-        auto path_name = [&](int min_tokens) {
-            const moe_plan::MoePath mp = moe_plan::moe_path(n, k, n_exp, min_tokens);
-            return mp == moe_plan::MoePath::kGrouped                 ? "grouped"
-                   : mp == moe_plan::MoePath::kPerChoice             ? "per-choice"
-                   : distinct > moe_plan::grouped_max_active(n, k) ? "on device: per-choice"
-                                                                     : "on device: grouped";
-        };
-        const char* device_pick = path_name(0);
-        const char* default_path = path_name(CudaOptions{}.moe_fp8_min_tokens);
-        std::printf("%-8lld %8lld %14.1f %6.2f %14.1f %6.2f %8.2f %10.1f %6.2f %-20s %s\n", static_cast<long long>(n),
+        const moe_plan::MoePath mp = moe_plan::moe_path(n, k, n_exp, CudaOptions{}.moe_fp8_min_tokens);
+        const char* default_path = mp == moe_plan::MoePath::kGrouped                 ? "grouped"
+                                   : mp == moe_plan::MoePath::kPerChoice             ? "per-choice"
+                                   : distinct > moe_plan::grouped_max_active(n, k) ? "on device: per-choice"
+                                                                                     : "on device: grouped";
+        std::printf("%-8lld %8lld %14.1f %6.2f %14.1f %6.2f %8.2f %11.1f %6.2f %s\n", static_cast<long long>(n),
                     static_cast<long long>(distinct), us[0], tbs(us[0]), us[1], tbs(us[1]), us[0] / us[1], us[2],
-                    tbs(us[2]), device_pick, default_path);
+                    tbs(us[2]), default_path);
         std::fflush(stdout);
         out["results"].push_back({{"tokens", n},
                                    {"distinct_experts", distinct},
                                    {"per_choice_us", us[0]},
                                    {"per_choice_tb_s", tbs(us[0])},
                                    {"grouped_us", us[1]},
-                                   {"device_choice_us", us[2]},
-                                   {"device_choice_path", device_pick},
+                                   {"default_us", us[2]},
                                    {"default_path", default_path},
                                    {"grouped_tb_s", tbs(us[1])}});
     }
