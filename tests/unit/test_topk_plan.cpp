@@ -40,12 +40,12 @@ struct Normal {
 };
 
 // Items of the row strictly above the sample's estimate (the filter's candidates; the rows here have no ties there).
-int64_t candidates(const std::vector<float>& row) {
+int64_t candidates(const std::vector<float>& row, int64_t r) {
     const int len = static_cast<int>(row.size());
     const int s = ts::sample_count(len);
     std::vector<float> sample(static_cast<size_t>(s));
     for (int j = 0; j < s; ++j) {
-        const int64_t p = ts::sample_position(j, len);
+        const int64_t p = ts::sample_position(j, len, r);
         EXPECT_TRUE(p >= 0 && p < len) << "sample " << j << " at " << p;
         sample[static_cast<size_t>(j)] = row[static_cast<size_t>(p)];
     }
@@ -64,7 +64,7 @@ void check_profile(const char* name, int rows, const std::function<void(std::vec
     for (int r = 0; r < rows; ++r) {
         Normal nd(1000u * static_cast<uint32_t>(rows) + static_cast<uint32_t>(r));
         fill(row, nd, r);
-        const int64_t c = candidates(row);
+        const int64_t c = candidates(row, r);
         lo = std::min(lo, c);
         hi = std::max(hi, c);
         fallbacks += c < kK || c > kCap;
@@ -79,16 +79,27 @@ TEST(TopkPlan, SampleShape) {
     for (const int len : {1, 100, 8191, 8192, 8193, 32769, 131072, 1000003, kLen, 1 << 24}) {
         const int s = ts::sample_count(len);
         EXPECT_EQ(s, std::min(len, ts::kSampleSize));
-        int64_t prev = -1;
-        for (int j = 0; j < s; ++j) {
-            const int64_t p = ts::sample_position(j, len);
-            // Increasing; distinct once the groups' places are at least a group apart (rows of 2x the sample on).
-            if (len >= 2 * ts::kSampleSize)
+        for (const int64_t row : {0, 1, 63, 100000}) {
+            int64_t prev = -1;
+            for (int j = 0; j < s; ++j) {
+                const int64_t p = ts::sample_position(j, len, row);
+                // Increasing (distinct items), a group's first item a multiple of the group from the row's start, and
+                // its place inside its stratum of the row.
                 ASSERT_GT(p, prev) << "len " << len << " sample " << j;
-            else
-                ASSERT_GE(p, prev) << "len " << len << " sample " << j;
-            ASSERT_LT(p, len) << "len " << len << " sample " << j;
-            prev = p;
+                ASSERT_LT(p, len) << "len " << len << " sample " << j;
+                if (s < len) {
+                    const int64_t place = j / ts::kGroup, places = s / ts::kGroup, blocks = len / ts::kGroup;
+                    ASSERT_EQ(p % ts::kGroup, j % ts::kGroup);
+                    ASSERT_GE(p / ts::kGroup, place * blocks / places);
+                    ASSERT_LT(p / ts::kGroup, (place + 1) * blocks / places);
+                }
+                prev = p;
+            }
+        }
+        if (len >= 8 * ts::kSampleSize) {  // rows sample at different offsets (strata of >= 8 blocks)
+            int same = 0;
+            for (int j = 0; j < s; j += ts::kGroup) same += ts::sample_position(j, len, 0) == ts::sample_position(j, len, 1);
+            EXPECT_LT(same, s / ts::kGroup / 2) << "len " << len;
         }
         const int m = ts::sample_rank(kK, len);  // rows of <= k items never sample (all of them are the top k)
         EXPECT_GE(m, 1);

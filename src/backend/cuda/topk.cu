@@ -539,7 +539,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
         const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        const int64_t pos = topk_plan::sample_position(j, len);  // groups of 4 neighbours (topk_plan.h)
+        const int64_t pos = topk_plan::sample_position(j, len, r);  // groups of 4 neighbours (topk_plan.h)
         v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
 #pragma unroll

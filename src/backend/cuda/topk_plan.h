@@ -25,17 +25,32 @@ constexpr int kGroup = 1 << kGroupLog2;  // neighbours per sampled place
 // Samples of a row of len items.
 MEGACTX_HOST_DEVICE inline int sample_count(int len) { return len < kSampleSize ? len : kSampleSize; }
 
-// Position of sample j (0 <= j < sample_count(len)): groups of kGroup neighbours at count / kGroup evenly strided
-// places. Groups of 4 use 16 B of each 64-B DRAM burst, and the gathers are transaction-bound (64 x 1M: 15-17 us;
-// groups of 16 took 11). Longer groups sample fewer independent places, and rows whose neighbours are correlated then
-// get an estimate that is too high more often. The unit test's 150 rows of 1M with runs of 32 nearly equal values:
-// groups of 4 fall back on 0-1 rows, groups of 8 on 3, groups of 16 on 5 (on the H200, one such row made a 64 x 1M call
-// take 841 us instead of 99).
-MEGACTX_HOST_DEVICE inline int64_t sample_position(int j, int len) {
+// Position of sample j (0 <= j < sample_count(len)) in row `row`: groups of kGroup neighbours at count / kGroup places,
+// one place in each of count / kGroup equal strata of the row's aligned kGroup-item blocks, at a hashed offset
+// inside its stratum (stratified sampling; the offsets differ between rows). Evenly strided places (sessions 11-19)
+// sat a power of two of bytes apart (2 KB at 1M) at the same offsets in every row, and the gathers of a 64-row call
+// crowded onto few DRAM channels. A group never straddles a 32-B sector: its first item is a multiple of kGroup
+// from the row's start (rows that start 16-B aligned). Groups of 4 use 16 B of each DRAM burst; longer groups
+// sample fewer independent places, and rows whose neighbours are correlated then get an estimate that is too high
+// more often. The unit test's 150 rows of 1M with runs of 32 nearly equal values: groups of 4 fall back on 0-1 rows,
+// groups of 8 on 3, groups of 16 on 5 (on the H200, one such row made a 64 x 1M call take 841 us instead of 99).
+MEGACTX_HOST_DEVICE inline uint32_t sample_hash(uint32_t x) {  // murmur3's finalizer
+    x ^= x >> 16;
+    x *= 0x85ebca6bu;
+    x ^= x >> 13;
+    x *= 0xc2b2ae35u;
+    x ^= x >> 16;
+    return x;
+}
+MEGACTX_HOST_DEVICE inline int64_t sample_position(int j, int len, int64_t row) {
     const int s = sample_count(len);
-    return s < len
-               ? static_cast<int64_t>(j >> kGroupLog2) * (len - (kGroup - 1)) / (s >> kGroupLog2) + (j & (kGroup - 1))
-               : j;
+    if (s >= len) return j;
+    const int64_t blocks = len >> kGroupLog2, places = s >> kGroupLog2;  // blocks >= places: len > kSampleSize
+    const int64_t place = j >> kGroupLog2;
+    const int64_t lo = place * blocks / places, width = (place + 1) * blocks / places - lo;
+    const uint32_t h = sample_hash(static_cast<uint32_t>(place) * 0x9e3779b9u + static_cast<uint32_t>(row) * 0x7feb352du);
+    const int64_t block = lo + static_cast<int64_t>((static_cast<uint64_t>(h) * static_cast<uint64_t>(width)) >> 32);
+    return (block << kGroupLog2) + (j & (kGroup - 1));
 }
 
 // Rank (1-based, from the top) of the sample taken as T_est: the exact k-th value when the whole row is sampled,
