@@ -19,9 +19,9 @@
 // Short rows (row_stride <= 32768): one CTA per row, the row's keys staged in shared memory; the emission walks the
 // row in position order (emit_ordered), so it is canonical without the order kernel.
 // Long rows: reading a 1M row 4 times from HBM would cost 4x the bandwidth floor, so:
-//   1. sample kernel (CTA per row): 8192 samples (groups of 4 neighbours at 2048 strided positions) -> an
-//      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a 2-level
-//      radix on the sample: bin floor);
+//   1. sample kernel (CTA per row): 8192 samples (groups of 4 neighbours at 2048 stratified places) -> an
+//      estimated threshold T_est, chosen so that about 2k row items are expected to be >= T_est (a radix on the
+//      sample's key range with warp-found bins, stopped once the bin holds <= 4 samples: its floor);
 //   2. filter kernel (1K..64K-element work items, many CTAs per row): one streaming pass with 16-B loads;
 //      items > T_est gather in shared memory (one shared atomic per warp) and reach the per-row candidate
 //      buffer with ONE global atomic per work item (H200, 64 x 1M with 4K work items: per-warp global
@@ -33,9 +33,10 @@
 //      compact append loop): 64 x 1M 198.6 -> 132.8 us, filter pass 1.54 -> 2.47 TB/s (H200, bbb7876);
 //      variant 0 stays selectable (it is ~10 us faster when 99.9% of a row ties at the threshold);
 //   3. select kernel (CTA per row): with c items > T_est and e items == T_est:
-//      k <= c <= capacity: the k-th value is > T_est, so the top k lie among the candidates: radix select
-//        there, staged in shared memory; when no tie needs resolving the CTA also sorts them by position
-//        (emit_staged_sorted) and writes the final row, and the order kernel skips it;
+//      k <= c <= capacity: the k-th value is > T_est, so the top k lie among the candidates, staged in shared
+//        memory: one radix level, then the chosen bin's few items ranked by comparison while the items above it
+//        are picked (select_sorted); when no tie needs resolving the CTA also sorts the k by position and writes
+//        the final row, and the order kernel skips it; else (or a crowded bin) radix levels (select_staged);
 //      c < k <= c + e: the k-th value is T_est itself (e.g. ReLU zeros): all candidates + k - c ties;
 //      otherwise (a sample that misrepresents the row): the exact radix select over the whole row from
 //      global memory by this one CTA (correct, slower).
@@ -188,12 +189,10 @@ __device__ void key_range(const L& ld, int n, SelectSmem<NT>& sm, uint32_t& lo, 
 }
 
 // The exact k-th largest key among n items (1 <= k <= n). All NT threads of the CTA call it.
-// approx: stop after two digit levels once at most 10 bits remain and return the floor of the bin
-// (a key <= the k-th largest; n_eq then meaningless) — for the sample's estimate.
 // kRange = false: absolute digits (11, 11, 10 bits) without the min/max pass — cheaper where the items
 // spread over many binades (whole rows in the short path).
 template <int NT, class L, bool kRange = true>
-__device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& sm, bool approx = false) {
+__device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& sm) {
     uint32_t base = 0, top = 0xffffffffu;
     if constexpr (kRange) key_range<NT>(ld, n, sm, base, top);
     const uint32_t span = top - base;
@@ -203,7 +202,7 @@ __device__ Threshold find_threshold(const L& ld, int n, int k, SelectSmem<NT>& s
     int n_all = n;
     int level = 0;
 #pragma unroll 1
-    while (rem > 0 && !(approx && level >= 2 && rem <= 10)) {
+    while (rem > 0) {
         const int w = rem < 11 ? rem : 11;
         const int shift = rem - w;
         const int nb = 1 << w;
@@ -516,12 +515,19 @@ __global__ void __launch_bounds__(NT)
 }
 
 // ---- long rows, step 1: estimated threshold from a strided sample ----
+// The sample's keys stay in registers; radix levels of 11-bit digits over the sample's key range [lo, hi], each
+// level's bin found by one warp (warp_find_bin), until the bin that holds the m-th largest sample holds at most
+// kSampleBinStop samples (T_est is then its floor: at most that many samples below the m-th largest) or, when the
+// whole row is the sample, until the exact k-th key. Replaced find_threshold's absolute digits and block scans:
+// 3.3-3.6 us of the sample's ~10 at 64 x 1M (globaltimer stamps, bench/results/...-topk-chain-stamps.txt).
+constexpr int kSampleBinStop = 4;
+
 __global__ void __launch_bounds__(kSampleThreads)
     topk_sample_kernel(const float* __restrict__ values, const int32_t* __restrict__ lengths, int64_t row_stride, int k,
                        uint32_t* __restrict__ t_est, int* __restrict__ cand_count) {
     pdl_trigger();  // the filter grid may become resident now (it waits for this grid's results)
     __shared__ SelectSmem<kSampleThreads> sm;
-    __shared__ uint32_t keys[kSampleSize];
+    __shared__ StagedSmem st;
     const int64_t r = blockIdx.x;
     const int len = lengths[r];
     if (threadIdx.x == 0) {
@@ -532,7 +538,8 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (len <= k) return;
     const float* row = values + r * row_stride;
     const int s = topk_plan::sample_count(len);
-    const int m = topk_plan::sample_rank(k, len);  // T_est: the m-th largest sample
+    const bool approx = s < len;
+    int kk = topk_plan::sample_rank(k, len);  // T_est: the m-th largest sample
     // All loads of a thread in flight at once: the sample is latency-bound gathers.
     constexpr int kPer = kSampleSize / kSampleThreads;
     float v[kPer];
@@ -542,15 +549,49 @@ __global__ void __launch_bounds__(kSampleThreads)
         const int64_t pos = topk_plan::sample_position(j, len, r);  // groups of 4 neighbours (topk_plan.h)
         v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
+    for (int b = threadIdx.x; b < kBins; b += kSampleThreads) {  // while the gathers are in flight
+        st.hist[0][b] = 0;
+        st.hist[1][b] = 0;
+    }
+    uint32_t key[kPer];
+    uint32_t lo = 0xffffffffu, hi = 0;
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-        const int j = u * kSampleThreads + static_cast<int>(threadIdx.x);
-        if (j < s) keys[j] = float_key(v[u]);
+        key[u] = float_key(v[u]);
+        if (u * kSampleThreads + static_cast<int>(threadIdx.x) < s) {
+            lo = min(lo, key[u]);
+            hi = max(hi, key[u]);
+        }
     }
-    __syncthreads();
-    // Absolute digits (no min/max pass): 2 levels give the threshold to 2^10 keys, plenty for an estimate.
-    const Threshold t = find_threshold<kSampleThreads, KeysLoader, false>(KeysLoader{keys}, s, m, sm, s < len);
-    if (threadIdx.x == 0) t_est[r] = t.key;
+    block_min_max<kSampleThreads>(lo, hi, sm);  // its barriers also cover the zeroed histograms
+    const uint32_t span = hi - lo;
+    int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;  // bits of d = key - lo still undecided
+    uint32_t prefix = 0;
+#pragma unroll 1
+    for (int level = 0; rem > 0; ++level) {
+        const int w = rem < kBinBits ? rem : kBinBits;
+        const int shift = rem - w;
+        int* h = st.hist[level & 1];
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const uint32_t d = key[u] - lo;
+            if (u * kSampleThreads + static_cast<int>(threadIdx.x) < s && (static_cast<uint64_t>(d) >> rem) == prefix)
+                atomicAdd(&h[(d >> shift) & (kBins - 1)], 1);
+        }
+        int* next = st.hist[(level + 1) & 1];  // read by warp 0 in the previous level, before its 2nd barrier
+        if (level > 0)
+            for (int b = threadIdx.x; b < kBins; b += kSampleThreads) next[b] = 0;
+        __syncthreads();
+        if (threadIdx.x < 32) warp_find_bin(h, kk, &st.digit, &st.above, &st.count);
+        __syncthreads();
+        prefix = (prefix << w) | static_cast<uint32_t>(st.digit);
+        kk -= st.above;
+        rem = shift;
+        const int bin_n = st.count;
+        __syncthreads();  // st.digit / above / count are rewritten by the next level
+        if (approx && bin_n <= kSampleBinStop) break;
+    }
+    if (threadIdx.x == 0) t_est[r] = lo + (rem >= 32 ? 0u : prefix << rem);
 }
 
 // Appends (key, idx) for lanes with pred set; called by all 32 lanes of a warp. Returns the counter's
@@ -755,13 +796,14 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
 constexpr int kSortedMaxLen = 32 * 2 * kStageCap;
 
 template <int NT>
+__device__ void emit_sorted_positions(uint32_t* stage, int k, int len, const int32_t* sel_s, int32_t* out, RowMap map,
+                                      SelectSmem<NT>& sm, StagedSmem& st);
+
+template <int NT>
 __device__ void emit_staged_sorted(uint32_t* stage, int n, int k, uint32_t thr, int len, int32_t* sel_s, int32_t* out,
                                    RowMap map, SelectSmem<NT>& sm, StagedSmem& st) {
-    constexpr int kBuckets = 2 * kBins;  // both histograms of `st`, 4 per thread
-    static_assert(NT * 4 == kBuckets && sizeof(st.hist) == kBuckets * sizeof(int), "four buckets per thread");
     const uint32_t* sk = stage;
     const int32_t* si = reinterpret_cast<const int32_t*>(stage + kStageCap);
-    int* start = &st.hist[0][0];
     if (threadIdx.x == 0) sm.n_gt = 0;
     __syncthreads();
     for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count
@@ -771,6 +813,17 @@ __device__ void emit_staged_sorted(uint32_t* stage, int n, int k, uint32_t thr, 
         if (pick) sel_s[slot] = si[i];
     }
     __syncthreads();  // the stage is free: it becomes the bitmap
+    emit_sorted_positions<NT>(stage, k, len, sel_s, out, map, sm, st);
+}
+
+// Writes the k positions of sel_s (any order) to out in ascending order, through map; `stage` (a bitmap of the row:
+// len <= kSortedMaxLen) and `st` are free. Bucket counts + bitmap ranks (emit_staged_sorted above).
+template <int NT>
+__device__ void emit_sorted_positions(uint32_t* stage, int k, int len, const int32_t* sel_s, int32_t* out, RowMap map,
+                                      SelectSmem<NT>& sm, StagedSmem& st) {
+    constexpr int kBuckets = 2 * kBins;  // both histograms of `st`, 4 per thread
+    static_assert(NT * 4 == kBuckets && sizeof(st.hist) == kBuckets * sizeof(int), "four buckets per thread");
+    int* start = &st.hist[0][0];
     uint32_t* bits = stage;
     const int words4 = (len + 127) >> 7;
     for (int w = threadIdx.x; w < words4; w += NT) reinterpret_cast<uint4*>(bits)[w] = make_uint4(0, 0, 0, 0);
@@ -801,6 +854,79 @@ __device__ void emit_staged_sorted(uint32_t* stage, int n, int k, uint32_t thr, 
         for (int w = w0; w < wv; ++w) rank += __popc(bits[w]);
         out[rank] = map(v);
     }
+}
+
+// The chain's usual case, in fewer passes than select_staged + emit_staged_sorted: one histogram level over the
+// staged candidates' key range [lo, hi] (hist[0] zeroed by the caller), then ONE pass that sends every candidate
+// above the chosen bin straight to sel_s and gathers the bin's own (usually a handful of) items, whose exact k-th key
+// comes from ranks by comparison. The later radix levels (a 1M row's candidates span ~23 key bits: 3 levels) and
+// the separate pick pass go. Returns 0 when it wrote the row in order (every item equal to the k-th key is in the
+// top k); 1 when ties at the k-th key need resolving: t holds the exact threshold, nothing was written; 2 when the
+// chosen bin holds more than kBinList items: nothing was decided.
+constexpr int kBinList = kBins / 2;  // (key, id) pairs of the chosen bin, in hist[1]
+
+template <int NT>
+__device__ int select_sorted(uint32_t* stage, int n, int k, uint32_t lo, uint32_t hi, int len, int32_t* sel_s,
+                             int32_t* out, RowMap map, SelectSmem<NT>& sm, StagedSmem& st, Threshold& t) {
+    static_assert(NT >= kBinList, "a thread per item of the bin");
+    const uint32_t* sk = stage;
+    const int32_t* si = reinterpret_cast<const int32_t*>(stage + kStageCap);
+    const uint32_t span = hi - lo;
+    const int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;
+    const int w = rem < kBinBits ? rem : kBinBits;
+    const int shift = rem - w;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&st.hist[0][(sk[i] - lo) >> shift], 1);
+    __syncthreads();
+    if (threadIdx.x < 32) warp_find_bin(st.hist[0], k, &st.digit, &st.above, &st.count);
+    if (threadIdx.x == 0) {
+        sm.n_gt = 0;  // sel_s entries
+        sm.n_eq = 0;  // bin list entries
+    }
+    __syncthreads();
+    const uint32_t bin = static_cast<uint32_t>(st.digit);
+    const int kk = k - st.above, bin_n = st.count;
+    if (bin_n > kBinList) return 2;
+    uint32_t* bin_keys = reinterpret_cast<uint32_t*>(st.hist[1]);
+    int32_t* bin_ids = st.hist[1] + kBinList;
+    for (int i0 = 0; i0 < n; i0 += NT) {  // uniform trip count
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        const uint32_t b = i < n ? (sk[i] - lo) >> shift : 0u;
+        const bool above = i < n && b > bin, in = i < n && b == bin;
+        const int sa = warp_slot(above, &sm.n_gt);
+        const int sb = warp_slot(in, &sm.n_eq);
+        if (above) sel_s[sa] = si[i];
+        if (in) {
+            bin_keys[sb] = sk[i];
+            bin_ids[sb] = si[i];
+        }
+    }
+    __syncthreads();
+    // The kk-th largest of the bin's items: the item with gt items above it and eq equal to it, gt < kk <= gt + eq.
+    const int j = static_cast<int>(threadIdx.x);
+    const uint32_t key = j < bin_n ? bin_keys[j] : 0u;
+    if (j < bin_n) {
+        int gt = 0, eq = 0;
+        for (int q = 0; q < bin_n; ++q) {
+            const uint32_t o = bin_keys[q];
+            gt += o > key;
+            eq += o == key;
+        }
+        if (gt < kk && kk <= gt + eq) {  // every thread holding the k-th key writes the same values
+            st.digit = static_cast<int>(key);
+            st.above = kk - gt;  // n_eq
+            st.count = eq;       // n_all
+        }
+    }
+    __syncthreads();
+    t = {static_cast<uint32_t>(st.digit), st.above, st.count};
+    if (t.n_eq != t.n_all) return 1;
+    const bool pick = j < bin_n && key >= t.key;
+    const int slot = warp_slot(pick, &sm.n_gt);
+    if (pick) sel_s[slot] = bin_ids[j];
+    __syncthreads();  // sel_s holds the k positions; the stage is free: it becomes the bitmap
+    emit_sorted_positions<NT>(stage, k, len, sel_s, out, map, sm, st);
+    return 0;
 }
 
 // ---- long rows, step 3: exact select among the candidates, or over the whole row as fallback ----
@@ -839,6 +965,7 @@ __global__ void __launch_bounds__(kSelectThreads)
             uint32_t* sk = stage;
             int32_t* si = reinterpret_cast<int32_t*>(stage + kStageCap);
             uint32_t lo = 0xffffffffu, hi = 0;
+            for (int b = threadIdx.x; b < kBins; b += kSelectThreads) st.hist[0][b] = 0;  // for select_sorted
 #pragma unroll 4
             for (int i = threadIdx.x; i < c; i += kSelectThreads) {
                 const uint32_t key = gk[i];
@@ -848,10 +975,19 @@ __global__ void __launch_bounds__(kSelectThreads)
                 hi = max(hi, key);
             }
             block_min_max<kSelectThreads>(lo, hi, sm);
-            const Threshold t = select_staged<kSelectThreads>(sk, c, k, lo, hi, st);
+            int32_t* sel_s = reinterpret_cast<int32_t*>(stage + 2 * kStageCap);
+            Threshold t{};
+            const int how = len <= kSortedMaxLen
+                                ? select_sorted<kSelectThreads>(stage, c, k, lo, hi, len, sel_s, final_idx + r * k,
+                                                                row_map(slots, r), sm, st, t)
+                                : 2;
+            if (how == 0) {
+                if (threadIdx.x == 0) ordered[kCountStride * r] = 1;  // the order kernel skips this row
+                return;
+            }
+            if (how == 2) t = select_staged<kSelectThreads>(sk, c, k, lo, hi, st);
             if (t.n_all == t.n_eq && len <= kSortedMaxLen) {
-                emit_staged_sorted<kSelectThreads>(stage, c, k, t.key, len,
-                                                   reinterpret_cast<int32_t*>(stage + 2 * kStageCap), final_idx + r * k,
+                emit_staged_sorted<kSelectThreads>(stage, c, k, t.key, len, sel_s, final_idx + r * k,
                                                    row_map(slots, r), sm, st);
                 if (threadIdx.x == 0) ordered[kCountStride * r] = 1;  // the order kernel skips this row
                 return;
