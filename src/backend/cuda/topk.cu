@@ -101,6 +101,7 @@ constexpr int kSelectThreads = 1024;
 constexpr int kStageCap = 16384;  // candidates staged in shared memory (8 B each)
 constexpr int kMaxK = 16384;      // topk_supported
 constexpr int kLocalCap = 2048;   // candidates a filter CTA gathers in shared memory per work item
+constexpr int kStash = 4;         // keys of flagged items a filter thread keeps per batch (topk_filter_kernel)
 constexpr int kCountStride = 32;  // per-row counters 128 B apart (different L2 lines/slices)
 // Few long rows (decode, <= kFewMaxRows rows): one grid of G CTAs per row (G * rows <= SMs).
 constexpr int kFewMaxRows = 4;
@@ -642,6 +643,12 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
     __shared__ uint32_t s_keys[kLocalCap];
     __shared__ int32_t s_ids[kLocalCap];
     __shared__ int s_n, s_base;
+    __shared__ uint32_t s_stash[kStash][kFilterThreads];  // a thread's column: keys of its flagged items
+    uint32_t* const stash_base = &s_stash[0][threadIdx.x];
+    struct Stash {  // stash[q]: the thread's q-th entry
+        uint32_t* p;
+        __device__ uint32_t& operator[](int q) const { return p[q * kFilterThreads]; }
+    } const stash{stash_base};
     pdl_wait();
 #pragma unroll 1
     for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
@@ -696,7 +703,11 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
                 if constexpr (kMask) {
                     // Bit 4u+e: element e of slot u is > T_est, or == T_est while ties are still wanted.
                     static_assert(kFilterUnroll * 4 <= 32, "mask bits");
+                    // The keys of a thread's first kStash flagged items wait in its stash (flagged in bit order, the
+                    // order the loop below takes them); later ones are re-read from global memory. Re-reading them
+                    // all cost ~10 us at 64 x 1M (an L2 round trip in most warp batches before the next loads).
                     uint32_t mask = 0;
+                    int n_flag = 0;
 #pragma unroll
                     for (int u = 0; u < kFilterUnroll; ++u) {
                         const int i = i0 + u * kFilterThreads + static_cast<int>(threadIdx.x);
@@ -705,9 +716,14 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
                                                     float_key(v[u].w)};
 #pragma unroll
                             for (int e = 0; e < 4; ++e)
-                                if (kx[e] > thr || (kx[e] == thr && !eq_full)) mask |= 1u << (4 * u + e);
+                                if (kx[e] > thr || (kx[e] == thr && !eq_full)) {
+                                    mask |= 1u << (4 * u + e);
+                                    if (n_flag < kStash) stash[n_flag] = kx[e];
+                                    ++n_flag;
+                                }
                         }
                     }
+                    int taken = 0;
                     while (__any_sync(0xffffffffu, mask != 0)) {
                         const int b = mask ? __ffs(mask) - 1 : -1;
                         mask &= mask - 1;
@@ -716,7 +732,8 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
                         if (b >= 0) {
                             const int i = i0 + (b >> 2) * kFilterThreads + static_cast<int>(threadIdx.x);
                             idx = 4 * i + (b & 3);
-                            key = float_key(row[idx]);
+                            key = taken < kStash ? stash[taken] : float_key(row[idx]);
+                            ++taken;
                         }
                         append(b >= 0, key, idx);
                     }
@@ -966,13 +983,30 @@ __global__ void __launch_bounds__(kSelectThreads)
             int32_t* si = reinterpret_cast<int32_t*>(stage + kStageCap);
             uint32_t lo = 0xffffffffu, hi = 0;
             for (int b = threadIdx.x; b < kBins; b += kSelectThreads) st.hist[0][b] = 0;  // for select_sorted
-#pragma unroll 4
-            for (int i = threadIdx.x; i < c; i += kSelectThreads) {
-                const uint32_t key = gk[i];
-                sk[i] = key;
-                si[i] = gi[i];
-                lo = min(lo, key);
-                hi = max(hi, key);
+            // Batches of 8 predicated loads per thread: a loop unrolled by the compiler runs its remainder one load
+            // at a time, and a row's ~5K candidates are ~5 per thread (all in its remainder).
+            constexpr int kU = 8;
+            for (int i0 = 0; i0 < c; i0 += kU * kSelectThreads) {
+                uint32_t kx[kU];
+                int32_t ix[kU];
+#pragma unroll
+                for (int u = 0; u < kU; ++u) {
+                    const int i = i0 + u * kSelectThreads + static_cast<int>(threadIdx.x);
+                    if (i < c) {
+                        kx[u] = gk[i];
+                        ix[u] = gi[i];
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < kU; ++u) {
+                    const int i = i0 + u * kSelectThreads + static_cast<int>(threadIdx.x);
+                    if (i < c) {
+                        sk[i] = kx[u];
+                        si[i] = ix[u];
+                        lo = min(lo, kx[u]);
+                        hi = max(hi, kx[u]);
+                    }
+                }
             }
             block_min_max<kSelectThreads>(lo, hi, sm);
             int32_t* sel_s = reinterpret_cast<int32_t*>(stage + 2 * kStageCap);
