@@ -308,23 +308,59 @@ TEST_F(Topk, TiesLong) {
     check_batch(tied_batch({1 << 20}, 1 << 20, 73, 1, 0.0f), 2048);  // all equal
 }
 
-// Adversarial for the strided sample (stride 128 for a 1M row): 64K big values all off the sampled
-// positions (candidates overflow), or 8K only on them (too few candidates): both take the fallback;
-// 16K big values off the sample: more candidates than shared memory holds (selected from global).
+// Adversarial for the sample (topk_plan::sample_position: 8192 places per 1M row, at offsets that differ per row):
+// 64K big values all off the sampled positions (candidates overflow), or big values exactly on them (too few
+// candidates): both take the fallback; 16K big values off the sample: more candidates than shared memory holds
+// (selected from global).
 TEST_F(Topk, SampleMissesOrOverestimates) {
     const int len = 1 << 20;
     for (int mode = 0; mode < 3; ++mode) {
         Batch b = distinct_batch({len, len}, len, 81 + mode);
         for (int r = 0; r < 2; ++r) {
             float* row = b.values.data() + static_cast<int64_t>(r) * len;
+            std::vector<char> sampled(len, 0);
+            for (int j = 0; j < topk_plan::sample_count(len); ++j) sampled[topk_plan::sample_position(j, len, r)] = 1;
+            int n_big = 0;
             for (int i = 0; i < len; ++i) {
-                const int j = i % 128;
-                const bool big = mode == 0 ? j >= 1 && j <= 8 : (mode == 1 ? j == 0 : j >= 1 && j <= 2);
-                if (big) row[i] += 1000.f;  // shifts a distinct set upward, stays distinct (mostly); check exactness
+                const bool big = mode == 1 ? sampled[i] != 0 : !sampled[i] && i % (mode == 0 ? 16 : 64) == 1;
+                if (big) {
+                    row[i] += 1000.f;  // shifts a distinct set upward, stays distinct (mostly); check exactness
+                    ++n_big;
+                }
             }
+            EXPECT_GE(n_big, mode == 0 ? 60000 : (mode == 1 ? 8192 : 16000)) << "mode " << mode;
         }
         check_batch(b, 2048);
     }
+}
+
+// The chain's select when the bin that holds the k-th key is crowded: 3000 candidates within 0.003 of 10 and one far
+// above them (1e6) make the candidates' key range wide, so one radix level leaves the 3000 in one or two bins of
+// more than select_sorted's 1024 (it hands over to the radix levels); 8 rows: the chain, not the few-rows kernel.
+TEST_F(Topk, ChainCrowdedBin) {
+    const int len = 1 << 20;
+    Batch b = distinct_batch(std::vector<int>(8, len), len, 121);
+    std::mt19937 rng(122);
+    for (int r = 0; r < 8; ++r) {
+        float* row = b.values.data() + static_cast<int64_t>(r) * len;
+        for (int c = 0; c < 3000; ++c) row[rng() % len] = 10.f + 1e-6f * static_cast<float>(c);
+        row[rng() % len] = 1e6f;
+    }
+    check_batch(b, 2048);
+}
+
+// The chain's filter on rows with long runs of candidates (sinks and recent tokens, as real indexer scores have):
+// a thread then flags more items of a batch than it keeps in shared memory, and re-reads the rest.
+TEST_F(Topk, ChainHotWindows) {
+    const int len = 1 << 20;
+    Batch b = distinct_batch({len, len, len - 333, len, 500000, len, len, len}, len, 131);
+    for (int r = 0; r < 8; ++r) {
+        float* row = b.values.data() + static_cast<int64_t>(r) * len;
+        const int n = b.lengths[r];
+        for (int i = 0; i < n; ++i)
+            if (i < 300 || i >= n - 1500 - 100 * r) row[i] += 8.f;
+    }
+    check_batch(b, 2048);
 }
 
 TEST_F(Topk, InsideCudaGraph) {  // both paths captured and replayed
