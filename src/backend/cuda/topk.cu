@@ -1098,12 +1098,14 @@ constexpr int kGridCnt = kGridHist + kGridBins0 + (kGridRounds - 1) * kGridBins;
 constexpr int kGridCtl = kGridCnt + 2 * kFewGMax;
 constexpr int kGridChunkWords = kFewSliceMax / 32 / 32;
 
-// All G CTAs of a row: arrive, then wait until `target` arrivals (G per barrier so far) are counted.
+// All G CTAs of a row: arrive, then wait until `target` arrivals (G per barrier so far) are counted. The arrival is
+// an acq_rel fence then a relaxed add (the CTA's writes, ordered before thread 0 by the CTA barrier, are released
+// with it); the wait an acquiring load. __threadfence() (a sequentially consistent fence) in its place cost
+// ~0.1-0.2 us more per barrier (H200, 1 x 1M: 15.6-15.9 -> 15.4 us from the kernel's start to its end).
 __device__ __forceinline__ void grid_row_barrier(int* counter, int target) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(counter, 1);
+        asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
         int v;
         do {
             asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
