@@ -305,6 +305,17 @@ __device__ __forceinline__ void warp_find_bin(const int* h, int kk, int* digit, 
     }
 }
 
+// A radix level's bin, once every thread has added its items to h: zeroes `next` (the following level's histogram;
+// h's previous reader, warp 0, passed its second barrier), then warp 0 finds the bin of h that holds the kk-th
+// largest; all threads then read st.digit / above / count.
+template <int NT>
+__device__ __forceinline__ void level_bin(const int* h, int* next, int kk, StagedSmem& st) {
+    for (int b = threadIdx.x; b < kBins; b += NT) next[b] = 0;
+    __syncthreads();
+    if (threadIdx.x < 32) warp_find_bin(h, kk, &st.digit, &st.above, &st.count);
+    __syncthreads();
+}
+
 // The exact k-th largest of the n keys staged in shared memory (1 <= k <= n), all within [lo, hi]. All NT
 // threads call it.
 template <int NT>
@@ -326,11 +337,7 @@ __device__ Threshold select_staged(const uint32_t* keys, int n, int k, uint32_t 
             const uint32_t d = keys[i] - lo;
             if ((static_cast<uint64_t>(d) >> rem) == prefix) atomicAdd(&h[(d >> shift) & (kBins - 1)], 1);
         }
-        int* next = st.hist[(level + 1) & 1];  // read by warp 0 in the previous level, before its 2nd barrier
-        for (int b = threadIdx.x; b < kBins; b += NT) next[b] = 0;
-        __syncthreads();
-        if (threadIdx.x < 32) warp_find_bin(h, kk, &st.digit, &st.above, &st.count);
-        __syncthreads();
+        level_bin<NT>(h, st.hist[(level + 1) & 1], kk, st);
         prefix = (prefix << w) | static_cast<uint32_t>(st.digit);
         kk -= st.above;
         n_all = st.count;
@@ -550,10 +557,7 @@ __global__ void __launch_bounds__(kSampleThreads)
         const int64_t pos = topk_plan::sample_position(j, len, r);  // groups of 4 neighbours (topk_plan.h)
         v[u] = j < s ? __ldg(row + pos) : 0.f;
     }
-    for (int b = threadIdx.x; b < kBins; b += kSampleThreads) {  // while the gathers are in flight
-        st.hist[0][b] = 0;
-        st.hist[1][b] = 0;
-    }
+    for (int b = threadIdx.x; b < kBins; b += kSampleThreads) st.hist[0][b] = 0;  // while the gathers are in flight
     uint32_t key[kPer];
     uint32_t lo = 0xffffffffu, hi = 0;
 #pragma unroll
@@ -579,12 +583,7 @@ __global__ void __launch_bounds__(kSampleThreads)
             if (u * kSampleThreads + static_cast<int>(threadIdx.x) < s && (static_cast<uint64_t>(d) >> rem) == prefix)
                 atomicAdd(&h[(d >> shift) & (kBins - 1)], 1);
         }
-        int* next = st.hist[(level + 1) & 1];  // read by warp 0 in the previous level, before its 2nd barrier
-        if (level > 0)
-            for (int b = threadIdx.x; b < kBins; b += kSampleThreads) next[b] = 0;
-        __syncthreads();
-        if (threadIdx.x < 32) warp_find_bin(h, kk, &st.digit, &st.above, &st.count);
-        __syncthreads();
+        level_bin<kSampleThreads>(h, st.hist[(level + 1) & 1], kk, st);
         prefix = (prefix << w) | static_cast<uint32_t>(st.digit);
         kk -= st.above;
         rem = shift;
