@@ -643,11 +643,6 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
     __shared__ int32_t s_ids[kLocalCap];
     __shared__ int s_n, s_base;
     __shared__ uint32_t s_stash[kStash][kFilterThreads];  // a thread's column: keys of its flagged items
-    uint32_t* const stash_base = &s_stash[0][threadIdx.x];
-    struct Stash {  // stash[q]: the thread's q-th entry
-        uint32_t* p;
-        __device__ uint32_t& operator[](int q) const { return p[q * kFilterThreads]; }
-    } const stash{stash_base};
     pdl_wait();
 #pragma unroll 1
     for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
@@ -717,7 +712,7 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
                             for (int e = 0; e < 4; ++e)
                                 if (kx[e] > thr || (kx[e] == thr && !eq_full)) {
                                     mask |= 1u << (4 * u + e);
-                                    if (n_flag < kStash) stash[n_flag] = kx[e];
+                                    if (n_flag < kStash) s_stash[n_flag][threadIdx.x] = kx[e];
                                     ++n_flag;
                                 }
                         }
@@ -731,7 +726,7 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
                         if (b >= 0) {
                             const int i = i0 + (b >> 2) * kFilterThreads + static_cast<int>(threadIdx.x);
                             idx = 4 * i + (b & 3);
-                            key = taken < kStash ? stash[taken] : float_key(row[idx]);
+                            key = taken < kStash ? s_stash[taken][threadIdx.x] : float_key(row[idx]);
                             ++taken;
                         }
                         append(b >= 0, key, idx);
@@ -891,15 +886,13 @@ __device__ int select_sorted(uint32_t* stage, int n, int k, uint32_t lo, uint32_
     const int rem = span ? 32 - __clz(static_cast<int>(span)) : 0;
     const int w = rem < kBinBits ? rem : kBinBits;
     const int shift = rem - w;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&st.hist[0][(sk[i] - lo) >> shift], 1);
-    __syncthreads();
-    if (threadIdx.x < 32) warp_find_bin(st.hist[0], k, &st.digit, &st.above, &st.count);
     if (threadIdx.x == 0) {
         sm.n_gt = 0;  // sel_s entries
         sm.n_eq = 0;  // bin list entries
     }
-    __syncthreads();
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += NT) atomicAdd(&st.hist[0][(sk[i] - lo) >> shift], 1);
+    level_bin<NT>(st.hist[0], st.hist[1], k, st);
     const uint32_t bin = static_cast<uint32_t>(st.digit);
     const int kk = k - st.above, bin_n = st.count;
     if (bin_n > kBinList) return 2;
