@@ -66,7 +66,7 @@ __global__ void empty_combine() {}
 
 struct Result {
     std::string mode, fmt;
-    int n, h, n_split, cluster;
+    int n, h, n_split, cluster, v_split;
     double us, tflops, tbps;
 };
 
@@ -107,8 +107,10 @@ int main(int argc, char** argv) {
     MEGACTX_BENCH_CK(cudaEventCreate(&e0));
     MEGACTX_BENCH_CK(cudaEventCreate(&e1));
 
-    // force_split > 0: that split, with force_cluster CTAs per cluster (1 = no cluster, merged by the combine).
-    auto bench = [&](const char* mode, MlaCacheFormat fmt, int n, int h, int force_split = 0, int force_cluster = 1) {
+    // force_split > 0: that split, with force_cluster CTAs per cluster (1 = no cluster, merged by the combine) and
+    // force_vsplit CTAs per split dividing the value dims.
+    auto bench = [&](const char* mode, MlaCacheFormat fmt, int n, int h, int force_split = 0, int force_cluster = 1,
+                     int force_vsplit = 1) {
         const int64_t row_bytes = fmt == MlaCacheFormat::FP8 ? 656 : 1152;
         const bool prefill = std::string(mode) == "prefill";  // sweep rows are decode steps
         const double step_bytes = static_cast<double>(n) * topk * row_bytes + static_cast<double>(n) * h * (576 + 512) * 4;
@@ -124,6 +126,7 @@ int main(int argc, char** argv) {
         if (force_split > 0) {
             plan.n_split = force_split;
             plan.cluster = force_cluster;
+            plan.v_split = force_vsplit;
         }
         const size_t scratch_bytes = sparse_mla_scratch_bytes(n, h, plan);
         void* scratch = nullptr;
@@ -168,10 +171,10 @@ int main(int argc, char** argv) {
         const double us = ms[ms.size() / 2] * 1e3 / n_launch;
         const double flops = 2.0 * n * h * topk * (576.0 + 512.0);
         plan.cluster = sparse_mla_launch_cluster(n, h, plan);  // what the launch ran
-        Result res{mode, fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", n, h, plan.n_split, plan.cluster, us,
-                   flops / us * 1e-6, step_bytes / us * 1e-6};
-        std::printf("%-8s %-5s n=%-5d h=%-4d split=%-3d cluster=%-3d %9.2f us %8.1f TFLOP/s %6.3f TB/s\n", mode,
-                    res.fmt.c_str(), n, h, plan.n_split, plan.cluster, us, res.tflops, res.tbps);
+        Result res{mode, fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", n, h, plan.n_split, plan.cluster, plan.v_split,
+                   us, flops / us * 1e-6, step_bytes / us * 1e-6};
+        std::printf("%-8s %-5s n=%-5d h=%-4d split=%-3d cluster=%-3d vsplit=%d %9.2f us %8.1f TFLOP/s %6.3f TB/s\n",
+                    mode, res.fmt.c_str(), n, h, plan.n_split, plan.cluster, plan.v_split, us, res.tflops, res.tbps);
         std::fflush(stdout);
         results.push_back(res);
         MEGACTX_BENCH_CK(cudaGraphExecDestroy(exec));
@@ -211,7 +214,7 @@ int main(int argc, char** argv) {
             const double us = ms[ms.size() / 2] * 1e3 / steps;
             std::printf("floor    %-5s n=%-5d h=%-4d split=%-3d %9.2f us (empty kernels in a graph)\n",
                         pair ? "pair" : "main", 1, 64, 0, us);
-            results.push_back({"floor", pair ? "pair" : "main", 1, 64, 0, 0, us, 0.0, 0.0});
+            results.push_back({"floor", pair ? "pair" : "main", 1, 64, 0, 0, 0, us, 0.0, 0.0});
             MEGACTX_BENCH_CK(cudaGraphExecDestroy(exec));
             MEGACTX_BENCH_CK(cudaGraphDestroy(graph));
         }
@@ -233,6 +236,13 @@ int main(int argc, char** argv) {
                     sparse_mla_launch_cluster(n, 64, forced) == c)
                     bench("sweep", MlaCacheFormat::FP8, n, 64, s, c);
             }
+    // Value-dim splits (mode "vsplit"): each batch's host split, its value dims over 1 or 2 CTAs per split.
+    for (int h : {64, 128})
+        for (int n : {1, 2, 4})
+            for (int vs : {1, 2}) {
+                const SparseMlaPlan host = sparse_mla_plan(n, h, topk, n_sm);
+                if (sweep && host.cluster == 1) bench("vsplit", MlaCacheFormat::FP8, n, h, host.n_split, 1, vs);
+            }
 
     if (!json.empty()) {
         FILE* f = std::fopen(json.c_str(), "w");
@@ -250,8 +260,8 @@ int main(int argc, char** argv) {
             const Result& r = results[k];
             std::fprintf(f,
                          "    {\"mode\": \"%s\", \"kv\": \"%s\", \"n\": %d, \"n_head\": %d, \"n_split\": %d, \"cluster\": %d, "
-                         "\"us\": %.3f, \"tflops\": %.2f, \"tbps\": %.4f}%s\n",
-                         r.mode.c_str(), r.fmt.c_str(), r.n, r.h, r.n_split, r.cluster, r.us, r.tflops, r.tbps,
+                         "\"v_split\": %d, \"us\": %.3f, \"tflops\": %.2f, \"tbps\": %.4f}%s\n",
+                         r.mode.c_str(), r.fmt.c_str(), r.n, r.h, r.n_split, r.cluster, r.v_split, r.us, r.tflops, r.tbps,
                          k + 1 < results.size() ? "," : "");
         }
         std::fprintf(f, "  ]\n}\n");

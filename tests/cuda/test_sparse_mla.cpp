@@ -261,8 +261,9 @@ void run_case(const Case& c) {
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
     // The host plan for this n (splits), no split, an uneven split (5 splits of 7,7,7,7,4 chunks) through the combine
     // kernel, and splits merged in clusters: all of a token's splits in one cluster (16, 8, 2), and clusters whose
-    // partials the combine kernel merges (32 = 2 × 16, 8 = 4 × 2, 16 = 4 × 4).
-    std::vector<SparseMlaPlan> plans(9);
+    // partials the combine kernel merges (32 = 2 × 16, 8 = 4 × 2, 16 = 4 × 4); then value dims divided over two CTAs
+    // per split (through the combine, the uneven split, and without splits).
+    std::vector<SparseMlaPlan> plans(12);
     plans[0] = sparse_mla_plan(n_tok, h, topk, n_sm);
     plans[1].n_split = 1;
     plans[2].n_split = 5;
@@ -270,6 +271,10 @@ void run_case(const Case& c) {
     for (int k = 0; k < 6; ++k) {
         plans[3 + k].n_split = clustered[k][0];
         plans[3 + k].cluster = clustered[k][1];
+    }
+    for (int k : {32, 5, 1}) {
+        plans[k == 32 ? 9 : k == 5 ? 10 : 11].n_split = k;
+        plans[k == 32 ? 9 : k == 5 ? 10 : 11].v_split = 2;
     }
     EXPECT_GT(plans[0].n_split, 1);
     // Hopper holds 5 clusters of 16 of these CTAs at once; were it less, the clustered plans would quietly run smaller
@@ -303,9 +308,9 @@ void run_case(const Case& c) {
         if (n_tok > 4) {
             for (int k = 0; k < h * kDv; ++k) ASSERT_EQ(got[static_cast<size_t>(4) * h * kDv + k], 0.0f);
         }
-        std::printf("sparse_mla h=%d %s q×%g n_split=%d cluster=%d (ran %d): max abs err %.3e, max|ref| %.3e "
-                    "(rel %.2e)\n",
-                    h, c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", c.q_mul, plan.n_split, plan.cluster,
+        std::printf("sparse_mla h=%d %s q×%g n_split=%d cluster=%d v_split=%d (ran %d): max abs err %.3e, "
+                    "max|ref| %.3e (rel %.2e)\n",
+                    h, c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", c.q_mul, plan.n_split, plan.cluster, plan.v_split,
                     sparse_mla_launch_cluster(n_tok, h, plan), err, ref_max, err / ref_max);
         // P is rounded to bf16 (BF16 caches) or f16 (FP8) before the PV product. Measured on the H200 (2026-11-29,
         // bf16 P and q everywhere): 7.4e-4 .. 1.04e-3 of max|ref| over all cases and splits.
@@ -348,6 +353,12 @@ TEST(SparseMla, PlanFillsTheGpu) {
     EXPECT_EQ(sparse_mla_plan(16, 64, 2048, 132).n_split, 8);
     EXPECT_EQ(sparse_mla_plan(64, 64, 2048, 132).n_split, 2);
     EXPECT_EQ(sparse_mla_plan(128, 64, 2048, 132).n_split, 1);
+    // Value-dim splits only for split grids of at most a quarter of the SMs: batch 1 with 64 heads (32 splits).
+    EXPECT_EQ(sparse_mla_plan(1, 64, 2048, 132).v_split, 2);
+    EXPECT_EQ(sparse_mla_plan(2, 64, 2048, 132).v_split, 1);
+    EXPECT_EQ(sparse_mla_plan(1, 128, 2048, 132).v_split, 1);
+    EXPECT_EQ(sparse_mla_plan(16, 64, 2048, 132).v_split, 1);
+    EXPECT_EQ(sparse_mla_plan(64, 64, 2048, 132).v_split, 1);
     EXPECT_EQ(sparse_mla_plan(4096, 64, 2048, 132).n_split, 1);
     EXPECT_EQ(sparse_mla_scratch_bytes(128, 64, sparse_mla_plan(128, 64, 2048, 132)), 0u);
     EXPECT_FALSE(sparse_mla_supported(32, 2048));

@@ -3,8 +3,10 @@
 // token's selected slots s_j = slots[i, j] (−1 = unused, skipped); shapes q [n, n_head, 576] fp32,
 // cache BF16 [n_slots, 576] or FP8 [n_slots, 656 B], slots [n, topk] int32, out [n, n_head, 512] fp32.
 //
-// One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host); the grid
-// is 1-D with the split fastest (a thread-block cluster is consecutive splits of one token).
+// One CTA = one token × 64 heads × a contiguous range of 64-slot chunks (the split, planned on the host) × all 512
+// value dims, or half of them (plan.v_split 2: two CTAs share the split's rows, Q·Kᵀ and softmax, and each runs P·V
+// and the epilogue for its half; used at batch 1, where 32 splits fill a quarter of the SMs); the grid is 1-D with
+// the value half, then the split fastest (a thread-block cluster is consecutive splits of one token).
 // One sm_90a kernel, warp-specialised (three warpgroups and mbarriers; header above sparse_mla_ws_kernel), with Q
 // and two K tiles in shared memory: bf16 for BF16 caches; for FP8 caches f16 latent dims (e4m3 → f16 and the pow2
 // tile scale are exact, 2 instructions per 2 codes against 6 for bf16, which made the dequantisation the bound) and
@@ -392,7 +394,25 @@ __device__ __noinline__ void cluster_merge(const MergeArgs a, uint8_t* smem, int
     }
 }
 
-template <bool kFp8, bool kClustered>
+// O[64 heads, the warpgroup's value dims] += P · V over one 64-slot chunk: 4 k-steps of m64nNk16 (N = 256 / kVs:
+// half of the CTA's 512 / kVs dims), V read MN-major from the K tile at v_tile.
+template <bool kFp8, int kVs>
+__device__ __forceinline__ void pv_chunk(float (&o)[128 / kVs], uint32_t p_tile, uint32_t v_tile, uint32_t v_lbo,
+                                         uint32_t v_sbo) {
+#pragma unroll
+    for (int ks = 0; ks < kChunk / 16; ++ks) {
+        const uint64_t da = desc(p_tile + ks * 32, 16, 1024), db = desc(v_tile + ks * 16 * 128, v_lbo, v_sbo);
+        if constexpr (kVs == 1) {
+            if constexpr (kFp8) wgmma_m64n256_ss_tb_f16(o, da, db, 1);
+            else wgmma_m64n256_ss_tb(o, da, db, 1);
+        } else {
+            if constexpr (kFp8) wgmma_m64n128_ss_tb_f16(o, da, db, 1);
+            else wgmma_m64n128_ss_tb(o, da, db, 1);
+        }
+    }
+}
+
+template <bool kFp8, bool kClustered, int kVs>
 __global__ void __launch_bounds__(kWsThreads, 1)
     sparse_mla_ws_kernel(const SparseMlaRunParams p, int chunks_per_split, uint32_t v_lbo, uint32_t v_sbo,
                          const uint8_t* q_img, const float* q_inv) {
@@ -400,9 +420,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(smem);
     const int n_split = p.plan.n_split;
-    const int n_hg = p.n_head / kHeads;  // the splits vary fastest: a cluster is consecutive splits of one token
-    const int64_t i = blockIdx.x / (n_split * n_hg);
-    const int split = blockIdx.x % n_split, hg = (blockIdx.x / n_split) % n_hg;
+    static_assert(kVs == 1 || kVs == 2);
+    static_assert(kVs == 1 || !kClustered);
+    constexpr int kO = 128 / kVs;          // accumulator floats per consumer thread: m64nN, N = 256 / kVs
+    constexpr int kN = 256 / kVs;          // value dims per consumer warpgroup
+    constexpr int kW = kDv / kVs;          // value dims of this CTA: [v·kW, (v+1)·kW)
+    const int n_hg = p.n_head / kHeads;  // v, then the splits vary fastest: a cluster is consecutive splits of one token
+    const int v = kVs == 1 ? 0 : static_cast<int>(blockIdx.x % kVs);
+    const int cta = static_cast<int>(blockIdx.x / kVs);
+    const int64_t i = cta / (n_split * n_hg);
+    const int split = cta % n_split, hg = (cta / n_split) % n_hg;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wgi = warp >> 2, wi = warp & 3;
     const int g = lane >> 2, qd = lane & 3;
     const int n_chunks = p.topk / kChunk;
@@ -630,10 +657,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         mbar_wait(bar_q, 0);
     }
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    float o[128];
+    float o[kO];
     {
 #pragma unroll
-        for (int a = 0; a < 128; ++a) o[a] = 0.f;
+        for (int a = 0; a < kO; ++a) o[a] = 0.f;
         for (int c = c_begin; c < c_end; ++c) {
             const int it = c - c_begin, buf = it & 1;
             const uint32_t kt = sb + kK0 + buf * kTile;
@@ -705,7 +732,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 named_arrive(kBarPReady);
                 if (any) {
 #pragma unroll
-                    for (int j = 0; j < 32; ++j) {
+                    for (int j = 0; j < kO / 4; ++j) {
                         o[4 * j] *= alpha[0];
                         o[4 * j + 1] *= alpha[0];
                         o[4 * j + 2] *= alpha[1];
@@ -717,7 +744,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 if (any) {
                     const float a0 = salpha[row0], a1 = salpha[row1];
 #pragma unroll
-                    for (int j = 0; j < 32; ++j) {
+                    for (int j = 0; j < kO / 4; ++j) {
                         o[4 * j] *= a0;
                         o[4 * j + 1] *= a0;
                         o[4 * j + 2] *= a1;
@@ -728,14 +755,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             if (any) {
                 reg_fence(o);
                 wg_fence();
-#pragma unroll
-                for (int ks = 0; ks < kChunk / 16; ++ks)
-                    if constexpr (kFp8)
-                        wgmma_m64n256_ss_tb_f16(o, desc(sb + kP + ks * 32, 16, 1024),
-                                                desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
-                    else
-                        wgmma_m64n256_ss_tb(o, desc(sb + kP + ks * 32, 16, 1024),
-                                            desc(kt + wgi * 4 * kBlk + ks * 16 * 128, v_lbo, v_sbo), 1);
+                pv_chunk<kFp8, kVs>(o, sb + kP, kt + (v * (8 / kVs) + wgi * (4 / kVs)) * kBlk, v_lbo, v_sbo);
                 wg_commit();
                 wg_wait<0>();
                 reg_fence(o);
@@ -768,7 +788,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const int row = r ? row1 : row0;
             const float l = sl[row];
             const float inv = l > 0.f ? 1.f / l : 0.f;
-            if (n_split > 1 && wgi == 0 && qd == 0) {
+            if (n_split > 1 && wgi == 0 && qd == 0 && v == 0) {  // every v computes the same sum
                 const float lse = l > 0.f ? m_run[r] * scale_log2[r] + log2f(l) : -INFINITY;
                 if (p.plan.cluster > 1) {
                     reinterpret_cast<float*>(smem + kWsLse)[row] = lse;
@@ -778,18 +798,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     lse_out[(i * n_split + split) * p.n_head + h] = lse;
                 }
             }
+            // Columns of the CTA's kW value dims.
             if (half_partial) {
                 __half* soh = reinterpret_cast<__half*>(smem);  // [64 heads][kOutStrideH] f16
 #pragma unroll
-                for (int j = 0; j < 32; ++j) {
-                    const int col = 256 * wgi + 8 * j + 2 * qd;
+                for (int j = 0; j < kO / 4; ++j) {
+                    const int col = kN * wgi + 8 * j + 2 * qd;
                     *reinterpret_cast<__half2*>(soh + row * kOutStrideH + col) =
                         __floats2half2_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < 32; ++j) {
-                    const int col = 256 * wgi + 8 * j + 2 * qd;
+                for (int j = 0; j < kO / 4; ++j) {
+                    const int col = kN * wgi + 8 * j + 2 * qd;
                     *reinterpret_cast<float2*>(so + row * kOutStride + col) =
                         make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
                 }
@@ -806,12 +827,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     named_sync(kBarEpilogue);
     if (t < kHeads) {
         const int64_t h = static_cast<int64_t>(hg) * kHeads + t, row = (i * n_split + split) * p.n_head + h;
+        const int col0 = v * kW;
         if (half_partial)
-            bulk_store(static_cast<__half*>(p.scratch) + row * kDv,
-                       smem_u32(reinterpret_cast<__half*>(smem) + t * kOutStrideH), kDv * 2);
+            bulk_store(static_cast<__half*>(p.scratch) + row * kDv + col0,
+                       smem_u32(reinterpret_cast<__half*>(smem) + t * kOutStrideH), kW * 2);
         else
-            bulk_store(n_split == 1 ? p.out + (i * p.n_head + h) * kDv : static_cast<float*>(p.scratch) + row * kDv,
-                       smem_u32(reinterpret_cast<float*>(smem) + t * kOutStride), kDv * 4);
+            bulk_store((n_split == 1 ? p.out + (i * p.n_head + h) * kDv : static_cast<float*>(p.scratch) + row * kDv) +
+                           col0,
+                       smem_u32(reinterpret_cast<float*>(smem) + t * kOutStride), kW * 4);
     }
 }
 }  // namespace wg
@@ -926,8 +949,9 @@ __global__ void __launch_bounds__(64) sparse_mla_combine_kernel(const SparseMlaR
 bool registers_as_planned() {
     static const bool ok = [] {
         cudaFuncAttributes a{};
-        for (auto kern : {wg::sparse_mla_ws_kernel<true, false>, wg::sparse_mla_ws_kernel<false, false>,
-                          wg::sparse_mla_ws_kernel<true, true>, wg::sparse_mla_ws_kernel<false, true>})
+        for (auto kern : {wg::sparse_mla_ws_kernel<true, false, 1>, wg::sparse_mla_ws_kernel<false, false, 1>,
+                          wg::sparse_mla_ws_kernel<true, true, 1>, wg::sparse_mla_ws_kernel<false, true, 1>,
+                          wg::sparse_mla_ws_kernel<true, false, 2>, wg::sparse_mla_ws_kernel<false, false, 2>})
             if (cudaFuncGetAttributes(&a, kern) != cudaSuccess || a.numRegs != 168) return false;
         return true;
     }();
@@ -954,8 +978,9 @@ cudaError_t launch_kernel(void (*kern)(KArgs...), dim3 grid, int threads, size_t
 cudaError_t configure_for_device() {
     return per_device_once([] {
         cudaError_t e = cudaSuccess;
-        for (auto kern : {wg::sparse_mla_ws_kernel<true, false>, wg::sparse_mla_ws_kernel<false, false>,
-                          wg::sparse_mla_ws_kernel<true, true>, wg::sparse_mla_ws_kernel<false, true>}) {
+        for (auto kern : {wg::sparse_mla_ws_kernel<true, false, 1>, wg::sparse_mla_ws_kernel<false, false, 1>,
+                          wg::sparse_mla_ws_kernel<true, true, 1>, wg::sparse_mla_ws_kernel<false, true, 1>,
+                          wg::sparse_mla_ws_kernel<true, false, 2>, wg::sparse_mla_ws_kernel<false, false, 2>}) {
             if (e == cudaSuccess)
                 e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::kWsSmem);
             if (e == cudaSuccess) e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -985,7 +1010,7 @@ int max_active_clusters(int c) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, wg::sparse_mla_ws_kernel<true, true>, &cfg) != cudaSuccess) n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, wg::sparse_mla_ws_kernel<true, true, 1>, &cfg) != cudaSuccess) n = 0;
     (void)cudaGetLastError();
     cached[dev][k].store(n + 1, std::memory_order_release);
     return n;
@@ -1039,16 +1064,19 @@ cudaError_t launch_ws(const SparseMlaRunParams& p, unsigned grid, int cps, const
     // The merge lives in its own instantiation: its call cost the other one 4% (FP8) and 10% (BF16) at b128 and in
     // prefill (register allocation around the call; A/B in bench/results/cuda-h200-2026-11-30-sparse_mla-ab.txt).
     if (p.plan.cluster > 1)
-        return cudaLaunchKernelEx(&cfg, wg::sparse_mla_ws_kernel<kFp8, true>, p, cps, lbo, sbo, q_img, q_inv);
-    return cudaLaunchKernelEx(&cfg, wg::sparse_mla_ws_kernel<kFp8, false>, p, cps, lbo, sbo, q_img, q_inv);
+        return cudaLaunchKernelEx(&cfg, wg::sparse_mla_ws_kernel<kFp8, true, 1>, p, cps, lbo, sbo, q_img, q_inv);
+    if (p.plan.v_split == 2)
+        return cudaLaunchKernelEx(&cfg, wg::sparse_mla_ws_kernel<kFp8, false, 2>, p, cps, lbo, sbo, q_img, q_inv);
+    return cudaLaunchKernelEx(&cfg, wg::sparse_mla_ws_kernel<kFp8, false, 1>, p, cps, lbo, sbo, q_img, q_inv);
 }
 
 // p.plan.cluster is the effective cluster size here (launch_sparse_mla reduced it to the device's).
 cudaError_t launch_main(const SparseMlaRunParams& p, cudaStream_t stream) {
     const int n_chunks = p.topk / kChunk;
     const int cps = (n_chunks + p.plan.n_split - 1) / p.plan.n_split;
-    // One CTA per (token, 64-head group, split), the split fastest (a cluster is consecutive CTAs).
-    const unsigned grid = static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads));
+    // One CTA per (token, 64-head group, split, value slice), the slice then the split fastest (a cluster is
+    // consecutive CTAs).
+    const unsigned grid = static_cast<unsigned>(p.n * p.plan.n_split * (p.n_head / kHeads) * p.plan.v_split);
     if (!registers_as_planned()) return cudaErrorInvalidConfiguration;
     const bool fp8 = p.format == MlaCacheFormat::FP8;
     // One split: the kernel converts its Q itself, and is launched plainly (PDL behind whatever kernel came before,
@@ -1095,6 +1123,10 @@ SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm) {
     const int cps = (n_chunks + want - 1) / want;
     plan.n_split = (n_chunks + cps - 1) / cps;  // no empty splits
     if (plan.n_split % 2 == 0 && plan.n_split <= kPlanMaxSplitClustered) plan.cluster = 2;
+    // A split grid filling at most a quarter of the SMs (batch 1, 64 heads: 32 CTAs) divides the value dims over two
+    // CTAs per split. Measured (session 21, FP8, bench_sparse_mla "vsplit" rows): b1 h 64 12.4 → 11.8-11.9 µs with
+    // 2, 13.4 with 4; grids of 64 CTAs slower with 2 (b2 h 64 13.0 → 14.1, b1 h 128 12.8 → 13.9).
+    if (plan.cluster == 1 && base * plan.n_split * 4 <= n_sm) plan.v_split = 2;
     return plan;
 }
 
@@ -1114,6 +1146,8 @@ cudaError_t launch_sparse_mla(const SparseMlaRunParams& p, cudaStream_t stream) 
     if (p.n == 0) return cudaSuccess;
     const int c = p.plan.cluster;
     if (c < 1 || c > 16 || (c & (c - 1)) != 0 || p.plan.n_split % c != 0) return cudaErrorInvalidValue;
+    const int vs = p.plan.v_split;
+    if ((vs != 1 && vs != 2) || (vs > 1 && c > 1)) return cudaErrorInvalidValue;
     const cudaError_t cfg_err = configure_for_device();
     if (cfg_err != cudaSuccess) return cfg_err;
     SparseMlaRunParams q = p;

@@ -26,6 +26,10 @@ struct SparseMlaPlan {
     // distributed shared memory, so only n_split / cluster partials per (token, head group) go through scratch and
     // the combine kernel (none when cluster == n_split). Reduced at launch to what the device can schedule.
     int cluster = 1;
+    // CTAs per split that each produce 512 / v_split of the value dims (1 or 2; only with cluster == 1): they
+    // share the split's slots, Q·Kᵀ and softmax (each computes them) and divide P·V and the epilogue, so a batch
+    // that fills few SMs with splits (batch 1: 32 CTAs) spreads its per-CTA epilogue over more of them.
+    int v_split = 1;
 };
 
 struct SparseMlaRunParams {
