@@ -23,7 +23,8 @@
 // c+1 as soon as its tile is freed, during chunk c's dequantisation, measured slower (b128 112–119 µs), and so did a
 // fetch warp beside three dequantising warps (157 µs) and WG1 issuing (116 µs);
 // rows loaded into registers instead of staged measured slower (b128 137 µs; global loads land through L1, of which
-// the full shared-memory carve-out leaves ~28 KB).
+// the full shared-memory carve-out leaves ~28 KB). Session 21: batch 1 with v_split 2 (12.4 → 11.9 µs); partials
+// stored from the accumulators by st.global (b1 15.2 µs) or staged by stmatrix (no gain) measured worse.
 // Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
 // masked to −inf and chunks with no valid slot are skipped.
 // One split (n_split = 1): the CTA converts its Q itself, and writes the normalised [64 heads × 512] fp32 rows,
