@@ -318,6 +318,22 @@ __device__ __forceinline__ bool work_item(const IndexerLogitsParams& p, int page
     return np > 0;
 }
 
+// The work item of a decode row (one row per sequence and per group, as the kHist launch requires) from the step's
+// inputs alone, without the plan: what work_item reads from the plan the query quantisation writes (row r_a's own
+// group, its table offset and position), so the kernel can find its pages before that kernel completes.
+__device__ __forceinline__ bool decode_work_item(const IndexerLogitsParams& p, int pages_per_item, int& r_a, int& r_b,
+                                                 int& toff, int& page0, int& np) {
+    const int g_idx = static_cast<int>(blockIdx.y);
+    if (g_idx >= static_cast<int>(p.row_end - p.row_begin)) return false;
+    r_a = static_cast<int>(p.row_begin) + g_idx;
+    r_b = r_a + 1;
+    toff = p.table_offset[p.seq[r_a]];
+    const int n_pages = p.pos[r_a] / kBlock + 1;
+    page0 = static_cast<int>(blockIdx.x) * pages_per_item;
+    np = min(page0 + pages_per_item, n_pages) - page0;
+    return np > 0;
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "backend/cuda/indexer_logits_wgmma.inc"
 
@@ -352,18 +368,46 @@ __global__ void __launch_bounds__(kWgThreads)
     int* s_tab = reinterpret_cast<int*>(sm + C::kTab);
     int* s_pos = reinterpret_cast<int*>(sm + C::kPos);
 
-    // Programmatic dependent launch: wait for the producers of q8 / plan / pool, let the next kernel's CTAs in.
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-
-    int r_a, r_b, toff, page0, np;
-    if (!work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
-
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
-    if constexpr (kHist)
+    auto issue = [&](int i) {  // page i of the item → ring stage i % kStages
+        const int stage = i % kStages;
+        const uint8_t* src = p.pool + static_cast<int64_t>(s_tab[i]) * kBlockBytes;
+        for (int c = tid; c < kBlockBytes / 16; c += kWgThreads) {
+            uint32_t dst;
+            if (c < kPageKeys / 16) {
+                const int r = c >> 3, k = c & 7;
+                dst = sb + C::kKeys + stage * kPageKeys + r * 128 + ((k ^ (r & 7)) << 4);
+            } else {
+                dst = sb + C::kScales + stage * kBlock * 4 + (c - kPageKeys / 16) * 16;
+            }
+            cp_async16(dst, src + c * 16);
+        }
+    };
+    // Programmatic dependent launch: let the next kernel's CTAs in; wait for the producers of q8 / plan / pool.
+    // Decode (kHist): what the kernel reads before the wait (positions, tables, the pool's pages) is written before
+    // the last plainly launched kernel of the stream, which has therefore completed: indexer_topk.cu launches the
+    // query quantisation plainly, after the indexer cache write, right before this grid. The item's first
+    // kStages − 1 pages go in flight while the quantisation runs; only q8, the weights and the plan wait for it.
+    // (Their cp.async groups then precede q's, hence the full wait before page 0 below.)
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    int r_a, r_b, toff, page0, np;
+    if constexpr (kHist) {
+        if (!decode_work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
+        for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
         for (int b = tid; b < kHistBins; b += kWgThreads) s_hist[b] = 0;  // visible after the staging barrier
+        __syncthreads();  // s_tab
+#pragma unroll
+        for (int i = 0; i < kStages - 1; ++i) {
+            if (i < np) issue(i);
+            cp_async_commit();
+        }
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    } else {
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");
+        if (!work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
+        for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
+    }
     const int key0 = 16 * warp + g, key1 = key0 + 8;
 
     for (int qc = r_a; qc < r_b; qc += C::kCap) {
@@ -382,27 +426,18 @@ __global__ void __launch_bounds__(kWgThreads)
         if (tid < nq) s_pos[tid] = p.pos[qc + tid];
         __syncthreads();  // s_tab (and, for a later chunk, the end of the previous chunk's reads)
 
-        auto issue = [&](int i) {  // page i of the item → ring stage i % kStages
-            const int stage = i % kStages;
-            const uint8_t* src = p.pool + static_cast<int64_t>(s_tab[i]) * kBlockBytes;
-            for (int c = tid; c < kBlockBytes / 16; c += kWgThreads) {
-                uint32_t dst;
-                if (c < kPageKeys / 16) {
-                    const int r = c >> 3, k = c & 7;
-                    dst = sb + C::kKeys + stage * kPageKeys + r * 128 + ((k ^ (r & 7)) << 4);
-                } else {
-                    dst = sb + C::kScales + stage * kBlock * 4 + (c - kPageKeys / 16) * 16;
-                }
-                cp_async16(dst, src + c * 16);
-            }
-        };
+        if (!kHist) {  // (kHist: issued before the wait; one chunk, as a decode row is one query)
 #pragma unroll
-        for (int i = 0; i < kStages - 1; ++i) {
-            if (i < np) issue(i);
-            cp_async_commit();
+            for (int i = 0; i < kStages - 1; ++i) {
+                if (i < np) issue(i);
+                cp_async_commit();
+            }
         }
         for (int i = 0; i < np; ++i) {
-            cp_async_wait<kStages - 2>();  // this thread's copies of q (group 0) and pages ≤ i have landed
+            if (kHist && i == 0)
+                cp_async_wait<0>();  // q's group came after the first pages'
+            else
+                cp_async_wait<kStages - 2>();  // this thread's copies of q and of pages ≤ i have landed
             proxy_fence();                 // make them (and the zero rows) visible to the async proxy (wgmma)
             __syncthreads();               // everyone's copies; every warp is done with page i − 1's stage
             if (i + kStages - 1 < np) issue(i + kStages - 1);
