@@ -9,6 +9,10 @@
 // pools hold random valid FP8 rows (kv_fill.h). Each replay starts from a cold L2 (a 128 MB memset between
 // replays, outside the timed region), so the keys and rows come from HBM. Events around each replay, median.
 //
+// Two more steps time the attention's other per-head work at batch 1 around it, through the same ops: the query
+// absorption (q_nope · W_UK per head, mla_absorb_q) and the value expansion (W_UV · latent per head, mla_expand_v)
+// over an FP8 kv_b of GLM-5.2's shape (64 heads × (192 + 256) rows × 512, as the FP8 checkpoints store it).
+//
 //   bench_layer [--contexts 131072,1048575] [--reps 200] [--json PATH]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -28,6 +32,7 @@
 #include "backend/cuda/topk.h"
 #include "bench_util.h"
 #include "kv/kv_format.h"
+#include "model/weight.h"
 
 using namespace megactx;
 
@@ -35,6 +40,7 @@ namespace {
 
 // GLM-5.2's attention geometry (model-spec §1.1).
 constexpr int64_t kHeads = 64, kRank = 512, kRope = 64, kIdxHeads = 32, kIdxDim = 128, kTopk = 2048, kBlock = 64;
+constexpr int64_t kNope = 192, kVHead = 256;  // qk_nope_head_dim, v_head_dim
 constexpr float kTheta = 1e6f;
 
 #define CK(expr)                                                                   \
@@ -97,6 +103,22 @@ int main(int argc, char** argv) {
         Tensor slots_out = ops.alloc(DType::I32, {1, kTopk});
         Tensor lat_out = ops.alloc(DType::F32, {1, kHeads, kRank});
         const std::vector<float> norm_w(kRank, 1.0f), ln_w(kIdxDim, 1.0f), ln_b(kIdxDim, 0.0f);
+        // kv_b [64 · (192 + 256), 512] in FP8 with 128 × 128 block scales: random finite e4m3 codes.
+        std::vector<uint8_t> kv_b_codes(static_cast<size_t>(kHeads * (kNope + kVHead) * kRank));
+        for (uint8_t& b : kv_b_codes) {
+            const uint8_t c = static_cast<uint8_t>(rng());
+            b = (c & 0x7f) >= 0x7e ? static_cast<uint8_t>(c & 0xbf) : c;  // no NaN codes (0x7f, 0xff)
+        }
+        Weight kv_b;
+        kv_b.name = "kv_b";
+        kv_b.dtype = DType::F8_E4M3;
+        kv_b.rows = kHeads * (kNope + kVHead);
+        kv_b.cols = kRank;
+        kv_b.data = kv_b_codes.data();
+        kv_b.scale_inv.assign(static_cast<size_t>((kv_b.rows / 128) * (kv_b.cols / 128)), 1e-3f);
+        Tensor q_heads = random_f32(ops, {1, kHeads, kNope + kRope}, rng, 1.0f);  // [1, 64, 256] per-head query
+        Tensor q_abs = ops.alloc(DType::F32, {1, kHeads, kRank + kRope});
+        Tensor o_heads = ops.alloc(DType::F32, {1, kHeads * kVHead});
         std::vector<int32_t> table(static_cast<size_t>(n_blocks));
         for (int64_t b = 0; b < n_blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
         const Tensor tables = ops.upload_i32(table);
@@ -171,6 +193,11 @@ int main(int argc, char** argv) {
                 {"  cache writes", cache_writes, 0.0},
                 {"  indexer scores + top-2048", [&] { ops.indexer_topk(ip); }, idx_bytes},
                 {"  sparse MLA", [&] { ops.sparse_mla(sp); }, mla_bytes},
+                // floors: the FP8 bytes of W_UK / W_UV (what an FP8 kernel would read)
+                {"  q absorb (W_UK, 64 heads)", [&] { ops.mla_absorb_q(q_heads, kv_b, kNope, kVHead, q_abs); },
+                 static_cast<double>(kHeads * kNope * kRank)},
+                {"  v expand (W_UV, 64 heads)", [&] { ops.mla_expand_v(lat_out, kv_b, kNope, kVHead, o_heads); },
+                 static_cast<double>(kHeads * kVHead * kRank)},
             };
             for (const Step& s : steps) {
                 for (int i = 0; i < 3; ++i) s.run();  // warm-up: uploads, kernel attributes, allocator free lists

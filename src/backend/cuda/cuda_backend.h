@@ -33,6 +33,10 @@ struct CudaOptions {
     // picked on the device from the step's distinct experts (a conditional graph node); else grouped (moe_plan.h).
     // N > 0: grouped from N tokens on; above 32 the grouped path is off. MEGACTX_MOE_FP8_MIN_TOKENS.
     int moe_fp8_min_tokens = 0;
+    // The absorbed MLA's per-head products (q · W_UK, W_UV · latent) of at most this many tokens (0..16) read kv_b
+    // as stored, FP8 or BF16, with fp32 activations (mla_heads.h); more tokens, or 0, take cuBLAS's batched GEMM
+    // over a bf16 copy with bf16 activations. MEGACTX_MLA_HEADS_MAX_TOKENS.
+    int mla_heads_max_tokens = 16;
 };
 
 struct CudaMemoryStats {

@@ -16,6 +16,7 @@
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/kv_write.h"
 #include "backend/cuda/latent_cache.h"
+#include "backend/cuda/mla_heads.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_fp8.h"
 #include "backend/cuda/moe_plan.h"
@@ -206,6 +207,9 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     MEGACTX_CHECK(options_.fp8_gemm_small_max_rows >= 0 && options_.fp8_gemm_small_max_rows <= kFp8GemmSmallMaxRows,
                   "fp8_gemm_small_max_rows must be 0..{} (got {})", kFp8GemmSmallMaxRows,
                   options_.fp8_gemm_small_max_rows);
+    if (const char* t = std::getenv("MEGACTX_MLA_HEADS_MAX_TOKENS")) options_.mla_heads_max_tokens = std::atoi(t);
+    MEGACTX_CHECK(options_.mla_heads_max_tokens >= 0 && options_.mla_heads_max_tokens <= kMlaHeadsMaxTokens,
+                  "mla_heads_max_tokens must be 0..{} (got {})", kMlaHeadsMaxTokens, options_.mla_heads_max_tokens);
     const char* sync = std::getenv("MEGACTX_CUDA_SYNC");
     sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
 }
@@ -918,9 +922,36 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     after_op("indexer_topk");
 }
 
+// Decode (a few tokens): kv_b read as stored, FP8 or BF16 (mla_heads.h); else cuBLAS's batched GEMM over its bf16
+// (or fp32) copy.
+bool CudaOps::mla_heads(const Tensor& x, DeviceWeight& dw, int64_t d_nope, int64_t d_v, Tensor& y, bool absorb) {
+    if (!fast_ || x.dim(0) > options_.mla_heads_max_tokens || dw.block != 128 ||
+        (dw.dtype != DType::F8_E4M3 && dw.dtype != DType::BF16))
+        return false;
+    MlaHeadsParams m;
+    m.x = x.f32();
+    m.w = dw.data.data;
+    m.fp8 = dw.dtype == DType::F8_E4M3;
+    m.scales = m.fp8 ? dw.scales.f32() : nullptr;
+    m.y = y.f32();
+    m.n = x.dim(0);
+    m.n_head = x.dim(1);
+    m.d_nope = d_nope;
+    m.d_v = d_v;
+    m.r = dw.cols;
+    m.d_qk = absorb ? x.dim(2) : d_nope;
+    if (!mla_heads_supported(m) || dw.rows != m.n_head * (d_nope + d_v)) return false;
+    MEGACTX_CUDA_CHECK(absorb ? launch_mla_absorb(m, stream_) : launch_mla_expand(m, stream_));
+    return true;
+}
+
 void CudaOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) {
     const int64_t n = q.dim(0), n_head = q.dim(1), d_qk = q.dim(2), r = kv_b.cols, d_out = q_out.dim(2);
     DeviceWeight& dw = weight(kv_b);
+    if (d_out == r + d_qk - d_nope && mla_heads(q, dw, d_nope, d_v, q_out, true)) {
+        after_op("mla_absorb_q");
+        return;
+    }
     const Tensor& wt = gemm_operand(dw);
     const bool bf16 = wt.dtype == DType::BF16;
     Tensor qb;
@@ -1021,6 +1052,10 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
 void CudaOps::mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) {
     const int64_t n = lat.dim(0), n_head = lat.dim(1), r = lat.dim(2);
     DeviceWeight& dw = weight(kv_b);
+    if (r == kv_b.cols && mla_heads(lat, dw, d_nope, d_v, out, false)) {
+        after_op("mla_expand_v");
+        return;
+    }
     const Tensor& wt = gemm_operand(dw);
     const bool bf16 = wt.dtype == DType::BF16;
     Tensor lb;

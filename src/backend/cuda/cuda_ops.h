@@ -156,6 +156,8 @@ class CudaOps final : public Ops {
     const ExpertTable& expert_table(const std::vector<MlpWeights>& experts);
     // The weight as a GEMM operand: fp32 or bf16 data (FP8: its bf16 copy, made on first use).
     const Tensor& gemm_operand(DeviceWeight& dw);
+    // The absorb / expand products over kv_b as stored (mla_heads.h) when the shapes and dtype allow; false: not run.
+    bool mla_heads(const Tensor& x, DeviceWeight& dw, int64_t d_nope, int64_t d_v, Tensor& y, bool absorb);
     // The weight as fp32 (an fp32 copy of bf16 / FP8 weights, made once).
     const Tensor& f32_operand(DeviceWeight& dw);
     // y = x · Wᵀ in fp32 whatever the weight's dtype (an fp32 copy is made once): the MoE router, whose choices
