@@ -396,7 +396,8 @@ __global__ void __launch_bounds__(kWgThreads)
         if (!decode_work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
         for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
         for (int b = tid; b < kHistBins; b += kWgThreads) s_hist[b] = 0;  // visible after the staging barrier
-        __syncthreads();  // s_tab
+        // s_tab is read by every thread's copies
+        __syncthreads();
 #pragma unroll
         for (int i = 0; i < kStages - 1; ++i) {
             if (i < np) issue(i);
@@ -438,8 +439,8 @@ __global__ void __launch_bounds__(kWgThreads)
                 cp_async_wait<0>();  // q's group came after the first pages'
             else
                 cp_async_wait<kStages - 2>();  // this thread's copies of q and of pages ≤ i have landed
-            proxy_fence();                 // make them (and the zero rows) visible to the async proxy (wgmma)
-            __syncthreads();               // everyone's copies; every warp is done with page i − 1's stage
+            proxy_fence();                     // make them (and the zero rows) visible to the async proxy (wgmma)
+            __syncthreads();                   // everyone's copies; every warp is done with page i − 1's stage
             if (i + kStages - 1 < np) issue(i + kStages - 1);
             cp_async_commit();
 
