@@ -198,42 +198,37 @@ bool mla_heads_supported(const MlaHeadsParams& p) {
            p.d_nope % 8 == 0 && p.d_v % 8 == 0 && p.d_qk >= p.d_nope;
 }
 
-cudaError_t launch_mla_absorb(const MlaHeadsParams& p, cudaStream_t stream) {
+namespace {
+// One launch at batch 1 (kTok 1), else passes of kMaxTok tokens; Kernel<kFp8, kTok> picks the instantiation.
+template <template <bool, int> class Kernel>
+cudaError_t launch_passes(const MlaHeadsParams& p, dim3 grid, cudaStream_t stream) {
     if (!mla_heads_supported(p)) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>(p.n_head), kR / kCols);
     if (p.n == 1) {
-        if (p.fp8)
-            mla_absorb_kernel<true, 1><<<grid, kThreads, 0, stream>>>(p, 0);
-        else
-            mla_absorb_kernel<false, 1><<<grid, kThreads, 0, stream>>>(p, 0);
+        (p.fp8 ? Kernel<true, 1>::fn : Kernel<false, 1>::fn)<<<grid, kThreads, 0, stream>>>(p, 0);
         return cudaGetLastError();
     }
-    for (int64_t t0 = 0; t0 < p.n; t0 += kMaxTok) {
-        if (p.fp8)
-            mla_absorb_kernel<true, kMaxTok><<<grid, kThreads, 0, stream>>>(p, static_cast<int>(t0));
-        else
-            mla_absorb_kernel<false, kMaxTok><<<grid, kThreads, 0, stream>>>(p, static_cast<int>(t0));
-    }
+    for (int64_t t0 = 0; t0 < p.n; t0 += kMaxTok)
+        (p.fp8 ? Kernel<true, kMaxTok>::fn : Kernel<false, kMaxTok>::fn)<<<grid, kThreads, 0, stream>>>(
+            p, static_cast<int>(t0));
     return cudaGetLastError();
+}
+template <bool kFp8, int kTok>
+struct Absorb {
+    static constexpr auto fn = mla_absorb_kernel<kFp8, kTok>;
+};
+template <bool kFp8, int kTok>
+struct Expand {
+    static constexpr auto fn = mla_expand_kernel<kFp8, kTok>;
+};
+}  // namespace
+
+cudaError_t launch_mla_absorb(const MlaHeadsParams& p, cudaStream_t stream) {
+    return launch_passes<Absorb>(p, dim3(static_cast<unsigned>(p.n_head), kR / kCols), stream);
 }
 
 cudaError_t launch_mla_expand(const MlaHeadsParams& p, cudaStream_t stream) {
-    if (!mla_heads_supported(p)) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>(p.n_head), static_cast<unsigned>((p.d_v + kExpandRows - 1) / kExpandRows));
-    if (p.n == 1) {
-        if (p.fp8)
-            mla_expand_kernel<true, 1><<<grid, kThreads, 0, stream>>>(p, 0);
-        else
-            mla_expand_kernel<false, 1><<<grid, kThreads, 0, stream>>>(p, 0);
-        return cudaGetLastError();
-    }
-    for (int64_t t0 = 0; t0 < p.n; t0 += kMaxTok) {
-        if (p.fp8)
-            mla_expand_kernel<true, kMaxTok><<<grid, kThreads, 0, stream>>>(p, static_cast<int>(t0));
-        else
-            mla_expand_kernel<false, kMaxTok><<<grid, kThreads, 0, stream>>>(p, static_cast<int>(t0));
-    }
-    return cudaGetLastError();
+    const auto row_blocks = static_cast<unsigned>((p.d_v + kExpandRows - 1) / kExpandRows);
+    return launch_passes<Expand>(p, dim3(static_cast<unsigned>(p.n_head), row_blocks), stream);
 }
 
 }  // namespace megactx::cuda
