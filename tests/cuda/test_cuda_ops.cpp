@@ -358,9 +358,11 @@ TEST_F(CudaOpsTest, AbsorbAndExpand) {
         MlaGeom g;
         int64_t n;
     };
-    const MlaGeom small{32, 16, 4, 24, 32}, mid{512, 64, 16, 128, 128}, glm52{512, 64, 64, 192, 256};
+    // odd: d_nope 40 and d_v 72 leave the heads kernels' slices and warps partly empty (rows of 32 slices, CTAs of 64)
+    const MlaGeom small{32, 16, 4, 24, 32}, mid{512, 64, 16, 128, 128}, glm52{512, 64, 64, 192, 256},
+        odd{512, 3, 8, 40, 72};
     for (const Case cs : {Case{small, 5}, Case{mid, 5}, Case{mid, 1}, Case{mid, 16}, Case{mid, 17}, Case{glm52, 1},
-                          Case{glm52, 6}}) {
+                          Case{glm52, 6}, Case{odd, 1}, Case{odd, 3}}) {
         const MlaGeom g = cs.g;
         for (DType t : {DType::F32, DType::BF16, DType::F8_E4M3}) {
             const int64_t n = cs.n, d_qk = g.d_nope + g.rope;

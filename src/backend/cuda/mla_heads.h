@@ -9,7 +9,8 @@
 //   expand:  y[t, h·d_v + v] = Σ_{c < r} W[h·(d_nope + d_v) + d_nope + v, c] · x[t, h, c]
 //            x [n, n_head, r], y [n, n_head · d_v]
 // Decode at batch 1 reads W_UK and W_UV once (GLM-5.2: 6.3 + 8.4 MB in FP8); cuBLAS's batched GEMM over the bf16
-// copy took 13.0 and 12.4 µs for them (bench_layer, H200); these kernels 8.4 and 10.7. Supported: r = 512,
+// copy took 13.0 and 12.4 µs for them (bench_layer, H200); these kernels 7.7 and 7.7 (8.4 and 10.7 with one CTA per
+// SM, whose warps each reduced 16 rows by 80 dependent shuffles). Supported: r = 512,
 // n ≤ kMlaHeadsMaxTokens, d_nope ≤ 256, d_nope and d_v multiples of 8; one pass at batch 1, else four tokens per pass.
 #pragma once
 
