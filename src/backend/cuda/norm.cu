@@ -25,7 +25,7 @@ __global__ void rms_norm_kernel(const float* x, const float* delta, float* x_out
             v += delta[blockIdx.x * d + j];
             x_out[blockIdx.x * d + j] = v;  // each thread re-reads only what it wrote
         }
-        ss += v * v;
+        ss = fmaf(v, v, ss);
     }
     ss = block_reduce<false>(ss, red);
     const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
@@ -56,7 +56,12 @@ __global__ void __launch_bounds__(kVecThreads) rms_norm_vec_kernel(const float4*
                 x_out[row + j] = v[u];
             }
         }
-        ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+        // Explicit FMAs: the fused (kAdd) and plain instantiations must round alike, whatever nvcc contracts. A change
+        // elsewhere in this kernel once made them differ (CudaOpsTest.AddRmsNorm compares them bit for bit).
+        ss = fmaf(v[u].x, v[u].x, ss);
+        ss = fmaf(v[u].y, v[u].y, ss);
+        ss = fmaf(v[u].z, v[u].z, ss);
+        ss = fmaf(v[u].w, v[u].w, ss);
     }
     ss = block_reduce<false>(ss, red);
     const float r = 1.0f / sqrtf(ss / static_cast<float>(4 * d4) + eps);
