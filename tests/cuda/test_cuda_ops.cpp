@@ -156,7 +156,9 @@ TEST_F(CudaOpsTest, Norms) {
 // The pre-norm residual step: against the CPU (x after the add, and y), and bitwise against the CUDA add followed by
 // the CUDA rms_norm (the fused kernel must not change a value). d = 100 takes the scalar kernel.
 TEST_F(CudaOpsTest, AddRmsNorm) {
-    for (auto [n, d] : std::vector<std::pair<int64_t, int64_t>>{{1, 6144}, {7, 576}, {33, 512}, {3, 100}}) {
+    // 12288: six float4s per thread (the V = 8 kernel); 70 rows of 2052
+    for (auto [n, d] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 6144}, {7, 576}, {33, 512}, {3, 100}, {2, 12288}, {70, 2052}}) {
         const auto x = randv(n * d), delta = randv(n * d);
         auto& w = keep(randv(d));
         std::vector<float> xs[3], ys[3];
