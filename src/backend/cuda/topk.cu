@@ -643,6 +643,14 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
     __shared__ int32_t s_ids[kLocalCap];
     __shared__ int s_n, s_base;
     __shared__ uint32_t s_stash[kStash][kFilterThreads];  // a thread's column: keys of its flagged items
+    // stash[q]: the thread's q-th entry, from a base pointer computed once. Indexing s_stash[q][threadIdx.x] in the
+    // loop instead looks the same but made the filter 72 -> 76.5 us at 64 x 1M (session 22, bench/results
+    // ...-3b48524-topk-stash-index-ab.txt).
+    uint32_t* const stash_base = &s_stash[0][threadIdx.x];
+    struct Stash {
+        uint32_t* p;
+        __device__ uint32_t& operator[](int q) const { return p[q * kFilterThreads]; }
+    } const stash{stash_base};
     pdl_wait();
 #pragma unroll 1
     for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
@@ -712,7 +720,7 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
                             for (int e = 0; e < 4; ++e)
                                 if (kx[e] > thr || (kx[e] == thr && !eq_full)) {
                                     mask |= 1u << (4 * u + e);
-                                    if (n_flag < kStash) s_stash[n_flag][threadIdx.x] = kx[e];
+                                    if (n_flag < kStash) stash[n_flag] = kx[e];
                                     ++n_flag;
                                 }
                         }
@@ -726,7 +734,7 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
                         if (b >= 0) {
                             const int i = i0 + (b >> 2) * kFilterThreads + static_cast<int>(threadIdx.x);
                             idx = 4 * i + (b & 3);
-                            key = taken < kStash ? s_stash[taken][threadIdx.x] : float_key(row[idx]);
+                            key = taken < kStash ? stash[taken] : float_key(row[idx]);
                             ++taken;
                         }
                         append(b >= 0, key, idx);
