@@ -72,6 +72,14 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& para
                       c.vocab_size);
     }
     params.sampling.validate();
+    for (const auto& [token, bias] : params.sampling.logit_bias) {
+        MEGACTX_CHECK(token < c.vocab_size, "logit_bias: token id {} is out of range (vocabulary size {})", token,
+                      c.vocab_size);
+    }
+    for (int32_t t : params.stop_token_ids) {
+        MEGACTX_CHECK(t >= 0 && t < c.vocab_size, "stop_token_ids: {} is out of range (vocabulary size {})", t,
+                      c.vocab_size);
+    }
     MEGACTX_CHECK(params.max_tokens >= 1, "max_tokens must be at least 1, got {}", params.max_tokens);
     const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;
     MEGACTX_CHECK(total <= max_model_len_,

@@ -19,6 +19,11 @@ void SamplingParams::validate() const {
                   "frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
     MEGACTX_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f,
                   "repetition_penalty must be > 0, got {}", repetition_penalty);
+    for (const auto& [token, bias] : logit_bias) {
+        MEGACTX_CHECK(token >= 0, "logit_bias: token id {} is negative", token);
+        MEGACTX_CHECK(std::isfinite(bias) && std::fabs(bias) <= 100.0f, "logit_bias of token {} must be in [-100, 100], got {}",
+                      token, bias);
+    }
 }
 
 void apply_penalties(const SamplingParams& p, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
@@ -40,6 +45,9 @@ void apply_penalties(const SamplingParams& p, const std::vector<int32_t>& prompt
             if (count[i] == 0) continue;
             logits[i] -= p.frequency_penalty * static_cast<float>(count[i]) + p.presence_penalty;
         }
+    }
+    for (const auto& [token, bias] : p.logit_bias) {
+        if (token >= 0 && token < vocab) logits[token] += bias;
     }
 }
 

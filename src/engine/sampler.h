@@ -16,6 +16,7 @@ struct SamplingParams {
     float presence_penalty = 0.0f;    // [-2, 2], OpenAI: over generated tokens
     float frequency_penalty = 0.0f;   // [-2, 2], OpenAI: over generated tokens
     float repetition_penalty = 1.0f;  // > 0, HF/vLLM: over prompt and generated tokens
+    std::vector<std::pair<int32_t, float>> logit_bias = {};  // OpenAI: (token, [-100, 100]) added after the penalties
 
     void validate() const;  // clear errors naming the parameter
 };
@@ -37,7 +38,8 @@ class Sampler {
 // Index of the largest logit; the lowest index wins ties.
 int32_t argmax(const float* logits, int64_t vocab);
 
-// Applies presence/frequency (over `output`) and repetition (over `prompt` and `output`) penalties in place.
+// Applies presence/frequency (over `output`) and repetition (over `prompt` and `output`) penalties, then the
+// logit bias, in place.
 void apply_penalties(const SamplingParams& p, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
                      float* logits, int64_t vocab);
 

@@ -11,6 +11,11 @@ void Metrics::counter(const std::string& name, const std::string& help) {
     counters_[name].help = help;
 }
 
+void Metrics::counter(const std::string& name, const std::string& help, std::function<double()> read) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_[name] = Counter{help, {}, std::move(read)};
+}
+
 void Metrics::inc(const std::string& name, double v, const std::string& labels) {
     std::lock_guard<std::mutex> lock(mu_);
     counters_[name].values[labels] += v;
@@ -46,6 +51,10 @@ std::string Metrics::render() const {
     std::string out;
     for (const auto& [name, c] : counters_) {
         out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, c.help, name);
+        if (c.read) {
+            out += fmt::format("{} {}\n", name, c.read());
+            continue;
+        }
         if (c.values.empty()) out += fmt::format("{} 0\n", name);
         for (const auto& [labels, v] : c.values) {
             out += labels.empty() ? fmt::format("{} {}\n", name, v) : fmt::format("{}{{{}}} {}\n", name, labels, v);

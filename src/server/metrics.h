@@ -18,6 +18,8 @@ public:
     void observe(const std::string& name, double v);  // into a histogram declared with histogram()
     void histogram(const std::string& name, const std::string& help, std::vector<double> buckets);
     void counter(const std::string& name, const std::string& help);
+    // A counter kept elsewhere (monotonic), read at scrape time.
+    void counter(const std::string& name, const std::string& help, std::function<double()> read);
     void gauge(const std::string& name, const std::string& help, std::function<double()> read);
     std::string render() const;
 
@@ -32,6 +34,7 @@ private:
     struct Counter {
         std::string help;
         std::map<std::string, double> values;  // by label set
+        std::function<double()> read;          // set: the one value, read at scrape time
     };
     struct Gauge {
         std::string help;

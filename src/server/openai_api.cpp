@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/request.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/output_parser.h"
 
@@ -50,64 +51,11 @@ int64_t unix_now() {
         .count();
 }
 
-// Typed reads of request fields; a wrong type or range is a 400 naming the field. Null counts as absent.
-struct Fields {
-    const Json& j;
-
-    const Json* get(const char* key) const {
-        const auto it = j.find(key);
-        return it == j.end() || it->is_null() ? nullptr : &*it;
-    }
-    std::optional<double> number(const char* key, double lo, double hi) const {
-        const Json* v = get(key);
-        if (!v) return std::nullopt;
-        if (!v->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), key);
-        const double x = v->get<double>();
-        if (!(x >= lo && x <= hi))
-            throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x), key);
-        return x;
-    }
-    std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const {
-        const Json* v = get(key);
-        if (!v) return std::nullopt;
-        if (!v->is_number_integer()) throw ApiError(400, fmt::format("'{}' must be an integer", key), key);
-        if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-            throw ApiError(400, fmt::format("'{}' is out of range", key), key);
-        }
-        const int64_t x = v->get<int64_t>();
-        if (x < lo || x > hi) throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x), key);
-        return x;
-    }
-    std::optional<bool> boolean(const char* key) const {
-        const Json* v = get(key);
-        if (!v) return std::nullopt;
-        if (!v->is_boolean()) throw ApiError(400, fmt::format("'{}' must be true or false", key), key);
-        return v->get<bool>();
-    }
-    std::optional<std::string> string(const char* key) const {
-        const Json* v = get(key);
-        if (!v) return std::nullopt;
-        if (!v->is_string()) throw ApiError(400, fmt::format("'{}' must be a string", key), key);
-        return v->get<std::string>();
-    }
-};
-
 struct Piece {
     std::string text;
     int32_t token = -1;
     TokenLogprobs logprobs;
     bool has_logprobs = false;
-};
-
-// A parsed, validated request.
-struct Parsed {
-    bool chat = false, stream = false, include_usage = false;
-    std::vector<int32_t> prompt;
-    GenerationParams gen;
-    std::vector<std::string> stop;
-    bool logprobs = false;
-    chat::ParserOptions parser;
-    std::string model;
 };
 
 std::string token_text(const Tokenizer* tok, const std::vector<bool>& decodable, int32_t id) {
@@ -171,9 +119,8 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
         }
     }
     metrics_.counter("megactx_requests_total", "Finished HTTP API requests by status code");
-    metrics_.counter("megactx_prompt_tokens_total", "Prompt tokens of finished requests");
-    metrics_.counter("megactx_generation_tokens_total", "Generated tokens of finished requests");
-    metrics_.counter("megactx_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache");
+    metrics_.counter("megactx_requests_aborted_total", "Requests cancelled because the client went away");
+    metrics_.counter("megactx_http_client_errors_total", "HTTP responses with a 4xx status, by status");
     metrics_.histogram("megactx_time_to_first_token_seconds", "Time to first token",
                        {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
     metrics_.histogram("megactx_time_per_output_token_seconds", "Mean time between output tokens of a request",
@@ -181,6 +128,15 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
     metrics_.histogram("megactx_e2e_request_latency_seconds", "Request latency",
                        {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300});
     Engine* e = &engine_;
+    // Engine counters, read at scrape time: they move every step, not when a request ends.
+    metrics_.counter("megactx_prompt_tokens_total", "Prompt tokens of admitted requests",
+                     [e] { return e->stats().prompt_tokens; });
+    metrics_.counter("megactx_generation_tokens_total", "Generated tokens", [e] { return e->stats().generation_tokens; });
+    metrics_.counter("megactx_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache",
+                     [e] { return e->stats().prefix_hit_tokens; });
+    metrics_.counter("megactx_preemptions_total", "Running requests preempted for KV blocks (recomputed later)",
+                     [e] { return e->stats().preemptions; });
+    metrics_.counter("megactx_engine_steps_total", "Engine steps run", [e] { return e->stats().steps; });
     metrics_.gauge("megactx_requests_running", "Requests in the running batch", [e] { return e->stats().running; });
     metrics_.gauge("megactx_requests_waiting", "Requests waiting for admission", [e] { return e->stats().waiting; });
     metrics_.gauge("megactx_kv_blocks_used", "KV cache blocks in use (64 tokens each)",
@@ -191,8 +147,8 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
         return s.prefix_query_tokens ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;
     });
     metrics_.gauge("megactx_engine_alive", "1 while the engine loop runs", [e] { return e->alive() ? 1.0 : 0.0; });
-    metrics_.gauge("megactx_decode_graph_replays", "Decode steps replayed from recorded CUDA graphs",
-                   [e] { return e->stats().graph_replays; });
+    metrics_.counter("megactx_decode_graph_replays_total", "Decode steps replayed from recorded CUDA graphs",
+                     [e] { return e->stats().graph_replays; });
     metrics_.gauge("megactx_decode_graphs", "Recorded decode graphs kept", [e] { return e->stats().graphs; });
     metrics_.gauge("megactx_decode_graph_bytes", "Device memory the kept decode graphs reserve",
                    [e] { return e->stats().graph_bytes; });
@@ -243,178 +199,13 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
         if (closed_.load()) throw ApiError(503, "the server is shutting down");
         if (!engine_.alive()) throw ApiError(503, "the engine has stopped; the server cannot generate");
         check_auth(req);
-        Json body;
-        try {
-            body = Json::parse(req.body);
-        } catch (const std::exception& e) {
-            throw ApiError(400, std::string("request body is not valid JSON: ") + e.what());
-        }
-        if (!body.is_object()) throw ApiError(400, "request body must be a JSON object");
-        const Fields f{body};
-        Parsed p;
-        p.chat = is_chat;
-        p.model = f.string("model").value_or(config_.served_model_name);
-        if (p.model != config_.served_model_name) {
-            throw ApiError(404,
-                           fmt::format("the model '{}' does not exist; this server serves '{}'", p.model,
-                                       config_.served_model_name),
-                           "model", "model_not_found");
-        }
-        if (const auto n = f.integer("n", 1, 1 << 20); n && *n != 1) {
-            throw ApiError(400, "only n = 1 is supported", "n");
-        }
-        p.stream = f.boolean("stream").value_or(false);
-        if (const Json* so = f.get("stream_options")) {
-            if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
-            p.include_usage = Fields{*so}.boolean("include_usage").value_or(false);
-        }
-
-        // Prompt
-        if (is_chat) {
-            if (!tokenizer_)
-                throw ApiError(400, "this model has no tokenizer.json: use /v1/completions with token ids");
-            const Json* msgs = f.get("messages");
-            if (!msgs) throw ApiError(400, "'messages' is required", "messages");
-            if (!msgs->is_array() || msgs->empty())
-                throw ApiError(400, "'messages' must be a non-empty array", "messages");
-            std::vector<chat::Message> messages;
-            try {
-                messages = chat::messages_from_json(*msgs);
-            } catch (const Error& e) {
-                throw ApiError(400, e.what(), "messages");
-            }
-            Json tools = Json::array();
-            if (const Json* t = f.get("tools")) {
-                if (!t->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
-                tools = *t;
-            }
-            if (const Json* tc = f.get("tool_choice")) {
-                if (!tc->is_string() || (*tc != "auto" && *tc != "none")) {
-                    throw ApiError(400, "only tool_choice 'auto' and 'none' are supported", "tool_choice");
-                }
-                if (*tc == "none") tools = Json::array();
-            }
-            chat::ChatOptions opt;
-            if (const auto effort = f.string("reasoning_effort")) {
-                const std::string& e = *effort;
-                if (e == "none" || e == "minimal") {
-                    opt.enable_thinking = false;
-                } else if (e == "low" || e == "medium" || e == "high") {
-                    opt.reasoning_effort = chat::ReasoningEffort::kHigh;
-                } else if (e == "max" || e == "xhigh") {
-                    opt.reasoning_effort = chat::ReasoningEffort::kMax;
-                } else {
-                    throw ApiError(400,
-                                   "'reasoning_effort' must be one of max, high (or none, minimal, low, medium, xhigh)",
-                                   "reasoning_effort");
-                }
-            }
-            if (const Json* th = f.get("thinking")) {  // GLM API: {"type": "enabled" | "disabled"}
-                const auto type = th->is_object() ? Fields{*th}.string("type") : std::nullopt;
-                if (!type || (*type != "enabled" && *type != "disabled")) {
-                    throw ApiError(400, "'thinking.type' must be 'enabled' or 'disabled'", "thinking");
-                }
-                opt.enable_thinking = *type == "enabled";
-            }
-            if (const Json* kw = f.get("chat_template_kwargs")) {
-                if (!kw->is_object())
-                    throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
-                if (const auto et = Fields{*kw}.boolean("enable_thinking")) opt.enable_thinking = *et;
-                if (const auto ct = Fields{*kw}.boolean("clear_thinking")) opt.clear_thinking = *ct;
-            }
-            std::string prompt;
-            try {
-                prompt = chat::render_chat(config_.chat_format, messages, tools, opt);
-            } catch (const Error& e) {
-                throw ApiError(400, e.what(), "messages");
-            }
-            p.prompt = tokenizer_->encode(prompt, false);
-            p.parser = chat::parser_options_for(config_.chat_format, opt, tools);
-            p.parser.id_prefix = fmt::format("call_{}_", next_id_.fetch_add(1));
-            p.logprobs = f.boolean("logprobs").value_or(false);
-            const auto top = f.integer("top_logprobs", 0, 20);
-            if (top && !p.logprobs) throw ApiError(400, "'top_logprobs' requires 'logprobs': true", "top_logprobs");
-            p.gen.top_logprobs = p.logprobs ? top.value_or(0) : -1;
-        } else {
-            const Json* pr = f.get("prompt");
-            if (!pr) throw ApiError(400, "'prompt' is required", "prompt");
-            const Json* one = pr;
-            if (pr->is_array() && !pr->empty() && !(*pr)[0].is_number()) {
-                if (pr->size() != 1)
-                    throw ApiError(400, "batched prompts are not supported: send one prompt", "prompt");
-                one = &(*pr)[0];
-            }
-            if (one->is_string()) {
-                if (!tokenizer_)
-                    throw ApiError(400, "this model has no tokenizer.json: send the prompt as token ids", "prompt");
-                p.prompt = tokenizer_->encode(one->get<std::string>(), true);
-            } else if (one->is_array()) {
-                for (const auto& t : *one) {
-                    if (!t.is_number_integer()) throw ApiError(400, "'prompt' token ids must be integers", "prompt");
-                    const int64_t v = t.get<int64_t>();
-                    if (v < 0 || v >= engine_.model().config().vocab_size) {
-                        throw ApiError(400,
-                                       fmt::format("prompt token id {} is out of range (vocabulary size {})", v,
-                                                   engine_.model().config().vocab_size),
-                                       "prompt");
-                    }
-                    p.prompt.push_back(static_cast<int32_t>(v));
-                }
-            } else {
-                throw ApiError(400, "'prompt' must be a string or a list of token ids", "prompt");
-            }
-            if (f.boolean("echo").value_or(false)) throw ApiError(400, "'echo' is not supported", "echo");
-            const auto lp = f.integer("logprobs", 0, 20);
-            p.logprobs = lp.has_value();
-            p.gen.top_logprobs = lp ? *lp : -1;
-        }
-        if (p.prompt.empty()) throw ApiError(400, "the prompt is empty", is_chat ? "messages" : "prompt");
-
-        // Sampling and limits
-        const int64_t max_len = engine_.max_model_len();
-        const auto n_prompt = static_cast<int64_t>(p.prompt.size());
-        if (n_prompt >= max_len) {
-            throw ApiError(400,
-                           fmt::format("the prompt is {} tokens; the maximum context length is {}", n_prompt, max_len),
-                           is_chat ? "messages" : "prompt", "context_length_exceeded");
-        }
-        auto max_tokens = f.integer("max_completion_tokens", 1, INT64_MAX);
-        if (!max_tokens) max_tokens = f.integer("max_tokens", 1, INT64_MAX);
-        p.gen.max_tokens = max_tokens.value_or(max_len - n_prompt);
-        if (n_prompt + p.gen.max_tokens > max_len) {
-            throw ApiError(400,
-                           fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the maximum context "
-                                       "length of {}",
-                                       n_prompt, p.gen.max_tokens, max_len),
-                           "max_tokens", "context_length_exceeded");
-        }
-        SamplingParams& sp = p.gen.sampling;
-        sp.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(1.0));
-        sp.top_p = static_cast<float>(f.number("top_p", 1e-9, 1.0).value_or(1.0));
-        const int64_t top_k = f.integer("top_k", -1, 1 << 30).value_or(0);
-        sp.top_k = top_k < 0 ? 0 : top_k;
-        sp.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0).value_or(0.0));
-        sp.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0).value_or(0.0));
-        sp.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0).value_or(0.0));
-        sp.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 1e-6, 100.0).value_or(1.0));
-        if (const auto seed = f.integer("seed", INT64_MIN, INT64_MAX)) {
-            sp.seed = static_cast<uint64_t>(*seed);
-        } else {
-            sp.seed = std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32);
-        }
-        if (const Json* st = f.get("stop")) {
-            if (st->is_string()) {
-                p.stop.push_back(st->get<std::string>());
-            } else if (st->is_array()) {
-                for (const auto& s : *st) {
-                    if (!s.is_string()) throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
-                    p.stop.push_back(s.get<std::string>());
-                }
-            } else {
-                throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
-            }
-        }
-        p.gen.ignore_eos = f.boolean("ignore_eos").value_or(false);
+        RequestContext ctx;
+        ctx.tokenizer = tokenizer_;
+        ctx.vocab_size = engine_.model().config().vocab_size;
+        ctx.max_model_len = engine_.max_model_len();
+        ctx.served_model_name = config_.served_model_name;
+        ctx.chat_format = config_.chat_format;
+        const ApiRequest p = parse_api_request(req.body, is_chat, ctx);
         if (engine_.stats().waiting >= config_.max_waiting) {
             throw ApiError(429, fmt::format("too many requests are waiting ({}); retry later", config_.max_waiting));
         }
@@ -467,13 +258,11 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             throw ApiError(400, e.what());
         }
 
-        const std::string rid = fmt::format("{}-{}", is_chat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
+        const std::string rid = fmt::format("{}-{}", is_chat ? "chatcmpl" : "cmpl", random_hex(24));
         const int64_t created = unix_now();
         auto record = [this, count](const Pending& s) {
-            count(s.finish == FinishReason::kError ? 500 : 200);
-            metrics_.inc("megactx_prompt_tokens_total", static_cast<double>(s.n_prompt));
-            metrics_.inc("megactx_generation_tokens_total", static_cast<double>(s.n_generated));
-            metrics_.inc("megactx_prefix_cache_hit_tokens_total", static_cast<double>(s.n_cached));
+            count(s.finish == FinishReason::kError ? 500 : s.client_gone ? 499 : 200);
+            if (s.client_gone) metrics_.inc("megactx_requests_aborted_total");
             const auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
             if (s.n_generated > 0) {
                 metrics_.observe("megactx_time_to_first_token_seconds", secs(s.t_first - s.t_start));
@@ -484,6 +273,27 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             }
             metrics_.observe("megactx_e2e_request_latency_seconds", secs(Clock::now() - s.t_start));
         };
+        // The access line's token counts, read after the response has been written.
+        auto note = [pending] {
+            std::lock_guard<std::mutex> lock(pending->mu);
+            return fmt::format("prompt={} cached={} output={} finish={}", pending->n_prompt, pending->n_cached,
+                               pending->n_generated,
+                               pending->client_gone ? "client_gone" : finish_reason_name(pending->finish));
+        };
+        // Waits until the request is done, cancelling it if the client goes away meanwhile (polled every 50 ms:
+        // a client that gave up must not keep its KV blocks and its share of every step).
+        const std::function<bool()> connected = req.client_connected;
+        auto wait_or_cancel = [this, pending, id, connected](const std::function<bool()>& ready) {
+            std::unique_lock<std::mutex> lock(pending->mu);
+            while (!pending->cv.wait_for(lock, std::chrono::milliseconds(50), ready)) {
+                if (pending->client_gone) continue;
+                lock.unlock();
+                const bool here = connected();
+                if (!here) engine_.cancel(id);
+                lock.lock();
+                if (!here) pending->client_gone = true;
+            }
+        };
         auto usage = [](const Pending& s) {
             return Json{{"prompt_tokens", s.n_prompt},
                         {"completion_tokens", s.n_generated},
@@ -492,9 +302,14 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
         };
 
         if (!p.stream) {
+            wait_or_cancel([&] { return pending->done; });
             std::unique_lock<std::mutex> lock(pending->mu);
-            pending->cv.wait(lock, [&] { return pending->done; });
             record(*pending);
+            if (pending->client_gone) {
+                HttpResponse gone = error_response(ApiError(499, "the client closed the connection"));
+                gone.access_note = note;
+                return gone;
+            }
             if (pending->finish == FinishReason::kError) throw ApiError(500, "generation failed: " + pending->error);
             std::string text;
             Json lp_content = Json::array();
@@ -527,17 +342,20 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                                : Json(nullptr);
                 choice["finish_reason"] = finish_name(pending->finish, false);
             }
-            return json_response(200, Json{{"id", rid},
-                                           {"object", is_chat ? "chat.completion" : "text_completion"},
-                                           {"created", created},
-                                           {"model", p.model},
-                                           {"choices", Json::array({choice})},
-                                           {"usage", usage(*pending)}});
+            HttpResponse done = json_response(200, Json{{"id", rid},
+                                                        {"object", is_chat ? "chat.completion" : "text_completion"},
+                                                        {"created", created},
+                                                        {"model", p.model},
+                                                        {"choices", Json::array({choice})},
+                                                        {"usage", usage(*pending)}});
+            done.access_note = note;
+            return done;
         }
 
         HttpResponse r;
         r.content_type = "text/event-stream";
-        r.stream = [this, pending, id, p, rid, created, record, usage](const ChunkWriter& write) {
+        r.access_note = note;
+        r.stream = [this, pending, id, p, rid, created, record, usage, wait_or_cancel](const ChunkWriter& write) {
             bool ok = true;
             auto chunk = [&](Json choice_delta, const Json& finish, const Json& logprobs) {
                 Json choice = {{"index", 0}};
@@ -578,11 +396,12 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             for (;;) {
                 std::deque<Piece> batch;
                 bool done;
+                wait_or_cancel([&] { return pending->done || !pending->pieces.empty(); });
                 {
-                    std::unique_lock<std::mutex> lock(pending->mu);
-                    pending->cv.wait(lock, [&] { return pending->done || !pending->pieces.empty(); });
+                    std::lock_guard<std::mutex> lock(pending->mu);
                     batch.swap(pending->pieces);
                     done = pending->done;
+                    if (pending->client_gone) ok = false;
                 }
                 for (const Piece& pc : batch) {
                     Json lp = nullptr;

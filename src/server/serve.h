@@ -1,5 +1,6 @@
 // `megactx serve`: the OpenAI-compatible server process — HTTP up first (503 while loading), then the model,
-// tokenizer and engine; SIGINT/SIGTERM stop taking requests, abort the ones in flight and exit 0.
+// tokenizer and engine; SIGINT/SIGTERM stop taking requests, abort the ones in flight and exit 0. A signal while
+// loading exits at once; a load failure closes the port and exits 1.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,8 @@ struct ServeOptions {
     std::string api_key;
     int64_t max_body_bytes = 32 << 20;
     bool prefix_caching = true;
+    bool access_log = true;       // one line per request on stderr
+    double log_interval_s = 10;   // a throughput line this often while there is work (0: never)
     // Creates the op table once the model is loaded and may adjust the engine settings (KV format and size);
     // empty: the CPU backend with an f32 KV cache.
     std::function<std::unique_ptr<Ops>(const GlmDsaModel&, EngineConfig&)> make_backend;
@@ -38,7 +41,10 @@ int64_t parse_byte_size(const std::string& s, const std::string& flag);
 // The engine settings these options ask for (shared with bench_engine, so both run the same engine).
 EngineConfig engine_config(const ServeOptions& options);
 
-// Runs until SIGINT/SIGTERM; returns the process exit code.
+// The API's model name for a directory: its last component, whatever the trailing slashes ("megactx" if none).
+std::string served_name_for(const std::string& model_dir);
+
+// Runs until SIGINT/SIGTERM; returns the process exit code (a load failure exits the process with status 1).
 int serve_main(const ServeOptions& options);
 
 }  // namespace megactx

@@ -288,11 +288,11 @@ std::vector<Message> messages_from_json(const Json& messages) {
         MEGACTX_CHECK(j.is_object(), "{}: expected an object, got {}", field, j.type_name());
         Message m;
         const std::string role = string_field(j, "role", field, true);
-        if (role == "system") m.role = Role::kSystem;
+        if (role == "system" || role == "developer") m.role = Role::kSystem;  // OpenAI's newer name for system
         else if (role == "user") m.role = Role::kUser;
         else if (role == "assistant") m.role = Role::kAssistant;
         else if (role == "tool") m.role = Role::kTool;
-        else MEGACTX_FAIL("{}.role: expected system, user, assistant or tool, got \"{}\"", field, role);
+        else MEGACTX_FAIL("{}.role: expected system, developer, user, assistant or tool, got \"{}\"", field, role);
         if (const auto it = j.find("content"); it != j.end()) m.content = content_from_json(*it, field + ".content");
         if (const auto it = j.find("reasoning_content"); it != j.end() && !it->is_null())
             m.reasoning_content = string_field(j, "reasoning_content", field, false);

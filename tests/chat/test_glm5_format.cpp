@@ -153,7 +153,7 @@ TEST(ChatMessages, ErrorsNameTheField) {
     };
     EXPECT_EQ(message_of(R"({"role":"user"})"), "messages: expected an array, got object");
     EXPECT_EQ(message_of(R"([{"role":"user"},{"role":"robot"}])"),
-              "messages[1].role: expected system, user, assistant or tool, got \"robot\"");
+              "messages[1].role: expected system, developer, user, assistant or tool, got \"robot\"");
     EXPECT_EQ(message_of(R"([{"role":"user","content":[{"type":"image_url"}]}])"),
               "messages[0].content[0]: only text parts are supported");
     EXPECT_EQ(message_of(R"([{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}])"),

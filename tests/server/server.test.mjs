@@ -172,8 +172,8 @@ test('metrics parse and counters move', async () => {
   assert.ok(b.megactx_generation_tokens_total >= (a.megactx_generation_tokens_total ?? 0) + 3);
   assert.ok(b.megactx_time_to_first_token_seconds_count >= 1);
   assert.equal(b.megactx_engine_alive, 1);
-  // The CPU backend records no graphs: the decode-graph gauges exist and stay 0.
-  assert.equal(b.megactx_decode_graph_replays, 0);
+  // The CPU backend records no graphs: the decode-graph counter and gauges exist and stay 0.
+  assert.equal(b.megactx_decode_graph_replays_total, 0);
   assert.equal(b.megactx_decode_graphs, 0);
 });
 
