@@ -113,6 +113,7 @@ void answer_and_close(httplib::Response& res, int status, std::string body) {
 struct BodyError {
     int status = 0;  // 0: the body was read
     std::string message;
+    bool close = false;  // the body was not read to its end: the connection cannot carry another request
 };
 
 // Reads a request body through a counting receiver (see http.h).
@@ -121,14 +122,14 @@ BodyError read_body(const httplib::Request& req, const httplib::ContentReader& r
     const std::string te = req.get_header_value("Transfer-Encoding");
     const bool chunked = strcasecmp(te.c_str(), "chunked") == 0;
     if (!te.empty() && !chunked) {
-        return {400, fmt::format("Transfer-Encoding '{}' is not supported (send Content-Length or chunked)", te)};
+        return {400, fmt::format("Transfer-Encoding '{}' is not supported (send Content-Length or chunked)", te), true};
     }
     if (!chunked && !req.has_header("Content-Length")) return {};  // no body (RFC 9112 §6.3)
     if (!chunked) {
         const std::string cl = req.get_header_value("Content-Length");
         const bool digits = !cl.empty() && cl.size() <= 19 &&
                             std::all_of(cl.begin(), cl.end(), [](unsigned char c) { return std::isdigit(c); });
-        if (!digits) return {400, fmt::format("Content-Length '{}' is not a byte count", cl)};
+        if (!digits) return {400, fmt::format("Content-Length '{}' is not a byte count", cl), true};
         if (std::stoull(cl) > max_bytes) {
             reader([](const char*, size_t) { return true; });  // cpp-httplib skips the declared bytes
             return {413, fmt::format("request body too large ({} bytes; the limit is {})", cl, max_bytes)};
@@ -149,9 +150,20 @@ BodyError read_body(const httplib::Request& req, const httplib::ContentReader& r
         dropped += n;
         return dropped <= kDrainBytes;
     });
-    if (over) return {413, fmt::format("request body too large (more than the limit of {} bytes)", max_bytes)};
-    if (!ok) return {400, "the request body could not be read (malformed chunked encoding or a timeout)"};
+    if (over) return {413, fmt::format("request body too large (more than the limit of {} bytes)", max_bytes), !ok};
+    if (!ok) return {400, "the request body could not be read (malformed chunked encoding or a timeout)", true};
     return {};
+}
+
+// A body error's answer; the connection is closed only where unread body bytes may follow (a closed socket with
+// unread input is reset, and the client may lose the answer with it).
+void answer_error(httplib::Response& res, const BodyError& e, std::string body) {
+    if (e.close) {
+        answer_and_close(res, e.status, std::move(body));
+    } else {
+        res.status = e.status;
+        res.set_content(body, "application/json");
+    }
 }
 
 }  // namespace
@@ -192,6 +204,12 @@ HttpServer::HttpServer(const HttpServerConfig& config) : impl_(std::make_unique<
     impl_->svr.set_payload_max_length(config.max_body_bytes);
     impl_->svr.set_keep_alive_max_count(1000);
     impl_->svr.set_read_timeout(60, 0);
+    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server binds a port that is
+    // in use and the kernel splits the connections between the two.
+    impl_->svr.set_socket_options([](int sock) {
+        const int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     impl_->svr.set_write_timeout(60, 0);
     impl_->svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
         t_start = Clock::now();
@@ -271,7 +289,7 @@ void HttpServer::route(const std::string& method, const std::string& path, HttpH
                                   std::string body;
                                   const BodyError e = read_body(req, reader, max_bytes, &body);
                                   if (e.status != 0) {
-                                      answer_and_close(res, e.status, impl->error_json(e.status, e.message));
+                                      answer_error(res, e, impl->error_json(e.status, e.message));
                                       return;
                                   }
                                   run(req, res, std::move(body));
@@ -321,7 +339,7 @@ void HttpServer::serve() {
             std::string body;
             const BodyError e = read_body(req, reader, max_bytes, &body);
             if (e.status != 0) {
-                answer_and_close(res, e.status, impl->error_json(e.status, e.message));
+                answer_error(res, e, impl->error_json(e.status, e.message));
                 return;
             }
             impl->not_routed(req, res);

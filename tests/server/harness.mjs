@@ -1,13 +1,16 @@
 // Starts and stops `megactx serve` for the tests: the binary and model come from MEGACTX_BIN / MEGACTX_MODEL.
 import { spawn } from 'node:child_process';
+import net from 'node:net';
 
 export const BIN = process.env.MEGACTX_BIN;
 export const MODEL = process.env.MEGACTX_MODEL;
 export const API_KEY = 'test-key';
 
-export async function startServer(extra = [], model = MODEL) {
+// `servedName` null: no --served-model-name (the server names the model after its directory).
+export async function startServer(extra = [], model = MODEL, { servedName = 'tiny' } = {}) {
   if (!BIN || !MODEL) throw new Error('set MEGACTX_BIN and MEGACTX_MODEL');
-  const args = ['serve', '--model', model, '--port', '0', '--served-model-name', 'tiny', '--api-key', API_KEY, ...extra];
+  const name = servedName === null ? [] : ['--served-model-name', servedName];
+  const args = ['serve', '--model', model, '--port', '0', ...name, '--api-key', API_KEY, ...extra];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const base = await new Promise((resolve, reject) => {
@@ -59,4 +62,61 @@ export function parseMetrics(text) {
     out[m[1]] = Number(m[2]);
   }
   return out;
+}
+
+// Runs `megactx serve` with `args` and resolves when it exits: { code, log, ms }.
+export function runServe(args, timeoutMs = 10000) {
+  return new Promise((resolve, reject) => {
+    const t0 = Date.now();
+    const proc = spawn(BIN, ['serve', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    proc.stderr.on('data', (d) => { log += d.toString(); });
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('serve did not exit:\n' + log)); }, timeoutMs);
+    proc.on('exit', (code) => { clearTimeout(timer); resolve({ code, log, ms: Date.now() - t0 }); });
+  });
+}
+
+// One raw HTTP/1.1 exchange over a TCP socket: writes `chunks` (strings or Buffers) in order, then resolves with
+// the status line's code and everything read until the server closes or `idleMs` passes without data.
+export function rawHttp(base, chunks, { idleMs = 2000 } = {}) {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(Number(url.port), url.hostname);
+    let data = Buffer.alloc(0);
+    let timer = null;
+    const t0 = Date.now();
+    const finish = () => {
+      clearTimeout(timer);
+      sock.destroy();
+      const text = data.toString('latin1');
+      const m = text.match(/^HTTP\/1\.1 (\d+)/);
+      resolve({ status: m ? Number(m[1]) : 0, text, ms: Date.now() - t0 });
+    };
+    const arm = () => { clearTimeout(timer); timer = setTimeout(finish, idleMs); };
+    sock.on('data', (d) => { data = Buffer.concat([data, d]); arm(); });
+    sock.on('end', finish);
+    sock.on('error', (e) => (data.length ? finish() : reject(e)));
+    sock.on('connect', async () => {
+      arm();
+      for (const c of chunks) {
+        if (sock.destroyed) break;
+        await new Promise((r) => (sock.write(c) ? r() : sock.once('drain', r)));
+      }
+    });
+  });
+}
+
+export async function metricsOf(base) {
+  return parseMetrics((await raw(base, '/metrics', { method: 'GET' })).text);
+}
+
+// Polls until `pred(metrics)` holds (or `ms` pass); returns the last metrics read.
+export async function waitMetrics(base, pred, ms = 5000) {
+  let m;
+  for (const t0 = Date.now(); Date.now() - t0 < ms;) {
+    m = await metricsOf(base);
+    if (pred(m)) return m;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return m;
 }
