@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { execFileSync, spawn } from 'node:child_process';
 import { startServer, raw, runServe, rawHttp, metricsOf, waitMetrics, MODEL, API_KEY } from './harness.mjs';
 
 const LIMIT = 100000;
@@ -34,6 +35,22 @@ test('a model that fails to load exits 1 at once, every time', async () => {
       assert.match(r.log, /megactx: error:/);
     }
   }
+});
+
+test('SIGTERM while the model loads exits at once', async () => {
+  // A FIFO as config.json: the loader blocks in open() until the signal comes.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'megactx-fifo-'));
+  execFileSync('mkfifo', [path.join(dir, 'config.json')]);
+  const s = spawn(process.env.MEGACTX_BIN, ['serve', '--model', dir, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  await new Promise((resolve) => s.stderr.on('data', (d) => { log += d; if (/loading model/.test(log)) resolve(); }));
+  const base = log.match(/listening on (http:\/\/[^ ]+)/)[1];
+  assert.equal((await fetch(base + '/health')).status, 503);
+  const t0 = Date.now();
+  const code = await new Promise((resolve) => { s.on('exit', resolve); s.kill('SIGTERM'); });
+  assert.equal(code, 0, log);
+  assert.ok(Date.now() - t0 < 1000);
+  assert.match(log, /SIGTERM received while loading/);
 });
 
 test('a busy port says why, and a bad --kv-cache-memory is reported before listening', async () => {
