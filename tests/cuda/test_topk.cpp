@@ -563,7 +563,7 @@ TEST_F(TopkFew, FewRowsSampleAdversaries) {
 
 // Hot slices: windows of large values (attention sinks at the start, the most recent tokens at the end, a
 // block in the middle) give some CTAs far more of the top k than their share (a kernel with per-CTA thresholds
-// must re-read them; sessions 5-11). Shifted values stay distinct (tie-free check).
+// must re-read them; 8e82caf..5d775bb). Shifted values stay distinct (tie-free check).
 TEST_F(TopkFew, FewRowsHotSlices) {
     const auto heat = [](Batch& b, int64_t r, int64_t begin, int64_t count) {
         for (int64_t i = begin; i < begin + count; ++i) b.values[r * b.row_stride + i] += 1000.f;

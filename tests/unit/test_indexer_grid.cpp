@@ -86,7 +86,7 @@ TEST(IndexerGrid, WsChunksFillWholeWaves) {
 }
 
 TEST(IndexerGrid, WsChunksOnMeasuredShapes) {
-    // H200 (132 SMs): 128K keys with 21 groups took 13 items per group (273 CTAs: 3 waves) before session 10.
+    // H200 (132 SMs): 128K keys with 21 groups took 13 items per group (273 CTAs: 3 waves) before 4119fe9.
     EXPECT_EQ(indexer_grid::ws_chunks(2048, 21, 132, kMaxItem), 12);
     EXPECT_EQ(indexer_grid::ws_chunks(16384, 4, 132, kMaxItem), 66);   // 59 rows at 1M: 2 waves of 249 pages
     EXPECT_EQ(indexer_grid::ws_chunks(16384, 1, 132, kMaxItem), 132);  // batch 1 × 4 queries at 1M

@@ -2,7 +2,7 @@
 // - long rows: the filter's work items, and the sample: sample positions stay inside the row, and on rows of 1M the
 //   estimated threshold leaves between k and the candidate capacity of items above it, also on rows whose neighbours
 //   are correlated. A row outside that range takes the one-CTA whole-row select, ~8x slower for a call of 64 rows
-//   (session 11: sampling groups of 16 neighbours instead of 4 did that on correlated rows);
+//   (at 19e6c1d: sampling groups of 16 neighbours instead of 4 did that on correlated rows);
 // - few rows: a step-by-step CPU model of topk_few_grid_kernel's shared select (its digit rounds, bins and slices come
 //   from the same header) against the reference on spread, hot, tied, narrow, clustered and extreme rows.
 #include <gtest/gtest.h>
@@ -134,7 +134,7 @@ TEST(TopkPlan, SampleEstimateKeepsRowsOffTheFallback) {
         };
     };
     check_profile("runs of 16", 150, runs(16));
-    // Known limit (session 11): with runs of 32, about 1 row in 150 still leaves fewer than k items above the
+    // Known limit (f06b768): with runs of 32, about 1 row in 150 still leaves fewer than k items above the
     // estimate and takes the one-CTA whole-row select (~760 us at 1M). Groups of 16 failed 4 in 250.
     check_profile("runs of 32", 150, runs(32), 1);
 }

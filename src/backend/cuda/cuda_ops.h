@@ -2,8 +2,9 @@
 // allocator with a budget, checkpoint weights are uploaded once (lazily, keyed by their host pointer), GEMMs go
 // to cuBLASLt (fp32 weights: fp32 GEMM, no TF32; bf16 weights: bf16 × bf16 → fp32; FP8 weights: the W8A8
 // block-scaled FP8 GEMM, activations quantised per 1 × 128 group (act_quant.h), or for shapes cuBLASLt refuses a
-// bf16 copy of the weight made on first use; up to 8 rows the FP8 GEMV), every other op is a kernel family of this
-// folder. Activations are fp32, indices int32.
+// bf16 copy of the weight made on first use; one or two rows the FP8 GEMV, fp8_gemv.h; 3-16 rows the few-row W8A8
+// kernel, fp8_gemm_small.h), every other op is a kernel family of this folder (one .h contract + .cu each).
+// Activations are fp32, indices int32.
 // KV pools may be F32, BF16 or FP8 (kv_format.h); the cache ops read and write all three. One stream; host
 // transfers (upload_i32, upload, download) are synchronous.
 #pragma once

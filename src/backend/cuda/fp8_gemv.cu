@@ -51,7 +51,7 @@ namespace cg = cooperative_groups;
 
 // Occupancy is bandwidth here: N = 1 must stay at <= 80 registers (3 CTAs per SM), the others at <= 128 (2). The
 // split-K epilogue pushed N = 1 to 97 registers (2 CTAs per SM) and the decode step from 1.00 to 1.17 ms until these
-// bounds pinned it (H200, session 6).
+// bounds pinned it (H200, 2026-11-30).
 template <int N>
 __global__ void __launch_bounds__(kWarps * 32, N == 1 ? 3 : 2) fp8_gemv_kernel(Fp8GemvParams p) {
     __shared__ float4 s_x[N][kChunk / 4];

@@ -3,7 +3,7 @@
 // Reference: CpuOps::layer_norm + CpuOps::rope + fp8_indexer_pack (kv_format.cpp). The LayerNorm sums run in a
 // different order (warp tree), so a code can differ by one step in rare rounding ties. inv_freq comes from the host,
 // computed with std::pow exactly as CpuOps::rope does; sin and cos of the fp32 angle are computed in double (one
-// sincos) and rounded to fp32, matching glibc's correctly rounded float functions. (Session 15: pow, sin and cos
+// sincos) and rounded to fp32, matching glibc's correctly rounded float functions. (Until c008da4: pow, sin and cos
 // each in double on the device were a serial chain in this one-token kernel; with the latent write's sin/cos change
 // the two writes went from 10.2 to 7.3 µs in bench_layer.)
 #include "backend/cuda/indexer_cache_write.h"

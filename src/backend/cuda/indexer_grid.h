@@ -23,7 +23,7 @@ inline int64_t max_groups(int64_t n_rows, int64_t n_seq, int64_t group, int64_t 
 
 // Kernel 3 (one CTA per SM): work items per group for groups × max_pages pages on n_sm SMs. The fewest whole waves
 // of n_sm CTAs whose items hold ≤ max_item pages, and within them as many items per group as fit, so the grid never
-// spills into one more wave. (Rounding pages per item up first and items per group after, as session 9 did, made
+// spills into one more wave. (Rounding pages per item up first and items per group after, as before 4119fe9, made
 // 13 × 21 = 273 CTAs for 2 waves of 132 at 128K keys.)
 inline int64_t ws_chunks(int64_t max_pages, int64_t groups, int64_t n_sm, int64_t max_item) {
     for (int64_t waves = std::max<int64_t>(1, (max_pages * groups + n_sm * max_item - 1) / (n_sm * max_item));;

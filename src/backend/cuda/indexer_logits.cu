@@ -5,7 +5,7 @@
 // Three kernels behind one launch (IndexerLogitsParams::kernel): kernel 2 (wgmma, sm_90a, `namespace wg` below; the
 // default for decode), kernel 3 (wgmma, warp-specialised with a TMA producer, sm_90a, after kernel 2; the default for
 // prefill) and kernel 1 (mma.sync, any sm_89+), described here. H200 (bench/results/*-038676e-indexer.json,
-// *-58bb8bc-indexer-prefill-*, session 10's *-indexer.json): kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch
+// *-58bb8bc-indexer-prefill-*, *-65e5458-indexer.json): kernel 2 reaches 92–97% of the 4.23 TB/s copy at batch
 // 64 (1 query/seq), 45% (128K) – 81% (1M) at batch 1 in a CUDA graph, ~660 TFLOP/s FP8 in prefill; kernel 3
 // ~1000–1100 TFLOP/s in prefill; kernel 1: 67–70%, 33–52%, ~230 TFLOP/s.
 //
@@ -44,14 +44,14 @@ namespace {
 
 constexpr int kGroup = 16;  // queries per group (MTP verification needs ≤ ~4; prefill amortises the key reads)
 // Default: kernel 3 for groups of more than 8 queries (prefill) from one full group; else kernel 2. On the H200 at 1M
-// keys (session 10, after the grid fixes of plan_groups and ws_chunks): 1010 vs 607 TFLOP/s at 16 rows, 1050 vs 606
-// at 31, 1108 vs 625 at 64.
+// keys (4119fe9, 2026-11-30, after the grid fixes of plan_groups and ws_chunks): 1010 vs 607 TFLOP/s at 16 rows,
+// 1050 vs 606 at 31, 1108 vs 625 at 64.
 constexpr int kWsMinQueries = 8;
 constexpr int64_t kWsMinRows = kGroup;
 // And kernel 3's page split for 3–4 queries per sequence (MTP verification), where kernel 2 pads to 4 (QT = 4): at 4
 // queries it beats kernel 2 by 7–24% at batch 64 (1M: 3398 → 2778 µs) and by up to 34% at batch 1 (1M: 62.0 → 46.1
 // µs). With 1 or 2 queries kernel 2 stays ahead: it streams at 77–97% of copy there, kernel 3 at 75–85% (H200,
-// session 10).
+// 590f647, 2026-11-30).
 constexpr int64_t kWsPageSplitMin = 3;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -558,7 +558,7 @@ __device__ __forceinline__ void ws_load_weights(float (&w)[32], const float* s_w
 // The math warps are issue-bound here (the tensor cores alone would run at ~1650 TFLOP/s), so every instruction
 // counts: two FFMA chains per (query, key) that start with an FMUL (a chain from 0.0f costs an FADD each: 0 + x
 // cannot be folded, it turns −0 into +0), weights in registers, the row address and causal limit computed once per
-// work item. This took the kernel from ~905 to ~1100 TFLOP/s at 4096 × 64K (H200; benchmarks.md, session 10).
+// work item. This took the kernel from ~905 to ~1100 TFLOP/s at 4096 × 64K (H200, 65e5458, 2026-11-30).
 __device__ __forceinline__ void ws_epilogue(const float (&acc)[64], const float (&w)[32], int t, float ks0, float ks1,
                                             float* orow, int lim) {
     float v0[4], v1[4];

@@ -27,7 +27,7 @@ namespace megactx {
 
 // Passed by value to the kernels and kept within 128 bytes: at 136 bytes nvcc addressed the parameter as memory
 // instead of loading its fields up front, and kernel 3 (prefill) ran 16% slower with identical PTX otherwise
-// (1M context, 59 rows: 495 -> 572 us, session 13). indexer_logits.cu asserts the size.
+// (1M context, 59 rows: 495 -> 572 us; 7bfb9ac, fixed in badccbb). indexer_logits.cu asserts the size.
 struct IndexerLogitsParams {
     const uint8_t* q8 = nullptr;            // [n, 32, 128] e4m3 (batch rows, indexed by the absolute row i)
     const float* w8 = nullptr;              // [n, 32] folded head weights

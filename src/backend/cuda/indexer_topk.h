@@ -5,7 +5,11 @@
 //   writing positions → slots through the block table (TopkSlotMap), −1 padded. out_slots [n, topk] int32, in
 //   position order (ties at the k-th score to the lowest positions: CpuOps::indexer_topk's selection, run-to-run
 //   reproducible).
-// Scratch is fixed by (max_rows_per_group, max_context, topk), never by chunk × context.
+// Scratch is fixed by (max_rows_per_group, max_context, topk), never by chunk × context: CudaOps gives it 256 MiB
+// and scores the most rows at once whose scores and top-k scratch fit (59 rows at 1M). In decode with one query per
+// sequence, the query quantisation also writes the logits plan (every row its own group: no plan kernel runs) and
+// zeroes the top-k's control words, and the scores kernel counts the select's first histogram as it writes the
+// scores, so the select starts without an init kernel or a first grid barrier.
 #pragma once
 
 #include <cuda_runtime.h>

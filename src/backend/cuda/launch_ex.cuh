@@ -2,6 +2,10 @@
 // may then start while the previous kernel of the stream is still running, so the kernel must execute
 // griddepcontrol.wait before it reads that kernel's results (griddepcontrol.launch_dependents in the previous
 // kernel lets them start before it finishes). Returns the launch's error.
+// Used where a kernel has work to do before its inputs exist: the indexer's plan and logits (its pages), the sparse
+// MLA main kernel and combine, the cache writes, the top-k chain, the few-row FP8 GEMM (its first weight blocks) and
+// the MoE per-choice down and sum kernels. Not on the chain of FP8 GEMVs, norms and elementwise kernels (fp8_gemv.h
+// says why).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -24,7 +24,8 @@
 //   603-604 / 702-718, which is why the choice stops at 6 tokens.
 // Tried first: both paths launched, the skipped one's kernels returning at once; their grids, sized on the host for
 // the worst case, cost 13-35 µs of empty CTAs. Capped grids (CTAs looping over the choices or experts) cut that to
-// ~5-7 µs but made the per-choice kernels 20-40 µs slower when they run (bench/cuda/lab/moe_capped_grids.patch).
+// ~5-7 µs but made the per-choice kernels 20-40 µs slower when they run (commit 3b8cb10,
+// bench/cuda/lab/moe_capped_grids.patch).
 #pragma once
 
 #include <algorithm>

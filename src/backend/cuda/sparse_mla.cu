@@ -12,18 +12,18 @@
 // tile scale are exact, 2 instructions per 2 codes against 6 for bf16, which made the dequantisation the bound) and
 // bf16 RoPE dims (k_pe is stored bf16), so Q·Kᵀ mixes f16 and bf16 k-steps into one fp32 accumulator.
 // History (docs/benchmarks.md): a first mma.sync kernel, then a two-warpgroup wgmma kernel between CTA barriers (FP8
-// b128 164 µs), both removed in session 4 when this one beat them in every case measured (FP8 b128 131 µs with bf16
-// K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*). Session 14: the FP8
-// codes staged by one bulk copy per row instead of 32 cp.async of 16 B (b64 69.5 → 63.2 µs, b128 113 → 109 µs),
-// and on two mbarriers per tile, rows 0..31 and 32..63, so the first half is dequantised while the second lands
-// (b128 109 → 106 µs, prefill 374 → 383 TFLOP/s). Session 15: the bulk copies replaced by one cp.async per lane and
-// row (a warp instruction per 512-B row; the per-lane bulk-copy issue loop was 26% of the producer), k_pe on the
-// second half's barrier (b64 63.0 → 61.7 µs, b128 106.3 → 103.6 µs, prefill 383 → 398 TFLOP/s); then rows 32..63 by
-// bulk copy again, so two copy paths keep bytes in flight (b64 61.4 → 58.2 µs, b128 103.6 → 102.4 µs). Issuing chunk
-// c+1 as soon as its tile is freed, during chunk c's dequantisation, measured slower (b128 112–119 µs), and so did a
-// fetch warp beside three dequantising warps (157 µs) and WG1 issuing (116 µs);
+// b128 164 µs), both removed in d3418f5 (2026-11-29) when this one beat them in every case measured (FP8 b128 131 µs
+// with bf16 K/V, 112 µs with f16; bench/results/cuda-h200-2026-11-29-{7dc0362,2fcc044}-sparse_mla*). 2fc1f7f: the
+// FP8 codes staged by one bulk copy per row instead of 32 cp.async of 16 B (b64 69.5 → 63.2 µs, b128 113 → 109 µs);
+// 6143d49: on two mbarriers per tile, rows 0..31 and 32..63, so the first half is dequantised while the second lands
+// (b128 109 → 106 µs, prefill 374 → 383 TFLOP/s). 6a124f9 and 58abd7b: the bulk copies replaced by one cp.async per
+// lane and row (a warp instruction per 512-B row; the per-lane bulk-copy issue loop was 26% of the producer), k_pe on
+// the second half's barrier (b64 63.0 → 61.7 µs, b128 106.3 → 103.6 µs, prefill 383 → 398 TFLOP/s); then (3b4164e)
+// rows 32..63 by bulk copy again, so two copy paths keep bytes in flight (b64 61.4 → 58.2 µs, b128 103.6 → 102.4 µs).
+// Issuing chunk c+1 as soon as its tile is freed, during chunk c's dequantisation, measured slower (b128 112–119 µs),
+// and so did a fetch warp beside three dequantising warps (157 µs) and WG1 issuing (116 µs);
 // rows loaded into registers instead of staged measured slower (b128 137 µs; global loads land through L1, of which
-// the full shared-memory carve-out leaves ~28 KB). Session 21: batch 1 with v_split 2 (12.4 → 11.9 µs); partials
+// the full shared-memory carve-out leaves ~28 KB). 20a9e15: batch 1 with v_split 2 (12.4 → 11.9 µs); partials
 // stored from the accumulators by st.global (b1 15.2 µs) or staged by stmatrix (no gain) measured worse.
 // Softmax online in fp32 (exp2 domain), P stored as bf16 (f16 for FP8 caches) for the P·V product; unused slots are
 // masked to −inf and chunks with no valid slot are skipped.
@@ -36,8 +36,8 @@
 // image in with one bulk copy; each CTA writes its normalised partial and log2-sum-exp to scratch, or, in clusters
 // (plan.cluster > 1), the CTAs of a cluster merge their partials through distributed shared memory first
 // (cluster_merge); the combine kernel (PDL) merges what reached scratch.
-// Session 8 measured where a batch-1 step goes with globaltimer stamps per phase
-// (bench/results/cuda-h200-2026-11-30-sparse_mla-phases.txt): of 13.6 µs, Q ready at 2.0, rows dequantised at 2.8,
+// Globaltimer stamps per phase showed where a batch-1 step goes (H200, 2026-11-30,
+// bench/results/cuda-h200-2026-11-30-sparse_mla-phases.txt): of 13.6 µs, Q ready at 2.0, rows dequantised at 2.8,
 // Q·Kᵀ and softmax and P·V done at 5.0, partial staged at 6.3 and stored at 8.5 (128 KB per CTA: the SM's write
 // path, ~32 B/clock, is the bound; the coalesced-store variant measured the same), combine done at 11.6.
 #include <cuda_bf16.h>
@@ -195,7 +195,7 @@ __device__ __forceinline__ uint32_t stage_off(int row, int piece) {  // piece 0.
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// Rows 0..31 and rows 32..63 go by two different copy paths, whose limits on bytes in flight add up (session 15:
+// Rows 0..31 and rows 32..63 go by two different copy paths, whose limits on bytes in flight add up (H200, 2026-11-30:
 // one warp issues a 512-B cp.async row only every ~56 cycles, and an SM keeps ~14.5 B/clock of them in flight):
 // - rows 0..31 (half a) by cp.async: producer warp pw copies rows 8pw..8pw+7, one row per instruction, lane l → 16-B
 //   piece l, so each instruction reads 512 contiguous bytes and writes one staged row without bank conflicts; an
@@ -206,7 +206,7 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
 //   32 more arrivals on half b's barrier); an unused slot's row is zeroed by the 4 threads that later read it.
 // k_pe: this thread's 2 × 2 16-B chunks of rows a and b, by cp.async straight to their place in block 8, covered by
 // half b's barrier (every thread arrives on it after all its cp.async).
-// Measured (session 15, b64 / b128): all rows by cp.async 61.4 / 103.6 µs, this split 58.2 / 102.4 µs; 16 or 24 rows
+// Measured (3b4164e, b64 / b128): all rows by cp.async 61.4 / 103.6 µs, this split 58.2 / 102.4 µs; 16 or 24 rows
 // by bulk copy 60.2–61.0 / 105.3–105.6 µs, 16 rows of each half 62.9 / 109.5 µs.
 __device__ __forceinline__ void fp8_stage_issue(const uint8_t* cache, int32_t slot_a, int32_t slot_b, int ra, int rb,
                                                 int part, uint32_t tile_sa, uint32_t staged) {
@@ -1125,7 +1125,7 @@ SparseMlaPlan sparse_mla_plan(int64_t n, int n_head, int topk, int n_sm) {
     plan.n_split = (n_chunks + cps - 1) / cps;  // no empty splits
     if (plan.n_split % 2 == 0 && plan.n_split <= kPlanMaxSplitClustered) plan.cluster = 2;
     // A split grid filling at most a quarter of the SMs (batch 1, 64 heads: 32 CTAs) divides the value dims over two
-    // CTAs per split. Measured (session 21, FP8, bench_sparse_mla "vsplit" rows): b1 h 64 12.4 → 11.8-11.9 µs with
+    // CTAs per split. Measured (20a9e15, FP8, bench_sparse_mla "vsplit" rows): b1 h 64 12.4 → 11.8-11.9 µs with
     // 2, 13.4 with 4; grids of 64 CTAs slower with 2 (b2 h 64 13.0 → 14.1, b1 h 128 12.8 → 13.9).
     if (plan.cluster == 1 && base * plan.n_split * 4 <= n_sm) plan.v_split = 2;
     return plan;

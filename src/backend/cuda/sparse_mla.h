@@ -10,6 +10,18 @@
 // SM count) and the cluster size that merges the splits on chip; the run only launches (main kernel + a
 // log-sum-exp combine when n_split / cluster > 1), so it can be captured in a CUDA graph. Scratch for the split
 // partials is passed in (sparse_mla_scratch_bytes).
+// Where the time goes (H200; the kernel's comments in sparse_mla.cu, numbers in docs/benchmarks.md): the producer
+// warpgroup stages FP8 rows 0..31 of a 64-row chunk by cp.async (one warp instruction per 512-B row) and rows 32..63
+// by one bulk copy per row, since two copy paths keep more bytes in flight than either alone. Its bound: an SM keeps
+// only ~14.5 B/clock of these rows in flight, and the next chunk's copies wait for the consumers to free the tile
+// they are staged in (Q and two tiles fill shared memory). With splits, a small kernel converts each token's Q once
+// into the tile image that every split's CTA bulk-copies (the main kernel starts under PDL while it runs); for 2
+// splits pairs of CTAs merge through distributed shared memory (more splits measured faster through the combine);
+// FP8 caches pass f16 partials to the log-sum-exp combine; and when the split grid fills at most a quarter of the
+// SMs (batch 1 with 64 heads: 32 CTAs), v_split 2 halves the partial each CTA stages and writes, the batch-1 step's
+// largest cost after the combine. Measured and not kept: FP8 rows in a 3-deep ring dequantised into the register
+// operands of Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ, 1.28× slower at batch 128, bound by its N = 64 products (the code is in
+// commit 2d854a3, bench/cuda/lab/sparse_mla_register_operand.patch); docs/benchmarks.md lists the other variants.
 #pragma once
 
 #include <cuda_runtime.h>

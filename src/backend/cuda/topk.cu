@@ -42,7 +42,7 @@
 //      global memory by this one CTA (correct, slower).
 //   (An opt-in single-kernel variant ran one CTA cluster per row of 32K..128K over distributed shared memory; it
 //   measured slower on the H200, 1 x 128K 24.4 vs 22.7 us and 64 x 128K 112 vs 57 us, and was removed in
-//   session 5: the few-rows kernel below serves decode.)
+//   8e82caf: the few-rows kernel below serves decode.)
 //   The three are chained with programmatic dependent launch: the filter grid becomes resident while the
 //   sample runs (prefetching its first bytes to L2, then griddepcontrol.wait), the select grid while the
 //   filter drains; no launch gap between them.
@@ -53,10 +53,10 @@
 // run one radix select together over their slices staged in shared memory, meeting at counter barriers, and each
 // writes its slice's share of the canonical output (kernel comment below). A 1-CTA init kernel zeroes the row's
 // control words first (the scratch may hold anything).
-// History: sessions 3-11 ran topk_few_local_kernel instead (per-CTA thresholds, then the row's last CTA selected
-// alone among ~3.5K candidates, re-reading "hot" slices, then the order kernel). Its serial tail kept batch-1 top-k
-// at 18-25 us, and hot windows (sinks and recent tokens, as real indexer scores have) cost ~14 us more. H200,
-// session 12 (bench_topk, 1 call per graph, scores from HBM), last-CTA -> grid-wide kernel, us:
+// History: from 434402f until 5d775bb, topk_few_local_kernel ran instead (per-CTA thresholds, then the row's last
+// CTA selected alone among ~3.5K candidates, re-reading "hot" slices, then the order kernel). Its serial tail kept
+// batch-1 top-k at 18-25 us, and hot windows (sinks and recent tokens, as real indexer scores have) cost ~14 us more.
+// H200, 5bae905 (bench_topk, 1 call per graph, scores from HBM), last-CTA -> grid-wide kernel, us:
 //   1 x 1M 24.7 -> 20.7, 1 x 1M hot windows 41.5 -> 19.5, 1 x 128K 22.3 -> 17.4, 1 x 128K hot windows 34.1 -> 16.4,
 //   2 x 128K 22.1 -> 17.2, 2 x 256K hot windows 36.4 -> 17.5; the boundaries moved with it: rows of 8K-32K (were
 //   one CTA each: 1 x 32K 30.6 -> 15.9) and batches of 3-4 rows (were the chain: MTP verification at batch 1).
@@ -79,9 +79,9 @@ namespace megactx::cuda {
 namespace {
 
 constexpr int64_t kShortMaxStride = 32768;  // rows up to this stride run one CTA each in shared memory
-// Few rows longer than this take the few-rows kernel. Its last-CTA form (sessions 3-11) lost to the one-CTA kernel
+// Few rows longer than this take the few-rows kernel. Its last-CTA form (434402f..5d775bb) lost to the one-CTA kernel
 // on rows with hot windows (1 x 32K 32.6 vs 29.2 us), so the boundary sat at 32K; the grid-wide form takes hot rows
-// at the cost of spread ones (H200, session 12: 1 x 32K 30.6 -> 15.9 us, with hot windows 29.8 -> 15.7).
+// at the cost of spread ones (H200, 5bae905: 1 x 32K 30.6 -> 15.9 us, with hot windows 29.8 -> 15.7).
 constexpr int64_t kFewMinStride = 8192;
 constexpr int kShortThreads = 512;
 constexpr int kSampleThreads = 1024;
@@ -90,7 +90,7 @@ constexpr int kFilterThreads = 256;
 constexpr int kFilterUnroll = 8;  // float4 loads in flight per thread
 // Elements per filter work item: up to 64K, fewer when the batch is small (at most one wave of 4 CTAs per SM).
 // Measured on the H200 (64 x 1M normal, whole call): with the unrolled-append body (b935d1e) 2K 214 us, 4K 199 us,
-// 8K 291 us, 16K 311 us, longer work items streaming worse (instruction cache); with the mask body (session 11) 4K
+// 8K 291 us, 16K 311 us, longer work items streaming worse (instruction cache); with the mask body (c92312c) 4K
 // 143 us, 8K 124 us, 16K 113 us (filter alone, ncu: 109 -> 79 us, 3.3 TB/s), and with the select's own ordering
 // (and sample groups of 16, since reverted) 16K 103.8, 32K 99.4, 64K 98.8 us. 64 x 128K keeps 16K (one wave): 39.2 us,
 // where 32K / 64K take 47.9 / 56.8.
@@ -644,8 +644,8 @@ __global__ void __launch_bounds__(kFilterThreads, 4)
     __shared__ int s_n, s_base;
     __shared__ uint32_t s_stash[kStash][kFilterThreads];  // a thread's column: keys of its flagged items
     // stash[q]: the thread's q-th entry, from a base pointer computed once. Indexing s_stash[q][threadIdx.x] in the
-    // loop instead looks the same but made the filter 72 -> 76.5 us at 64 x 1M (session 22, bench/results
-    // ...-3b48524-topk-stash-index-ab.txt).
+    // loop instead looks the same but made the filter 72 -> 76.5 us at 64 x 1M (aac8788, undone in 687d006;
+    // bench/results/...-3b48524-topk-stash-index-ab.txt).
     uint32_t* const stash_base = &s_stash[0][threadIdx.x];
     struct Stash {
         uint32_t* p;

@@ -1,5 +1,17 @@
 // Exact batched top-k over fp32 score rows (DSA indexer selection, model-spec §3.2): for each row, the
 // indices of the k largest of its first lengths[r] values. Plain C++ contract; kernels in topk.cu.
+// How (topk.cu has the details and the measurements behind each choice):
+// - batches of at most 4 rows whose stride is above 8K (decode): one kernel whose CTAs, all resident at once, run one
+//   radix select together over their slices (global histograms, counter barriers), each writing its slice's share
+//   of the ordered row, so rows with hot windows cost no more than spread ones. Its launch is cooperative: a context
+//   with fewer usable SMs than the device reports refuses it, and that device takes the paths below instead of
+//   hanging;
+// - other rows of a stride up to 32K: one CTA per row, the row staged in shared memory;
+// - longer rows: three kernels chained by PDL, a stratified sample of 8192 → a one-pass filter that keeps the items
+//   above the sample's estimate of the k-th value → a select among those candidates (one radix level, then the k-th
+//   key's bin ranked by comparison) that also writes the row in position order, unless a tie at the k-th key needs
+//   topk_order_kernel.
+// The decode indexer prepares the few-rows select (TopkGridCtl below): no init kernel and no first grid barrier.
 #pragma once
 
 #include <cuda_runtime.h>

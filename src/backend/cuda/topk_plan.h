@@ -27,7 +27,7 @@ MEGACTX_HOST_DEVICE inline int sample_count(int len) { return len < kSampleSize 
 
 // Position of sample j (0 <= j < sample_count(len)) in row `row`: groups of kGroup neighbours at count / kGroup places,
 // one place in each of count / kGroup equal strata of the row's aligned kGroup-item blocks, at a hashed offset
-// inside its stratum (stratified sampling; the offsets differ between rows). Evenly strided places (sessions 11-19)
+// inside its stratum (stratified sampling; the offsets differ between rows). Evenly strided places (until 084b658)
 // sat a power of two of bytes apart (2 KB at 1M) at the same offsets in every row, and the gathers of a 64-row call
 // crowded onto few DRAM channels. A group never straddles a 32-B sector: its first item is a multiple of kGroup
 // from the row's start (rows that start 16-B aligned). Groups of 4 use 16 B of each DRAM burst; longer groups
