@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "io/npy.h"
@@ -176,6 +179,44 @@ TEST_F(Cli, ValidShardedModelGivesTheSameLogits) {
     const NpyArray sharded = read_npy_f32(out_);
     EXPECT_EQ(sharded.shape, single.shape);
     EXPECT_EQ(sharded.data, single.data);
+}
+
+// --- flags ----------------------------------------------------------------------------------------------
+
+// A numeric flag out of range: CLI11's usage error (exit 105, ValidationError) with one short line naming the flag
+// and its bounds in plain numbers (CLI11's own Range printed DBL_MAX in full, 300 digits).
+TEST_F(Cli, NumericFlagRangeErrorsAreShort) {
+    const std::string gen = "generate --model '" + model_ + "' --tokens 1,2 ";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {gen + "--max-new-tokens -5", "--max-new-tokens: must be >= 0, got -5"},
+        {gen + "--max-new-tokens 2.5", "--max-new-tokens: must be an integer >= 0, got 2.5"},
+        {gen + "--tp 65", "--tensor-parallel-size: must be between 1 and 64, got 65"},
+        {"logits --tokens 1 --out '" + out_ + "' --chunk -1", "--chunk: must be >= 0, got -1"},
+        {"gen-model --out '" + dir_ / "m" + "' --layers 0", "--layers: must be between 1 and 1024, got 0"},
+        {"gen-model --out '" + dir_ / "m" + "' --experts 5000", "--experts: must be between 1 and 4096, got 5000"},
+        {"gen-model --out '" + dir_ / "m" + "' --experts-per-tok 0",
+         "--experts-per-tok: must be between 1 and 64, got 0"},
+        {"cost --config '" + model_ + "' --context 0", "--context: must be >= 1, got 0"},
+        {"plan --config '" + model_ + "' --tensor-parallel-size 0",
+         "--tensor-parallel-size: must be between 1 and 1024, got 0"},
+        {"plan --config '" + model_ + "' --gpu-memory-gib 0", "--gpu-memory-gib: must be > 0, got 0"},
+        {"plan --config '" + model_ + "' --gpu-memory-gib nan", "--gpu-memory-gib: must be a number > 0, got nan"},
+        {"plan --config '" + model_ + "' --gpu-memory-gib inf", "--gpu-memory-gib: must be a number > 0, got inf"},
+        {"plan --config '" + model_ + "' --context -3", "--context: must be >= 1, got -3"},
+        {"serve --port 70000", "--port: must be between 0 and 65535, got 70000"},
+        {"serve --max-model-len 0", "--max-model-len: must be between 1 and 1048576, got 0"},
+        {"serve --max-num-seqs 5000", "--max-num-seqs: must be between 1 and 4096, got 5000"},
+        {"serve --max-num-batched-tokens 0", "--max-num-batched-tokens: must be between 1 and 1048576, got 0"},
+        {"serve --gpu-memory-utilization 1.5", "--gpu-memory-utilization: must be between 0.01 and 1, got 1.5"},
+    };
+    for (const auto& [args, message] : cases) {
+        const RunResult r = run(args);
+        EXPECT_EQ(r.exit_code, 105) << args << "\n" << r.output;
+        EXPECT_EQ(r.output.substr(0, r.output.find('\n')), message) << args;
+        EXPECT_LT(r.output.size(), 200u) << args << "\n" << r.output;
+    }
+    EXPECT_FALSE(fs::exists(out_));
+    EXPECT_FALSE(fs::exists(dir_ / "m"));
 }
 
 // --- config.json -------------------------------------------------------------------------------------------
