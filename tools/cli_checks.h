@@ -30,6 +30,10 @@ CLI::Validator numeric_bounds(T lo, T hi, const std::string& want, const std::st
             if constexpr (std::is_floating_point_v<T>) number = number && std::isfinite(v);
             if (!number) return fmt::format("must be {} {}, got {}", kind, want, in);
             if (ec == std::errc() && !negative && v >= lo && v <= hi) return {};
+            const bool above = ec == std::errc() ? !negative && v > hi : in[0] != '-';  // else out of T's range
+            if (above && hi == std::numeric_limits<T>::max()) {
+                return fmt::format("must be {} and at most {}, got {}", want, hi, in);
+            }
             return fmt::format("must be {}, got {}", want, in);
         },
         label);

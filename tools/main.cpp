@@ -281,14 +281,14 @@ int main(int argc, char** argv) {
     gen->add_option("--temperature", temperature, "0 = greedy");
     gen->add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]");
     gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)");
-    gen->add_option("--seed", seed, "RNG seed for sampling");
+    gen->add_option("--seed", seed, "RNG seed for sampling")->check(non_negative<uint64_t>());
     gen->add_flag("--ignore-eos", ignore_eos, "Do not stop at the config's EOS ids");
     add_backend_options(gen);
 
     auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
     gm->add_option("--out", out, "Output directory")->required();
     gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape");
-    gm->add_option("--seed", seed, "Seed");
+    gm->add_option("--seed", seed, "Seed")->check(non_negative<uint64_t>());
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
     gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)");
     int64_t gm_layers = 0;

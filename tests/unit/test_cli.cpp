@@ -219,6 +219,23 @@ TEST_F(Cli, NumericFlagRangeErrorsAreShort) {
     EXPECT_FALSE(fs::exists(dir_ / "m"));
 }
 
+// The seed is a uint64_t: CLI11 read "-1" through strtoull, as 2^64 - 1. A negative seed is an error; the
+// largest one still works.
+TEST_F(Cli, NegativeSeedIsRejected) {
+    const std::string gen = "generate --model '" + model_ + "' --tokens 1,2 --max-new-tokens 2 --temperature 1 ";
+    for (const std::string& args : {gen + "--seed -1", "gen-model --out '" + dir_ / "m" + "' --seed -1"}) {
+        const RunResult r = run(args);
+        EXPECT_EQ(r.exit_code, 105) << args << "\n" << r.output;
+        EXPECT_EQ(r.output.substr(0, r.output.find('\n')), "--seed: must be >= 0, got -1") << args;
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "m"));
+    const RunResult top = run(gen + "--seed 18446744073709551615");
+    EXPECT_EQ(top.exit_code, 0) << top.output;
+    const RunResult over = run(gen + "--seed 18446744073709551616");
+    EXPECT_EQ(over.output.substr(0, over.output.find('\n')),
+              "--seed: must be >= 0 and at most 18446744073709551615, got 18446744073709551616");
+}
+
 // --- config.json -------------------------------------------------------------------------------------------
 
 TEST_F(Cli, MissingConfigJson) {
