@@ -290,7 +290,8 @@ int main(int argc, char** argv) {
     gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape");
     gm->add_option("--seed", seed, "Seed")->check(non_negative<uint64_t>());
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
-    gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)");
+    gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)")
+        ->check(positive<int64_t>());
     int64_t gm_layers = 0;
     std::string index_pattern;
     gm->add_option("--layers", gm_layers, "Decoder layers (default: the preset's)")->check(in_range<int64_t>(1, 1024));

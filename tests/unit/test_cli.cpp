@@ -236,6 +236,53 @@ TEST_F(Cli, NegativeSeedIsRejected) {
               "--seed: must be >= 0 and at most 18446744073709551615, got 18446744073709551616");
 }
 
+// gen-model into a directory that holds an earlier model replaces the files gen-model writes (a 4-shard model's
+// index and shards would otherwise be loaded in place of the new 1-shard model) and leaves every other file alone.
+TEST_F(Cli, GenModelReplacesAnEarlierModel) {
+    ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
+    const NpyArray want = read_npy_f32(out_);
+    fs::remove(out_);
+    const std::string dir = dir_ / "reused";
+    const RunResult first = run("gen-model --preset tiny --seed 1 --shards 4 --out '" + dir + "'");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    ASSERT_TRUE(fs::exists(dir + "/model-00004-of-00004.safetensors"));
+    test::write_text(dir + "/notes.txt", "mine");
+    test::write_text(dir + "/model-00001-of-00004.safetensors.bak", "mine");
+    fs::create_directories(dir + "/old");
+    test::write_text(dir + "/old/model-00001-of-00004.safetensors", "mine");
+    test::write_text(dir + "/old/config.json", "mine");
+
+    gen_model(dir);  // seed 0, one file
+    for (const char* stale : {"model.safetensors.index.json", "model-00001-of-00004.safetensors",
+                              "model-00004-of-00004.safetensors"}) {
+        EXPECT_FALSE(fs::exists(dir + "/" + stale)) << stale;
+    }
+    for (const char* kept : {"notes.txt", "model-00001-of-00004.safetensors.bak", "old/config.json",
+                             "old/model-00001-of-00004.safetensors"}) {
+        EXPECT_EQ(test::read_text(dir + "/" + kept), "mine") << kept;
+    }
+    model_ = dir;
+    const RunResult r = logits("3,1,4,1,5");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(read_npy_f32(out_).data, want.data);  // the seed-0 model, not the seed-1 shards
+    fs::remove(out_);
+
+    gen_model(dir, "--shards 2");
+    EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
+    EXPECT_TRUE(fs::exists(dir + "/" + kShard2));
+    ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
+    EXPECT_EQ(read_npy_f32(out_).data, want.data);
+}
+
+TEST_F(Cli, GenModelRejectsShardCountsBelowOne) {
+    for (const char* n : {"0", "-2"}) {
+        const RunResult r = run("gen-model --out '" + dir_ / "m" + "' --shards " + n);
+        EXPECT_EQ(r.exit_code, 105) << r.output;
+        EXPECT_EQ(r.output.substr(0, r.output.find('\n')), std::string("--shards: must be >= 1, got ") + n);
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "m"));
+}
+
 // --- config.json -------------------------------------------------------------------------------------------
 
 TEST_F(Cli, MissingConfigJson) {
