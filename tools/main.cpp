@@ -476,8 +476,9 @@ int main(int argc, char** argv) {
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());
         } else if (*plan) {
             const ModelConfig c = load_config(config_path);
-            std::printf("%s", format_shard_plan(c, make_shard_plan(c, po), gpu_memory_gib * 1073741824.0, plan_context)
-                                  .c_str());
+            const ShardPlan p = make_shard_plan(c, po);
+            check_weights_fit(c, p, gpu_memory_gib * 1073741824.0);
+            std::printf("%s", format_shard_plan(c, p, gpu_memory_gib * 1073741824.0, plan_context).c_str());
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "megactx: error: %s\n", e.what());

@@ -146,6 +146,20 @@ TEST_F(Cli, PlanPrintsShardsOrNamesTheDimension) {
     EXPECT_NE(bad.output.find("num_attention_heads = 4 does not divide by 3 GPUs"), std::string::npos) << bad.output;
 }
 
+// Weights larger than --gpu-memory-gib: one error line saying by how much and what fits, not "0.0 GiB left for KV".
+TEST_F(Cli, PlanFailsWhenTheWeightsDoNotFit) {
+    const RunResult tight = run("plan --config '" + model_ + "' --gpu-memory-gib 0.001");  // tiny: 1.3 MiB
+    expect_error(tight, {"the weights do not fit: 0.0013 GiB per GPU at --tensor-parallel-size 1",
+                         "0.00025 GiB more than --gpu-memory-gib 0.001",
+                         "what fits: --tensor-parallel-size 2 (0.00074 GiB of weights per GPU)",
+                         "or --gpu-memory-gib 0.0013 or more for the weights alone"});
+    EXPECT_EQ(tight.output.find("left for KV"), std::string::npos) << tight.output;
+    const RunResult none = run("plan --config '" + model_ + "' --tensor-parallel-size 4 --gpu-memory-gib 0.0001");
+    expect_error(none, {"the weights do not fit", "no power-of-two --tensor-parallel-size up to 1024"});
+    const RunResult fits = run("plan --config '" + model_ + "' --tensor-parallel-size 2 --gpu-memory-gib 0.001");
+    EXPECT_EQ(fits.exit_code, 0) << fits.output;
+}
+
 TEST_F(Cli, TensorParallelGivesTheOneDeviceResult) {
     ASSERT_EQ(logits("3,1,4,1,5,9,2,6").exit_code, 0);
     const NpyArray single = read_npy_f32(out_);
