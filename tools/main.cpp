@@ -31,6 +31,9 @@
 #ifndef MEGACTX_DEFAULT_MODEL_DIR
 #define MEGACTX_DEFAULT_MODEL_DIR ""
 #endif
+#ifndef MEGACTX_VERSION_STRING
+#define MEGACTX_VERSION_STRING "unknown"
+#endif
 
 namespace megactx {
 namespace {
@@ -236,6 +239,7 @@ int main(int argc, char** argv) {
     using namespace megactx;
     CLI::App app{"megactx: million-token contexts for DeepSeek-Sparse-Attention models"};
     app.require_subcommand(1);
+    app.set_version_flag("--version", "megactx " MEGACTX_VERSION_STRING);
 
     std::string model, tokens, tokens_file, out, preset = "tiny", dtype, config_path;
     int64_t chunk = 0, max_new = 16, top_k = 0, context = 1048576, shards = 0;

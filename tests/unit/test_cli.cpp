@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -196,6 +197,15 @@ TEST_F(Cli, ValidShardedModelGivesTheSameLogits) {
 }
 
 // --- flags ----------------------------------------------------------------------------------------------
+
+// `megactx --version`: the project version and the git commit CMake saw at configure time (or "unknown").
+TEST_F(Cli, VersionNamesTheReleaseAndCommit) {
+    const RunResult r = run("--version");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output, "megactx " MEGACTX_VERSION_STRING "\n");
+    const std::regex form(R"(megactx \d+\.\d+\.\d+ \(commit ([0-9a-f]{4,40}|unknown)\)\n)");
+    EXPECT_TRUE(std::regex_match(r.output, form)) << r.output;
+}
 
 // A numeric flag out of range: CLI11's usage error (exit 105, ValidationError) with one short line naming the flag
 // and its bounds in plain numbers (CLI11's own Range printed DBL_MAX in full, 300 digits).
