@@ -310,13 +310,15 @@ int main(int argc, char** argv) {
     std::string text, text_file, jsonl, ids_arg;
     bool no_special = false, skip_special = false;
     auto* tokz = app.add_subcommand("tokenize", "Text → token ids (JSON array) with the model's tokenizer.json");
-    tokz->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
+    tokz->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself (default: the "
+                                       "embedded tiny model)");
     auto* text_opt = tokz->add_option("--text", text, "Text to encode");
     auto* text_file_opt = tokz->add_option("--text-file", text_file, "File whose whole contents are encoded");
     auto* jsonl_opt = tokz->add_option("--jsonl", jsonl, "One JSON string per line; prints one JSON array per line");
     tokz->add_flag("--no-special", no_special, "Like add_special_tokens=False: no BOS/EOS from the post-processor");
     auto* detok = app.add_subcommand("detokenize", "Token ids → text");
-    detok->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
+    detok->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself (default: the "
+                                        "embedded tiny model)");
     detok->add_option("--ids", ids_arg, "Comma-separated token ids")->required();
     detok->add_flag("--skip-special", skip_special, "Drop special added tokens");
 
@@ -415,10 +417,11 @@ int main(int argc, char** argv) {
             generate_model(out, o);
             std::fprintf(stderr, "wrote %s model to %s\n", preset.c_str(), out.c_str());
         } else if (*tokz) {
-            run_tokenize(model, text, text_file, jsonl, no_special,
+            run_tokenize(model_dir_or_default(model), text, text_file, jsonl, no_special,
                          text_opt->count() + text_file_opt->count() + jsonl_opt->count());
         } else if (*detok) {
-            const std::string out = Tokenizer::load(model).decode(parse_token_list(ids_arg, "--ids"), skip_special);
+            const Tokenizer tok = Tokenizer::load(model_dir_or_default(model));
+            const std::string out = tok.decode(parse_token_list(ids_arg, "--ids"), skip_special);
             std::fwrite(out.data(), 1, out.size(), stdout);
         } else if (*serve) {
             // OpenMP threads that spin while waiting steal the cores the HTTP threads need (docs/server.md):

@@ -207,6 +207,20 @@ TEST_F(Cli, VersionNamesTheReleaseAndCommit) {
     EXPECT_TRUE(std::regex_match(r.output, form)) << r.output;
 }
 
+// Like logits, generate and serve, tokenize and detokenize use the embedded tiny model without --model (its
+// tokenizer is the one gen-model writes for a 512-token vocabulary, as in model_).
+TEST_F(Cli, TokenizeAndDetokenizeDefaultToTheEmbeddedModel) {
+    const RunResult ids = run("tokenize --text 'Hello, world'");
+    ASSERT_EQ(ids.exit_code, 0) << ids.output;
+    EXPECT_EQ(ids.output, run("tokenize --model '" + model_ + "' --text 'Hello, world'").output);
+    const std::string list = ids.output.substr(1, ids.output.find(']') - 1);  // "[1,2,3]\n" -> "1,2,3"
+    ASSERT_FALSE(list.empty()) << ids.output;
+    const RunResult text = run("detokenize --skip-special --ids " + list);
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    EXPECT_EQ(text.output, "Hello, world");
+    EXPECT_EQ(text.output, run("detokenize --skip-special --model '" + model_ + "' --ids " + list).output);
+}
+
 // A numeric flag out of range: CLI11's usage error (exit 105, ValidationError) with one short line naming the flag
 // and its bounds in plain numbers (CLI11's own Range printed DBL_MAX in full, 300 digits).
 TEST_F(Cli, NumericFlagRangeErrorsAreShort) {
