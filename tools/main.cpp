@@ -272,7 +272,8 @@ int main(int argc, char** argv) {
     auto* tf_opt = logits->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
     tok_opt->excludes(tf_opt);
     logits->add_option("--out", out, "Output .npy (float32 little-endian)")->required();
-    logits->add_option("--chunk", chunk, "Feed N tokens per forward through the KV cache (1 = token by token)")
+    logits->add_option("--chunk", chunk, "Tokens per forward through the KV cache (0 = one pass, 1 = token by token)")
+        ->capture_default_str()
         ->check(non_negative<int64_t>());
     add_backend_options(logits);
 
@@ -281,18 +282,20 @@ int main(int argc, char** argv) {
     auto* gtok = gen->add_option("--tokens", tokens, "Comma-separated prompt token ids");
     auto* gtf = gen->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
     gtok->excludes(gtf);
-    gen->add_option("--max-new-tokens", max_new, "Tokens to generate")->check(non_negative<int64_t>());
-    gen->add_option("--temperature", temperature, "0 = greedy");
-    gen->add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]");
-    gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)");
-    gen->add_option("--seed", seed, "RNG seed for sampling")->check(non_negative<uint64_t>());
+    gen->add_option("--max-new-tokens", max_new, "Tokens to generate")
+        ->capture_default_str()
+        ->check(non_negative<int64_t>());
+    gen->add_option("--temperature", temperature, "0 = greedy")->capture_default_str();
+    gen->add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+    gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)")->capture_default_str();
+    gen->add_option("--seed", seed, "RNG seed for sampling")->capture_default_str()->check(non_negative<uint64_t>());
     gen->add_flag("--ignore-eos", ignore_eos, "Do not stop at the config's EOS ids");
     add_backend_options(gen);
 
     auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
     gm->add_option("--out", out, "Output directory")->required();
-    gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape");
-    gm->add_option("--seed", seed, "Seed")->check(non_negative<uint64_t>());
+    gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape")->capture_default_str();
+    gm->add_option("--seed", seed, "Seed")->capture_default_str()->check(non_negative<uint64_t>());
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
     gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)")
         ->check(positive<int64_t>());
@@ -324,7 +327,7 @@ int main(int argc, char** argv) {
 
     auto* cost = app.add_subcommand("cost", "Per-token FLOPs, bytes and KV memory at a context length");
     cost->add_option("--config", config_path, "config.json (or a model directory)")->required();
-    cost->add_option("--context", context, "Context length L")->check(positive<int64_t>());
+    cost->add_option("--context", context, "Context length L")->capture_default_str()->check(positive<int64_t>());
     cost->add_flag("--json", as_json, "Print JSON");
 
     ParallelOptions po;
@@ -332,13 +335,18 @@ int main(int argc, char** argv) {
     int64_t plan_context = 1048576;
     auto* plan = app.add_subcommand("plan", "Sharding plan over the GPUs of a node and the KV it then holds");
     plan->add_option("--config", config_path, "config.json (or a model directory)")->required();
-    plan->add_option("--tensor-parallel-size", po.n_gpus, "GPUs of the node")->check(in_range<int64_t>(1, 1024));
+    plan->add_option("--tensor-parallel-size", po.n_gpus, "GPUs of the node")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, 1024));
     plan->add_flag("--expert-parallel", po.expert_parallel, "Split the routed experts across the GPUs");
     plan->add_flag("--indexer-split", po.indexer_split, "Split the indexer by heads (default: replicated)");
     plan->add_flag("--layer-split", po.layer_split, "Each GPU keeps the KV of a contiguous group of layers");
-    plan->add_option("--gpu-memory-gib", gpu_memory_gib, "Memory per GPU for weights + KV (default 126 = 0.9 · H200)")
+    plan->add_option("--gpu-memory-gib", gpu_memory_gib, "Memory per GPU for weights + KV (126 = 0.9 · H200)")
+        ->capture_default_str()
         ->check(positive<double>());
-    plan->add_option("--context", plan_context, "Sequence length for the capacity line")->check(positive<int64_t>());
+    plan->add_option("--context", plan_context, "Sequence length for the capacity line")
+        ->capture_default_str()
+        ->check(positive<int64_t>());
 
     ServeOptions so;
     auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching, prefix caching)");

@@ -12,6 +12,8 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -219,6 +221,47 @@ TEST_F(Cli, TokenizeAndDetokenizeDefaultToTheEmbeddedModel) {
     ASSERT_EQ(text.exit_code, 0) << text.output;
     EXPECT_EQ(text.output, "Hello, world");
     EXPECT_EQ(text.output, run("detokenize --skip-special --model '" + model_ + "' --ids " + list).output);
+}
+
+// Every option that has a default shows it in --help (CLI11 prints "--max-new-tokens INT:NONNEGATIVE=16"), or its
+// description says what the default is when it depends on something else ("default: the preset's").
+TEST_F(Cli, HelpShowsEveryDefault) {
+    const std::set<std::string> no_default = {"--tokens", "--tokens-file", "--out", "--text",          "--text-file",
+                                              "--jsonl",  "--ids",         "--config", "--index-pattern", "--api-key"};
+    for (const char* sub : {"logits", "generate", "gen-model", "cost", "plan", "serve", "tokenize", "detokenize"}) {
+        const RunResult r = run(std::string(sub) + " --help");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        // One entry per option: its line, and the description on the next when the option part is long.
+        std::vector<std::string> entries;
+        std::istringstream lines(r.output);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.rfind("  -", 0) == 0) {
+                entries.push_back(line);
+            } else if (!entries.empty() && line.rfind("      ", 0) == 0) {
+                entries.back() += line;
+            }
+        }
+        int n_checked = 0;
+        for (const std::string& e : entries) {
+            const std::string head = e.substr(2, e.find("  ", 2) - 2);  // "--seed UINT:NONNEGATIVE=0"
+            const std::smatch m = [&] {
+                std::smatch x;
+                std::regex_search(head, x, std::regex(R"(^(--[\w-]+)\S* (TEXT|INT|UINT|FLOAT))"));
+                return x;
+            }();
+            if (m.empty() || no_default.count(m[1])) continue;  // a flag, or an option without a default
+            ++n_checked;
+            EXPECT_TRUE(head.find('=') != std::string::npos || e.find("(default") != std::string::npos)
+                << sub << ": " << e;
+        }
+        EXPECT_GT(n_checked, 0) << sub;
+    }
+    const RunResult gen = run("generate --help");
+    test::expect_contains(gen.output, {"--max-new-tokens INT:NONNEGATIVE=16", "--temperature FLOAT=0",
+                                       "--top-p FLOAT=1", "--top-k INT=0", "--seed UINT:NONNEGATIVE=0"});
+    test::expect_contains(run("plan --help").output,
+                          {"--gpu-memory-gib FLOAT:POSITIVE=126", "--context INT:POSITIVE=1048576"});
+    test::expect_contains(run("gen-model --help").output, {"--preset TEXT=tiny"});
 }
 
 // A numeric flag out of range: CLI11's usage error (exit 105, ValidationError) with one short line naming the flag
