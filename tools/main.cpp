@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backend/cpu/cpu_ops.h"
+#include "cli_checks.h"
 #include "core/error.h"
 #include "engine/runner.h"
 #include "io/npy.h"
@@ -29,6 +30,9 @@
 
 #ifndef MEGACTX_DEFAULT_MODEL_DIR
 #define MEGACTX_DEFAULT_MODEL_DIR ""
+#endif
+#ifndef MEGACTX_VERSION_STRING
+#define MEGACTX_VERSION_STRING "unknown"
 #endif
 
 namespace megactx {
@@ -235,6 +239,7 @@ int main(int argc, char** argv) {
     using namespace megactx;
     CLI::App app{"megactx: million-token contexts for DeepSeek-Sparse-Attention models"};
     app.require_subcommand(1);
+    app.set_version_flag("--version", "megactx " MEGACTX_VERSION_STRING);
 
     std::string model, tokens, tokens_file, out, preset = "tiny", dtype, config_path;
     int64_t chunk = 0, max_new = 16, top_k = 0, context = 1048576, shards = 0;
@@ -248,7 +253,7 @@ int main(int argc, char** argv) {
         sub->add_option("--device", device, "cpu | cuda")->capture_default_str();
         sub->add_option("--tensor-parallel-size,--tp", tp.n_gpus, "Ranks (GPUs) sharing the model")
             ->capture_default_str()
-            ->check(CLI::Range(1, 64));
+            ->check(in_range<int64_t>(1, 64));
         sub->add_flag("--expert-parallel", tp.expert_parallel, "Split the routed experts across the ranks (else by columns)");
         sub->add_flag("--indexer-split", tp.indexer_split,
                       "Split the indexer by heads (partial scores all-reduced before top-k; default: replicated)");
@@ -267,8 +272,9 @@ int main(int argc, char** argv) {
     auto* tf_opt = logits->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
     tok_opt->excludes(tf_opt);
     logits->add_option("--out", out, "Output .npy (float32 little-endian)")->required();
-    logits->add_option("--chunk", chunk, "Feed N tokens per forward through the KV cache (1 = token by token)")
-        ->check(CLI::NonNegativeNumber);
+    logits->add_option("--chunk", chunk, "Tokens per forward through the KV cache (0 = one pass, 1 = token by token)")
+        ->capture_default_str()
+        ->check(non_negative<int64_t>());
     add_backend_options(logits);
 
     auto* gen = app.add_subcommand("generate", "Token ids in, token ids out");
@@ -276,47 +282,52 @@ int main(int argc, char** argv) {
     auto* gtok = gen->add_option("--tokens", tokens, "Comma-separated prompt token ids");
     auto* gtf = gen->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
     gtok->excludes(gtf);
-    gen->add_option("--max-new-tokens", max_new, "Tokens to generate")->check(CLI::NonNegativeNumber);
-    gen->add_option("--temperature", temperature, "0 = greedy");
-    gen->add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]");
-    gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)");
-    gen->add_option("--seed", seed, "RNG seed for sampling");
+    gen->add_option("--max-new-tokens", max_new, "Tokens to generate")
+        ->capture_default_str()
+        ->check(non_negative<int64_t>());
+    gen->add_option("--temperature", temperature, "0 = greedy")->capture_default_str();
+    gen->add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+    gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)")->capture_default_str();
+    gen->add_option("--seed", seed, "RNG seed for sampling")->capture_default_str()->check(non_negative<uint64_t>());
     gen->add_flag("--ignore-eos", ignore_eos, "Do not stop at the config's EOS ids");
     add_backend_options(gen);
 
     auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
     gm->add_option("--out", out, "Output directory")->required();
-    gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape");
-    gm->add_option("--seed", seed, "Seed");
+    gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape")->capture_default_str();
+    gm->add_option("--seed", seed, "Seed")->capture_default_str()->check(non_negative<uint64_t>());
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
-    gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)");
+    gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)")
+        ->check(positive<int64_t>());
     int64_t gm_layers = 0;
     std::string index_pattern;
-    gm->add_option("--layers", gm_layers, "Decoder layers (default: the preset's)")->check(CLI::Range(1, 1024));
+    gm->add_option("--layers", gm_layers, "Decoder layers (default: the preset's)")->check(in_range<int64_t>(1, 1024));
     int64_t gm_experts = 0, gm_experts_per_tok = 0;
     gm->add_option("--experts", gm_experts, "Routed experts (default: the preset's; GLM-5.2 has 256)")
-        ->check(CLI::Range(1, 4096));
+        ->check(in_range<int64_t>(1, 4096));
     gm->add_option("--experts-per-tok", gm_experts_per_tok, "Experts per token (default: the preset's; GLM-5.2: 8)")
-        ->check(CLI::Range(1, 64));
+        ->check(in_range<int64_t>(1, 64));
     gm->add_option("--index-pattern", index_pattern,
                    "Which layers run the indexer, F/S letters repeated over the layers (F: all full; FSSS: 1 in 4)");
 
     std::string text, text_file, jsonl, ids_arg;
     bool no_special = false, skip_special = false;
     auto* tokz = app.add_subcommand("tokenize", "Text → token ids (JSON array) with the model's tokenizer.json");
-    tokz->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
+    tokz->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself (default: the "
+                                       "embedded tiny model)");
     auto* text_opt = tokz->add_option("--text", text, "Text to encode");
     auto* text_file_opt = tokz->add_option("--text-file", text_file, "File whose whole contents are encoded");
     auto* jsonl_opt = tokz->add_option("--jsonl", jsonl, "One JSON string per line; prints one JSON array per line");
     tokz->add_flag("--no-special", no_special, "Like add_special_tokens=False: no BOS/EOS from the post-processor");
     auto* detok = app.add_subcommand("detokenize", "Token ids → text");
-    detok->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself")->required();
+    detok->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself (default: the "
+                                        "embedded tiny model)");
     detok->add_option("--ids", ids_arg, "Comma-separated token ids")->required();
     detok->add_flag("--skip-special", skip_special, "Drop special added tokens");
 
     auto* cost = app.add_subcommand("cost", "Per-token FLOPs, bytes and KV memory at a context length");
     cost->add_option("--config", config_path, "config.json (or a model directory)")->required();
-    cost->add_option("--context", context, "Context length L")->check(CLI::PositiveNumber);
+    cost->add_option("--context", context, "Context length L")->capture_default_str()->check(positive<int64_t>());
     cost->add_flag("--json", as_json, "Print JSON");
 
     ParallelOptions po;
@@ -324,28 +335,33 @@ int main(int argc, char** argv) {
     int64_t plan_context = 1048576;
     auto* plan = app.add_subcommand("plan", "Sharding plan over the GPUs of a node and the KV it then holds");
     plan->add_option("--config", config_path, "config.json (or a model directory)")->required();
-    plan->add_option("--tensor-parallel-size", po.n_gpus, "GPUs of the node")->check(CLI::Range(1, 1024));
+    plan->add_option("--tensor-parallel-size", po.n_gpus, "GPUs of the node")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, 1024));
     plan->add_flag("--expert-parallel", po.expert_parallel, "Split the routed experts across the GPUs");
     plan->add_flag("--indexer-split", po.indexer_split, "Split the indexer by heads (default: replicated)");
     plan->add_flag("--layer-split", po.layer_split, "Each GPU keeps the KV of a contiguous group of layers");
-    plan->add_option("--gpu-memory-gib", gpu_memory_gib, "Memory per GPU for weights + KV (default 126 = 0.9 · H200)")
-        ->check(CLI::PositiveNumber);
-    plan->add_option("--context", plan_context, "Sequence length for the capacity line")->check(CLI::PositiveNumber);
+    plan->add_option("--gpu-memory-gib", gpu_memory_gib, "Memory per GPU for weights + KV (126 = 0.9 · H200)")
+        ->capture_default_str()
+        ->check(positive<double>());
+    plan->add_option("--context", plan_context, "Sequence length for the capacity line")
+        ->capture_default_str()
+        ->check(positive<int64_t>());
 
     ServeOptions so;
     auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching, prefix caching)");
     serve->add_option("--model", so.model_dir, "Model directory (default: the embedded tiny model)");
     serve->add_option("--host", so.host, "Address to listen on")->capture_default_str();
-    serve->add_option("--port", so.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+    serve->add_option("--port", so.port, "Port (0: any free port)")->capture_default_str()->check(in_range(0, 65535));
     serve->add_option("--max-model-len,--max-context-len", so.max_model_len,
                       "Maximum tokens per sequence, prompt plus output, up to 1048576 (default: the model's)")
-        ->check(CLI::Range(int64_t{1}, int64_t{1048576}));
+        ->check(in_range<int64_t>(1, 1048576));
     serve->add_option("--max-num-seqs", so.max_num_seqs, "Sequences in the running batch")
         ->capture_default_str()
-        ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+        ->check(in_range<int64_t>(1, 4096));
     serve->add_option("--max-num-batched-tokens", so.max_num_batched_tokens, "Tokens per engine step")
         ->capture_default_str()
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+        ->check(in_range<int64_t>(1, int64_t{1} << 20));
     serve->add_option("--kv-cache-memory", so.kv_cache_memory, "KV cache size, e.g. 4GiB (default 2GiB on the CPU)");
     serve->add_option("--served-model-name", so.served_model_name, "Model name in the API (default: directory name)");
     serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
@@ -356,7 +372,7 @@ int main(int argc, char** argv) {
     serve->add_option("--gpu-memory-utilization", gpu_memory_utilization,
                       "cuda: fraction of the free GPU memory for weights, KV cache and activations")
         ->capture_default_str()
-        ->check(CLI::Range(0.01, 1.0));
+        ->check(in_range(0.01, 1.0));
     serve->add_flag("--no-prefix-caching", no_prefix_caching, "Disable prefix caching");
 
     try {
@@ -409,10 +425,11 @@ int main(int argc, char** argv) {
             generate_model(out, o);
             std::fprintf(stderr, "wrote %s model to %s\n", preset.c_str(), out.c_str());
         } else if (*tokz) {
-            run_tokenize(model, text, text_file, jsonl, no_special,
+            run_tokenize(model_dir_or_default(model), text, text_file, jsonl, no_special,
                          text_opt->count() + text_file_opt->count() + jsonl_opt->count());
         } else if (*detok) {
-            const std::string out = Tokenizer::load(model).decode(parse_token_list(ids_arg, "--ids"), skip_special);
+            const Tokenizer tok = Tokenizer::load(model_dir_or_default(model));
+            const std::string out = tok.decode(parse_token_list(ids_arg, "--ids"), skip_special);
             std::fwrite(out.data(), 1, out.size(), stdout);
         } else if (*serve) {
             // OpenMP threads that spin while waiting steal the cores the HTTP threads need (docs/server.md):
@@ -474,8 +491,9 @@ int main(int argc, char** argv) {
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());
         } else if (*plan) {
             const ModelConfig c = load_config(config_path);
-            std::printf("%s", format_shard_plan(c, make_shard_plan(c, po), gpu_memory_gib * 1073741824.0, plan_context)
-                                  .c_str());
+            const ShardPlan p = make_shard_plan(c, po);
+            check_weights_fit(c, p, gpu_memory_gib * 1073741824.0);
+            std::printf("%s", format_shard_plan(c, p, gpu_memory_gib * 1073741824.0, plan_context).c_str());
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "megactx: error: %s\n", e.what());

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "core/error.h"
 #include "io/config.h"
@@ -112,6 +113,21 @@ struct Writer {
     }
 };
 
+// Removes from `dir` (not below it) the files a gen-model run writes: config, tokenizer, weights, shards and index.
+// A 4-shard model's index and shards would otherwise outlive a 1-shard model written over it, and be loaded instead.
+void remove_earlier_model(const std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
+    if (!fs::is_directory(dir)) return;
+    static const std::regex kShard(R"(model-\d+-of-\d+\.safetensors)");
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        const bool ours = name == "config.json" || name == "tokenizer.json" || name == "tokenizer_config.json" ||
+                          name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                          std::regex_match(name, kShard);
+        if (ours && !e.is_directory()) fs::remove(e.path());
+    }
+}
+
 }  // namespace
 
 json preset_config(const std::string& preset) {
@@ -215,6 +231,7 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
     } else {
         MEGACTX_FAIL("gen-model: unknown dtype '{}' (expected f32, bf16 or fp8)", dtype);
     }
+    MEGACTX_CHECK(o.shards >= 0, "gen-model: --shards must be >= 1, got {}", o.shards);
     const int64_t shards = o.shards > 0 ? o.shards : (o.preset == "glm52-shape" ? 4 : 1);
 
     Writer w{o.seed, lt, {}};
@@ -265,6 +282,7 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
         }
     }
 
+    remove_earlier_model(out_dir);
     fs::create_directories(out_dir);
     json config = cj;
     if (lt == DType::F8_E4M3) {

@@ -23,7 +23,8 @@ struct GenModelOptions {
 
 // The preset's config.json contents.
 nlohmann::json preset_config(const std::string& preset);
-// Writes config.json and the weights into out_dir (created if missing).
+// Writes config.json, the tokenizer and the weights into out_dir (created if missing), first removing the files of
+// those names an earlier run left there (shards and index included); other files stay.
 void generate_model(const std::string& out_dir, const GenModelOptions& options);
 
 }  // namespace megactx

@@ -67,6 +67,23 @@ std::vector<Range> layer_groups(const ModelConfig& c, int64_t g) {
     return groups;
 }
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// GiB with one decimal, or two significant digits below 1 GiB (test models); `up` rounds up, for a size that must
+// suffice.
+std::string gib(double bytes, bool up = false) {
+    const double g = bytes / kGiB;
+    const int decimals = g >= 1.0 ? 1 : 1 - static_cast<int>(std::floor(std::log10(g)));
+    const double step = std::pow(10.0, -decimals);
+    return fmt::format("{:.{}f}", up ? std::ceil(g / step) * step : g, decimals);
+}
+
+double max_weight_bytes(const ShardPlan& plan) {
+    double w = 0;
+    for (const RankPlan& r : plan.ranks) w = std::max(w, r.weight_bytes);
+    return w;
+}
+
 }  // namespace
 
 ShardPlan make_shard_plan(const ModelConfig& c, const ParallelOptions& o) {
@@ -144,9 +161,38 @@ NodeCapacity node_capacity(const ShardPlan& plan, double gpu_bytes, int64_t cont
     return cap;
 }
 
+void check_weights_fit(const ModelConfig& c, const ShardPlan& plan, double gpu_bytes) {
+    const double need = max_weight_bytes(plan);
+    if (need <= gpu_bytes) return;
+    const ParallelOptions& o = plan.options;
+    std::string fits;
+    for (int64_t g = 1; g <= 1024 && fits.empty(); g *= 2) {
+        if (g <= o.n_gpus) continue;
+        for (const bool ep : {o.expert_parallel, true}) {
+            ParallelOptions more = o;
+            more.n_gpus = g;
+            more.expert_parallel = ep;
+            double w = 0;
+            try {
+                w = max_weight_bytes(make_shard_plan(c, more));
+            } catch (const Error&) {
+                continue;  // a dimension does not divide by g
+            }
+            if (w <= gpu_bytes) {
+                fits = fmt::format("--tensor-parallel-size {}{} ({} GiB of weights per GPU)", g,
+                                   ep && !o.expert_parallel ? " --expert-parallel" : "", gib(w));
+                break;
+            }
+        }
+    }
+    if (fits.empty()) fits = "no power-of-two --tensor-parallel-size up to 1024 (heads, columns or experts run out)";
+    MEGACTX_FAIL("sharding plan: the weights do not fit: {} GiB per GPU at --tensor-parallel-size {}, {} GiB more than "
+                 "--gpu-memory-gib {:g}; what fits: {}, or --gpu-memory-gib {} or more for the weights alone",
+                 gib(need), o.n_gpus, gib(need - gpu_bytes), gpu_bytes / kGiB, fits, gib(need, true));
+}
+
 std::string format_shard_plan(const ModelConfig& c, const ShardPlan& plan, double gpu_bytes, int64_t context) {
     const ParallelOptions& o = plan.options;
-    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     std::string s = fmt::format(
         "{} GPUs: tensor parallel over attention heads and MLP columns, {}, indexer {}, KV {}\n", o.n_gpus,
         o.expert_parallel ? "expert parallel MoE" : "MoE experts split by columns",

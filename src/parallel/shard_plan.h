@@ -65,6 +65,11 @@ struct NodeCapacity {
 
 NodeCapacity node_capacity(const ShardPlan& plan, double gpu_bytes, int64_t context);
 
+// Throws megactx::Error when a rank's weights do not fit into `gpu_bytes`, saying by how much and what would fit:
+// the smallest power-of-two GPU count up to 1024 whose plan fits (with --expert-parallel where the experts' columns
+// do not divide), and the memory per GPU the weights need at this count.
+void check_weights_fit(const ModelConfig& c, const ShardPlan& plan, double gpu_bytes);
+
 // The plan as a table (per rank) plus the capacity with and without LayerSplit.
 std::string format_shard_plan(const ModelConfig& c, const ShardPlan& plan, double gpu_bytes, int64_t context);
 

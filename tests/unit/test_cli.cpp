@@ -7,7 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -143,6 +149,20 @@ TEST_F(Cli, PlanPrintsShardsOrNamesTheDimension) {
     EXPECT_NE(bad.output.find("num_attention_heads = 4 does not divide by 3 GPUs"), std::string::npos) << bad.output;
 }
 
+// Weights larger than --gpu-memory-gib: one error line saying by how much and what fits, not "0.0 GiB left for KV".
+TEST_F(Cli, PlanFailsWhenTheWeightsDoNotFit) {
+    const RunResult tight = run("plan --config '" + model_ + "' --gpu-memory-gib 0.001");  // tiny: 1.3 MiB
+    expect_error(tight, {"the weights do not fit: 0.0013 GiB per GPU at --tensor-parallel-size 1",
+                         "0.00025 GiB more than --gpu-memory-gib 0.001",
+                         "what fits: --tensor-parallel-size 2 (0.00074 GiB of weights per GPU)",
+                         "or --gpu-memory-gib 0.0013 or more for the weights alone"});
+    EXPECT_EQ(tight.output.find("left for KV"), std::string::npos) << tight.output;
+    const RunResult none = run("plan --config '" + model_ + "' --tensor-parallel-size 4 --gpu-memory-gib 0.0001");
+    expect_error(none, {"the weights do not fit", "no power-of-two --tensor-parallel-size up to 1024"});
+    const RunResult fits = run("plan --config '" + model_ + "' --tensor-parallel-size 2 --gpu-memory-gib 0.001");
+    EXPECT_EQ(fits.exit_code, 0) << fits.output;
+}
+
 TEST_F(Cli, TensorParallelGivesTheOneDeviceResult) {
     ASSERT_EQ(logits("3,1,4,1,5,9,2,6").exit_code, 0);
     const NpyArray single = read_npy_f32(out_);
@@ -176,6 +196,172 @@ TEST_F(Cli, ValidShardedModelGivesTheSameLogits) {
     const NpyArray sharded = read_npy_f32(out_);
     EXPECT_EQ(sharded.shape, single.shape);
     EXPECT_EQ(sharded.data, single.data);
+}
+
+// --- flags ----------------------------------------------------------------------------------------------
+
+// `megactx --version`: the project version and the git commit CMake saw at configure time (or "unknown").
+TEST_F(Cli, VersionNamesTheReleaseAndCommit) {
+    const RunResult r = run("--version");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output, "megactx " MEGACTX_VERSION_STRING "\n");
+    const std::regex form(R"(megactx \d+\.\d+\.\d+ \(commit ([0-9a-f]{4,40}|unknown)\)\n)");
+    EXPECT_TRUE(std::regex_match(r.output, form)) << r.output;
+}
+
+// Like logits, generate and serve, tokenize and detokenize use the embedded tiny model without --model (its
+// tokenizer is the one gen-model writes for a 512-token vocabulary, as in model_).
+TEST_F(Cli, TokenizeAndDetokenizeDefaultToTheEmbeddedModel) {
+    const RunResult ids = run("tokenize --text 'Hello, world'");
+    ASSERT_EQ(ids.exit_code, 0) << ids.output;
+    EXPECT_EQ(ids.output, run("tokenize --model '" + model_ + "' --text 'Hello, world'").output);
+    const std::string list = ids.output.substr(1, ids.output.find(']') - 1);  // "[1,2,3]\n" -> "1,2,3"
+    ASSERT_FALSE(list.empty()) << ids.output;
+    const RunResult text = run("detokenize --skip-special --ids " + list);
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    EXPECT_EQ(text.output, "Hello, world");
+    EXPECT_EQ(text.output, run("detokenize --skip-special --model '" + model_ + "' --ids " + list).output);
+}
+
+// Every option that has a default shows it in --help (CLI11 prints "--max-new-tokens INT:NONNEGATIVE=16"), or its
+// description says what the default is when it depends on something else ("default: the preset's").
+TEST_F(Cli, HelpShowsEveryDefault) {
+    const std::set<std::string> no_default = {"--tokens", "--tokens-file", "--out", "--text",          "--text-file",
+                                              "--jsonl",  "--ids",         "--config", "--index-pattern", "--api-key"};
+    for (const char* sub : {"logits", "generate", "gen-model", "cost", "plan", "serve", "tokenize", "detokenize"}) {
+        const RunResult r = run(std::string(sub) + " --help");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        // One entry per option: its line, and the description on the next when the option part is long.
+        std::vector<std::string> entries;
+        std::istringstream lines(r.output);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.rfind("  -", 0) == 0) {
+                entries.push_back(line);
+            } else if (!entries.empty() && line.rfind("      ", 0) == 0) {
+                entries.back() += line;
+            }
+        }
+        int n_checked = 0;
+        for (const std::string& e : entries) {
+            const std::string head = e.substr(2, e.find("  ", 2) - 2);  // "--seed UINT:NONNEGATIVE=0"
+            const std::smatch m = [&] {
+                std::smatch x;
+                std::regex_search(head, x, std::regex(R"(^(--[\w-]+)\S* (TEXT|INT|UINT|FLOAT))"));
+                return x;
+            }();
+            if (m.empty() || no_default.count(m[1])) continue;  // a flag, or an option without a default
+            ++n_checked;
+            EXPECT_TRUE(head.find('=') != std::string::npos || e.find("(default") != std::string::npos)
+                << sub << ": " << e;
+        }
+        EXPECT_GT(n_checked, 0) << sub;
+    }
+    const RunResult gen = run("generate --help");
+    test::expect_contains(gen.output, {"--max-new-tokens INT:NONNEGATIVE=16", "--temperature FLOAT=0",
+                                       "--top-p FLOAT=1", "--top-k INT=0", "--seed UINT:NONNEGATIVE=0"});
+    test::expect_contains(run("plan --help").output,
+                          {"--gpu-memory-gib FLOAT:POSITIVE=126", "--context INT:POSITIVE=1048576"});
+    test::expect_contains(run("gen-model --help").output, {"--preset TEXT=tiny"});
+}
+
+// A numeric flag out of range: CLI11's usage error (exit 105, ValidationError) with one short line naming the flag
+// and its bounds in plain numbers (CLI11's own Range printed DBL_MAX in full, 300 digits).
+TEST_F(Cli, NumericFlagRangeErrorsAreShort) {
+    const std::string gen = "generate --model '" + model_ + "' --tokens 1,2 ";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {gen + "--max-new-tokens -5", "--max-new-tokens: must be >= 0, got -5"},
+        {gen + "--max-new-tokens 2.5", "--max-new-tokens: must be an integer >= 0, got 2.5"},
+        {gen + "--tp 65", "--tensor-parallel-size: must be between 1 and 64, got 65"},
+        {"logits --tokens 1 --out '" + out_ + "' --chunk -1", "--chunk: must be >= 0, got -1"},
+        {"gen-model --out '" + dir_ / "m" + "' --layers 0", "--layers: must be between 1 and 1024, got 0"},
+        {"gen-model --out '" + dir_ / "m" + "' --experts 5000", "--experts: must be between 1 and 4096, got 5000"},
+        {"gen-model --out '" + dir_ / "m" + "' --experts-per-tok 0",
+         "--experts-per-tok: must be between 1 and 64, got 0"},
+        {"cost --config '" + model_ + "' --context 0", "--context: must be >= 1, got 0"},
+        {"plan --config '" + model_ + "' --tensor-parallel-size 0",
+         "--tensor-parallel-size: must be between 1 and 1024, got 0"},
+        {"plan --config '" + model_ + "' --gpu-memory-gib 0", "--gpu-memory-gib: must be > 0, got 0"},
+        {"plan --config '" + model_ + "' --gpu-memory-gib nan", "--gpu-memory-gib: must be a number > 0, got nan"},
+        {"plan --config '" + model_ + "' --gpu-memory-gib inf", "--gpu-memory-gib: must be a number > 0, got inf"},
+        {"plan --config '" + model_ + "' --context -3", "--context: must be >= 1, got -3"},
+        {"serve --port 70000", "--port: must be between 0 and 65535, got 70000"},
+        {"serve --max-model-len 0", "--max-model-len: must be between 1 and 1048576, got 0"},
+        {"serve --max-num-seqs 5000", "--max-num-seqs: must be between 1 and 4096, got 5000"},
+        {"serve --max-num-batched-tokens 0", "--max-num-batched-tokens: must be between 1 and 1048576, got 0"},
+        {"serve --gpu-memory-utilization 1.5", "--gpu-memory-utilization: must be between 0.01 and 1, got 1.5"},
+    };
+    for (const auto& [args, message] : cases) {
+        const RunResult r = run(args);
+        EXPECT_EQ(r.exit_code, 105) << args << "\n" << r.output;
+        EXPECT_EQ(r.output.substr(0, r.output.find('\n')), message) << args;
+        EXPECT_LT(r.output.size(), 200u) << args << "\n" << r.output;
+    }
+    EXPECT_FALSE(fs::exists(out_));
+    EXPECT_FALSE(fs::exists(dir_ / "m"));
+}
+
+// The seed is a uint64_t: CLI11 read "-1" through strtoull, as 2^64 - 1. A negative seed is an error; the
+// largest one still works.
+TEST_F(Cli, NegativeSeedIsRejected) {
+    const std::string gen = "generate --model '" + model_ + "' --tokens 1,2 --max-new-tokens 2 --temperature 1 ";
+    for (const std::string& args : {gen + "--seed -1", "gen-model --out '" + dir_ / "m" + "' --seed -1"}) {
+        const RunResult r = run(args);
+        EXPECT_EQ(r.exit_code, 105) << args << "\n" << r.output;
+        EXPECT_EQ(r.output.substr(0, r.output.find('\n')), "--seed: must be >= 0, got -1") << args;
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "m"));
+    const RunResult top = run(gen + "--seed 18446744073709551615");
+    EXPECT_EQ(top.exit_code, 0) << top.output;
+    const RunResult over = run(gen + "--seed 18446744073709551616");
+    EXPECT_EQ(over.output.substr(0, over.output.find('\n')),
+              "--seed: must be >= 0 and at most 18446744073709551615, got 18446744073709551616");
+}
+
+// gen-model into a directory that holds an earlier model replaces the files gen-model writes (a 4-shard model's
+// index and shards would otherwise be loaded in place of the new 1-shard model) and leaves every other file alone.
+TEST_F(Cli, GenModelReplacesAnEarlierModel) {
+    ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
+    const NpyArray want = read_npy_f32(out_);
+    fs::remove(out_);
+    const std::string dir = dir_ / "reused";
+    const RunResult first = run("gen-model --preset tiny --seed 1 --shards 4 --out '" + dir + "'");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    ASSERT_TRUE(fs::exists(dir + "/model-00004-of-00004.safetensors"));
+    test::write_text(dir + "/notes.txt", "mine");
+    test::write_text(dir + "/model-00001-of-00004.safetensors.bak", "mine");
+    fs::create_directories(dir + "/old");
+    test::write_text(dir + "/old/model-00001-of-00004.safetensors", "mine");
+    test::write_text(dir + "/old/config.json", "mine");
+
+    gen_model(dir);  // seed 0, one file
+    for (const char* stale : {"model.safetensors.index.json", "model-00001-of-00004.safetensors",
+                              "model-00004-of-00004.safetensors"}) {
+        EXPECT_FALSE(fs::exists(dir + "/" + stale)) << stale;
+    }
+    for (const char* kept : {"notes.txt", "model-00001-of-00004.safetensors.bak", "old/config.json",
+                             "old/model-00001-of-00004.safetensors"}) {
+        EXPECT_EQ(test::read_text(dir + "/" + kept), "mine") << kept;
+    }
+    model_ = dir;
+    const RunResult r = logits("3,1,4,1,5");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(read_npy_f32(out_).data, want.data);  // the seed-0 model, not the seed-1 shards
+    fs::remove(out_);
+
+    gen_model(dir, "--shards 2");
+    EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
+    EXPECT_TRUE(fs::exists(dir + "/" + kShard2));
+    ASSERT_EQ(logits("3,1,4,1,5").exit_code, 0);
+    EXPECT_EQ(read_npy_f32(out_).data, want.data);
+}
+
+TEST_F(Cli, GenModelRejectsShardCountsBelowOne) {
+    for (const char* n : {"0", "-2"}) {
+        const RunResult r = run("gen-model --out '" + dir_ / "m" + "' --shards " + n);
+        EXPECT_EQ(r.exit_code, 105) << r.output;
+        EXPECT_EQ(r.output.substr(0, r.output.find('\n')), std::string("--shards: must be >= 1, got ") + n);
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "m"));
 }
 
 // --- config.json -------------------------------------------------------------------------------------------

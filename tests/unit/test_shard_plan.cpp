@@ -109,6 +109,34 @@ TEST(ShardPlan, CapacityWithAndWithoutLayerSplit) {
     EXPECT_EQ(node_capacity(split, 10.0 * kGiB, 1048576).kv_tokens, 0.0);
 }
 
+// GLM-5.2 over 4 GPUs: 178.5 GiB of weights each. The error names the shortfall and the smallest count that fits.
+TEST(ShardPlan, WeightsThatDoNotFitSayWhatWould) {
+    const ModelConfig c = load_config(kGlm52);
+    ParallelOptions o;
+    o.n_gpus = 4;
+    const auto message = [&](const ModelConfig& m, double gib) {
+        try {
+            check_weights_fit(m, make_shard_plan(m, o), gib * kGiB);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_EQ(message(c, 126.0),
+              "sharding plan: the weights do not fit: 178.5 GiB per GPU at --tensor-parallel-size 4, 52.5 GiB more "
+              "than --gpu-memory-gib 126; what fits: --tensor-parallel-size 8 (91.0 GiB of weights per GPU), or "
+              "--gpu-memory-gib 178.6 or more for the weights alone");
+    EXPECT_NE(message(c, 64.0).find("what fits: --tensor-parallel-size 16 (47.3 GiB"), std::string::npos);
+    EXPECT_NE(message(c, 10.0).find("what fits: no power-of-two --tensor-parallel-size up to 1024"), std::string::npos);
+    EXPECT_EQ(message(c, 179.0), "no error");
+    // Expert columns that divide by 4 but not by 8: 8 GPUs fit with whole experts per rank.
+    ModelConfig odd = c;
+    odd.moe_intermediate_size = 2052;
+    odd.n_shared_experts = 2;  // the shared expert (split by TP) divides by 8
+    EXPECT_NE(message(odd, 126.0).find("what fits: --tensor-parallel-size 8 --expert-parallel ("), std::string::npos)
+        << message(odd, 126.0);
+}
+
 TEST(ShardPlan, BadGpuCountsNameTheDimension) {
     const ModelConfig c = load_config(kGlm52);
     ParallelOptions o;
