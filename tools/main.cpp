@@ -374,6 +374,11 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(in_range(0.01, 1.0));
     serve->add_flag("--no-prefix-caching", no_prefix_caching, "Disable prefix caching");
+    bool no_access_log = false;
+    serve->add_flag("--no-access-log", no_access_log, "No access line per request on stderr");
+    serve->add_option("--log-interval", so.log_interval_s, "Seconds between throughput lines while busy (0: none)")
+        ->capture_default_str()
+        ->check(in_range(0.0, 86400.0));
 
     try {
         app.parse(argc, argv);
@@ -442,6 +447,7 @@ int main(int argc, char** argv) {
             so.model_dir = model_dir_or_default(so.model_dir);
             if (so.served_model_name.empty() && so.model_dir == MEGACTX_DEFAULT_MODEL_DIR) so.served_model_name = "megactx-tiny";
             so.prefix_caching = !no_prefix_caching;
+            so.access_log = !no_access_log;
             const KvFormat kv_format = resolve_kv_format(device, kv_dtype);
             if (tp.n_gpus > 1) {
                 so.make_group = [&, kv_format](EngineConfig& ec) {

@@ -157,6 +157,18 @@ test('each request gets one access line with its status and token counts', async
   assert.ok(lines.some((l) => /"GET \/metrics" 200/.test(l)));
 });
 
+test('a throughput line while busy; --no-access-log keeps the access lines out', async () => {
+  const s = await startServer(['--log-interval', '0.2', '--no-access-log']);
+  try {
+    await raw(s.base, '/v1/completions', { body: JSON.stringify({ prompt: 'busy', max_tokens: 400, ignore_eos: true, temperature: 0 }) });
+    await new Promise((r) => setTimeout(r, 300));
+    assert.match(s.log(), /megactx serve: prompt [\d.]+ tok\/s, generation [\d.]+ tok\/s, running \d+, waiting \d+, KV [\d.]+% used, prefix-cache hits [\d.]+%, preemptions \d+/, s.log());
+    assert.doesNotMatch(s.log(), /"POST \/v1\/completions"/);
+  } finally {
+    assert.equal(await s.stop(), 0);
+  }
+});
+
 test('the server still serves after all of that', async () => {
   const r = await raw(server.base, '/v1/completions', { body: JSON.stringify({ prompt: 'alive', max_tokens: 3, temperature: 0 }) });
   assert.equal(r.status, 200, r.text);

@@ -103,7 +103,9 @@ TEST(TopkPlan, SampleShape) {
         }
         const int m = ts::sample_rank(kK, len);  // rows of <= k items never sample (all of them are the top k)
         EXPECT_GE(m, 1);
-        if (len > kK) EXPECT_LE(m, s);
+        if (len > kK) {
+            EXPECT_LE(m, s);
+        }
     }
     EXPECT_EQ(ts::sample_rank(kK, 5000), kK);  // the whole row sampled: the exact k-th value
     EXPECT_EQ(ts::sample_rank(kK, kLen), 48);  // ~2k of 1M expected above it, + 16 samples of margin
@@ -153,7 +155,9 @@ TEST(TopkPlan, FilterChunk) {
             ASSERT_TRUE(c >= 1024 && c <= 65536 && (c & (c - 1)) == 0) << rows << " x " << stride;
             const int64_t items = rows * ((stride + c - 1) / c);
             EXPECT_TRUE(c == 65536 || items <= 4 * 132) << rows << " x " << stride << ": " << items << " items";
-            if (c > 1024) EXPECT_GT(rows * ((stride + c / 2 - 1) / (c / 2)), 4 * 132) << "not the smallest";
+            if (c > 1024) {
+                EXPECT_GT(rows * ((stride + c / 2 - 1) / (c / 2)), 4 * 132) << "not the smallest";
+            }
         }
 }
 
