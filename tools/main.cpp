@@ -365,7 +365,9 @@ int main(int argc, char** argv) {
     serve->add_option("--kv-cache-memory", so.kv_cache_memory, "KV cache size, e.g. 4GiB (default 2GiB on the CPU)");
     serve->add_option("--served-model-name", so.served_model_name, "Model name in the API (default: directory name)");
     serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
-    serve->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body")->capture_default_str();
+    serve->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body")
+        ->capture_default_str()
+        ->check(positive<int64_t>());
     bool no_prefix_caching = false;
     add_backend_options(serve);
     double gpu_memory_utilization = 0.9;
