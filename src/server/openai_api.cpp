@@ -4,8 +4,6 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <optional>
-#include <random>
 
 #include "core/error.h"
 #include "server/api_error.h"

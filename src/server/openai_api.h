@@ -1,6 +1,6 @@
-// The OpenAI-compatible API over the engine: request JSON → validated generation request (chat format
-// rendered, tokenized) → engine → response JSON or SSE chunks, with reasoning_content and tool_calls parsed
-// from the output. Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
+// The OpenAI-compatible API over the engine: request JSON → validated generation request (server/request.h)
+// → engine → response JSON or SSE chunks, with reasoning_content and tool_calls parsed from the output. A
+// request whose client goes away is cancelled, streamed or not. Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
 // HTTP-library-free: handlers take HttpRequest and return HttpResponse (server/http.h).
 #pragma once
 
@@ -52,7 +52,6 @@ private:
     ApiConfig config_;
     Metrics metrics_;
     std::atomic<bool> closed_{false};
-    std::atomic<int64_t> next_id_{1};
 };
 
 }  // namespace megactx
