@@ -44,7 +44,7 @@ int port_of(const sockaddr_storage& a) {
 
 // The descriptor of the connection a request came on: cpp-httplib does not hand it to handlers, so it is found
 // among the process's sockets by its two endpoints (unique while the connection is open). -1 if not found.
-int find_connection_socket(const httplib::Request& req) {
+int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port) {
     DIR* d = opendir("/proc/self/fd");
     if (!d) return -1;
     int found = -1;
@@ -56,9 +56,9 @@ int find_connection_socket(const httplib::Request& req) {
         sockaddr_storage peer{}, self{};
         socklen_t pl = sizeof peer, sl = sizeof self;
         if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-        if (port_of(peer) != req.remote_port) continue;
-        if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0 || port_of(self) != req.local_port) continue;
-        if (numeric_host(reinterpret_cast<sockaddr*>(&peer), pl) != req.remote_addr) continue;
+        if (port_of(peer) != remote_port) continue;
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0 || port_of(self) != local_port) continue;
+        if (numeric_host(reinterpret_cast<sockaddr*>(&peer), pl) != remote_addr) continue;
         found = fd;
         break;
     }
@@ -85,13 +85,7 @@ std::function<bool()> connection_probe(const httplib::Request& req) {
     const std::string addr = req.remote_addr;
     const int remote_port = req.remote_port, local_port = req.local_port;
     return [st, addr, remote_port, local_port] {
-        if (st->fd == -2) {
-            httplib::Request key;
-            key.remote_addr = addr;
-            key.remote_port = remote_port;
-            key.local_port = local_port;
-            st->fd = find_connection_socket(key);
-        }
+        if (st->fd == -2) st->fd = find_connection_socket(addr, remote_port, local_port);
         return st->fd < 0 || socket_alive(st->fd);
     };
 }
