@@ -3,20 +3,22 @@
 
 Runs on the GPU machine (torch + transformers; the comparisons themselves run on the CPU in fp32):
 
-1. For each case (the committed fixture's config, and make_fixtures.py's BASE with IndexShare FSSSFSSS), random
+1. model.py on tools/reference/make_fixtures.py's F32 and BF16 checkpoints equals the transformers outputs
+   stored with them (logits, final hidden state, MTP logits and hidden state; no transformers needed).
+2. For each case (the committed fixture's config, and make_fixtures.py's BASE with IndexShare FSSSFSSS), random
    weights (randomised norms, k_norm bias and selection bias too, so those paths count), rounded to the
    dtype the checkpoint stores. Token sequences are redrawn until every indexer and router top-k boundary
    has a relative gap above 2e-4 in model.py's own scores, so rounding cannot flip a selection.
-2. export.save() writes the checkpoint; transformers loads it with from_pretrained (fp32, eager); its logits
+3. export.save() writes the checkpoint; transformers loads it with from_pretrained (fp32, eager); its logits
    must equal model.py's sparse-mode logits within 1e-4 of max |logit|. The MTP reference is built from
    transformers modules as tools/reference/make_fixtures.py does (transformers has no MTP).
-3. Dense mode equals sparse mode on a sequence no longer than index_topk (every key selected).
-4. With a GPU: model.py on the GPU in fp32 equals the CPU; bf16 autocast with grouped-GEMM experts equals the
+4. Dense mode equals sparse mode on a sequence no longer than index_topk (every key selected).
+5. With a GPU: model.py on the GPU in fp32 equals the CPU; bf16 autocast with grouped-GEMM experts equals the
    per-expert loop (forward and gradients), within bf16 rounding.
-5. The fixture directory OUT/train_model_bf16: the exported checkpoint + tokens.json + model.py's outputs as
+6. The fixture directory OUT/train_model_bf16: the exported checkpoint + tokens.json + model.py's outputs as
    ref_logits.npy, ref_hidden.npy, mtp_ref_logits.npy, mtp_ref_hidden.npy (the layout of tests/fixtures/).
 
-Usage: python3 tools/train/check.py OUT_DIR
+Usage: python3 tools/train/check.py OUT_DIR [FIXTURES_DIR (default tests/fixtures)]
 """
 import copy
 import json
@@ -190,11 +192,33 @@ def run_case(name, cfg, dtype, T, out_root):
     return ok
 
 
+def against_stored_fixtures(fixtures_dir):
+    """model.py on make_fixtures.py's checkpoints against the transformers outputs stored beside them (F32 and
+    BF16 ones: IndexShare from freq/offset, from a pattern, all full with group-limited routing)."""
+    ok = True
+    for name in ("freq_offset_f32", "pattern_bf16", "allfull_group_f32"):
+        d = os.path.join(fixtures_dir, name)
+        model = export.load(d).eval()
+        with open(os.path.join(d, "tokens.json")) as f:
+            tokens = json.load(f)["token_ids"]
+        with torch.no_grad():
+            out = model(torch.tensor([tokens]), mode="sparse")
+        diffs = []
+        for key, fname in (("logits", "ref_logits"), ("hidden", "ref_hidden"), ("mtp_logits", "mtp_ref_logits"),
+                           ("mtp_hidden", "mtp_ref_hidden")):
+            r = rel(getattr(out, key)[0], torch.from_numpy(np.load(os.path.join(d, fname + ".npy"))))
+            ok &= r <= 1e-4
+            diffs.append(f"{key} {r:.2e}")
+        print(f"tests/fixtures/{name} (transformers 5.17 outputs): model.py max rel diff " + ", ".join(diffs))
+    return ok
+
+
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else "check-out"
     import transformers
     print("torch", torch.__version__, "transformers", transformers.__version__)
-    ok = True
+    ok = against_stored_fixtures(sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "..", "..", "tests",
+                                                                                      "fixtures"))
     for name, (cfg, dtype, T) in CASES.items():
         ok &= run_case(name, cfg, dtype, T, out_root)
     print("CHECK", "PASS" if ok else "FAIL")
