@@ -17,14 +17,25 @@ inline const std::vector<std::string>& fixture_names() {
     return names;
 }
 
+// Checkpoints exported by tools/train/model.py with model.py's outputs as the reference (tools/train/check.py
+// writes them and compares model.py with transformers 5.17 on the same weights).
+inline const std::vector<std::string>& model_py_fixture_names() {
+    static const std::vector<std::string> names = {"train_model_bf16"};
+    return names;
+}
+
 inline std::vector<int32_t> fixture_tokens(const std::string& name) {
     std::ifstream in(fixture_dir(name) + "/tokens.json");
     const auto j = nlohmann::json::parse(in);
     return j["token_ids"].get<std::vector<int32_t>>();
 }
 
-// Tolerance relative to max |ref| (issue 2): 1e-4 for F32 and FP8 weights, 1e-3 for BF16 weights.
+// Tolerance relative to max |ref| (issue 2): 1e-4 for F32 and FP8 weights, 1e-3 for BF16 weights; 1e-4 for
+// model.py's checkpoints whatever their dtype (the training code's issue asks for it).
 inline double fixture_tolerance(const std::string& name) {
+    for (const auto& f : model_py_fixture_names()) {
+        if (name == f) return 1e-4;
+    }
     return name.find("bf16") != std::string::npos ? 1e-3 : 1e-4;
 }
 

@@ -1,6 +1,7 @@
 // Logits of every fixture (tiny random GlmMoeDsa checkpoints, reference from transformers 5.17.0, made by
 // tools/reference/make_fixtures.py) at every position, fed in one pass, 7 tokens at a time and one token at
-// a time through the paged KV cache.
+// a time through the paged KV cache. The same for the checkpoints that tools/train/model.py exports, against
+// model.py's own logits (tools/train/check.py: model.py equals transformers on those weights).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,7 +22,7 @@ struct Case {
 
 class FixtureLogits : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FixtureLogits, MatchesTransformers) {
+TEST_P(FixtureLogits, MatchesReference) {
     const Case c = GetParam();
     const GlmDsaModel model(test::fixture_dir(c.fixture));
     const std::vector<int32_t> tokens = test::fixture_tokens(c.fixture);
@@ -48,18 +49,22 @@ TEST_P(FixtureLogits, MatchesTransformers) {
     EXPECT_LE(err, 2e-5 * scale) << c.fixture << " chunk " << c.chunk << ": above the implementation's bound";
 }
 
-std::vector<Case> all_cases() {
+std::vector<Case> all_cases(const std::vector<std::string>& fixtures) {
     std::vector<Case> cases;
-    for (const auto& f : test::fixture_names()) {
+    for (const auto& f : fixtures) {
         for (int64_t chunk : {0, 1, 7}) cases.push_back({f, chunk});
     }
     return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFixtures, FixtureLogits, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                             return info.param.fixture + "_chunk" + std::to_string(info.param.chunk);
-                         });
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    return info.param.fixture + "_chunk" + std::to_string(info.param.chunk);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFixtures, FixtureLogits, ::testing::ValuesIn(all_cases(test::fixture_names())),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(ModelPy, FixtureLogits, ::testing::ValuesIn(all_cases(test::model_py_fixture_names())),
+                         case_name);
 
 // The fixture configs exercise every IndexShare source of config.json and the legacy head_dim field.
 TEST(FixtureConfigs, IndexerLayoutResolvedFromEachSource) {
@@ -74,6 +79,7 @@ TEST(FixtureConfigs, IndexerLayoutResolvedFromEachSource) {
     EXPECT_EQ(layout("pattern_bf16"), std::make_pair(std::string("FFSFSSFS"), std::string("index_topk_pattern")));
     EXPECT_EQ(layout("allfull_group_f32").first, "FFFFFFFF");
     EXPECT_EQ(layout("explicit_fp8"), std::make_pair(std::string("FFFSSSFS"), std::string("indexer_types")));
+    EXPECT_EQ(layout("train_model_bf16"), std::make_pair(std::string("FSSSFS"), std::string("indexer_types")));
     EXPECT_EQ(load_config(test::fixture_dir("allfull_group_f32")).n_group, 2);
 }
 

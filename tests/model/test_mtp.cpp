@@ -1,6 +1,9 @@
-// The MTP layer (model-spec §5.1) against a reference built from transformers modules (model-spec §9.3):
+// The MTP layer (model-spec §5.1) against a reference built from transformers modules (model-spec §9.3), and
+// against tools/train/model.py's MTP forward on the checkpoints it exports:
 // input = embedding of token t+1 and the main model's normed hidden state at t, at position t.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include "backend/cpu/cpu_ops.h"
 #include "fixture_util.h"
@@ -35,7 +38,7 @@ std::pair<std::vector<float>, std::vector<float>> run_mtp(const GlmDsaModel& mod
     return {logits, out_hidden};
 }
 
-TEST_P(MtpFixture, MatchesReferenceBuiltFromTransformersModules) {
+TEST_P(MtpFixture, MatchesReference) {
     const std::string f = GetParam();
     const GlmDsaModel model(test::fixture_dir(f));
     ASSERT_TRUE(model.has_mtp());
@@ -48,6 +51,8 @@ TEST_P(MtpFixture, MatchesReferenceBuiltFromTransformersModules) {
         const auto [logits, out_hidden] = run_mtp(model, tokens, hidden, chunk);
         ASSERT_EQ(logits.size(), ref.data.size());
         const double err = test::max_abs_diff(logits.data(), ref.data.data(), logits.size());
+        std::printf("%s MTP chunk %lld: max |logit - ref| / max |ref| = %.2e\n", f.c_str(),
+                    static_cast<long long>(chunk), err / scale);
         EXPECT_LE(err, test::fixture_tolerance(f) * scale) << f << " chunk " << chunk << ": err " << err;
         const double herr = test::max_abs_diff(out_hidden.data(), ref_hidden.data.data(), out_hidden.size());
         EXPECT_LE(herr, test::fixture_tolerance(f) * test::max_abs(ref_hidden.data)) << f << " hidden";
@@ -55,6 +60,7 @@ TEST_P(MtpFixture, MatchesReferenceBuiltFromTransformersModules) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFixtures, MtpFixture, ::testing::ValuesIn(test::fixture_names()));
+INSTANTIATE_TEST_SUITE_P(ModelPy, MtpFixture, ::testing::ValuesIn(test::model_py_fixture_names()));
 
 // Draft steps ≥ 1 reuse the step-0 indices (model-spec §5.3): passing the indices the MTP indexer chose
 // must reproduce the step-0 result exactly, and the reuse path must not run the indexer.
