@@ -1,10 +1,24 @@
 // Starts and stops `megactx serve` for the tests: the binary and model come from MEGACTX_BIN / MEGACTX_MODEL.
-import { spawn } from 'node:child_process';
+import { spawn as spawnChild } from 'node:child_process';
 import net from 'node:net';
+import { after } from 'node:test';
 
 export const BIN = process.env.MEGACTX_BIN;
 export const MODEL = process.env.MEGACTX_MODEL;
 export const API_KEY = 'test-key';
+
+// Every process a test starts is killed when the test file ends, whatever happened: a failed assertion must not
+// leave a server running (it would keep the test runner, and whoever waits for its output, alive).
+// The hook is registered once the test file's own code has run (setImmediate), so it runs after the file's
+// `after` hooks, which stop their servers gracefully and check the exit codes.
+const children = new Set();
+setImmediate(() => after(() => { for (const proc of children) proc.kill('SIGKILL'); }));
+export function spawn(...args) {
+  const proc = spawnChild(...args);
+  children.add(proc);
+  proc.on('exit', () => children.delete(proc));
+  return proc;
+}
 
 // `servedName` null: no --served-model-name (the server names the model after its directory).
 export async function startServer(extra = [], model = MODEL, { servedName = 'tiny' } = {}) {
@@ -31,11 +45,15 @@ export async function startServer(extra = [], model = MODEL, { servedName = 'tin
     proc,
     base,
     log: () => log,
+    // Resolves with the exit code; a server that has not exited 20 s after the signal is killed (null).
     async stop(signal = 'SIGTERM') {
       if (proc.exitCode !== null) return proc.exitCode;
       const done = new Promise((r) => proc.on('exit', (code) => r(code)));
       proc.kill(signal);
-      return done;
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 20000);
+      const code = await done;
+      clearTimeout(timer);
+      return code;
     },
   };
 }

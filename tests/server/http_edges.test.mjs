@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { execFileSync, spawn } from 'node:child_process';
-import { startServer, raw, runServe, rawHttp, metricsOf, waitMetrics, MODEL, API_KEY } from './harness.mjs';
+import { execFileSync } from 'node:child_process';
+import { spawn, startServer, raw, runServe, rawHttp, metricsOf, waitMetrics, MODEL, API_KEY } from './harness.mjs';
 
 const LIMIT = 100000;
 let server;
@@ -31,7 +31,8 @@ test('a model that fails to load exits 1 at once, every time', async () => {
     for (let i = 0; i < 10; i++) {
       const r = await runServe(['--model', dir, '--port', '0'], 5000);
       assert.equal(r.code, 1, r.log);
-      assert.ok(r.ms < 1000, `exited after ${r.ms} ms`);
+      // It used to hang forever; a typical exit takes ~25 ms (docs/server.md). The bound leaves room for slow CI.
+      assert.ok(r.ms < 5000, `exited after ${r.ms} ms`);
       assert.match(r.log, /megactx: error:/);
     }
   }
@@ -43,13 +44,16 @@ test('SIGTERM while the model loads exits at once', async () => {
   execFileSync('mkfifo', [path.join(dir, 'config.json')]);
   const s = spawn(process.env.MEGACTX_BIN, ['serve', '--model', dir, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
-  await new Promise((resolve) => s.stderr.on('data', (d) => { log += d; if (/loading model/.test(log)) resolve(); }));
+  await new Promise((resolve, reject) => {
+    s.stderr.on('data', (d) => { log += d; if (/loading model/.test(log)) resolve(); });
+    s.on('exit', (code) => reject(new Error(`exited with ${code} before loading:\n${log}`)));
+  });
   const base = log.match(/listening on (http:\/\/[^ ]+)/)[1];
   assert.equal((await fetch(base + '/health')).status, 503);
   const t0 = Date.now();
   const code = await new Promise((resolve) => { s.on('exit', resolve); s.kill('SIGTERM'); });
   assert.equal(code, 0, log);
-  assert.ok(Date.now() - t0 < 1000);
+  assert.ok(Date.now() - t0 < 5000, `exited ${Date.now() - t0} ms after the signal`);
   assert.match(log, /SIGTERM received while loading/);
 });
 
