@@ -238,6 +238,11 @@ def sdpa(q, k, v, scale, mask=None):
     Pads the smaller head dim with zeros so flash / memory-efficient kernels apply (zeros change no dot
     product and add zero columns to the output, which are cut off)."""
     dqk, dv = q.shape[-1], v.shape[-1]
+    if not hasattr(F, "scaled_dot_product_attention"):  # torch < 2.0 (Debian's, for CPU runs): the same math
+        T = q.shape[-2]
+        keep = torch.ones(T, T, dtype=torch.bool, device=q.device).tril() if mask is None else mask
+        s = (q @ k.transpose(-1, -2)).float() * scale
+        return (s.masked_fill(~keep, float("-inf")).softmax(-1).to(v.dtype) @ v)
     if dv < dqk:
         v = F.pad(v, (0, dqk - dv))
     elif dqk < dv:
@@ -518,12 +523,15 @@ class GlmMoeDsa(nn.Module):
             layer.compile(**kw)
 
     def forward(self, input_ids, mode: str = "sparse", mtp: bool = True, indexer_loss: bool = False,
-                taps: Optional[dict] = None) -> Output:
-        """input_ids [B, T] (positions 0..T-1). mode "sparse" (DSA) or "dense" (all causal keys)."""
+                taps: Optional[dict] = None, positions: Optional[torch.Tensor] = None) -> Output:
+        """input_ids [B, T]; positions [T] (increasing; default 0..T-1), the RoPE positions of every row.
+        mode "sparse" (DSA) or "dense" (all causal keys)."""
         assert mode in ("sparse", "dense")
         c = self.cfg
         B, T = input_ids.shape
-        cos, sin = rope_tables(torch.arange(T, device=input_ids.device), c.qk_rope_head_dim, c.rope_theta)
+        if positions is None:
+            positions = torch.arange(T, device=input_ids.device)
+        cos, sin = rope_tables(positions, c.qk_rope_head_dim, c.rope_theta)
         x = self.model.embed_tokens(input_ids)                                   # [B, T, D]
         allowed, loads, groups = None, [], []   # groups: (index scores, allowed, [(q, k) of every layer served])
         for i in range(c.num_hidden_layers):
