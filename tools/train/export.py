@@ -94,3 +94,32 @@ def load(model_dir: str, device="cpu") -> GlmMoeDsa:
     tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
     model.load_checkpoint_state(tensors)
     return model.to(device)
+
+
+def main():
+    """A training checkpoint → the model directory megactx ships: weights in bf16, config, generation config,
+    and the tokenizer files and haystack copied in."""
+    import argparse
+    import shutil
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--ckpt", required=True, help="ckpt.safetensors from train.py (fp32, checkpoint names)")
+    ap.add_argument("--config", required=True, help="the run's config.json")
+    ap.add_argument("--tokenizer", required=True, help="directory with tokenizer.json and tokenizer_config.json")
+    ap.add_argument("--haystack", default="", help="haystack.txt for `megactx eval niah`")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
+    a = ap.parse_args()
+    with open(a.config) as f:
+        cfg = Config.from_hf(json.load(f))
+    model = GlmMoeDsa(cfg)
+    model.load_checkpoint_state(read_safetensors(a.ckpt))
+    save(model, a.out, a.dtype)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(a.tokenizer, name), os.path.join(a.out, name))
+    if a.haystack:
+        shutil.copy(a.haystack, os.path.join(a.out, "haystack.txt"))
+    print(f"wrote {a.out}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, {a.dtype}")
+
+
+if __name__ == "__main__":
+    main()

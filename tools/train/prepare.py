@@ -92,7 +92,7 @@ def main():
         n_tok = int(arrays[split + "_offsets"][-1])
         print(f"{split}: {len(paras)} paragraphs, {sum(map(len, paras)) / 1e6:.1f} MB, {n_tok / 1e6:.2f} M tokens "
               f"({sum(map(len, paras)) / max(n_tok, 1):.2f} bytes/token)")
-    np.savez(os.path.join(a.out, "data.npz"), **arrays)
+    np.savez_compressed(os.path.join(a.out, "data.npz"), **arrays)
 
     strings = tasks.piece_strings()
     names = list(strings)

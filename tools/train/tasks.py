@@ -40,6 +40,7 @@ FIXED = {
     "multi_question_b": "? Answer with the number.",
     "var_prefix": "VAR",
     "var_eq": " = ",
+    "var_eq_ref": " = VAR",
     "var_question": "What is the value of VAR",
     "var_answer_is": " is ",
     "copy_marker": "COPY THIS:\n",
@@ -47,7 +48,8 @@ FIXED = {
     "continue_question": "Continue the text.\n",
     "reasoning_effort": "Reasoning Effort: Max",
 }
-SPECIALS = ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>"]
+SPECIALS = ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>",
+            "</think>"]
 NAMES = ("Alice Bob Carol David Emma Frank Grace Henry Irene Jack Karen Leo Maria Nora Oscar Paul Quinn Rosa "
          "Sam Tina Victor Wendy Xavier Yara Zack Anna Ben Clara Dan Eva Felix Gina Hugo Ida James Kate Liam Mia "
          "Noah Olga Peter Ruth Simon Tom Uma Vera Will Amber Azure Coral Crimson Golden Indigo Ivory Jade Lemon "
@@ -178,8 +180,7 @@ class Sampler:
         n = self.passkey()
         lines = [P["var_prefix"] + P["var: " + names[0]] + P["var_eq"] + P.number(n) + P["period_nl"]]
         for a, b in zip(names, names[1:]):
-            lines.append(P["var_prefix"] + P["var: " + b] + P["var_eq"] + P["var_prefix"] + P["var: " + a] +
-                         P["period_nl"])
+            lines.append(P["var_prefix"] + P["var: " + b] + P["var_eq_ref"] + P["var: " + a] + P["period_nl"])
         # Keep the chain in order: split the haystack into len(lines)+1 runs.
         total = max(budget - 8 * len(lines) - 16, 0)
         parts = sorted(self.rng.random() for _ in lines)

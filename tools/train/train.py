@@ -55,7 +55,7 @@ def demo_config(vocab_size: int, specials: dict, index_all_layers: bool = False)
                   num_experts_per_tok=2, n_shared_experts=1, index_n_heads=4, index_head_dim=32, index_topk=256,
                   indexer_types=types, first_k_dense_replace=1, rope_theta=8000000.0,
                   max_position_embeddings=1048576, tie_word_embeddings=False,
-                  eos_token_id=[specials["<|endoftext|>"], specials["<|user|>"]],
+                  eos_token_id=[specials["<|endoftext|>"], specials["<|user|>"], specials["<|observation|>"]],
                   pad_token_id=specials["<|endoftext|>"], bos_token_id=None)
 
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine), in the repo root, with build-train/data carried (prepare.py's data.npz and
+# pieces.json). A training run outlives one device call (10 minutes), so it runs in the background in a session of
+# its own, writing to /root/train-run, and later calls follow it:
+#   tools/train/gpu.sh start MINUTES FOLLOW_S [train.py args...]  start train.py, then follow its log FOLLOW_S s
+#   tools/train/gpu.sh follow FOLLOW_S                            print new log lines until it exits or FOLLOW_S pass
+#   tools/train/gpu.sh collect                                    copy log, fp32 checkpoint and config into $OUT
+# The machine is given back 30 s after a call ends, so the follow calls must come back to back.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+run=/root/train-run
+cmd=${1:?start, follow or collect}
+shift
+
+follow() {
+    local until=$(( $(date +%s) + $1 )) seen=0
+    [ -f "$run/seen" ] && seen=$(cat "$run/seen")
+    while :; do
+        local n
+        n=$(wc -l < "$run/stdout.log" 2>/dev/null || echo 0)
+        if [ "$n" -gt "$seen" ]; then
+            sed -n "$((seen + 1)),${n}p" "$run/stdout.log" | cut -c1-600
+            seen=$n
+            echo "$seen" > "$run/seen"
+        fi
+        if ! kill -0 "$(cat "$run/pid")" 2>/dev/null; then echo "== train.py has exited"; return 0; fi
+        [ "$(date +%s)" -ge "$until" ] && { echo "== still running"; return 0; }
+        sleep 5
+    done
+}
+
+case "$cmd" in
+start)
+    minutes=$1 follow_s=$2
+    shift 2
+    rm -rf "$run" && mkdir -p "$run"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch; print("torch", torch.__version__)'
+    setsid nohup python3 tools/train/train.py --data build-train/data --out "$run" --minutes "$minutes" "$@" \
+        > "$run/stdout.log" 2>&1 < /dev/null &
+    echo $! > "$run/pid"
+    follow "$follow_s"
+    ;;
+follow)
+    follow "$1"
+    ;;
+collect)
+    : "${OUT:?}"
+    cp "$run/stdout.log" "$OUT/train-stdout.log"
+    # fp32 weights, for resuming and for the bf16 export made here (files of at most 15 MiB: the device tool
+    # returns at most 8 files of 16 MiB), and the export's config files.
+    [ -f "$run/ckpt.safetensors" ] && split -b 15M -d "$run/ckpt.safetensors" "$OUT/ckpt.safetensors.part"
+    cp "$run/export/config.json" "$run/export/generation_config.json" "$OUT/" 2>/dev/null
+    ls -la "$OUT"
+    ;;
+*)
+    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] | follow FOLLOW_S | collect" >&2
+    exit 2
+    ;;
+esac
