@@ -1,8 +1,10 @@
 // megactx: the command-line entry point. Subcommands are thin: they parse flags and call the library.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,13 +17,15 @@
 #include "engine/runner.h"
 #include "io/npy.h"
 #include "model/cost.h"
+#include "model/gen_model.h"
+#include "model/gen_tokenizer.h"
+#include "model/glm_dsa.h"
 #include "parallel/comm_thread.h"
 #include "parallel/shard_plan.h"
 #include "parallel/tp_group.h"
-#include "model/gen_model.h"
-#include "model/glm_dsa.h"
-#include "tokenizer/tokenizer.h"
 #include "server/serve.h"
+#include "tokenizer/bpe_train.h"
+#include "tokenizer/tokenizer.h"
 
 #ifdef MEGACTX_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -232,6 +236,50 @@ void run_tokenize(const std::string& model, const std::string& text, const std::
     std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
+// `megactx train-tokenizer`: byte-level BPE on the files' text, written as a GLM tokenizer directory. Every
+// input is read and checked before the output directory is made.
+void run_train_tokenizer(const std::vector<std::string>& files, int64_t vocab_size, const std::string& out_dir) {
+    namespace fs = std::filesystem;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    const auto max_merges = static_cast<size_t>(glm_max_merges(vocab_size));
+    BpeTrainer trainer(glm_pre_tokenizer());
+    size_t n_bytes = 0;
+    for (const std::string& f : files) {
+        MEGACTX_CHECK(!fs::is_directory(f), "{}: is a directory, not a text file", f);
+        const std::string text = read_text_file(f);
+        n_bytes += text.size();
+        trainer.add_text(text);
+    }
+    MEGACTX_CHECK(n_bytes > 0, "--text-file: no text to train on ({} empty)",
+                  files.size() == 1 ? files[0] + " is" : "every file is");
+    MEGACTX_CHECK(!fs::exists(out_dir) || fs::is_directory(out_dir), "--out {}: exists and is not a directory",
+                  out_dir);
+    fs::create_directories(out_dir);
+    std::fprintf(stderr, "megactx train-tokenizer: %.1f MB of text, %lld words (%zu distinct) in %.1f s\n",
+                 static_cast<double>(n_bytes) / 1e6, static_cast<long long>(trainer.n_words()),
+                 trainer.n_distinct_words(), seconds());
+    const nlohmann::json model = trainer.train(max_merges, [&](size_t n) {
+        if (n % 500 == 0) {
+            std::fprintf(stderr, "megactx train-tokenizer: %zu/%zu merges (%.1f s)\n", n, max_merges, seconds());
+        }
+    });
+    const size_t n_merges = model["merges"].size(), n_tokens = model["vocab"].size();
+    if (n_tokens < 256 + max_merges) {  // the special tokens stay at the top ids: --vocab-size holds
+        const std::string why =
+            n_merges < max_merges
+                ? fmt::format("the text gives {} of the {} merges (then no pair occurs twice)", n_merges, max_merges)
+                : std::string("some merges make a string an earlier merge made");
+        std::fprintf(stderr, "megactx train-tokenizer: warning: ids %zu to %zu are unused: %s\n", n_tokens,
+                     256 + max_merges - 1, why.c_str());
+    }
+    write_glm_tokenizer(out_dir, vocab_size, model);
+    std::fprintf(stderr,
+                 "megactx train-tokenizer: wrote %s: vocab size %lld (256 bytes, %zu merges, %zu special tokens) in "
+                 "%.1f s\n",
+                 out_dir.c_str(), static_cast<long long>(vocab_size), n_merges, glm_special_tokens().size(), seconds());
+}
+
 }  // namespace
 }  // namespace megactx
 
@@ -324,6 +372,18 @@ int main(int argc, char** argv) {
                                         "embedded tiny model)");
     detok->add_option("--ids", ids_arg, "Comma-separated token ids")->required();
     detok->add_flag("--skip-special", skip_special, "Drop special added tokens");
+
+    std::vector<std::string> train_files;
+    int64_t train_vocab = 0;
+    auto* train_tok = app.add_subcommand("train-tokenizer",
+                                         "Learn a byte-level BPE from text files → GLM-style tokenizer.json and "
+                                         "tokenizer_config.json");
+    train_tok->add_option("--text-file", train_files, "Training text (repeat the flag for several files)")->required();
+    const auto n_special = static_cast<int64_t>(glm_special_tokens().size());
+    train_tok->add_option("--vocab-size", train_vocab, "All tokens: 256 bytes + merges + the GLM special tokens")
+        ->required()
+        ->check(in_range<int64_t>(256 + n_special, int64_t{1} << 20));
+    train_tok->add_option("--out", out, "Output directory")->required();
 
     auto* cost = app.add_subcommand("cost", "Per-token FLOPs, bytes and KV memory at a context length");
     cost->add_option("--config", config_path, "config.json (or a model directory)")->required();
@@ -434,6 +494,8 @@ int main(int argc, char** argv) {
         } else if (*tokz) {
             run_tokenize(model_dir_or_default(model), text, text_file, jsonl, no_special,
                          text_opt->count() + text_file_opt->count() + jsonl_opt->count());
+        } else if (*train_tok) {
+            run_train_tokenizer(train_files, train_vocab, out);
         } else if (*detok) {
             const Tokenizer tok = Tokenizer::load(model_dir_or_default(model));
             const std::string out = tok.decode(parse_token_list(ids_arg, "--ids"), skip_special);

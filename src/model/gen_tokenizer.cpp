@@ -59,6 +59,12 @@ console.log(response.choices[0].message.content);
 {"name": "get_weather", "arguments": {"city": "Berlin", "unit": "celsius"}, "result": {"temperature": 21}}
 )";
 
+void write_json(const std::filesystem::path& path, const json& j) {
+    std::ofstream out(path);
+    out << j.dump(2) << "\n";
+    MEGACTX_CHECK(out.good(), "{}: cannot write", path.string());
+}
+
 }  // namespace
 
 const std::vector<std::string>& glm_special_tokens() {
@@ -75,41 +81,50 @@ const std::vector<std::string>& glm_special_tokens() {
 int32_t glm_special_id(int64_t vocab_size, const std::string& name) {
     const auto& s = glm_special_tokens();
     const auto it = std::find(s.begin(), s.end(), name);
-    MEGACTX_CHECK(it != s.end(), "gen-model: '{}' is not a GLM special token", name);
+    MEGACTX_CHECK(it != s.end(), "'{}' is not a GLM special token", name);
     return static_cast<int32_t>(vocab_size - static_cast<int64_t>(s.size()) + (it - s.begin()));
 }
 
-void write_glm_tokenizer(const std::string& out_dir, int64_t vocab_size) {
-    namespace fs = std::filesystem;
-    const auto& specials = glm_special_tokens();
-    const int64_t n_special = static_cast<int64_t>(specials.size());
-    MEGACTX_CHECK(vocab_size >= 256 + n_special, "gen-model: vocab_size {} is too small for a byte-level tokenizer",
-                  vocab_size);
+json glm_pre_tokenizer() {
     const json split = {{"type", "Split"}, {"pattern", {{"Regex", kGlmPattern}}}, {"behavior", "Isolated"},
                         {"invert", false}};
     const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                              {"use_regex", false}};
-    const json pre = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
-    const auto max_merges = static_cast<size_t>(std::min<int64_t>(vocab_size - 256 - n_special, 4096));
-    const json model = train_byte_level_bpe(kTrainingText, pre, max_merges);
+    return {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
+}
 
+int64_t glm_max_merges(int64_t vocab_size) {
+    const int64_t n_special = static_cast<int64_t>(glm_special_tokens().size());
+    MEGACTX_CHECK(vocab_size >= 256 + n_special,
+                  "vocab size {} is too small: a byte-level tokenizer with the {} GLM special tokens needs at least {}",
+                  vocab_size, n_special, 256 + n_special);
+    return vocab_size - 256 - n_special;
+}
+
+void write_glm_tokenizer(const std::string& out_dir, int64_t vocab_size, const json& bpe_model) {
+    namespace fs = std::filesystem;
+    const int64_t first_special = 256 + glm_max_merges(vocab_size);
+    for (const auto& [token, id] : bpe_model.at("vocab").items()) {
+        MEGACTX_CHECK(id.get<int64_t>() < first_special, "BPE token '{}' has id {}: the GLM special tokens start at {}",
+                      token, id.get<int64_t>(), first_special);
+    }
     json added = json::array();
-    for (const auto& s : specials) {
+    for (const auto& s : glm_special_tokens()) {
         const bool special = !is_markup(s);
         added.push_back({{"id", glm_special_id(vocab_size, s)}, {"content", s}, {"single_word", false},
                          {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", special}});
     }
-    const json tokenizer = {{"version", "1.0"},
-                            {"truncation", nullptr},
-                            {"padding", nullptr},
-                            {"added_tokens", added},
-                            {"normalizer", nullptr},
-                            {"pre_tokenizer", pre},
-                            {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                                                {"trim_offsets", false}, {"use_regex", false}}},
-                            {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                                         {"use_regex", false}}},
-                            {"model", model}};
+    const json tokenizer = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", added},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", glm_pre_tokenizer()},
+        {"post_processor",
+         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
+        {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}},
+        {"model", bpe_model}};
     const json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                          {"eos_token", "<|endoftext|>"},
                          {"pad_token", "<|endoftext|>"},
@@ -117,8 +132,13 @@ void write_glm_tokenizer(const std::string& out_dir, int64_t vocab_size) {
                          {"model_max_length", 1048576},
                          {"do_lower_case", false},
                          {"remove_space", false}};
-    std::ofstream((fs::path(out_dir) / "tokenizer.json").string()) << tokenizer.dump(2) << "\n";
-    std::ofstream((fs::path(out_dir) / "tokenizer_config.json").string()) << config.dump(2) << "\n";
+    write_json(fs::path(out_dir) / "tokenizer.json", tokenizer);
+    write_json(fs::path(out_dir) / "tokenizer_config.json", config);
+}
+
+void write_glm_tokenizer(const std::string& out_dir, int64_t vocab_size) {
+    const auto max_merges = static_cast<size_t>(std::min<int64_t>(glm_max_merges(vocab_size), 4096));
+    write_glm_tokenizer(out_dir, vocab_size, train_byte_level_bpe(kTrainingText, glm_pre_tokenizer(), max_merges));
 }
 
 }  // namespace megactx

@@ -364,6 +364,109 @@ TEST_F(Cli, GenModelRejectsShardCountsBelowOne) {
     EXPECT_FALSE(fs::exists(dir_ / "m"));
 }
 
+// --- train-tokenizer ---------------------------------------------------------------------------------------
+
+// A tokenizer trained on two files has exactly --vocab-size ids (256 bytes, the merges, the GLM specials on
+// top), loads in megactx, round-trips text, keeps each special token whole, and is laid out like gen-model's.
+TEST_F(Cli, TrainTokenizerWritesAGlmTokenizerThatRoundTrips) {
+    std::string prose, code;
+    for (int i = 0; i < 40; ++i) {
+        prose += "The quick brown fox jumps over the lazy dog " + std::to_string(i * 37) + " times.\n";
+        prose += "A tokenizer learns merges from the pairs of symbols that occur most often in its text.\n";
+        code += "for (int i = 0; i < n; ++i) { total += values[i] * " + std::to_string(i) + "; }\n";
+    }
+    test::write_text(dir_ / "prose.txt", prose + "caf\u00e9 na\u00efve \u00fcber \u65e5\u672c\u8a9e\n");
+    test::write_text(dir_ / "code.txt", code);
+    const std::string tok = dir_ / "tok";
+    const RunResult r = run("train-tokenizer --text-file '" + dir_ / "prose.txt" + "' --text-file '" +
+                            dir_ / "code.txt" + "' --vocab-size 400 --out '" + tok + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    test::expect_contains(r.output, {"wrote " + tok + ": vocab size 400 (256 bytes, 112 merges, 32 special tokens)"});
+    EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+
+    const json t = json::parse(test::read_text(tok + "/tokenizer.json"));
+    EXPECT_EQ(t["model"]["merges"].size(), 400u - 256 - 32);
+    ASSERT_EQ(t["added_tokens"].size(), 32u);
+    for (size_t i = 0; i < 32; ++i) EXPECT_EQ(t["added_tokens"][i]["id"], 368 + i);
+    // gen-model's layout: the same pre-tokenizer, decoder, post-processor, special tokens and config.
+    const json g = json::parse(test::read_text(model_ + "/tokenizer.json"));
+    for (const char* key : {"pre_tokenizer", "decoder", "post_processor", "normalizer"}) {
+        EXPECT_EQ(t[key], g[key]) << key;
+    }
+    for (size_t i = 0; i < 32; ++i) {
+        json a = t["added_tokens"][i], b = g["added_tokens"][i];
+        a.erase("id");
+        b.erase("id");
+        EXPECT_EQ(a, b);
+    }
+    EXPECT_EQ(test::read_text(tok + "/tokenizer_config.json"), test::read_text(model_ + "/tokenizer_config.json"));
+
+    const std::string text = "The lazy fox learns 1110 merges: total += values[i];";
+    const RunResult ids = run("tokenize --model '" + tok + "' --no-special --text '" + text + "'");
+    ASSERT_EQ(ids.exit_code, 0) << ids.output;
+    const json id_list = json::parse(ids.output);
+    EXPECT_LT(id_list.size(), text.size() / 2) << ids.output;  // the merges apply
+    for (const auto& id : id_list) EXPECT_LT(id.get<int>(), 368);
+    const std::string list = ids.output.substr(1, ids.output.find(']') - 1);
+    EXPECT_EQ(run("detokenize --model '" + tok + "' --ids " + list).output, text);
+
+    const RunResult specials = run("tokenize --model '" + tok + "' --text '[gMASK]<sop><|user|>\nhi<think></think>'");
+    const RunResult plain = run("tokenize --model '" + tok + "' --text '\nhi'");
+    ASSERT_EQ(specials.exit_code, 0) << specials.output;
+    json want = json::array({370, 372, 375});  // the specials' ids: 368 + their index in the GLM list
+    for (const auto& id : json::parse(plain.output)) want.push_back(id);
+    want.push_back(390);
+    want.push_back(391);
+    EXPECT_EQ(json::parse(specials.output), want) << specials.output;
+    // The vocabulary is exactly 400 ids: 399 decodes, 400 does not.
+    EXPECT_EQ(run("detokenize --model '" + tok + "' --ids 399").output, "</tool_response>");
+    test::expect_contains(run("detokenize --model '" + tok + "' --ids 400").output,
+                          {"token id 400 is not in the vocabulary (size 400)"});
+}
+
+// Text that runs out of pairs before the vocabulary is full: a warning, and the specials still at the top.
+TEST_F(Cli, TrainTokenizerOnTooLittleTextWarnsAndKeepsTheSize) {
+    test::write_text(dir_ / "small.txt", "hello hello hello");
+    const std::string tok = dir_ / "tok";
+    const RunResult r =
+        run("train-tokenizer --text-file '" + dir_ / "small.txt" + "' --vocab-size 1000 --out '" + tok + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    test::expect_contains(
+        r.output, {"warning: ids 261 to 967 are unused: the text gives 5 of the 712 merges (then no pair occurs twice)",
+                   "vocab size 1000 (256 bytes, 5 merges"});
+    EXPECT_EQ(run("tokenize --model '" + tok + "' --text hello").output, "[259]\n");  // el ell ello hello Ġhello
+    EXPECT_EQ(run("detokenize --model '" + tok + "' --ids 999,968").output, "</tool_response><|endoftext|>");
+}
+
+TEST_F(Cli, TrainTokenizerBadInput) {
+    const std::string tok = dir_ / "tok";
+    test::write_text(dir_ / "empty.txt", "");
+    test::write_text(dir_ / "text.txt", "some text");
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"--text-file '" + dir_ / "text.txt" + "' --text-file '" + dir_ / "missing.txt" + "'",
+         dir_ / "missing.txt" + ": cannot open text file"},
+        {"--text-file '" + dir_ / "empty.txt" + "'",
+         "--text-file: no text to train on (" + dir_ / "empty.txt" + " is empty)"},
+        {"--text-file '" + dir_.path().string() + "'", dir_.path().string() + ": is a directory, not a text file"},
+    };
+    for (const auto& [args, message] : cases) {
+        expect_error(run("train-tokenizer " + args + " --vocab-size 300 --out '" + tok + "'"), {message});
+        EXPECT_FALSE(fs::exists(tok)) << args;
+    }
+    test::write_text(tok, "a file");
+    expect_error(run("train-tokenizer --text-file '" + dir_ / "text.txt" + "' --vocab-size 300 --out '" + tok + "'"),
+                 {"--out " + tok + ": exists and is not a directory"});
+    fs::remove(tok);
+    // Below 256 bytes + 32 specials: a usage error like every numeric flag out of range.
+    const RunResult small =
+        run("train-tokenizer --text-file '" + dir_ / "text.txt" + "' --vocab-size 287 --out '" + tok + "'");
+    EXPECT_EQ(small.exit_code, 105) << small.output;
+    EXPECT_EQ(small.output.substr(0, small.output.find('\n')),
+              "--vocab-size: must be between 288 and 1048576, got 287");
+    EXPECT_FALSE(fs::exists(tok));
+    test::expect_contains(run("train-tokenizer --help").output, {"--vocab-size INT:[288, 1048576] REQUIRED"});
+}
+
 // --- config.json -------------------------------------------------------------------------------------------
 
 TEST_F(Cli, MissingConfigJson) {

@@ -6,10 +6,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/error.h"
 #include "model/gen_model.h"
+#include "model/gen_tokenizer.h"
+#include "tokenizer/bpe_train.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
@@ -357,6 +361,137 @@ TEST(TokenizerLoad, DirectoryFileAndConfig) {
         EXPECT_EQ(t.chat_template(), "{{ x }}");
     }
     fs::remove_all(dir);
+}
+
+// BPE training by its definition: every pair recounted over every word for each merge; the most frequent pair
+// wins, ties go to the smallest (a, b); stop when no pair occurs twice. Returns {vocab, merges}.
+std::pair<json, json> naive_bpe(const std::vector<std::string>& pieces, size_t max_merges) {
+    const auto& bytes = utf8::byte_to_unicode();
+    std::map<std::string, int64_t> counts;
+    for (const auto& p : pieces) ++counts[p];
+    std::vector<std::pair<std::vector<std::string>, int64_t>> words;
+    for (const auto& [w, c] : counts) {
+        std::vector<std::string> syms;
+        for (char ch : w) syms.push_back(bytes[static_cast<unsigned char>(ch)]);
+        words.push_back({syms, c});
+    }
+    json vocab = json::object(), merges = json::array();
+    int32_t next_id = 0;
+    for (int b = 0; b < 256; ++b) vocab[bytes[b]] = next_id++;
+    while (merges.size() < max_merges) {
+        std::map<std::pair<std::string, std::string>, int64_t> pairs;
+        for (const auto& [syms, c] : words) {
+            for (size_t i = 0; i + 1 < syms.size(); ++i) pairs[{syms[i], syms[i + 1]}] += c;
+        }
+        std::pair<std::string, std::string> best;
+        int64_t best_count = 1;
+        for (const auto& [p, c] : pairs) {
+            if (c > best_count) {  // strict: the first, smallest, pair keeps a tie
+                best = p;
+                best_count = c;
+            }
+        }
+        if (best_count <= 1) break;
+        const auto& [a, b] = best;
+        merges.push_back({a, b});
+        if (!vocab.contains(a + b)) vocab[a + b] = next_id++;
+        for (auto& [syms, c] : words) {
+            std::vector<std::string> out;
+            for (size_t i = 0; i < syms.size(); ++i) {
+                const bool merge = i + 1 < syms.size() && syms[i] == a && syms[i + 1] == b;
+                out.push_back(merge ? a + b : syms[i]);
+                i += merge;
+            }
+            syms = out;
+        }
+    }
+    return {vocab, merges};
+}
+
+// Random text from pieces that stress the trainer (separated by '|'): repeated words, accents, Cyrillic, CJK,
+// emoji, runs of one letter ("aaaa", whose pairs overlap), alternations ("ababab"), digit runs, whitespace runs
+// with tabs and CRLF, punctuation.
+std::string random_corpus(uint32_t seed, size_t n_pieces) {
+    constexpr std::string_view kParts =
+        "the| the|model| token|tokens|and| of|'s|'ll|"
+        "caf\u00e9| na\u00efve|\u00fcber|\u043f\u0440\u0438\u0432\u0435\u0442| "
+        "\u043c\u0438\u0440|\u6f22\u5b57|\u65e5\u672c\u8a9e|"
+        "\U0001F600|\U0001F44D\U0001F3FD|\u00a0|"
+        "a|aa|aaa|aaaa|ab|abab|ababab|ba|x|y|z|xyz|"
+        "0|7|42|123|2048|65536|"
+        " |  |    |\t|\n|\r\n|\n\n| \n |"
+        ".|,|!?|...|(|)|{}|=|->";
+    std::vector<std::string_view> parts;
+    for (size_t b = 0, e = 0; b <= kParts.size(); b = e + 1) {
+        e = std::min(kParts.find('|', b), kParts.size());
+        parts.push_back(kParts.substr(b, e - b));
+    }
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<size_t> pick(0, parts.size() - 1);
+    std::string text;
+    for (size_t i = 0; i < n_pieces; ++i) text += parts[pick(rng)];
+    return text;
+}
+
+std::vector<std::string> pieces_of(const json& pre, const std::vector<std::string>& texts) {
+    std::vector<std::string> all;
+    for (const auto& t : texts) {
+        const auto p = pieces(pre, t);
+        all.insert(all.end(), p.begin(), p.end());
+    }
+    return all;
+}
+
+void expect_same_as_naive(const json& pre, const std::vector<std::string>& texts, size_t max_merges,
+                          const std::string& what) {
+    BpeTrainer trainer(pre);
+    for (const auto& t : texts) trainer.add_text(t);
+    const json model = trainer.train(max_merges);
+    const auto [vocab, merges] = naive_bpe(pieces_of(pre, texts), max_merges);
+    EXPECT_EQ(model["type"], "BPE") << what;
+    EXPECT_EQ(model["merges"], merges) << what;
+    EXPECT_EQ(model["vocab"], vocab) << what;
+}
+
+TEST(TokenizerBpeTrain, HandCheckedMerges) {
+    // "aaa", " aaa", " aaa": (a a) counts 6 with the overlaps, then (aa a) 3, then (Ġ aaa) 2.
+    const json gpt2 = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+    const json m = train_byte_level_bpe("aaa aaa aaa", gpt2, 100);
+    EXPECT_EQ(m["merges"], json::parse(R"([["a", "a"], ["aa", "a"], ["Ġ", "aaa"]])"));
+    EXPECT_EQ(m["vocab"]["aa"], 256);
+    EXPECT_EQ(m["vocab"]["aaa"], 257);
+    EXPECT_EQ(m["vocab"]["Ġaaa"], 258);
+    EXPECT_EQ(m["vocab"].size(), 259u);
+    // (a b) and (b a) both occur twice: the smaller pair goes first.
+    const json words = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {split(" ", "Removed", false, true),
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    EXPECT_EQ(train_byte_level_bpe("ba ab ba ab", words, 100)["merges"], json::parse(R"([["a", "b"], ["b", "a"]])"));
+    EXPECT_EQ(train_byte_level_bpe("ba ab ba ab", words, 1)["merges"], json::parse(R"([["a", "b"]])"));
+    EXPECT_EQ(train_byte_level_bpe("ab cd", words, 100)["merges"], json::array());  // no pair occurs twice
+}
+
+// The incremental trainer gives exactly the merges and vocab of the definition, on seeded random corpora, with
+// the GLM pre-tokenizer and GPT-2's ByteLevel (whose prefix space makes new strings), to the end and cut short.
+TEST(TokenizerBpeTrain, SameAsTheDefinitionOnRandomCorpora) {
+    const json gpt2 = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
+        const std::string text = random_corpus(seed, 400 + 150 * seed);
+        for (const json& pre : {glm_pre_tokenizer(), gpt2}) {
+            for (size_t max_merges : {size_t{100000}, size_t{37}}) {
+                expect_same_as_naive(pre, {text}, max_merges, "seed " + std::to_string(seed) + " " + pre.dump());
+            }
+        }
+    }
+    // Several texts count as one corpus whose pieces never span two texts.
+    expect_same_as_naive(glm_pre_tokenizer(), {random_corpus(10, 300), random_corpus(11, 500), "", "  \n"}, 100000,
+                         "several texts");
+    // One word repeated: long runs of a single symbol and of a pair.
+    expect_same_as_naive(glm_pre_tokenizer(), {std::string(300, 'a') + " " + std::string(301, 'a')}, 100000,
+                         "runs of a");
+    expect_same_as_naive(glm_pre_tokenizer(), {"abababababababab ababab abab ab"}, 100000, "alternation");
+    expect_same_as_naive(glm_pre_tokenizer(), {std::string(200, ' ') + "x" + std::string(57, ' ')}, 100000, "spaces");
 }
 
 TEST(TokenizerGenModel, WritesAByteLevelTokenizerWithGlmSpecials) {
