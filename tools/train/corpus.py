@@ -43,7 +43,7 @@ SOURCES = [
     dict(name="wordnet-base", apt=["wordnet-base"], kind="wordnet", files=r"/usr/share/wordnet/data\.(noun|verb|adj|adv)$",
          licence="WordNet (permissive, BSD-like)", opts=DICT),
     dict(name="dict-gcide", apt=["dict-gcide"], kind="gcide", files=r"/gcide\.dict\.dz$",
-         licence="GPL-3+ (Webster 1913: public domain)", opts=DICT),
+         licence="GPL-2+ (Webster 1913: public domain)", opts=DICT),
     dict(name="dict-foldoc", apt=["dict-foldoc"], kind="foldoc", files=r"/foldoc\.dict\.dz$",
          licence="GFDL-1.1+ (no invariant sections)", opts=DICT),
     dict(name="dict-devil", apt=["dict-devil"], kind="devil", files=r"/devil\.dict\.dz$",
@@ -662,7 +662,7 @@ def copyright_licences(pkg):
     except OSError:
         return ""
     seen = []
-    for m in re.finditer(r"^License:\s*(\S.*)$", text, re.M):
+    for m in re.finditer(r"^License:[ \t]*(\S[^\n]{0,40})$", text, re.M):
         v = m.group(1).strip()
         if v not in seen:
             seen.append(v)
