@@ -188,4 +188,11 @@ void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
     }
 }
 
+Tokenizer load_model_tokenizer(const std::string& dir, const std::string& command) {
+    load_config(dir);
+    MEGACTX_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"),
+                  "{}: no tokenizer.json; {} needs the model's tokenizer", dir, command);
+    return Tokenizer::load(dir);
+}
+
 }  // namespace megactx

@@ -11,6 +11,7 @@
 #include "ops/ops.h"
 #include "parallel/tp_group.h"
 #include "server/serve.h"
+#include "tokenizer/tokenizer.h"
 
 namespace megactx {
 
@@ -45,5 +46,9 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
 // On CUDA the KV pool gets what the memory budget leaves after the weights and an activation reserve, unless
 // --kv-cache-memory names its size. `f` must outlive `so`'s hooks.
 void set_engine_backend(ServeOptions& so, const BackendFlags& f);
+
+// The tokenizer of the model in `dir` for `command` ("run", "eval niah"), after its config.json is checked (so a
+// wrong directory is reported as by the other commands).
+Tokenizer load_model_tokenizer(const std::string& dir, const std::string& command);
 
 }  // namespace megactx

@@ -11,6 +11,7 @@
 
 #include "cli_checks.h"
 #include "engine_setup.h"
+#include "run_cmd.h"
 #include "core/error.h"
 #include "engine/runner.h"
 #include "io/npy.h"
@@ -251,6 +252,9 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(in_range(0.0, 86400.0));
 
+    RunOptions run_opts;
+    CLI::App* run = add_run_command(app, run_opts);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -320,6 +324,9 @@ int main(int argc, char** argv) {
             so.access_log = !no_access_log;
             set_engine_backend(so, bf);
             return serve_main(so);
+        } else if (*run) {
+            run_opts.engine.model_dir = model_dir_or_default(run_opts.engine.model_dir);
+            return run_main(run_opts);
         } else if (*cost) {
             const ModelConfig c = load_config(config_path);
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());
