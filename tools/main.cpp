@@ -11,6 +11,7 @@
 
 #include "cli_checks.h"
 #include "engine_setup.h"
+#include "eval_cmd.h"
 #include "run_cmd.h"
 #include "core/error.h"
 #include "engine/runner.h"
@@ -254,6 +255,8 @@ int main(int argc, char** argv) {
 
     RunOptions run_opts;
     CLI::App* run = add_run_command(app, run_opts);
+    EvalOptions eval_opts;
+    CLI::App* eval = add_eval_command(app, eval_opts);
 
     try {
         app.parse(argc, argv);
@@ -327,6 +330,9 @@ int main(int argc, char** argv) {
         } else if (*run) {
             run_opts.engine.model_dir = model_dir_or_default(run_opts.engine.model_dir);
             return run_main(run_opts);
+        } else if (*eval) {
+            eval_opts.engine.model_dir = model_dir_or_default(eval_opts.engine.model_dir);
+            return eval_main(eval_opts);
         } else if (*cost) {
             const ModelConfig c = load_config(config_path);
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());
