@@ -150,6 +150,15 @@ TEST_F(NiahCli, BadInputGivesOneErrorLine) {
     EXPECT_NE(r.exit_code, 0);
 }
 
+TEST_F(NiahCli, HelpShowsTheDefaults) {
+    const CliResult r = run("eval niah --help");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    test::expect_contains(r.out, {"--lengths TEXT=1024,2048,4096", "K = 1024, M = 1048576",
+                                  "--depths TEXT=0,0.25,0.5,0.75,1", "--samples INT:[1, 100000]=5",
+                                  "--seed UINT:NONNEGATIVE=0", "(default: haystack.txt in the model directory)",
+                                  "--max-num-seqs INT:[1, 4096]=64", "--device TEXT=cpu"});
+}
+
 // A trained model's accuracy, for a model directory holding haystack.txt: MEGACTX_NIAH_MODEL=DIR, and optionally
 // MEGACTX_NIAH_MIN_ACCURACY (default 0.9), MEGACTX_NIAH_LENGTHS (default 1K,2K,4K), MEGACTX_NIAH_ARGS (more flags,
 // e.g. --device cuda). Skipped without MEGACTX_NIAH_MODEL.

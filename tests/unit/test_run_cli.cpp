@@ -207,6 +207,16 @@ TEST_F(RunCli, BadInputGivesOneErrorLine) {
     EXPECT_EQ(first_line(range.err), "--temperature: must be between 0 and 2, got 5");
 }
 
+// Every option's default is in --help, as a value or, where it depends on something else, in words.
+TEST_F(RunCli, HelpShowsTheDefaults) {
+    const CliResult r = run("run --help");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    test::expect_contains(r.out, {"--max-new-tokens INT:POSITIVE=256", "--min-p FLOAT:[0, 1]=0", "--max-num-seqs INT:[1, 4096]=1",
+                                  "(default: generation_config.json's when do_sample, else 0)", "(default: random)",
+                                  "(default: on, as the server's enable_thinking)", "--device TEXT=cpu",
+                                  "(default: the embedded tiny model)"});
+}
+
 TEST_F(RunCli, StatsLineCountsThePrompt) {
     const CliResult r = run_cmd("-p 'Hello there' --no-think --temperature 0 -n 5 --ignore-eos");
     ASSERT_EQ(r.exit_code, 0) << r.err;
