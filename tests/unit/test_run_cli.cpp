@@ -80,6 +80,9 @@ TEST_F(RunCli, StreamsWhatGenerateGivesForTheRenderedPrompt) {
     ASSERT_EQ(expected.find("think>"), std::string::npos) << "the parser would route this text; pick another prompt";
     EXPECT_GT(expected.size(), 10u);
     EXPECT_EQ(r.out, as_printed(expected));
+    // Without --model: the embedded default, the same tiny preset and seed
+    const CliResult embedded = run("run -p 'Hello there' --no-think --temperature 0 -n 24 -q");
+    EXPECT_EQ(embedded.out, r.out) << embedded.err;
 }
 
 TEST_F(RunCli, RawSendsThePlainTextAsACompletion) {
