@@ -24,7 +24,8 @@ void add_backend_flags(CLI::App* sub, BackendFlags& f) {
     sub->add_option("--tensor-parallel-size,--tp", f.tp.n_gpus, "Ranks (GPUs) sharing the model")
         ->capture_default_str()
         ->check(in_range<int64_t>(1, 64));
-    sub->add_flag("--expert-parallel", f.tp.expert_parallel, "Split the routed experts across the ranks (else by columns)");
+    sub->add_flag("--expert-parallel", f.tp.expert_parallel,
+                  "Split the routed experts across the ranks (else by columns)");
     sub->add_flag("--indexer-split", f.tp.indexer_split,
                   "Split the indexer by heads (partial scores all-reduced before top-k; default: replicated)");
     sub->add_flag("--layer-split", f.tp.layer_split,
@@ -51,7 +52,8 @@ void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
                     "cuda: fraction of the free GPU memory for weights, KV cache and activations")
         ->capture_default_str()
         ->check(in_range(0.01, 1.0));
-    sub->add_flag_callback("--no-prefix-caching", [&so] { so.prefix_caching = false; }, "Disable prefix caching");
+    sub->add_flag_callback(
+        "--no-prefix-caching", [&so] { so.prefix_caching = false; }, "Disable prefix caching");
 }
 
 KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtype) {
@@ -108,7 +110,8 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
     MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
     MEGACTX_CHECK(!nccl || po.n_gpus <= n_dev,
                   "--tensor-parallel-size {} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread puts "
-                  "several ranks on one GPU)", po.n_gpus, po.n_gpus, n_dev);
+                  "several ranks on one GPU)",
+                  po.n_gpus, po.n_gpus, n_dev);
     for (int64_t r = 0; r < po.n_gpus; ++r) {
         const int dev = static_cast<int>(r % n_dev);
         const int64_t sharing = (po.n_gpus - dev + n_dev - 1) / n_dev;  // ranks on this GPU
@@ -117,13 +120,13 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
         o.device = dev;
         o.memory_budget_bytes =
             static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction / static_cast<double>(sharing));
-        std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n", static_cast<long long>(r), dev,
-                     info.name.c_str(), static_cast<double>(o.memory_budget_bytes) / (1 << 30));
+        std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n", static_cast<long long>(r),
+                     dev, info.name.c_str(), static_cast<double>(o.memory_budget_bytes) / (1 << 30));
         ops.push_back(make_cuda_ops(o));
     }
-    return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops),
-                                                 nccl ? TensorParallelGroup::CommFactory(make_nccl_comms)
-                                                      : TensorParallelGroup::CommFactory(make_thread_comms));
+    return std::make_unique<TensorParallelGroup>(
+        dir, po, std::move(ops),
+        nccl ? TensorParallelGroup::CommFactory(make_nccl_comms) : TensorParallelGroup::CommFactory(make_thread_comms));
 #else
     (void)budget_fraction;
     MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");

@@ -23,7 +23,8 @@
 namespace megactx {
 
 CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
-    auto* sub = app.add_subcommand("run", "One prompt → the answer streamed as it is generated (--interactive: a chat)");
+    auto* sub =
+        app.add_subcommand("run", "One prompt → the answer streamed as it is generated (--interactive: a chat)");
     sub->add_option("--model", o.engine.model_dir, "Model directory (default: the embedded tiny model)");
     o.prompt_opt = sub->add_option("--prompt,-p", o.prompt, "The user message (with --raw: the text to continue)");
     o.prompt_file_opt = sub->add_option("--prompt-file,-f", o.prompt_file, "Read the prompt from FILE (- = stdin)");
@@ -40,14 +41,17 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
     o.temperature_opt = sub->add_option("--temperature", o.temperature,
                                         "0 = greedy (default: generation_config.json's when do_sample, else 0)")
                             ->check(in_range(0.0f, 2.0f));
-    o.top_p_opt = sub->add_option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1] (default: as --temperature, else 1)")
-                      ->check(in_range(1e-9f, 1.0f));
-    o.top_k_opt = sub->add_option("--top-k", o.top_k, "Sample among the k most likely (default: as --temperature, else 0 = all)")
-                      ->check(non_negative<int64_t>());
+    o.top_p_opt =
+        sub->add_option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1] (default: as --temperature, else 1)")
+            ->check(in_range(1e-9f, 1.0f));
+    o.top_k_opt =
+        sub->add_option("--top-k", o.top_k, "Sample among the k most likely (default: as --temperature, else 0 = all)")
+            ->check(non_negative<int64_t>());
     sub->add_option("--min-p", o.min_p, "Drop tokens below min_p × p(most likely)")
         ->capture_default_str()
         ->check(in_range(0.0f, 1.0f));
-    o.seed_opt = sub->add_option("--seed", o.seed, "RNG seed for sampling (default: random)")->check(non_negative<uint64_t>());
+    o.seed_opt =
+        sub->add_option("--seed", o.seed, "RNG seed for sampling (default: random)")->check(non_negative<uint64_t>());
     sub->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at the model's EOS ids");
     sub->add_option("--stop", o.stop, "Stop before this text (repeatable)");
     sub->add_flag("--quiet,-q", o.quiet, "No statistics line after the answer");
@@ -99,9 +103,12 @@ SamplingParams sampling_defaults(const std::string& model_dir) {
 }
 
 class Runner {
-public:
+  public:
     Runner(const RunOptions& o, Engine& engine, const Tokenizer& tok, GenerationParams gen)
-        : o_(o), engine_(engine), tok_(tok), gen_(std::move(gen)),
+        : o_(o),
+          engine_(engine),
+          tok_(tok),
+          gen_(std::move(gen)),
           decodable_(decodable_ids(tok, engine.model().config().vocab_size)),
           dim_(isatty(STDERR_FILENO) != 0) {
         chat_.enable_thinking = o.think;
@@ -159,8 +166,11 @@ public:
         if (!st.last_out.empty() && st.last_out.back() != '\n') std::fputc('\n', stdout);
         std::fflush(stdout);
         MEGACTX_CHECK(st.finish != FinishReason::kError, "generation failed: {}", st.error);
-        messages.push_back(chat::Message{chat::Role::kAssistant, st.content,
-                                         st.reasoning.empty() ? std::nullopt : std::optional(st.reasoning), {}, ""});
+        messages.push_back(chat::Message{chat::Role::kAssistant,
+                                         st.content,
+                                         st.reasoning.empty() ? std::nullopt : std::optional(st.reasoning),
+                                         {},
+                                         ""});
         history_ = std::move(messages);
         if (!o_.quiet) {
             const auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
@@ -176,7 +186,7 @@ public:
         }
     }
 
-private:
+  private:
     using Clock = std::chrono::steady_clock;
 
     struct Stream {
@@ -252,7 +262,8 @@ private:
 int run_main(RunOptions& o) {
     const bool has_prompt = o.prompt_opt->count() > 0 || o.prompt_file_opt->count() > 0;
     MEGACTX_CHECK(has_prompt || o.interactive, "run: give --prompt TEXT, --prompt-file FILE or --interactive");
-    MEGACTX_CHECK(!(o.raw && o.interactive), "run: --raw sends one plain completion; it does not combine with --interactive");
+    MEGACTX_CHECK(!(o.raw && o.interactive),
+                  "run: --raw sends one plain completion; it does not combine with --interactive");
     MEGACTX_CHECK(!(o.interactive && o.prompt_file == "-"),
                   "run: --interactive reads the chat from stdin, so --prompt-file cannot be '-'");
     const std::string first = o.prompt_file_opt->count() ? read_prompt_file(o.prompt_file) : o.prompt;
@@ -266,7 +277,8 @@ int run_main(RunOptions& o) {
     if (o.top_p_opt->count()) gen.sampling.top_p = o.top_p;
     if (o.top_k_opt->count()) gen.sampling.top_k = o.top_k;
     gen.sampling.min_p = o.min_p;
-    gen.sampling.seed = o.seed_opt->count() ? o.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+    gen.sampling.seed =
+        o.seed_opt->count() ? o.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
     gen.sampling.validate();
     gen.max_tokens = o.max_new_tokens;
     gen.ignore_eos = o.ignore_eos;

@@ -128,8 +128,8 @@ Image render_heatmap(const Heatmap& h) {
     const size_t n_x = h.x_labels.size(), n_y = h.y_labels.size();
     MEGACTX_CHECK(n_x > 0 && n_y > 0 && h.values.size() == n_y, "heatmap: {} rows of values for {} labels",
                   h.values.size(), n_y);
-    for (const auto& row : h.values) MEGACTX_CHECK(row.size() == n_x, "heatmap: a row of {} values for {} columns",
-                                                   row.size(), n_x);
+    for (const auto& row : h.values)
+        MEGACTX_CHECK(row.size() == n_x, "heatmap: a row of {} values for {} columns", row.size(), n_x);
     constexpr int kScale = 2, kLine = (kGlyphH + 4) * kScale, kMargin = 16, kPad = 10;
     constexpr Rgb kInk{30, 30, 30}, kNoData{200, 200, 200}, kGrid{255, 255, 255};
     int label_w = text_width(h.y_title, kScale);
@@ -141,8 +141,8 @@ Image render_heatmap(const Heatmap& h) {
     const int grid_w = cell_w * static_cast<int>(n_x), grid_h = cell_h * static_cast<int>(n_y);
     const int x_title_w = text_width(h.x_title, kScale);
     const int x_title_x = std::max(kMargin, grid_x + (grid_w - x_title_w) / 2);
-    const int width = std::max({grid_x + grid_w + kMargin, kMargin + text_width(h.title, kScale) + kMargin,
-                                x_title_x + x_title_w + kMargin});
+    const int width = std::max(
+        {grid_x + grid_w + kMargin, kMargin + text_width(h.title, kScale) + kMargin, x_title_x + x_title_w + kMargin});
     const int height = grid_y + grid_h + 2 * kLine + kMargin;
     Image img(width, height);
 
@@ -165,7 +165,8 @@ Image render_heatmap(const Heatmap& h) {
     }
     for (size_t x = 0; x <= n_x; ++x)  // white lines between the cells
         img.fill_rect(grid_x + static_cast<int>(x) * cell_w - 1, grid_y, 2, grid_h, kGrid);
-    for (size_t y = 0; y <= n_y; ++y) img.fill_rect(grid_x, grid_y + static_cast<int>(y) * cell_h - 1, grid_w, 2, kGrid);
+    for (size_t y = 0; y <= n_y; ++y)
+        img.fill_rect(grid_x, grid_y + static_cast<int>(y) * cell_h - 1, grid_w, 2, kGrid);
     const int lx = grid_y + grid_h + kPad;
     for (size_t x = 0; x < n_x; ++x) {
         const int cx = grid_x + static_cast<int>(x) * cell_w;

@@ -12,8 +12,8 @@ namespace megactx {
 struct Heatmap {
     std::string title;
     std::string x_title, y_title;
-    std::vector<std::string> x_labels;  // columns, left to right
-    std::vector<std::string> y_labels;  // rows, top to bottom
+    std::vector<std::string> x_labels;        // columns, left to right
+    std::vector<std::string> y_labels;        // rows, top to bottom
     std::vector<std::vector<double>> values;  // [y][x] in [0, 1]; NaN: no data (grey, no text)
 };
 

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -44,7 +44,7 @@ std::vector<int64_t> parse_lengths(const std::string& list, const std::string& f
         size_t n_digits = 0;
         while (n_digits < item.size() && item[n_digits] >= '0' && item[n_digits] <= '9') ++n_digits;
         const std::string suffix = item.substr(n_digits);
-        const int64_t mul = suffix.empty() ? 1
+        const int64_t mul = suffix.empty()                   ? 1
                             : suffix == "K" || suffix == "k" ? 1024
                             : suffix == "M" || suffix == "m" ? 1048576
                                                              : 0;
@@ -150,7 +150,9 @@ Sample SampleGenerator::make(int64_t length, double depth, int64_t index, uint64
     const std::string needle = needle_sentence(s.passkey);
 
     // The estimate: the frame (the prompt around an empty document) plus each part's tokens with its "\n".
-    const auto part = [&](int64_t i) { return static_cast<size_t>((s.start_paragraph + i) % static_cast<int64_t>(n_haystack)); };
+    const auto part = [&](int64_t i) {
+        return static_cast<size_t>((s.start_paragraph + i) % static_cast<int64_t>(n_haystack));
+    };
     int64_t total = frame_ + static_cast<int64_t>(tok_.encode(needle + "\n", false).size());
     MEGACTX_CHECK(total <= length, "length {}: the question and the needle alone take {} tokens", length, total);
     int64_t n = 0;
@@ -193,7 +195,8 @@ bool is_correct(std::string_view output, int64_t passkey) {
     const auto digit = [](char c) { return c >= '0' && c <= '9'; };
     const auto first = std::find_if(output.begin(), output.end(), digit);
     const auto last = std::find_if_not(first, output.end(), digit);
-    return first != output.end() && std::string_view(&*first, static_cast<size_t>(last - first)) == std::to_string(passkey);
+    return first != output.end() &&
+           std::string_view(&*first, static_cast<size_t>(last - first)) == std::to_string(passkey);
 }
 
 double Report::accuracy() const {
@@ -246,9 +249,9 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
     for (int64_t i = 0; i < n_samples; ++i) {
         try {
             const int64_t cell = i / grid.samples;
-            samples[static_cast<size_t>(i)] = gen.make(grid.lengths[static_cast<size_t>(cell / n_depths)],
-                                                       grid.depths[static_cast<size_t>(cell % n_depths)],
-                                                       i % grid.samples, grid.seed);
+            samples[static_cast<size_t>(i)] =
+                gen.make(grid.lengths[static_cast<size_t>(cell / n_depths)],
+                         grid.depths[static_cast<size_t>(cell % n_depths)], i % grid.samples, grid.seed);
         } catch (...) {
             failed[static_cast<size_t>(i)] = std::current_exception();
         }
@@ -351,8 +354,10 @@ nlohmann::json report_json(const Report& r, const std::string& model, const std:
             correct += r.cell(i, d).correct;
             total += r.cell(i, d).total;
         }
-        per_length.push_back(
-            {{"length", r.grid.lengths[i]}, {"correct", correct}, {"total", total}, {"accuracy", r.length_accuracy(i)}});
+        per_length.push_back({{"length", r.grid.lengths[i]},
+                              {"correct", correct},
+                              {"total", total},
+                              {"accuracy", r.length_accuracy(i)}});
     }
     for (const SampleResult& s : r.results) {
         results.push_back({{"length", s.length},
@@ -388,15 +393,18 @@ std::string report_table(const Report& r) {
     std::vector<size_t> width;
     for (int64_t l : r.grid.lengths) width.push_back(std::max<size_t>(6, length_label(l).size() + 2));
     std::string out = fmt::format("{:<8}", "depth");
-    for (size_t i = 0; i < r.grid.lengths.size(); ++i) out += fmt::format("{:>{}}", length_label(r.grid.lengths[i]), width[i]);
+    for (size_t i = 0; i < r.grid.lengths.size(); ++i)
+        out += fmt::format("{:>{}}", length_label(r.grid.lengths[i]), width[i]);
     out += '\n';
     for (size_t d = 0; d < r.grid.depths.size(); ++d) {
         out += fmt::format("{:<8}", depth_label(r.grid.depths[d]));
-        for (size_t i = 0; i < r.grid.lengths.size(); ++i) out += fmt::format("{:>{}}", pct(r.cell(i, d).accuracy()), width[i]);
+        for (size_t i = 0; i < r.grid.lengths.size(); ++i)
+            out += fmt::format("{:>{}}", pct(r.cell(i, d).accuracy()), width[i]);
         out += '\n';
     }
     out += fmt::format("{:<8}", "all");
-    for (size_t i = 0; i < r.grid.lengths.size(); ++i) out += fmt::format("{:>{}}", pct(r.length_accuracy(i)), width[i]);
+    for (size_t i = 0; i < r.grid.lengths.size(); ++i)
+        out += fmt::format("{:>{}}", pct(r.length_accuracy(i)), width[i]);
     out += fmt::format("\naccuracy {} ({} samples)\n", pct(r.accuracy()), r.results.size());
     return out;
 }

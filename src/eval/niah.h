@@ -6,11 +6,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "eval/heatmap.h"
@@ -58,13 +57,13 @@ struct Sample {
 };
 
 class SampleGenerator {
-public:
+  public:
     // Encodes every paragraph once (each followed by "\n", as it stands in the document).
     SampleGenerator(const Tokenizer& tokenizer, std::vector<std::string> paragraphs);
     Sample make(int64_t length, double depth, int64_t index, uint64_t seed) const;
     const std::vector<std::string>& paragraphs() const { return paragraphs_; }
 
-private:
+  private:
     const Tokenizer& tok_;
     std::vector<std::string> paragraphs_;
     std::vector<int64_t> cost_;  // tokens of paragraph + "\n"
@@ -115,8 +114,7 @@ struct Report {
 
 // Builds every sample, submits them all to the running engine at once (it batches what fits in its KV cache and
 // queues the rest), greedy, at most kMaxNewTokens new tokens, stopping at EOS, and scores the answers.
-Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<std::string>& haystack,
-                const Grid& grid);
+Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<std::string>& haystack, const Grid& grid);
 
 // {model, device, seed, samples, lengths, depths, cells, accuracy, per_length, elapsed_s, prefill_tokens_per_s,
 // ...}: docs/demo-model.md lists the fields.

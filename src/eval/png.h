@@ -20,7 +20,9 @@ struct Image {
     std::vector<Rgb> pixels;  // [height, width]
 
     Image(int w, int h, Rgb fill = {255, 255, 255});
-    Rgb& at(int x, int y) { return pixels[static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)]; }
+    Rgb& at(int x, int y) {
+        return pixels[static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)];
+    }
     const Rgb& at(int x, int y) const {
         return pixels[static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)];
     }

@@ -17,7 +17,7 @@ namespace megactx {
 std::vector<bool> decodable_ids(const Tokenizer& tokenizer, int64_t vocab_size);
 
 class OutputText {
-public:
+  public:
     // `decodable` (from decodable_ids) must outlive this object.
     OutputText(const Tokenizer& tokenizer, const std::vector<bool>& decodable, std::vector<std::string> stops);
 
@@ -28,7 +28,7 @@ public:
     // match.
     std::string finish();
 
-private:
+  private:
     StreamDecoder decoder_;
     const std::vector<bool>& decodable_;
     StopMatcher stop_;

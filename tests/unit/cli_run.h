@@ -19,8 +19,7 @@ struct CliResult {
 inline CliResult run_megactx(const TempDir& dir, const std::string& args, const std::string& stdin_text = "") {
     const std::string in = dir / "stdin.txt", out = dir / "stdout.txt", err = dir / "stderr.txt";
     write_text(in, stdin_text);
-    const std::string cmd =
-        std::string(MEGACTX_BIN) + " " + args + " < '" + in + "' > '" + out + "' 2> '" + err + "'";
+    const std::string cmd = std::string(MEGACTX_BIN) + " " + args + " < '" + in + "' > '" + out + "' 2> '" + err + "'";
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -13,7 +13,7 @@ namespace megactx::test {
 
 struct DecodedPng {
     uint32_t width = 0, height = 0;
-    std::vector<uint8_t> rgb;  // [height, width, 3]
+    std::vector<uint8_t> rgb;         // [height, width, 3]
     std::vector<std::string> chunks;  // chunk types in file order
 };
 
@@ -64,7 +64,8 @@ inline bool decode_png(const std::vector<uint8_t>& f, DecodedPng* out) {
             ADD_FAILURE() << "bad CRC in chunk " << type;
             return false;
         }
-        const std::vector<uint8_t> data(f.begin() + static_cast<long>(at) + 8, f.begin() + static_cast<long>(at + 8 + n));
+        const std::vector<uint8_t> data(f.begin() + static_cast<long>(at) + 8,
+                                        f.begin() + static_cast<long>(at + 8 + n));
         out->chunks.push_back(type);
         if (type == "IHDR") {
             out->width = be32(data, 0);

@@ -35,7 +35,7 @@ std::string haystack_text() {
 }
 
 class NiahCli : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         model_ = dir_ / "model";
         const CliResult r = run("gen-model --preset tiny --seed 0 --out " + shell_quoted(model_));
@@ -47,7 +47,8 @@ protected:
 
     // `eval niah` on `model` writing out.json and out.png; the parsed JSON (null when the command failed).
     json niah(const std::string& model, const std::string& args, CliResult* r) {
-        *r = run("eval niah --model " + shell_quoted(model) + " --out " + shell_quoted(json_) + " --png " + shell_quoted(png_) + " " + args);
+        *r = run("eval niah --model " + shell_quoted(model) + " --out " + shell_quoted(json_) + " --png " +
+                 shell_quoted(png_) + " " + args);
         if (r->exit_code != 0) return nullptr;
         return json::parse(test::read_text(json_));
     }
@@ -96,7 +97,8 @@ TEST_F(NiahCli, RunsTheGridAndWritesTableJsonAndPng) {
     for (const json& s : j["results"]) {
         EXPECT_GE(s["passkey"].get<int64_t>(), 10000);
         EXPECT_LE(s["prompt_tokens"].get<int64_t>(), s["length"].get<int64_t>());
-        EXPECT_EQ(s["correct"].get<bool>(), niah::is_correct(s["output"].get<std::string>(), s["passkey"].get<int64_t>()));
+        EXPECT_EQ(s["correct"].get<bool>(),
+                  niah::is_correct(s["output"].get<std::string>(), s["passkey"].get<int64_t>()));
     }
     EXPECT_GT(j["elapsed_s"].get<double>(), 0.0);
     EXPECT_GT(j["prefill_tokens_per_s"].get<double>(), 0.0);
@@ -116,7 +118,8 @@ TEST_F(NiahCli, RunsTheGridAndWritesTableJsonAndPng) {
     EXPECT_GT(png.height, 150u);
     const Rgb cell = heat_colour(j["cells"][0]["accuracy"].get<double>());
     size_t n_cell = 0;
-    for (size_t i = 0; i + 2 < png.rgb.size(); i += 3) n_cell += Rgb{png.rgb[i], png.rgb[i + 1], png.rgb[i + 2]} == cell;
+    for (size_t i = 0; i + 2 < png.rgb.size(); i += 3)
+        n_cell += Rgb{png.rgb[i], png.rgb[i + 1], png.rgb[i + 2]} == cell;
     EXPECT_GT(n_cell, 500u);
 
     // The same samples and greedy answers one sequence at a time: batching changes nothing.
@@ -171,7 +174,8 @@ TEST_F(NiahCli, ModelReachesAccuracy) {
     const char* lengths = std::getenv("MEGACTX_NIAH_LENGTHS");
     const char* extra = std::getenv("MEGACTX_NIAH_ARGS");
     CliResult r;
-    const json j = niah(model, std::string("--lengths ") + (lengths ? lengths : "1K,2K,4K") + " " + (extra ? extra : ""), &r);
+    const json j =
+        niah(model, std::string("--lengths ") + (lengths ? lengths : "1K,2K,4K") + " " + (extra ? extra : ""), &r);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_GE(j["accuracy"].get<double>(), min ? std::atof(min) : 0.9) << r.out;
 }

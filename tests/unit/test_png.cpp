@@ -19,7 +19,8 @@ Image pattern(int w, int h) {
     Image img(w, h);
     for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x)
-            img.at(x, y) = {static_cast<uint8_t>(x * 7 + y), static_cast<uint8_t>(y * 13 + 5), static_cast<uint8_t>(x ^ y)};
+            img.at(x, y) = {static_cast<uint8_t>(x * 7 + y), static_cast<uint8_t>(y * 13 + 5),
+                            static_cast<uint8_t>(x ^ y)};
     return img;
 }
 
@@ -57,7 +58,7 @@ TEST(Png, StoredBlocksSplitAt65535Bytes) {
     const std::vector<uint8_t> data(65535 * 2 + 10, 0xAB);
     const std::vector<uint8_t> z = zlib_stored(data);
     EXPECT_EQ(z.size(), 2 + 3 * 5 + data.size() + 4);
-    EXPECT_EQ(z[2], 0);            // first block: not final, stored
+    EXPECT_EQ(z[2], 0);  // first block: not final, stored
     EXPECT_EQ(z[2 + 5 + 65535], 0);
     EXPECT_EQ(z[2 + 2 * (5 + 65535)], 1);  // last block: final
     const std::vector<uint8_t> empty = zlib_stored({});

@@ -18,7 +18,7 @@ using test::CliResult;
 using test::shell_quoted;
 
 class RunCli : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         model_ = dir_ / "model";
         const CliResult r = run("gen-model --preset tiny --seed 0 --out " + shell_quoted(model_));
@@ -40,8 +40,8 @@ protected:
                                   (add_special ? "" : " --no-special"));
         EXPECT_EQ(ids.exit_code, 0) << ids.err;
         const std::string list = ids.out.substr(1, ids.out.find(']') - 1);  // "[1,2,3]\n" -> "1,2,3"
-        const CliResult gen = run("generate --model " + shell_quoted(model_) + " --tokens " + list + " --max-new-tokens " +
-                                  std::to_string(n_new));
+        const CliResult gen = run("generate --model " + shell_quoted(model_) + " --tokens " + list +
+                                  " --max-new-tokens " + std::to_string(n_new));
         EXPECT_EQ(gen.exit_code, 0) << gen.err;
         std::string out = gen.out;
         while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -100,8 +100,8 @@ TEST_F(RunCli, ReasoningGoesToStderrAndTheAnswerToStdout) {
     const std::string prompt = "[gMASK]<sop><|system|>Reasoning Effort: Max<|user|>Hello there<|assistant|><think>";
     ASSERT_EQ(r.err.substr(0, prompt.size() + 1), prompt + "\n");
     chat::ChatOptions opt;
-    const chat::ParsedOutput parsed =
-        chat::parse_output(generate_text(prompt, false, 40), chat::parser_options_for(chat::ChatFormat::kGlm5, opt, {}));
+    const chat::ParsedOutput parsed = chat::parse_output(generate_text(prompt, false, 40),
+                                                         chat::parser_options_for(chat::ChatFormat::kGlm5, opt, {}));
     ASSERT_FALSE(parsed.reasoning.empty());
     EXPECT_EQ(r.err.substr(prompt.size() + 1), as_printed(parsed.reasoning));
     EXPECT_EQ(r.out, as_printed(parsed.content));
@@ -117,11 +117,13 @@ TEST_F(RunCli, InteractiveRendersTheHistory) {
     ASSERT_EQ(one.exit_code, 0) << one.err;
     std::string answer = one.out.substr(0, one.out.size() - (one.out.ends_with("\n") ? 1 : 0));
     const std::string p1 = "[gMASK]<sop><|user|>" + first + "<|assistant|><think></think>";
-    const std::string p2 = p1 + std::string(chat::py_strip(answer)) + "<|user|>second question<|assistant|><think></think>";
+    const std::string p2 =
+        p1 + std::string(chat::py_strip(answer)) + "<|user|>second question<|assistant|><think></think>";
 
     const CliResult r = run_cmd("-i " + flags, first + "\nsecond question\n/exit\nthird question\n");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::regex stats(R"(megactx run: prompt (\d+) tokens \((\d+) cached\), generated (\d+) tokens, prefill [\d.]+ tok/s, decode [\d.]+ tok/s\n)");
+    const std::regex stats(
+        R"(megactx run: prompt (\d+) tokens \((\d+) cached\), generated (\d+) tokens, prefill [\d.]+ tok/s, decode [\d.]+ tok/s\n)");
     std::vector<std::smatch> lines;
     for (auto it = std::sregex_iterator(r.err.begin(), r.err.end(), stats); it != std::sregex_iterator(); ++it) {
         lines.push_back(*it);
@@ -197,7 +199,8 @@ TEST_F(RunCli, BadInputGivesOneErrorLine) {
     expect_error(run_cmd("-p ''"), "the prompt is empty");
     std::string long_prompt;
     for (int i = 0; i < 100; ++i) long_prompt += "many words ";
-    expect_error(run_cmd("-p " + shell_quoted(long_prompt) + " --max-model-len 64"), "the maximum context length is 64");
+    expect_error(run_cmd("-p " + shell_quoted(long_prompt) + " --max-model-len 64"),
+                 "the maximum context length is 64");
     expect_error(run_cmd("--raw -i -p x"), "--raw");
     expect_error(run_cmd("-i -f -"), "--prompt-file cannot be '-'");
     expect_error(run_cmd("-p x --kv-cache-memory 12Q"), "--kv-cache-memory");
@@ -214,16 +217,18 @@ TEST_F(RunCli, BadInputGivesOneErrorLine) {
 TEST_F(RunCli, HelpShowsTheDefaults) {
     const CliResult r = run("run --help");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    test::expect_contains(r.out, {"--max-new-tokens INT:POSITIVE=256", "--min-p FLOAT:[0, 1]=0", "--max-num-seqs INT:[1, 4096]=1",
-                                  "(default: generation_config.json's when do_sample, else 0)", "(default: random)",
-                                  "(default: on, as the server's enable_thinking)", "--device TEXT=cpu",
-                                  "(default: the embedded tiny model)"});
+    test::expect_contains(
+        r.out,
+        {"--max-new-tokens INT:POSITIVE=256", "--min-p FLOAT:[0, 1]=0", "--max-num-seqs INT:[1, 4096]=1",
+         "(default: generation_config.json's when do_sample, else 0)", "(default: random)",
+         "(default: on, as the server's enable_thinking)", "--device TEXT=cpu", "(default: the embedded tiny model)"});
 }
 
 TEST_F(RunCli, StatsLineCountsThePrompt) {
     const CliResult r = run_cmd("-p 'Hello there' --no-think --temperature 0 -n 5 --ignore-eos");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::regex stats(R"(megactx run: prompt 12 tokens \(0 cached\), generated 5 tokens, prefill [\d.]+ tok/s, decode [\d.]+ tok/s\n)");
+    const std::regex stats(
+        R"(megactx run: prompt 12 tokens \(0 cached\), generated 5 tokens, prefill [\d.]+ tok/s, decode [\d.]+ tok/s\n)");
     EXPECT_TRUE(std::regex_match(r.err, stats)) << r.err;
 }
 
