@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "backend/cpu/cpu_ops.h"
 #include "cli_checks.h"
+#include "engine_setup.h"
+#include "eval_cmd.h"
+#include "run_cmd.h"
 #include "core/error.h"
 #include "engine/runner.h"
 #include "io/npy.h"
@@ -26,11 +28,6 @@
 #include "server/serve.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/tokenizer.h"
-
-#ifdef MEGACTX_WITH_CUDA
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_info.h"
-#endif
 
 #ifndef MEGACTX_DEFAULT_MODEL_DIR
 #define MEGACTX_DEFAULT_MODEL_DIR ""
@@ -114,98 +111,6 @@ std::string read_text_file(const std::string& path) {
     ss << in.rdbuf();
     return ss.str();
 }
-
-KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtype) {
-    KvFormat f = KvFormat::F32;
-    if (kv_dtype == "auto") {
-        f = device == "cuda" ? KvFormat::BF16 : KvFormat::F32;
-    } else if (kv_dtype == "f32") {
-        f = KvFormat::F32;
-    } else if (kv_dtype == "bf16") {
-        f = KvFormat::BF16;
-    } else if (kv_dtype == "fp8") {
-        f = KvFormat::FP8;
-    } else {
-        MEGACTX_FAIL("--kv-cache-dtype must be auto, f32, bf16 or fp8, got '{}'", kv_dtype);
-    }
-    MEGACTX_CHECK(device == "cuda" || f == KvFormat::F32,
-                  "--kv-cache-dtype {}: the CPU backend stores the KV cache in f32 only", kv_format_name(f));
-    return f;
-}
-
-// The op table for --device: the CPU oracle, or CudaOps on device 0 with `budget_fraction` of its free memory.
-std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fraction) {
-    if (device == "cpu") return std::make_unique<CpuOps>();
-    MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
-#ifdef MEGACTX_WITH_CUDA
-    MEGACTX_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
-    const cuda::DeviceInfo info = cuda::device_info(0);
-    CudaOptions o;
-    o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction);
-    std::fprintf(stderr, "megactx: CUDA device 0: %s (sm_%d%d, %d SMs), %.1f GiB free, budget %.1f GiB\n",
-                 info.name.c_str(), info.major, info.minor, info.n_sm, static_cast<double>(info.free_bytes) / (1 << 30),
-                 static_cast<double>(o.memory_budget_bytes) / (1 << 30));
-    return make_cuda_ops(o);
-#else
-    (void)budget_fraction;
-    MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
-#endif
-}
-
-// --tensor-parallel-size N: N ranks, each with its own backend. cpu: N CpuOps, thread transport. cuda: rank r on
-// GPU r with NCCL (--tp-transport nccl, the default), or --tp-transport thread: ranks on GPU r % count exchanging
-// through host memory (several ranks on one GPU, for tests; the budget is shared by the ranks of a GPU).
-std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
-                                                   const ParallelOptions& po, const std::string& transport,
-                                                   double budget_fraction) {
-    MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
-                  "--tp-transport must be auto, nccl or thread, got '{}'", transport);
-    std::vector<std::unique_ptr<Ops>> ops;
-    if (device == "cpu") {
-        MEGACTX_CHECK(transport != "nccl", "--tp-transport nccl needs --device cuda");
-        for (int64_t r = 0; r < po.n_gpus; ++r) ops.push_back(std::make_unique<CpuOps>());
-        return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops), make_thread_comms);
-    }
-    MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
-#ifdef MEGACTX_WITH_CUDA
-    const int n_dev = cuda::device_count();
-    const bool nccl = transport != "thread";
-    MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
-    MEGACTX_CHECK(!nccl || po.n_gpus <= n_dev,
-                  "--tensor-parallel-size {} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread puts "
-                  "several ranks on one GPU)", po.n_gpus, po.n_gpus, n_dev);
-    for (int64_t r = 0; r < po.n_gpus; ++r) {
-        const int dev = static_cast<int>(r % n_dev);
-        const int64_t sharing = (po.n_gpus - dev + n_dev - 1) / n_dev;  // ranks on this GPU
-        const cuda::DeviceInfo info = cuda::device_info(dev);
-        CudaOptions o;
-        o.device = dev;
-        o.memory_budget_bytes =
-            static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction / static_cast<double>(sharing));
-        std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n", static_cast<long long>(r), dev,
-                     info.name.c_str(), static_cast<double>(o.memory_budget_bytes) / (1 << 30));
-        ops.push_back(make_cuda_ops(o));
-    }
-    return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops),
-                                                 nccl ? TensorParallelGroup::CommFactory(make_nccl_comms)
-                                                      : TensorParallelGroup::CommFactory(make_thread_comms));
-#else
-    (void)budget_fraction;
-    MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
-#endif
-}
-
-#ifdef MEGACTX_WITH_CUDA
-// Device bytes the weights will take: the checkpoint's safetensors files, three times over for FP8 checkpoints
-// (CudaOps keeps the e4m3 weights and a bf16 copy for the GEMMs: the block-scaled FP8 GEMM is not wired yet).
-int64_t weight_device_bytes(const std::string& dir) {
-    int64_t b = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir)) {
-        if (e.path().extension() == ".safetensors") b += static_cast<int64_t>(e.file_size());
-    }
-    return load_config(dir).quant_method == "fp8" ? 3 * b : b;
-}
-#endif
 
 std::string json_ids(const std::vector<int32_t>& ids) { return "[" + join(ids) + "]"; }
 
@@ -294,25 +199,8 @@ int main(int argc, char** argv) {
     float temperature = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     bool ignore_eos = false, as_json = false;
-    std::string device = "cpu", kv_dtype = "auto";
-    ParallelOptions tp;  // --tensor-parallel-size / --expert-parallel of logits, generate, serve
-    std::string tp_transport = "auto";
-    const auto add_backend_options = [&](CLI::App* sub) {
-        sub->add_option("--device", device, "cpu | cuda")->capture_default_str();
-        sub->add_option("--tensor-parallel-size,--tp", tp.n_gpus, "Ranks (GPUs) sharing the model")
-            ->capture_default_str()
-            ->check(in_range<int64_t>(1, 64));
-        sub->add_flag("--expert-parallel", tp.expert_parallel, "Split the routed experts across the ranks (else by columns)");
-        sub->add_flag("--indexer-split", tp.indexer_split,
-                      "Split the indexer by heads (partial scores all-reduced before top-k; default: replicated)");
-        sub->add_flag("--layer-split", tp.layer_split,
-                      "Each rank keeps the KV of a contiguous group of layers (the node holds N times more tokens)");
-        sub->add_option("--tp-transport", tp_transport,
-                        "auto | nccl | thread (auto: nccl on cuda, thread on cpu; thread allows several ranks per GPU)")
-            ->capture_default_str();
-        sub->add_option("--kv-cache-dtype", kv_dtype, "auto | f32 | bf16 | fp8 (auto: f32 on cpu, bf16 on cuda)")
-            ->capture_default_str();
-    };
+    BackendFlags bf;  // --device, --tensor-parallel-size, ... of logits, generate, serve
+    const auto add_backend_options = [&](CLI::App* sub) { add_backend_flags(sub, bf); };
 
     auto* logits = app.add_subcommand("logits", "Logits at every position of a token sequence → .npy [n, vocab]");
     logits->add_option("--model", model, "Model directory (default: the embedded tiny model)");
@@ -413,34 +301,23 @@ int main(int argc, char** argv) {
     serve->add_option("--model", so.model_dir, "Model directory (default: the embedded tiny model)");
     serve->add_option("--host", so.host, "Address to listen on")->capture_default_str();
     serve->add_option("--port", so.port, "Port (0: any free port)")->capture_default_str()->check(in_range(0, 65535));
-    serve->add_option("--max-model-len,--max-context-len", so.max_model_len,
-                      "Maximum tokens per sequence, prompt plus output, up to 1048576 (default: the model's)")
-        ->check(in_range<int64_t>(1, 1048576));
-    serve->add_option("--max-num-seqs", so.max_num_seqs, "Sequences in the running batch")
-        ->capture_default_str()
-        ->check(in_range<int64_t>(1, 4096));
-    serve->add_option("--max-num-batched-tokens", so.max_num_batched_tokens, "Tokens per engine step")
-        ->capture_default_str()
-        ->check(in_range<int64_t>(1, int64_t{1} << 20));
-    serve->add_option("--kv-cache-memory", so.kv_cache_memory, "KV cache size, e.g. 4GiB (default 2GiB on the CPU)");
+    add_engine_flags(serve, so, bf);
     serve->add_option("--served-model-name", so.served_model_name, "Model name in the API (default: directory name)");
     serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
     serve->add_option("--max-body-bytes", so.max_body_bytes, "Largest request body")
         ->capture_default_str()
         ->check(positive<int64_t>());
-    bool no_prefix_caching = false;
     add_backend_options(serve);
-    double gpu_memory_utilization = 0.9;
-    serve->add_option("--gpu-memory-utilization", gpu_memory_utilization,
-                      "cuda: fraction of the free GPU memory for weights, KV cache and activations")
-        ->capture_default_str()
-        ->check(in_range(0.01, 1.0));
-    serve->add_flag("--no-prefix-caching", no_prefix_caching, "Disable prefix caching");
     bool no_access_log = false;
     serve->add_flag("--no-access-log", no_access_log, "No access line per request on stderr");
     serve->add_option("--log-interval", so.log_interval_s, "Seconds between throughput lines while busy (0: none)")
         ->capture_default_str()
         ->check(in_range(0.0, 86400.0));
+
+    RunOptions run_opts;
+    CLI::App* run = add_run_command(app, run_opts);
+    EvalOptions eval_opts;
+    CLI::App* eval = add_eval_command(app, eval_opts);
 
     try {
         app.parse(argc, argv);
@@ -452,15 +329,15 @@ int main(int argc, char** argv) {
         if (*logits || *gen) {
             if (tokens.empty() && tokens_file.empty()) MEGACTX_FAIL("one of --tokens or --tokens-file is required");
             const std::vector<int32_t> ids = tokens_file.empty() ? parse_token_list(tokens) : read_tokens_file(tokens_file);
-            const KvFormat kv_format = resolve_kv_format(device, kv_dtype);
+            const KvFormat kv_format = resolve_kv_format(bf.device, bf.kv_dtype);
             std::unique_ptr<TensorParallelGroup> group;
             std::unique_ptr<GlmDsaModel> single;
             std::unique_ptr<Ops> backend;
-            if (tp.n_gpus > 1) {
-                group = make_tp_group(model_dir_or_default(model), device, tp, tp_transport, 0.9);
+            if (bf.tp.n_gpus > 1) {
+                group = make_tp_group(model_dir_or_default(model), bf.device, bf.tp, bf.tp_transport, 0.9);
             } else {
                 single = std::make_unique<GlmDsaModel>(model_dir_or_default(model));
-                backend = make_backend(device, 0.9);
+                backend = make_backend(bf.device, 0.9);
             }
             const GlmDsaModel& m = group ? group->model() : *single;
             Ops& ops = group ? group->ops() : *backend;
@@ -510,52 +387,15 @@ int main(int argc, char** argv) {
             }
             so.model_dir = model_dir_or_default(so.model_dir);
             if (so.served_model_name.empty() && so.model_dir == MEGACTX_DEFAULT_MODEL_DIR) so.served_model_name = "megactx-tiny";
-            so.prefix_caching = !no_prefix_caching;
             so.access_log = !no_access_log;
-            const KvFormat kv_format = resolve_kv_format(device, kv_dtype);
-            if (tp.n_gpus > 1) {
-                so.make_group = [&, kv_format](EngineConfig& ec) {
-                    auto g = make_tp_group(so.model_dir, device, tp, tp_transport, gpu_memory_utilization);
-#ifdef MEGACTX_WITH_CUDA
-                    if (device != "cpu" && so.kv_cache_memory.empty()) {
-                        // rank 0's budget less its shard of the weights (about 1/N of the checkpoint) and a reserve
-                        const CudaMemoryStats st = cuda_memory_stats(g->ops());
-                        const int64_t weights = weight_device_bytes(so.model_dir) / tp.n_gpus;
-                        const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
-                        ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
-                        MEGACTX_CHECK(ec.kv_cache_bytes > 0, "--gpu-memory-utilization {}: no room for the KV cache",
-                                      gpu_memory_utilization);
-                    }
-#endif
-                    ec.kv_format = kv_format;
-                    return g;
-                };
-            } else if (device != "cpu") {
-                // The KV pool gets what the budget leaves after the weights and an activation reserve, unless
-                // --kv-cache-memory names its size.
-                so.make_backend = [&, kv_format]([[maybe_unused]] const GlmDsaModel& m, EngineConfig& ec) {
-                    std::unique_ptr<Ops> ops = make_backend(device, gpu_memory_utilization);
-#ifdef MEGACTX_WITH_CUDA
-                    const CudaMemoryStats st = cuda_memory_stats(*ops);
-                    const int64_t weights = weight_device_bytes(so.model_dir);
-                    const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
-                    if (so.kv_cache_memory.empty()) ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
-                    MEGACTX_CHECK(ec.kv_cache_bytes > 0,
-                                  "--gpu-memory-utilization {}: {} bytes of budget leave no room for the KV cache "
-                                  "after {} bytes of weights and a {}-byte activation reserve",
-                                  gpu_memory_utilization, st.budget_bytes, weights, reserve);
-                    const int64_t per_token = kv_bytes_per_token(m.config(), kv_format);
-                    std::fprintf(stderr,
-                                 "megactx serve: KV cache %s: %.2f GiB at %lld bytes per token = %lld tokens fit\n",
-                                 kv_format_name(kv_format), static_cast<double>(ec.kv_cache_bytes) / (1 << 30),
-                                 static_cast<long long>(per_token),
-                                 static_cast<long long>(ec.kv_cache_bytes / per_token));
-#endif
-                    ec.kv_format = kv_format;
-                    return ops;
-                };
-            }
+            set_engine_backend(so, bf);
             return serve_main(so);
+        } else if (*run) {
+            run_opts.engine.model_dir = model_dir_or_default(run_opts.engine.model_dir);
+            return run_main(run_opts);
+        } else if (*eval) {
+            eval_opts.engine.model_dir = model_dir_or_default(eval_opts.engine.model_dir);
+            return eval_main(eval_opts);
         } else if (*cost) {
             const ModelConfig c = load_config(config_path);
             std::printf("%s", format_cost(compute_cost(c, context), as_json).c_str());

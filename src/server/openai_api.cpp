@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/request.h"
-#include "server/stop_matcher.h"
+#include "server/output_text.h"
 #include "tokenizer/output_parser.h"
 
 namespace megactx {
@@ -96,25 +96,14 @@ struct OpenAiApi::Pending {
     int64_t n_prompt = 0, n_cached = 0, n_generated = 0;
     bool client_gone = false;
     // engine-thread state
-    std::unique_ptr<StreamDecoder> decoder;
-    StopMatcher stop;
-    bool stopped = false;
+    std::unique_ptr<OutputText> text;  // null without a tokenizer: token ids only
     Clock::time_point t_start = Clock::now(), t_first, t_last;
-
-    explicit Pending(std::vector<std::string> stops) : stop(std::move(stops)) {}
 };
 
 OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig& config)
     : engine_(engine), tokenizer_(tokenizer), config_(config) {
     if (tokenizer_) {
-        decodable_.assign(static_cast<size_t>(engine_.model().config().vocab_size), false);
-        for (size_t id = 0; id < decodable_.size() && id < tokenizer_->vocab_size(); ++id) {
-            try {
-                tokenizer_->token_str(static_cast<int32_t>(id));  // Error for an id the tokenizer lacks
-                decodable_[id] = true;
-            } catch (const Error&) {
-            }
-        }
+        decodable_ = decodable_ids(*tokenizer_, engine_.model().config().vocab_size);
     }
     metrics_.counter("megactx_requests_total", "Finished HTTP API requests by status code");
     metrics_.counter("megactx_requests_aborted_total", "Requests cancelled because the client went away");
@@ -209,9 +198,9 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
         }
 
         // Submit
-        auto pending = std::make_shared<Pending>(p.stop);
-        if (tokenizer_) pending->decoder = std::make_unique<StreamDecoder>(*tokenizer_, true);
-        TokenSink sink = [pending, decodable = &decodable_](const TokenEvent& ev) -> bool {
+        auto pending = std::make_shared<Pending>();
+        if (tokenizer_) pending->text = std::make_unique<OutputText>(*tokenizer_, decodable_, p.stop);
+        TokenSink sink = [pending](const TokenEvent& ev) -> bool {
             std::lock_guard<std::mutex> lock(pending->mu);
             Pending& s = *pending;
             if (ev.token >= 0) {
@@ -224,19 +213,13 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                 piece.logprobs = ev.logprobs;
                 piece.has_logprobs = ev.has_logprobs;
                 bool matched = false;
-                // An id the tokenizer lacks adds no text (StreamDecoder would throw, on the engine thread).
-                if (s.decoder && (*decodable)[static_cast<size_t>(ev.token)]) {
-                    piece.text = s.stop.push(s.decoder->push(ev.token), &matched);
-                }
+                if (s.text) piece.text = s.text->push(ev.token, &matched);
                 s.pieces.push_back(std::move(piece));
                 s.cv.notify_all();
-                if (matched) s.stopped = true;
                 return !matched;
             }
-            if (!s.stopped && s.decoder) {
-                bool matched = false;
-                std::string tail = s.stop.push(s.decoder->flush(), &matched);
-                if (!matched) tail += s.stop.flush();
+            if (s.text) {
+                std::string tail = s.text->finish();
                 if (!tail.empty()) s.pieces.push_back(Piece{tail, -1, {}, false});
             }
             s.done = true;

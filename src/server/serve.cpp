@@ -64,6 +64,20 @@ std::string served_name_for(const std::string& model_dir) {
     return name.empty() || name == "." || name == ".." ? "megactx" : name;
 }
 
+LoadedEngine load_engine(const ServeOptions& o, const std::function<void(const GlmDsaModel&)>& on_model_loaded) {
+    EngineConfig ec = engine_config(o);
+    LoadedEngine e;
+    if (o.make_group) {
+        e.group = o.make_group(ec);
+    } else {
+        e.single = std::make_unique<GlmDsaModel>(o.model_dir);
+    }
+    if (on_model_loaded) on_model_loaded(e.model());
+    if (!e.group) e.ops = o.make_backend ? o.make_backend(*e.single, ec) : std::make_unique<CpuOps>();
+    e.engine = std::make_unique<Engine>(e.model(), e.group ? e.group->ops() : *e.ops, ec);
+    return e;
+}
+
 namespace {
 
 // Waits for SIGINT/SIGTERM on its own thread from the start, so a signal while the model loads is not lost:
@@ -172,7 +186,7 @@ private:
 int serve_main(const ServeOptions& o) {
     // Settings are checked before the port opens: a bad --kv-cache-memory is an error, not a server that
     // listens and then fails.
-    const EngineConfig checked_config = engine_config(o);
+    engine_config(o);
 
     // Signals go to one waiting thread only: block them before any thread starts.
     sigset_t sigs;
@@ -227,19 +241,14 @@ int serve_main(const ServeOptions& o) {
     try {
         const std::string dir = o.model_dir;
         std::fprintf(stderr, "megactx serve: loading model from %s\n", dir.c_str());
-        EngineConfig ec = checked_config;
-        std::unique_ptr<TensorParallelGroup> group;
-        std::unique_ptr<GlmDsaModel> single;
-        if (o.make_group) {
-            group = o.make_group(ec);
-        } else {
-            single = std::make_unique<GlmDsaModel>(dir);
-        }
-        const GlmDsaModel& model = group ? group->model() : *single;
-        const ModelConfig& c = model.config();
-        std::fprintf(stderr, "megactx serve: model loaded in %.2f s (%lld layers, %lld with a full indexer, MTP %s)\n",
-                     elapsed(), static_cast<long long>(c.n_layers), static_cast<long long>(c.n_full_layers()),
-                     model.has_mtp() ? "present" : "absent");
+        LoadedEngine loaded = load_engine(o, [&](const GlmDsaModel& model) {
+            const ModelConfig& c = model.config();
+            std::fprintf(stderr,
+                         "megactx serve: model loaded in %.2f s (%lld layers, %lld with a full indexer, MTP %s)\n",
+                         elapsed(), static_cast<long long>(c.n_layers), static_cast<long long>(c.n_full_layers()),
+                         model.has_mtp() ? "present" : "absent");
+        });
+        Engine& engine = *loaded.engine;
         std::unique_ptr<Tokenizer> tokenizer;
         namespace fs = std::filesystem;
         if (fs::exists(fs::path(dir) / "tokenizer.json")) {
@@ -248,9 +257,6 @@ int serve_main(const ServeOptions& o) {
         } else {
             std::fprintf(stderr, "megactx serve: no tokenizer.json: only token-id prompts on /v1/completions\n");
         }
-        std::unique_ptr<Ops> own_ops;
-        if (!group) own_ops = o.make_backend ? o.make_backend(model, ec) : std::make_unique<CpuOps>();
-        Engine engine(model, group ? group->ops() : *own_ops, ec);
         std::fprintf(stderr,
                      "megactx serve: KV cache: %lld blocks of 64 tokens = %lld tokens; max context %lld tokens; up to "
                      "%lld sequences\n",

@@ -41,6 +41,20 @@ int64_t parse_byte_size(const std::string& s, const std::string& flag);
 // The engine settings these options ask for (shared with bench_engine, so both run the same engine).
 EngineConfig engine_config(const ServeOptions& options);
 
+// The model, its op table and the engine over them, built from `options` as `serve` builds them: the
+// tensor-parallel group (make_group), or the model and then make_backend's op table (the CPU when empty).
+// `on_model_loaded` runs once the weights are in, before the backend and the KV cache are made. Used by
+// `megactx run` and `megactx eval` too, so every command runs the same engine.
+struct LoadedEngine {
+    std::unique_ptr<TensorParallelGroup> group;
+    std::unique_ptr<GlmDsaModel> single;
+    std::unique_ptr<Ops> ops;        // with `single`
+    std::unique_ptr<Engine> engine;  // declared last: destroyed first
+    const GlmDsaModel& model() const { return group ? group->model() : *single; }
+};
+LoadedEngine load_engine(const ServeOptions& options,
+                         const std::function<void(const GlmDsaModel&)>& on_model_loaded = {});
+
 // The API's model name for a directory: its last component, whatever the trailing slashes ("megactx" if none).
 std::string served_name_for(const std::string& model_dir);
 

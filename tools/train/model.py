@@ -523,9 +523,12 @@ class GlmMoeDsa(nn.Module):
             layer.compile(**kw)
 
     def forward(self, input_ids, mode: str = "sparse", mtp: bool = True, indexer_loss: bool = False,
-                taps: Optional[dict] = None, positions: Optional[torch.Tensor] = None) -> Output:
+                taps: Optional[dict] = None, positions: Optional[torch.Tensor] = None,
+                kl_all_keys: bool = False, query_weights: Optional[torch.Tensor] = None) -> Output:
         """input_ids [B, T]; positions [T] (increasing; default 0..T-1), the RoPE positions of every row.
-        mode "sparse" (DSA) or "dense" (all causal keys)."""
+        mode "sparse" (DSA) or "dense" (all causal keys). The indexer loss compares with the attention over the
+        selected keys in sparse mode, or over all causal keys when kl_all_keys (a key the indexer missed then
+        still teaches it); query_weights [B, T] weigh the queries in it (default: all equal)."""
         assert mode in ("sparse", "dense")
         c = self.cfg
         B, T = input_ids.shape
@@ -560,7 +563,8 @@ class GlmMoeDsa(nn.Module):
             if indexer_loss:
                 groups.append([aux["index_scores"], m_allowed, [aux["qk"]]])
         if indexer_loss:
-            losses = [kl_to_attention(s, a, qks, c.qk_head_dim ** -0.5) for s, a, qks in groups]
+            losses = [kl_to_attention(s, None if kl_all_keys else a, qks, c.qk_head_dim ** -0.5, query_weights)
+                      for s, a, qks in groups]
             out.indexer_loss = torch.stack(losses).mean()
         return out
 
@@ -632,7 +636,7 @@ class GlmMoeDsa(nn.Module):
         assert not extra, f"tensors the model does not have: {extra[:5]}"
 
 
-def kl_to_attention(index_scores, allowed, qks, scale, chunk: int = 1024):
+def kl_to_attention(index_scores, allowed, qks, scale, query_weights=None, chunk: int = 1024):
     """Indexer loss (DSA): KL(p ‖ softmax(index scores)) per query, averaged, where p is the main attention's
     distribution over the allowed keys, summed over heads and over the layers that use this indexer's
     selection, normalised. index_scores [B, T, T] (with grad); allowed [B, T, T] bool, the selected keys in
@@ -650,4 +654,8 @@ def kl_to_attention(index_scores, allowed, qks, scale, chunk: int = 1024):
                 p[:, q0:q1] += s.masked_fill(~m, float("-inf")).softmax(-1).sum(1)
         p = p / p.sum(-1, keepdim=True)
     logq = index_scores.float().masked_fill(~allowed, float("-inf")).log_softmax(-1).masked_fill(~allowed, 0.0)
-    return (torch.xlogy(p, p) - p * logq).sum(-1).mean()
+    kl = (torch.xlogy(p, p) - p * logq).sum(-1)                                  # [B, T]
+    if query_weights is None:
+        return kl.mean()
+    w = query_weights.float()
+    return (kl * w).sum() / w.sum().clamp_min(1e-6)

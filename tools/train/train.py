@@ -163,7 +163,7 @@ def evaluate(model, heldout: tasks.Split, pieces: tasks.Pieces, T=2048, n_seq=16
                                ids[i:i + 4, 1:].reshape(-1), reduction="sum").item()
     ppl = math.exp(nll / (n_seq * (T - 1)))
     res = {"heldout_ppl": ppl}
-    for L in (1024, 4096):
+    for L in (1024, 4096) if n else ():
         correct = 0
         for j in range(n):
             content, answer, _ = s.task_niah(L - 40)
@@ -200,6 +200,13 @@ def main():
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (fp32, no autocast)")
+    ap.add_argument("--mix", default="", help='sample kinds and weights, e.g. "text:0.2,niah:0.5,multi:0.3"')
+    ap.add_argument("--indexer-only", action="store_true",
+                    help="train only the indexers (the rest frozen, dense attention, no LM loss): DSA's warm-up stage")
+    ap.add_argument("--kl-all-keys", action="store_true",
+                    help="the indexer's KL target is the attention over all causal keys, in sparse mode too")
+    ap.add_argument("--indexer-answer-weight", type=float, default=1.0,
+                    help="weight of answer positions (relative to 1) in the indexer's KL")
     ap.add_argument("--eval-samples", type=int, default=8)
     a = ap.parse_args()
     global DEV
@@ -233,11 +240,19 @@ def main():
     say({"event": "start", "params": n_params, "config": cfg.to_hf(), "args": vars(a),
          "train_tokens": int(train.offsets[-1]), "heldout_tokens": int(heldout.offsets[-1])})
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    if a.indexer_only:
+        for n, p in model.named_parameters():
+            p.requires_grad_(".indexer." in n)
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in params if p.dim() >= 2 and "embed" not in n]
+    no_decay = [p for n, p in params if not (p.dim() >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), **({"fused": True} if DEV == "cuda" else {}))
-    batches = Batches(tasks.Sampler(train, pieces, seed=a.seed + 1), a.seed + 2, a.max_position)
+    sampler = tasks.Sampler(train, pieces, seed=a.seed + 1)
+    if a.mix:
+        mix = {k: float(v) for k, v in (x.split(":") for x in a.mix.split(","))}
+        sampler.kinds, sampler.weights = list(mix), list(mix.values())
+    batches = Batches(sampler, a.seed + 2, a.max_position)
     ckpt = os.path.join(a.out, "ckpt.safetensors")
     step, tokens, last_ckpt, last_log = 0, 0, time.time(), time.time()
     sums = {}
@@ -246,7 +261,7 @@ def main():
         if progress >= 1.0:
             break
         T = length_at(progress, lengths)
-        mode = "dense" if progress < a.dense_frac else "sparse"
+        mode = "dense" if progress < a.dense_frac or a.indexer_only else "sparse"
         micro_B = max(a.micro_tokens // T, 1)
         n_micro = max(a.tokens_per_step // (micro_B * T), 1)
         batches.set_shape(micro_B, T)
@@ -256,16 +271,28 @@ def main():
         loads_acc = None
         for _ in range(n_micro):
             ids, w, pos = batches.get(micro_B, T)
+            # The indexer's KL weighs the queries that predict answer tokens (position t predicts t+1).
+            qw = None
+            if a.indexer_answer_weight != 1.0:
+                qw = torch.ones_like(w)
+                qw[:, :-1] = torch.where(w[:, 1:] > 1.0, a.indexer_answer_weight, 1.0)
             with autocast():
-                out = model(ids, mode=mode, mtp=a.mtp_weight > 0, indexer_loss=a.indexer_weight > 0, positions=pos)
-            lm = weighted_ce(out.logits[:, :-1], ids[:, 1:], w[:, 1:])
-            loss = lm
-            parts = {"lm": lm.detach()}
-            if out.mtp_logits is not None:
+                out = model(ids, mode=mode, mtp=a.mtp_weight > 0 and not a.indexer_only,
+                            indexer_loss=a.indexer_weight > 0, positions=pos, kl_all_keys=a.kl_all_keys,
+                            query_weights=qw)
+            if a.indexer_only:
+                loss, parts = out.indexer_loss, {"indexer": out.indexer_loss.detach()}
+            else:
+                lm = weighted_ce(out.logits[:, :-1], ids[:, 1:], w[:, 1:])
+                loss = lm
+                parts = {"lm": lm.detach()}
+            if a.indexer_only:
+                pass
+            elif out.mtp_logits is not None:
                 mtp = weighted_ce(out.mtp_logits[:, :-1], ids[:, 2:], w[:, 2:])
                 loss = loss + a.mtp_weight * mtp
                 parts["mtp"] = mtp.detach()
-            if out.indexer_loss is not None:
+            if out.indexer_loss is not None and not a.indexer_only:
                 loss = loss + a.indexer_weight * out.indexer_loss
                 parts["indexer"] = out.indexer_loss.detach()
             (loss / n_micro).backward()
@@ -274,10 +301,11 @@ def main():
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + v
             sums["n"] = sums.get("n", 0) + 1
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gn = torch.nn.utils.clip_grad_norm_([p for _, p in params], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        model.update_router_bias(loads_acc)
+        if not a.indexer_only:
+            model.update_router_bias(loads_acc)
         step += 1
         tokens += n_micro * micro_B * T
         if time.time() - last_log > 20 or step == 1:

@@ -1,0 +1,201 @@
+#include "engine_setup.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "backend/cpu/cpu_ops.h"
+#include "cli_checks.h"
+#include "core/error.h"
+#include "io/config.h"
+#include "kv/kv_cache.h"
+#include "model/glm_dsa.h"
+#include "parallel/comm_thread.h"
+
+#ifdef MEGACTX_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_info.h"
+#endif
+
+namespace megactx {
+
+void add_backend_flags(CLI::App* sub, BackendFlags& f) {
+    sub->add_option("--device", f.device, "cpu | cuda")->capture_default_str();
+    sub->add_option("--tensor-parallel-size,--tp", f.tp.n_gpus, "Ranks (GPUs) sharing the model")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, 64));
+    sub->add_flag("--expert-parallel", f.tp.expert_parallel,
+                  "Split the routed experts across the ranks (else by columns)");
+    sub->add_flag("--indexer-split", f.tp.indexer_split,
+                  "Split the indexer by heads (partial scores all-reduced before top-k; default: replicated)");
+    sub->add_flag("--layer-split", f.tp.layer_split,
+                  "Each rank keeps the KV of a contiguous group of layers (the node holds N times more tokens)");
+    sub->add_option("--tp-transport", f.tp_transport,
+                    "auto | nccl | thread (auto: nccl on cuda, thread on cpu; thread allows several ranks per GPU)")
+        ->capture_default_str();
+    sub->add_option("--kv-cache-dtype", f.kv_dtype, "auto | f32 | bf16 | fp8 (auto: f32 on cpu, bf16 on cuda)")
+        ->capture_default_str();
+}
+
+void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
+    sub->add_option("--max-model-len,--max-context-len", so.max_model_len,
+                    "Maximum tokens per sequence, prompt plus output, up to 1048576 (default: the model's)")
+        ->check(in_range<int64_t>(1, 1048576));
+    sub->add_option("--max-num-seqs", so.max_num_seqs, "Sequences in the running batch")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, 4096));
+    sub->add_option("--max-num-batched-tokens", so.max_num_batched_tokens, "Tokens per engine step")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, int64_t{1} << 20));
+    sub->add_option("--kv-cache-memory", so.kv_cache_memory, "KV cache size, e.g. 4GiB (default 2GiB on the CPU)");
+    sub->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                    "cuda: fraction of the free GPU memory for weights, KV cache and activations")
+        ->capture_default_str()
+        ->check(in_range(0.01, 1.0));
+    sub->add_flag_callback(
+        "--no-prefix-caching", [&so] { so.prefix_caching = false; }, "Disable prefix caching");
+}
+
+KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtype) {
+    KvFormat f = KvFormat::F32;
+    if (kv_dtype == "auto") {
+        f = device == "cuda" ? KvFormat::BF16 : KvFormat::F32;
+    } else if (kv_dtype == "f32") {
+        f = KvFormat::F32;
+    } else if (kv_dtype == "bf16") {
+        f = KvFormat::BF16;
+    } else if (kv_dtype == "fp8") {
+        f = KvFormat::FP8;
+    } else {
+        MEGACTX_FAIL("--kv-cache-dtype must be auto, f32, bf16 or fp8, got '{}'", kv_dtype);
+    }
+    MEGACTX_CHECK(device == "cuda" || f == KvFormat::F32,
+                  "--kv-cache-dtype {}: the CPU backend stores the KV cache in f32 only", kv_format_name(f));
+    return f;
+}
+
+std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fraction) {
+    if (device == "cpu") return std::make_unique<CpuOps>();
+    MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
+#ifdef MEGACTX_WITH_CUDA
+    MEGACTX_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
+    const cuda::DeviceInfo info = cuda::device_info(0);
+    CudaOptions o;
+    o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction);
+    std::fprintf(stderr, "megactx: CUDA device 0: %s (sm_%d%d, %d SMs), %.1f GiB free, budget %.1f GiB\n",
+                 info.name.c_str(), info.major, info.minor, info.n_sm, static_cast<double>(info.free_bytes) / (1 << 30),
+                 static_cast<double>(o.memory_budget_bytes) / (1 << 30));
+    return make_cuda_ops(o);
+#else
+    (void)budget_fraction;
+    MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
+#endif
+}
+
+std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
+                                                   const ParallelOptions& po, const std::string& transport,
+                                                   double budget_fraction) {
+    MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
+                  "--tp-transport must be auto, nccl or thread, got '{}'", transport);
+    std::vector<std::unique_ptr<Ops>> ops;
+    if (device == "cpu") {
+        MEGACTX_CHECK(transport != "nccl", "--tp-transport nccl needs --device cuda");
+        for (int64_t r = 0; r < po.n_gpus; ++r) ops.push_back(std::make_unique<CpuOps>());
+        return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops), make_thread_comms);
+    }
+    MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
+#ifdef MEGACTX_WITH_CUDA
+    const int n_dev = cuda::device_count();
+    const bool nccl = transport != "thread";
+    MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
+    MEGACTX_CHECK(!nccl || po.n_gpus <= n_dev,
+                  "--tensor-parallel-size {} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread puts "
+                  "several ranks on one GPU)",
+                  po.n_gpus, po.n_gpus, n_dev);
+    for (int64_t r = 0; r < po.n_gpus; ++r) {
+        const int dev = static_cast<int>(r % n_dev);
+        const int64_t sharing = (po.n_gpus - dev + n_dev - 1) / n_dev;  // ranks on this GPU
+        const cuda::DeviceInfo info = cuda::device_info(dev);
+        CudaOptions o;
+        o.device = dev;
+        o.memory_budget_bytes =
+            static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction / static_cast<double>(sharing));
+        std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n", static_cast<long long>(r),
+                     dev, info.name.c_str(), static_cast<double>(o.memory_budget_bytes) / (1 << 30));
+        ops.push_back(make_cuda_ops(o));
+    }
+    return std::make_unique<TensorParallelGroup>(
+        dir, po, std::move(ops),
+        nccl ? TensorParallelGroup::CommFactory(make_nccl_comms) : TensorParallelGroup::CommFactory(make_thread_comms));
+#else
+    (void)budget_fraction;
+    MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
+#endif
+}
+
+#ifdef MEGACTX_WITH_CUDA
+namespace {
+
+// Device bytes the weights will take: the checkpoint's safetensors files, three times over for FP8 checkpoints
+// (CudaOps keeps the e4m3 weights and a bf16 copy for the GEMMs: the block-scaled FP8 GEMM is not wired yet).
+int64_t weight_device_bytes(const std::string& dir) {
+    int64_t b = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        if (e.path().extension() == ".safetensors") b += static_cast<int64_t>(e.file_size());
+    }
+    return load_config(dir).quant_method == "fp8" ? 3 * b : b;
+}
+
+}  // namespace
+#endif
+
+void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
+    const KvFormat kv_format = resolve_kv_format(f.device, f.kv_dtype);
+    if (f.tp.n_gpus > 1) {
+        so.make_group = [&so, &f, kv_format](EngineConfig& ec) {
+            auto g = make_tp_group(so.model_dir, f.device, f.tp, f.tp_transport, f.gpu_memory_utilization);
+#ifdef MEGACTX_WITH_CUDA
+            if (f.device != "cpu" && so.kv_cache_memory.empty()) {
+                // rank 0's budget less its shard of the weights (about 1/N of the checkpoint) and a reserve
+                const CudaMemoryStats st = cuda_memory_stats(g->ops());
+                const int64_t weights = weight_device_bytes(so.model_dir) / f.tp.n_gpus;
+                const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
+                ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
+                MEGACTX_CHECK(ec.kv_cache_bytes > 0, "--gpu-memory-utilization {}: no room for the KV cache",
+                              f.gpu_memory_utilization);
+            }
+#endif
+            ec.kv_format = kv_format;
+            return g;
+        };
+    } else if (f.device != "cpu") {
+        so.make_backend = [&so, &f, kv_format]([[maybe_unused]] const GlmDsaModel& m, EngineConfig& ec) {
+            std::unique_ptr<Ops> ops = make_backend(f.device, f.gpu_memory_utilization);
+#ifdef MEGACTX_WITH_CUDA
+            const CudaMemoryStats st = cuda_memory_stats(*ops);
+            const int64_t weights = weight_device_bytes(so.model_dir);
+            const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
+            if (so.kv_cache_memory.empty()) ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
+            MEGACTX_CHECK(ec.kv_cache_bytes > 0,
+                          "--gpu-memory-utilization {}: {} bytes of budget leave no room for the KV cache "
+                          "after {} bytes of weights and a {}-byte activation reserve",
+                          f.gpu_memory_utilization, st.budget_bytes, weights, reserve);
+            const int64_t per_token = kv_bytes_per_token(m.config(), kv_format);
+            std::fprintf(stderr, "megactx: KV cache %s: %.2f GiB at %lld bytes per token = %lld tokens fit\n",
+                         kv_format_name(kv_format), static_cast<double>(ec.kv_cache_bytes) / (1 << 30),
+                         static_cast<long long>(per_token), static_cast<long long>(ec.kv_cache_bytes / per_token));
+#endif
+            ec.kv_format = kv_format;
+            return ops;
+        };
+    }
+}
+
+Tokenizer load_model_tokenizer(const std::string& dir, const std::string& command) {
+    load_config(dir);
+    MEGACTX_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"),
+                  "{}: no tokenizer.json; {} needs the model's tokenizer", dir, command);
+    return Tokenizer::load(dir);
+}
+
+}  // namespace megactx
