@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run THERE (the GPU machine), in the repo root, with build-train/data carried (prepare.py's data.npz and
-# pieces.json). A training run outlives one device call (10 minutes), so it runs in the background in a session of
-# its own, writing to /root/train-run, and later calls follow it:
+# pieces.json). A training run outlives one device call (10 minutes), so it runs in the background under setsid,
+# writing to /root/train-run, and later calls follow it:
 #   tools/train/gpu.sh start MINUTES FOLLOW_S [train.py args...]  start train.py, then follow its log FOLLOW_S s
 #   tools/train/gpu.sh follow FOLLOW_S                            print new log lines until it exits or FOLLOW_S pass
 #   tools/train/gpu.sh collect                                    copy log, fp32 checkpoint and config into $OUT
