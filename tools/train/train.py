@@ -283,18 +283,15 @@ def main():
             if a.indexer_only:
                 loss, parts = out.indexer_loss, {"indexer": out.indexer_loss.detach()}
             else:
-                lm = weighted_ce(out.logits[:, :-1], ids[:, 1:], w[:, 1:])
-                loss = lm
-                parts = {"lm": lm.detach()}
-            if a.indexer_only:
-                pass
-            elif out.mtp_logits is not None:
-                mtp = weighted_ce(out.mtp_logits[:, :-1], ids[:, 2:], w[:, 2:])
-                loss = loss + a.mtp_weight * mtp
-                parts["mtp"] = mtp.detach()
-            if out.indexer_loss is not None and not a.indexer_only:
-                loss = loss + a.indexer_weight * out.indexer_loss
-                parts["indexer"] = out.indexer_loss.detach()
+                loss = weighted_ce(out.logits[:, :-1], ids[:, 1:], w[:, 1:])
+                parts = {"lm": loss.detach()}
+                if out.mtp_logits is not None:
+                    mtp = weighted_ce(out.mtp_logits[:, :-1], ids[:, 2:], w[:, 2:])
+                    loss = loss + a.mtp_weight * mtp
+                    parts["mtp"] = mtp.detach()
+                if out.indexer_loss is not None:
+                    loss = loss + a.indexer_weight * out.indexer_loss
+                    parts["indexer"] = out.indexer_loss.detach()
             (loss / n_micro).backward()
             loads = [l.float() for l in out.loads]
             loads_acc = loads if loads_acc is None else [x + y for x, y in zip(loads_acc, loads)]
