@@ -2,9 +2,12 @@
 # Run THERE (the GPU machine), in the repo root, with build-train/data carried (prepare.py's data.npz and
 # pieces.json). A training run outlives one device call (10 minutes), so it runs in the background under setsid,
 # writing to /root/train-run, and later calls follow it:
-#   tools/train/gpu.sh start MINUTES FOLLOW_S [train.py args...]  start train.py, then follow its log FOLLOW_S s
-#   tools/train/gpu.sh follow FOLLOW_S                            print new log lines until it exits or FOLLOW_S pass
-#   tools/train/gpu.sh collect                                    copy log, fp32 checkpoint and config into $OUT
+#   tools/train/gpu.sh start MINUTES FOLLOW_S [train.py args...] [--then MINUTES2 [args2...]]
+#                         start train.py, then follow its log FOLLOW_S s; with --then, a second stage (for example
+#                         --indexer-only) resumes from the first stage's checkpoint when it ends, in the same --out
+#   tools/train/gpu.sh follow FOLLOW_S      print new log lines until training exits or FOLLOW_S pass
+#   tools/train/gpu.sh collect [fp32]       copy the log and the bf16 model directory into $OUT; with fp32, the
+#                                           fp32 checkpoint in 15 MiB parts instead of the bf16 weights
 # The machine is given back 30 s after a call ends, so the follow calls must come back to back.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,8 +39,17 @@ start)
     rm -rf "$run" && mkdir -p "$run"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     python3 -c 'import torch; print("torch", torch.__version__)'
-    setsid nohup python3 tools/train/train.py --data build-train/data --out "$run" --minutes "$minutes" "$@" \
-        > "$run/stdout.log" 2>&1 < /dev/null &
+    first=() second=()
+    while [ $# -gt 0 ] && [ "$1" != --then ]; do first+=("$1"); shift; done
+    [ $# -gt 0 ] && { shift; second=("$@"); }
+    # The stages run in their own session (setsid) so that they outlive this call.
+    {
+        echo "cd $(printf %q "$PWD")"
+        echo "python3 tools/train/train.py --data build-train/data --out $run --minutes $minutes ${first[*]@Q} || exit"
+        [ ${#second[@]} -gt 0 ] &&
+            echo "python3 tools/train/train.py --data build-train/data --out $run --resume $run/ckpt.safetensors --minutes ${second[*]@Q}"
+    } > "$run/stages.sh"
+    setsid nohup bash "$run/stages.sh" > "$run/stdout.log" 2>&1 < /dev/null &
     echo $! > "$run/pid"
     follow "$follow_s"
     ;;
@@ -47,14 +59,18 @@ follow)
 collect)
     : "${OUT:?}"
     cp "$run/stdout.log" "$OUT/train-stdout.log"
-    # fp32 weights, for resuming and for the bf16 export made here (files of at most 15 MiB: the device tool
-    # returns at most 8 files of 16 MiB), and the export's config files.
-    [ -f "$run/ckpt.safetensors" ] && split -b 15M -d "$run/ckpt.safetensors" "$OUT/ckpt.safetensors.part"
     cp "$run/export/config.json" "$run/export/generation_config.json" "$OUT/" 2>/dev/null
+    # The device tool returns at most 8 files of 16 MiB, 64 MiB in all: the bf16 weights (the shipped model)
+    # fit in one call as 15 MiB parts, the fp32 checkpoint (for resuming) in another.
+    if [ "${1:-}" = fp32 ]; then
+        split -b 15M -d "$run/ckpt.safetensors" "$OUT/ckpt.safetensors.part"
+    else
+        split -b 15M -d "$run/export/model.safetensors" "$OUT/model.safetensors.part"
+    fi
     ls -la "$OUT"
     ;;
 *)
-    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] | follow FOLLOW_S | collect" >&2
+    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] [--then MINUTES2 args2] | follow FOLLOW_S | collect [fp32]" >&2
     exit 2
     ;;
 esac
