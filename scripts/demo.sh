@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMEGACTX_TESTS=OFF >/dev/null
-cmake --build build -j"$(nproc)" --target megactx default_model
+cmake --build build -j"$(nproc)" --target megactx
 echo "== megactx generate (embedded tiny model, greedy) =="
 ./build/megactx generate --tokens 11,22,33,44,55,66,77,88 --max-new-tokens 24 --ignore-eos
 echo "== megactx logits, one pass vs token-by-token =="

@@ -16,7 +16,7 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
     eval->require_subcommand(1);
     auto* sub = eval->add_subcommand("niah", "Needle-in-a-haystack accuracy over a grid of lengths and depths");
     o.niah = sub;
-    sub->add_option("--model", o.engine.model_dir, "Model directory (default: the embedded tiny model)");
+    sub->add_option("--model", o.engine.model_dir, "Model directory (default: the embedded glm-demo model)");
     sub->add_option("--haystack", o.haystack,
                     "UTF-8 text, one paragraph per line (default: haystack.txt in the model directory)");
     sub->add_option("--lengths", o.lengths, "Prompt lengths in tokens, comma-separated; K = 1024, M = 1048576")
@@ -30,6 +30,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
         ->check(non_negative<uint64_t>());
     sub->add_option("--out", o.out, "Write the results as JSON");
     sub->add_option("--png", o.png, "Write the accuracy heatmap as PNG");
+    sub->add_option("--write-document", o.write_document,
+                    "Write the first sample's user message (the document with its needle, then the question) to "
+                    "FILE, print its passkey, and exit without running the model");
     sub->add_flag("--quiet,-q", o.quiet, "No summary line on stderr");
     add_engine_flags(sub, o.engine, o.backend);
     add_backend_flags(sub, o.backend);
@@ -54,6 +57,7 @@ int niah_main(EvalOptions& o) {
     grid.seed = o.seed;
     check_writable_dir(o.out, "--out");
     check_writable_dir(o.png, "--png");
+    check_writable_dir(o.write_document, "--write-document");
     const std::string& dir = o.engine.model_dir;
     const Tokenizer tok = load_model_tokenizer(dir, "eval niah");
     std::string haystack = o.haystack;
@@ -65,6 +69,16 @@ int niah_main(EvalOptions& o) {
                       haystack);
     }
     const std::vector<std::string> paragraphs = niah::read_haystack(haystack);
+    if (!o.write_document.empty()) {
+        // The document `megactx run -f FILE` answers about: the grid's first cell, sample 0, as the grid builds it.
+        const niah::SampleGenerator gen(tok, paragraphs);
+        const niah::Sample s = gen.make(grid.lengths[0], grid.depths[0], 0, grid.seed);
+        write_file_atomically(o.write_document, [&](std::ostream& os) { os << s.content; });
+        std::printf("%s: %zu tokens as a prompt, the needle \"%s\" before paragraph %lld of %lld\n",
+                    o.write_document.c_str(), s.tokens.size(), niah::needle_sentence(s.passkey).c_str(),
+                    static_cast<long long>(s.needle_before), static_cast<long long>(s.n_paragraphs));
+        return 0;
+    }
 
     set_engine_backend(o.engine, o.backend);
     LoadedEngine loaded = load_engine(o.engine);

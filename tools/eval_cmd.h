@@ -20,6 +20,7 @@ struct EvalOptions {
     int64_t samples = 5;
     uint64_t seed = 0;
     std::string out, png;
+    std::string write_document;  // write the grid's first sample's user message here and stop
     bool quiet = false;
 };
 

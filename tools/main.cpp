@@ -12,11 +12,10 @@
 #include <sstream>
 
 #include "cli_checks.h"
-#include "engine_setup.h"
-#include "eval_cmd.h"
-#include "run_cmd.h"
 #include "core/error.h"
 #include "engine/runner.h"
+#include "engine_setup.h"
+#include "eval_cmd.h"
 #include "io/npy.h"
 #include "model/cost.h"
 #include "model/gen_model.h"
@@ -25,6 +24,7 @@
 #include "parallel/comm_thread.h"
 #include "parallel/shard_plan.h"
 #include "parallel/tp_group.h"
+#include "run_cmd.h"
 #include "server/serve.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/tokenizer.h"
@@ -54,8 +54,8 @@ std::vector<int32_t> parse_token_list(const std::string& s, const char* flag = "
         } catch (const std::exception&) {
             used = 0;
         }
-        MEGACTX_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX,
-                      "{}: '{}' is not an integer token id", flag, item);
+        MEGACTX_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX, "{}: '{}' is not an integer token id",
+                      flag, item);
         out.push_back(static_cast<int32_t>(v));
     }
     return out;
@@ -77,8 +77,7 @@ std::vector<int32_t> read_tokens_file(const std::string& path) {
     MEGACTX_CHECK(j.is_array(), "{}: expected a JSON list of token ids", path);
     std::vector<int32_t> out;
     for (size_t i = 0; i < j.size(); ++i) {
-        MEGACTX_CHECK(j[i].is_number_integer() && j[i].get<int64_t>() >= INT32_MIN &&
-                          j[i].get<int64_t>() <= INT32_MAX,
+        MEGACTX_CHECK(j[i].is_number_integer() && j[i].get<int64_t>() >= INT32_MIN && j[i].get<int64_t>() <= INT32_MAX,
                       "{}: entry {} ({}) is not an integer token id", path, i, j[i].dump());
         out.push_back(j[i].get<int32_t>());
     }
@@ -89,8 +88,8 @@ std::string model_dir_or_default(const std::string& dir) {
     if (!dir.empty()) return dir;
     const std::string d = MEGACTX_DEFAULT_MODEL_DIR;
     MEGACTX_CHECK(!d.empty() && std::filesystem::exists(d + "/config.json"),
-                  "no --model given and the embedded default model is missing at '{}' (rebuild, or run "
-                  "`megactx gen-model --preset tiny --out DIR` and pass --model DIR)",
+                  "no --model given and the embedded default model is missing at '{}' (models/glm-demo in the source "
+                  "tree); pass --model DIR",
                   d);
     return d;
 }
@@ -203,7 +202,7 @@ int main(int argc, char** argv) {
     const auto add_backend_options = [&](CLI::App* sub) { add_backend_flags(sub, bf); };
 
     auto* logits = app.add_subcommand("logits", "Logits at every position of a token sequence → .npy [n, vocab]");
-    logits->add_option("--model", model, "Model directory (default: the embedded tiny model)");
+    logits->add_option("--model", model, "Model directory (default: the embedded glm-demo model)");
     auto* tok_opt = logits->add_option("--tokens", tokens, "Comma-separated token ids");
     auto* tf_opt = logits->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
     tok_opt->excludes(tf_opt);
@@ -214,7 +213,7 @@ int main(int argc, char** argv) {
     add_backend_options(logits);
 
     auto* gen = app.add_subcommand("generate", "Token ids in, token ids out");
-    gen->add_option("--model", model, "Model directory (default: the embedded tiny model)");
+    gen->add_option("--model", model, "Model directory (default: the embedded glm-demo model)");
     auto* gtok = gen->add_option("--tokens", tokens, "Comma-separated prompt token ids");
     auto* gtf = gen->add_option("--tokens-file", tokens_file, "JSON list, or object with 'token_ids'");
     gtok->excludes(gtf);
@@ -249,15 +248,17 @@ int main(int argc, char** argv) {
     std::string text, text_file, jsonl, ids_arg;
     bool no_special = false, skip_special = false;
     auto* tokz = app.add_subcommand("tokenize", "Text → token ids (JSON array) with the model's tokenizer.json");
-    tokz->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself (default: the "
-                                       "embedded tiny model)");
+    tokz->add_option("--model", model,
+                     "Model directory holding tokenizer.json, or the file itself (default: the "
+                     "embedded glm-demo model)");
     auto* text_opt = tokz->add_option("--text", text, "Text to encode");
     auto* text_file_opt = tokz->add_option("--text-file", text_file, "File whose whole contents are encoded");
     auto* jsonl_opt = tokz->add_option("--jsonl", jsonl, "One JSON string per line; prints one JSON array per line");
     tokz->add_flag("--no-special", no_special, "Like add_special_tokens=False: no BOS/EOS from the post-processor");
     auto* detok = app.add_subcommand("detokenize", "Token ids → text");
-    detok->add_option("--model", model, "Model directory holding tokenizer.json, or the file itself (default: the "
-                                        "embedded tiny model)");
+    detok->add_option("--model", model,
+                      "Model directory holding tokenizer.json, or the file itself (default: the "
+                      "embedded glm-demo model)");
     detok->add_option("--ids", ids_arg, "Comma-separated token ids")->required();
     detok->add_flag("--skip-special", skip_special, "Drop special added tokens");
 
@@ -298,7 +299,7 @@ int main(int argc, char** argv) {
 
     ServeOptions so;
     auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching, prefix caching)");
-    serve->add_option("--model", so.model_dir, "Model directory (default: the embedded tiny model)");
+    serve->add_option("--model", so.model_dir, "Model directory (default: the embedded glm-demo model)");
     serve->add_option("--host", so.host, "Address to listen on")->capture_default_str();
     serve->add_option("--port", so.port, "Port (0: any free port)")->capture_default_str()->check(in_range(0, 65535));
     add_engine_flags(serve, so, bf);
@@ -328,7 +329,8 @@ int main(int argc, char** argv) {
     try {
         if (*logits || *gen) {
             if (tokens.empty() && tokens_file.empty()) MEGACTX_FAIL("one of --tokens or --tokens-file is required");
-            const std::vector<int32_t> ids = tokens_file.empty() ? parse_token_list(tokens) : read_tokens_file(tokens_file);
+            const std::vector<int32_t> ids =
+                tokens_file.empty() ? parse_token_list(tokens) : read_tokens_file(tokens_file);
             const KvFormat kv_format = resolve_kv_format(bf.device, bf.kv_dtype);
             std::unique_ptr<TensorParallelGroup> group;
             std::unique_ptr<GlmDsaModel> single;
@@ -354,7 +356,8 @@ int main(int argc, char** argv) {
                 validate_tokens(m.config(), ids, max_new);
                 SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new, kv_format);
                 const std::vector<int32_t> all = runner.generate(ids, max_new, sp, !ignore_eos);
-                std::printf("%s\n", join(std::vector<int32_t>(all.begin() + static_cast<long>(ids.size()), all.end())).c_str());
+                std::printf("%s\n",
+                            join(std::vector<int32_t>(all.begin() + static_cast<long>(ids.size()), all.end())).c_str());
             }
         } else if (*gm) {
             GenModelOptions o;
@@ -386,7 +389,6 @@ int main(int argc, char** argv) {
                 execv("/proc/self/exe", argv);  // returns only on failure: then carry on with the default
             }
             so.model_dir = model_dir_or_default(so.model_dir);
-            if (so.served_model_name.empty() && so.model_dir == MEGACTX_DEFAULT_MODEL_DIR) so.served_model_name = "megactx-tiny";
             so.access_log = !no_access_log;
             set_engine_backend(so, bf);
             return serve_main(so);

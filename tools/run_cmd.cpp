@@ -25,7 +25,7 @@ namespace megactx {
 CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
     auto* sub =
         app.add_subcommand("run", "One prompt → the answer streamed as it is generated (--interactive: a chat)");
-    sub->add_option("--model", o.engine.model_dir, "Model directory (default: the embedded tiny model)");
+    sub->add_option("--model", o.engine.model_dir, "Model directory (default: the embedded glm-demo model)");
     o.prompt_opt = sub->add_option("--prompt,-p", o.prompt, "The user message (with --raw: the text to continue)");
     o.prompt_file_opt = sub->add_option("--prompt-file,-f", o.prompt_file, "Read the prompt from FILE (- = stdin)");
     o.prompt_opt->excludes(o.prompt_file_opt);

@@ -2,7 +2,7 @@
 # Run HERE (the Debian dev machine): builds the CUDA build (build-cuda: MEGACTX_CUDA=ON, no -march=native so it
 # runs on the GPU host's CPU) and packs what the GPU machine needs into .stage/gpu.tar.xz (git-ignored; name
 # `.stage` in the device tool's carry): stripped binaries (megactx, the cuda tests and benchmarks, bench_engine,
-# bench_cpu) at their build-cuda paths, the embedded default model, and the Debian shared libraries the GPU machine
+# bench_cpu) at their build-cuda paths, the random tiny model, and the Debian shared libraries the GPU machine
 # lacks (fmt 9, xxhash, pcre2, ICU 72, cpp-httplib). scripts/gpu/cuda.sh unpacks and runs it there.
 # Building here instead of there saves device time (the lease is short; nvcc on 2 cores is not).
 set -euo pipefail

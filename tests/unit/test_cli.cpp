@@ -7,13 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <string>
-#include <utility>
-#include <vector>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -209,24 +209,26 @@ TEST_F(Cli, VersionNamesTheReleaseAndCommit) {
     EXPECT_TRUE(std::regex_match(r.output, form)) << r.output;
 }
 
-// Like logits, generate and serve, tokenize and detokenize use the embedded tiny model without --model (its
-// tokenizer is the one gen-model writes for a 512-token vocabulary, as in model_).
+// Like logits, generate and serve, tokenize and detokenize use the embedded default model (models/glm-demo)
+// without --model.
 TEST_F(Cli, TokenizeAndDetokenizeDefaultToTheEmbeddedModel) {
+    const std::string embedded = MEGACTX_DEFAULT_MODEL_DIR;
     const RunResult ids = run("tokenize --text 'Hello, world'");
     ASSERT_EQ(ids.exit_code, 0) << ids.output;
-    EXPECT_EQ(ids.output, run("tokenize --model '" + model_ + "' --text 'Hello, world'").output);
+    EXPECT_EQ(ids.output, run("tokenize --model '" + embedded + "' --text 'Hello, world'").output);
+    EXPECT_NE(ids.output, run("tokenize --model '" + model_ + "' --text 'Hello, world'").output);
     const std::string list = ids.output.substr(1, ids.output.find(']') - 1);  // "[1,2,3]\n" -> "1,2,3"
     ASSERT_FALSE(list.empty()) << ids.output;
     const RunResult text = run("detokenize --skip-special --ids " + list);
     ASSERT_EQ(text.exit_code, 0) << text.output;
     EXPECT_EQ(text.output, "Hello, world");
-    EXPECT_EQ(text.output, run("detokenize --skip-special --model '" + model_ + "' --ids " + list).output);
+    EXPECT_EQ(text.output, run("detokenize --skip-special --model '" + embedded + "' --ids " + list).output);
 }
 
 // Every option that has a default shows it in --help (CLI11 prints "--max-new-tokens INT:NONNEGATIVE=16"), or its
 // description says what the default is when it depends on something else ("default: the preset's").
 TEST_F(Cli, HelpShowsEveryDefault) {
-    const std::set<std::string> no_default = {"--tokens", "--tokens-file", "--out", "--text",          "--text-file",
+    const std::set<std::string> no_default = {"--tokens", "--tokens-file", "--out",    "--text",          "--text-file",
                                               "--jsonl",  "--ids",         "--config", "--index-pattern", "--api-key"};
     for (const char* sub : {"logits", "generate", "gen-model", "cost", "plan", "serve", "tokenize", "detokenize"}) {
         const RunResult r = run(std::string(sub) + " --help");
@@ -334,8 +336,8 @@ TEST_F(Cli, GenModelReplacesAnEarlierModel) {
     test::write_text(dir + "/old/config.json", "mine");
 
     gen_model(dir);  // seed 0, one file
-    for (const char* stale : {"model.safetensors.index.json", "model-00001-of-00004.safetensors",
-                              "model-00004-of-00004.safetensors"}) {
+    for (const char* stale :
+         {"model.safetensors.index.json", "model-00001-of-00004.safetensors", "model-00004-of-00004.safetensors"}) {
         EXPECT_FALSE(fs::exists(dir + "/" + stale)) << stale;
     }
     for (const char* kept : {"notes.txt", "model-00001-of-00004.safetensors.bak", "old/config.json",

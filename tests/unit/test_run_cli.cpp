@@ -80,9 +80,12 @@ TEST_F(RunCli, StreamsWhatGenerateGivesForTheRenderedPrompt) {
     ASSERT_EQ(expected.find("think>"), std::string::npos) << "the parser would route this text; pick another prompt";
     EXPECT_GT(expected.size(), 10u);
     EXPECT_EQ(r.out, as_printed(expected));
-    // Without --model: the embedded default, the same tiny preset and seed
+    // Without --model: the embedded default (models/glm-demo), as if named
     const CliResult embedded = run("run -p 'Hello there' --no-think --temperature 0 -n 24 -q");
-    EXPECT_EQ(embedded.out, r.out) << embedded.err;
+    ASSERT_EQ(embedded.exit_code, 0) << embedded.err;
+    EXPECT_EQ(embedded.out, run("run --model " + shell_quoted(MEGACTX_DEFAULT_MODEL_DIR) +
+                                " -p 'Hello there' --no-think --temperature 0 -n 24 -q")
+                                .out);
 }
 
 TEST_F(RunCli, RawSendsThePlainTextAsACompletion) {
@@ -218,10 +221,10 @@ TEST_F(RunCli, HelpShowsTheDefaults) {
     const CliResult r = run("run --help");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     test::expect_contains(
-        r.out,
-        {"--max-new-tokens INT:POSITIVE=256", "--min-p FLOAT:[0, 1]=0", "--max-num-seqs INT:[1, 4096]=1",
-         "(default: generation_config.json's when do_sample, else 0)", "(default: random)",
-         "(default: on, as the server's enable_thinking)", "--device TEXT=cpu", "(default: the embedded tiny model)"});
+        r.out, {"--max-new-tokens INT:POSITIVE=256", "--min-p FLOAT:[0, 1]=0", "--max-num-seqs INT:[1, 4096]=1",
+                "(default: generation_config.json's when do_sample, else 0)", "(default: random)",
+                "(default: on, as the server's enable_thinking)", "--device TEXT=cpu",
+                "(default: the embedded glm-demo model)"});
 }
 
 TEST_F(RunCli, StatsLineCountsThePrompt) {

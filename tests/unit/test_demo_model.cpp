@@ -1,0 +1,110 @@
+// The shipped model (models/glm-demo, the embedded default; docs/demo-model.md): megactx's CPU logits equal
+// tools/train/model.py's on it, `megactx run` answers a question about a long document, and a small
+// needle-in-a-haystack grid gives the answers committed beside this test.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+#include "backend/cpu/cpu_ops.h"
+#include "cli_run.h"
+#include "engine/runner.h"
+#include "io/npy.h"
+#include "model/glm_dsa.h"
+#include "test_util.h"
+
+namespace megactx {
+namespace {
+
+using json = nlohmann::json;
+using test::CliResult;
+using test::shell_quoted;
+
+const std::string kModel = MEGACTX_DEFAULT_MODEL_DIR;
+const std::string kRef = std::string(MEGACTX_TEST_DATA) + "/glm_demo_ref";
+
+json read_json(const std::string& path) {
+    std::ifstream in(path);
+    return json::parse(in);
+}
+
+// tests/data/glm_demo_ref: model.py's fp32 logits (tools/train/ship_reference.py) on index_topk tokens of held-out
+// text, at 15 positions. One pass, chunks of 7 and token by token through the paged KV cache.
+TEST(DemoModel, LogitsMatchModelPy) {
+    const GlmDsaModel model(kModel);
+    const json t = read_json(kRef + "/tokens.json");
+    const auto tokens = t["token_ids"].get<std::vector<int32_t>>();
+    const auto positions = t["positions"].get<std::vector<int64_t>>();
+    const NpyArray ref = read_npy_f32(kRef + "/ref_logits.npy");
+    const int64_t V = model.config().vocab_size;
+    ASSERT_EQ(ref.shape, (std::vector<int64_t>{static_cast<int64_t>(positions.size()), V}));
+    double scale = 0;
+    for (float x : ref.data) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+    for (int64_t chunk : {0, 7, 1}) {
+        CpuOps ops;
+        SequenceRunner runner(model, ops, static_cast<int64_t>(tokens.size()));
+        const std::vector<float> logits = runner.feed(tokens, chunk, true);
+        ASSERT_EQ(logits.size(), tokens.size() * static_cast<size_t>(V));
+        double err = 0;
+        for (size_t i = 0; i < positions.size(); ++i) {
+            for (int64_t v = 0; v < V; ++v) {
+                const double d = logits[static_cast<size_t>(positions[i] * V + v)] - ref.data[i * V + v];
+                err = std::max(err, std::fabs(d));
+            }
+        }
+        std::printf("glm-demo chunk %lld: max |logit - model.py| / max |model.py| = %.2e\n",
+                    static_cast<long long>(chunk), err / scale);
+        EXPECT_LE(err, 1e-4 * scale) << "chunk " << chunk;
+    }
+}
+
+class DemoModelCli : public ::testing::Test {
+  protected:
+    CliResult run(const std::string& args) { return test::run_megactx(dir_, args); }
+    test::TempDir dir_;
+};
+
+// README's first command: a document written by `eval niah --write-document`, asked about with `run`, on the
+// embedded default model (no --model).
+TEST_F(DemoModelCli, RunAnswersAQuestionAboutALongDocument) {
+    const std::string doc = dir_ / "doc.txt";
+    const CliResult w = run("eval niah --lengths 2K --depths 0.5 --seed 7 --write-document " + shell_quoted(doc));
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(w.out, m, std::regex(R"(The passkey is (\d+)\.)"))) << w.out;
+    const std::string passkey = m[1];
+    const std::string text = test::read_text(doc);
+    EXPECT_GT(text.size(), 6000u);
+    EXPECT_NE(text.find("The passkey is " + passkey + "."), std::string::npos);
+    EXPECT_EQ(text.substr(text.size() - 44), "What is the passkey? Answer with the number.");
+
+    const CliResult r = run("run -f " + shell_quoted(doc) + " --no-think -q");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "The passkey is " + passkey + ".\n");
+}
+
+// 1K and 2K at depths 0, 0.5 and 1: every answer as committed in tests/data/glm_demo_niah.json (written by the same
+// command; greedy decoding on the CPU does not depend on threads or batching), and all of them right.
+TEST_F(DemoModelCli, NiahGridGivesTheCommittedAnswers) {
+    const std::string out = dir_ / "niah.json";
+    const CliResult r =
+        run("eval niah --lengths 1K,2K --depths 0,0.5,1 --samples 1 --seed 0 --out " + shell_quoted(out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json got = read_json(out);
+    const json want = read_json(std::string(MEGACTX_TEST_DATA) + "/glm_demo_niah.json");
+    ASSERT_EQ(got["results"].size(), want["results"].size());
+    for (size_t i = 0; i < want["results"].size(); ++i) {
+        const json& g = got["results"][i];
+        const json& w = want["results"][i];
+        EXPECT_EQ(g["passkey"], w["passkey"]) << i;
+        EXPECT_EQ(g["prompt_tokens"], w["prompt_tokens"]) << i;
+        EXPECT_EQ(g["output"], w["output"]) << i;
+        EXPECT_TRUE(g["correct"].get<bool>()) << i << ": " << g.dump();
+    }
+    EXPECT_EQ(got["accuracy"].get<double>(), 1.0) << r.out;
+}
+
+}  // namespace
+}  // namespace megactx
