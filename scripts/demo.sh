@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Sets up megactx on a fresh Debian 12 machine and runs the main job on the embedded default model:
-# a deterministic random tiny GLM-DSA model (IndexShare + MoE + MTP) that the build generates.
+# Sets up megactx on a fresh Debian 12 machine and runs the main job on the embedded default model,
+# models/glm-demo (a small trained GLM-5.2-architecture model: IndexShare + MoE + MTP; docs/demo-model.md):
+# a question about a long document, answered on the CPU; then logits, and serve with one chat request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMEGACTX_TESTS=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target megactx
-echo "== megactx generate (embedded tiny model, greedy) =="
-./build/megactx generate --tokens 11,22,33,44,55,66,77,88 --max-new-tokens 24 --ignore-eos
+echo "== a 4K-token document with a passkey in the middle (megactx eval niah --write-document) =="
+./build/megactx eval niah --lengths 4K --depths 0.5 --seed 7 --write-document build/demo_doc.txt
+head -c 300 build/demo_doc.txt; echo " [...]"; tail -c 150 build/demo_doc.txt; echo
+echo "== megactx run -f build/demo_doc.txt (the embedded model, CPU) =="
+./build/megactx run -f build/demo_doc.txt --no-think
 echo "== megactx logits, one pass vs token-by-token =="
 ./build/megactx logits --tokens 11,22,33,44,55,66,77,88 --out build/demo_logits.npy
 ./build/megactx logits --tokens 11,22,33,44,55,66,77,88 --out build/demo_logits_chunk1.npy --chunk 1
@@ -20,5 +24,5 @@ for _ in $(seq 100); do grep -q "ready in" build/demo_serve.log && break; sleep 
 cat build/demo_serve.log
 url=$(grep -o "http://[^ ]*" build/demo_serve.log | head -1)
 curl -s "$url/v1/chat/completions" -H 'content-type: application/json' \
-    -d '{"messages":[{"role":"user","content":"Hello!"}],"max_tokens":16,"temperature":0,"chat_template_kwargs":{"enable_thinking":false}}'
+    -d '{"messages":[{"role":"user","content":"The passkey for Bob is 31337.\nThe passkey for Carol is 90210.\nWhat is the passkey for Carol? Answer with the number."}],"max_tokens":16,"temperature":0,"chat_template_kwargs":{"enable_thinking":false}}'
 echo
