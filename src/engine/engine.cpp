@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "engine/speculative.h"
 
 namespace megactx {
 
@@ -57,6 +58,14 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
       graphs_(model, ops, kv_) {
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");
+    MEGACTX_CHECK(config.speculative_tokens >= 0 && config.speculative_tokens <= 7,
+                  "--speculative-tokens must be in [0, 7], got {}", config.speculative_tokens);
+    if (config.speculative_tokens > 0) {
+        MEGACTX_CHECK(model.has_mtp(), "--speculative-tokens {}: the checkpoint has no MTP layer (model.layers.{}.*)",
+                      config.speculative_tokens, model.config().n_layers);
+        MEGACTX_CHECK(model.single_device(),
+                      "--speculative-tokens: MTP drafting does not run under tensor parallelism yet (use --tp 1)");
+    }
     snapshot_.kv_blocks_total = kv_.n_blocks();
     model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
 }
@@ -130,6 +139,8 @@ void Engine::drain_inbox() {
 }
 
 void Engine::free_kv(Sequence* s) {
+    s->drafts.clear();
+    s->draft_q.clear();
     s->kv.free(kv_.blocks());
     s->block_hashes.clear();
     s->n_computed = 0;
@@ -143,6 +154,7 @@ void Engine::finish(Sequence* s, FinishReason r, const std::string& error) {
     ev.n_prompt = s->n_prompt;
     ev.n_cached_prompt = s->n_cached_prompt;
     ev.n_generated = s->n_generated();
+    ev.spec = s->spec;
     if (s->sink) s->sink(ev);
     free_kv(s);
     running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
@@ -252,9 +264,22 @@ bool Engine::step_once() {
     if (plan.chunks.empty()) return !plan.preempted.empty();
 
     Batch batch;
-    for (const ScheduledChunk& ch : plan.chunks) {
+    // Each chunk's rows: a prefill chunk computes logits for its last token only when it ends the prompt; a
+    // decode computes them for the last token and for each draft it verifies.
+    std::vector<std::vector<int32_t>> feeds(plan.chunks.size());
+    std::vector<int64_t> first_row(plan.chunks.size());
+    for (size_t c = 0; c < plan.chunks.size(); ++c) {
+        const ScheduledChunk& ch = plan.chunks[c];
         Sequence* s = ch.seq;
+        first_row[c] = batch.n_tokens();
         s->kv.reserve(kv_.blocks(), s->n_computed + ch.n_tokens);
+        const bool decode = s->n_remaining() == 1;
+        if (decode && ch.n_tokens > 1) {
+            feeds[c].push_back(s->tokens.back());
+            feeds[c].insert(feeds[c].end(), s->drafts.begin(), s->drafts.begin() + (ch.n_tokens - 1));
+            batch.add_sequence(&s->kv.blocks, feeds[c].data(), ch.n_tokens, s->n_computed, true);
+            continue;
+        }
         const bool last = s->n_computed + ch.n_tokens == static_cast<int64_t>(s->tokens.size());
         batch.add_sequence(&s->kv.blocks, s->tokens.data() + s->n_computed, ch.n_tokens, s->n_computed, false);
         batch.want_logits.back() = last;
@@ -265,30 +290,99 @@ bool Engine::step_once() {
     if (!logits.empty()) ops_.download(out.logits, logits.data());
 
     std::vector<std::pair<Sequence*, FinishReason>> done;
+    // For the drafter: the batch rows whose KV is now valid, per sequence (a prefix of its chunk).
+    std::vector<DraftRows> valid_rows;
     int64_t row = 0;
-    const auto& eos = model_.config().eos_token_ids;
-    for (const ScheduledChunk& ch : plan.chunks) {
+    for (size_t c = 0; c < plan.chunks.size(); ++c) {
+        const ScheduledChunk& ch = plan.chunks[c];
         Sequence* s = ch.seq;
-        s->n_computed += ch.n_tokens;
+        const bool verify = !feeds[c].empty();
+        if (!verify && s->n_computed + ch.n_tokens != static_cast<int64_t>(s->tokens.size())) {
+            // A prefill chunk that does not end the prompt.
+            s->n_computed += ch.n_tokens;
+            s->kv.n_tokens = s->n_computed;
+            publish_full_blocks(s);
+            valid_rows.push_back({s, first_row[c], ch.n_tokens});
+            continue;
+        }
+        const int64_t n_rows = verify ? ch.n_tokens : 1;
+        const float* rows = logits.data() + row * vocab;
+        row += n_rows;
+        std::vector<int32_t> toks;
+        if (verify) {
+            const std::vector<int32_t> drafts(feeds[c].begin() + 1, feeds[c].end());
+            std::vector<std::vector<float>> p, q;
+            std::vector<int32_t> extra;
+            for (int64_t i = 0; i < n_rows; ++i) {
+                p.push_back(target_probs(*s, rows + i * vocab, extra));
+                if (i + 1 < n_rows) {
+                    extra.push_back(drafts[static_cast<size_t>(i)]);
+                    q.push_back(s->sampler->greedy() ? std::vector<float>{} : s->draft_q[static_cast<size_t>(i)]);
+                }
+            }
+            if (s->sampler->greedy()) {
+                for (auto& d : q) {
+                    d.assign(static_cast<size_t>(vocab), 0.0f);
+                }
+            }
+            const Verified v = verify_drafts(*s->sampler, drafts, q, p);
+            s->spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
+            counters_.spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
+            toks = v.tokens;
+        } else {
+            std::vector<float> l(rows, rows + vocab);
+            const std::vector<int32_t> prompt(s->tokens.begin(), s->tokens.begin() + s->n_prompt);
+            const std::vector<int32_t> output(s->tokens.begin() + s->n_prompt, s->tokens.end());
+            apply_penalties(s->params.sampling, prompt, output, l.data(), vocab);
+            toks.push_back(s->sampler->sample(l.data(), vocab));
+        }
+        s->drafts.clear();
+        s->draft_q.clear();
+        // The target KV is valid for the fed token and the accepted drafts.
+        const int64_t valid = verify ? static_cast<int64_t>(toks.size()) : ch.n_tokens;
+        s->n_computed += valid;
         s->kv.n_tokens = s->n_computed;
+        const FinishReason r = accept_tokens(s, toks, rows, n_rows);
+        if (r != FinishReason::kNone) {
+            done.push_back({s, r});
+            continue;
+        }
         publish_full_blocks(s);
-        if (s->n_computed != static_cast<int64_t>(s->tokens.size())) continue;
-        const float* raw = logits.data() + row++ * vocab;
-        std::vector<float> l(raw, raw + vocab);
-        const std::vector<int32_t> prompt(s->tokens.begin(), s->tokens.begin() + s->n_prompt);
-        const std::vector<int32_t> output(s->tokens.begin() + s->n_prompt, s->tokens.end());
-        apply_penalties(s->params.sampling, prompt, output, l.data(), vocab);
-        const int32_t tok = s->sampler->sample(l.data(), vocab);
+        valid_rows.push_back({s, first_row[c], valid});
+    }
+    if (config_.speculative_tokens > 0) draft(batch, out, valid_rows);
+    for (auto& [s, r] : done) finish(s, r);
+    ++counters_.steps;
+    return true;
+}
+
+std::vector<float> Engine::target_probs(const Sequence& s, const float* row, const std::vector<int32_t>& extra) const {
+    const int64_t vocab = model_.config().vocab_size;
+    std::vector<float> l(row, row + vocab);
+    const std::vector<int32_t> prompt(s.tokens.begin(), s.tokens.begin() + s.n_prompt);
+    std::vector<int32_t> output(s.tokens.begin() + s.n_prompt, s.tokens.end());
+    output.insert(output.end(), extra.begin(), extra.end());
+    apply_penalties(s.params.sampling, prompt, output, l.data(), vocab);
+    return s.sampler->probs(l.data(), vocab);
+}
+
+FinishReason Engine::accept_tokens(Sequence* s, const std::vector<int32_t>& toks, const float* rows, int64_t n_rows) {
+    const int64_t vocab = model_.config().vocab_size;
+    const auto& eos = model_.config().eos_token_ids;
+    for (size_t i = 0; i < toks.size(); ++i) {
+        const int32_t tok = toks[i];
         s->tokens.push_back(tok);
         ++counters_.generation_tokens;
-
         TokenEvent ev;
         ev.request_id = s->id;
         ev.token = tok;
         ev.n_prompt = s->n_prompt;
         ev.n_cached_prompt = s->n_cached_prompt;
         ev.n_generated = s->n_generated();
+        ev.spec = s->spec;
         if (s->params.top_logprobs >= 0) {
+            // Row i scored this token (a verify's row i follows the accepted drafts before it).
+            const float* raw = rows + std::min<int64_t>(static_cast<int64_t>(i), n_rows - 1) * vocab;
             ev.logprobs = token_logprobs(raw, vocab, tok, s->params.top_logprobs);
             ev.has_logprobs = true;
         }
@@ -296,16 +390,114 @@ bool Engine::step_once() {
         const bool is_stop = (!s->params.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) ||
                              std::find(s->params.stop_token_ids.begin(), s->params.stop_token_ids.end(), tok) !=
                                  s->params.stop_token_ids.end();
-        if (!keep || is_stop) {
-            done.push_back({s, FinishReason::kStop});
-        } else if (s->n_generated() >= s->params.max_tokens ||
-                   static_cast<int64_t>(s->tokens.size()) >= max_model_len_) {
-            done.push_back({s, FinishReason::kLength});
+        if (!keep || is_stop) return FinishReason::kStop;
+        if (s->n_generated() >= s->params.max_tokens || static_cast<int64_t>(s->tokens.size()) >= max_model_len_)
+            return FinishReason::kLength;
+    }
+    return FinishReason::kNone;
+}
+
+void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vector<DraftRows>& valid) {
+    const int64_t vocab = model_.config().vocab_size, K = config_.speculative_tokens;
+    // Step 0: the MTP layer over every row whose target KV is now valid, with the token after each, from the
+    // target's hidden states; it writes the MTP layer's KV there (KVShare: only target-derived entries).
+    Batch b0;
+    std::vector<int32_t> rows;  // target batch rows feeding step 0
+    std::vector<std::vector<int32_t>> next(valid.size());
+    std::vector<Sequence*> drafting;  // sequences that decode next: they get drafts
+    std::vector<int64_t> n_draft;     // how many each
+    std::vector<int32_t> last_rows;   // their last row in step 0
+    for (size_t k = 0; k < valid.size(); ++k) {
+        Sequence* s = valid[k].seq;
+        const int64_t first = valid[k].first_row, n = valid[k].n_rows;
+        const int64_t pos0 = batch.pos[static_cast<size_t>(first)];
+        for (int64_t j = 0; j < n; ++j) {
+            rows.push_back(static_cast<int32_t>(first + j));
+            next[k].push_back(s->tokens[static_cast<size_t>(pos0 + j + 1)]);
+        }
+        int64_t kd = 0;
+        if (s->n_remaining() == 1) {
+            kd = std::min({K, s->params.max_tokens - s->n_generated() - 1,
+                           max_model_len_ - static_cast<int64_t>(s->tokens.size())});
+            // The draft steps and the verification write KV up to position tokens.size() - 1 + kd.
+            const int64_t total = static_cast<int64_t>(s->tokens.size()) + kd;
+            if (kd > 0 && blocks_needed(*s, total) > kv_.blocks().n_available()) kd = 0;
+            if (kd > 0) s->kv.reserve(kv_.blocks(), total);
+        }
+        b0.add_sequence(&s->kv.blocks, next[k].data(), n, pos0, false);
+        b0.want_logits.back() = kd > 0;
+        if (kd > 0) {
+            drafting.push_back(s);
+            n_draft.push_back(kd);
+            last_rows.push_back(static_cast<int32_t>(b0.n_tokens() - 1));
         }
     }
-    for (auto& [s, r] : done) finish(s, r);
-    ++counters_.steps;
-    return true;
+    if (b0.n_tokens() == 0) return;
+    Tensor idx = ops_.upload_i32(rows);
+    Tensor h0 = ops_.alloc(DType::F32, {b0.n_tokens(), model_.config().hidden_size});
+    ops_.gather_rows(out.hidden, idx, h0);
+    ForwardResult m = model_.mtp_forward(ops_, b0, h0, kv_);
+    if (drafting.empty()) return;
+
+    // Draft j from the MTP logits; steps j >= 1 feed it back at the next position, from the previous step's
+    // hidden state, over step 0's top-k row (index_share_for_mtp_iteration).
+    const bool share = model_.config().mtp_index_share && !config_.no_mtp_index_share;
+    const int64_t topk = model_.config().index_topk;
+    std::vector<int32_t> topk_host;
+    if (share) {
+        std::vector<int32_t> all(static_cast<size_t>(m.topk.numel()));
+        ops_.download(m.topk, all.data());
+        for (int32_t r : last_rows)
+            topk_host.insert(topk_host.end(), all.begin() + r * topk, all.begin() + (r + 1) * topk);
+    }
+    Tensor hidden = ops_.alloc(DType::F32, {static_cast<int64_t>(drafting.size()), model_.config().hidden_size});
+    ops_.gather_rows(m.hidden, ops_.upload_i32(last_rows), hidden);
+    std::vector<float> lg(static_cast<size_t>(m.logits.numel()));
+    ops_.download(m.logits, lg.data());
+    std::vector<size_t> active(drafting.size());
+    for (size_t d = 0; d < drafting.size(); ++d) active[d] = d;
+    for (int64_t j = 0;; ++j) {
+        // lg holds one row per active sequence: the distribution of its draft j + 1.
+        std::vector<size_t> still;
+        for (size_t a = 0; a < active.size(); ++a) {
+            Sequence* s = drafting[active[a]];
+            const std::vector<float> q = target_probs(*s, lg.data() + static_cast<int64_t>(a) * vocab, s->drafts);
+            const int32_t tok = s->sampler->greedy()
+                                    ? static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin())
+                                    : s->sampler->draw(q);
+            s->drafts.push_back(tok);
+            if (!s->sampler->greedy()) s->draft_q.push_back(q);
+            if (static_cast<int64_t>(s->drafts.size()) < n_draft[active[a]]) still.push_back(a);
+        }
+        if (still.empty()) break;
+        Batch bj;
+        std::vector<int32_t> keep_rows, reuse;
+        for (size_t a : still) {
+            Sequence* s = drafting[active[a]];
+            // Draft j + 1 stands at position tokens.size() + j; the MTP step that reads it sits one before.
+            const int64_t pos = static_cast<int64_t>(s->tokens.size()) - 1 + static_cast<int64_t>(s->drafts.size());
+            bj.add_sequence(&s->kv.blocks, &s->drafts.back(), 1, pos, true);
+            keep_rows.push_back(static_cast<int32_t>(a));
+            if (share) {
+                const auto* row = topk_host.data() + active[a] * static_cast<size_t>(topk);
+                reuse.insert(reuse.end(), row, row + topk);
+            }
+        }
+        Tensor h = ops_.alloc(DType::F32, {bj.n_tokens(), model_.config().hidden_size});
+        ops_.gather_rows(hidden, ops_.upload_i32(keep_rows), h);
+        Tensor reuse_dev;
+        if (share) {
+            reuse_dev = ops_.alloc(DType::I32, {bj.n_tokens(), topk});
+            ops_.upload(reuse.data(), reuse_dev);
+        }
+        ForwardResult mj = model_.mtp_forward(ops_, bj, h, kv_, share ? &reuse_dev : nullptr);
+        hidden = mj.hidden;
+        lg.assign(static_cast<size_t>(mj.logits.numel()), 0.0f);
+        ops_.download(mj.logits, lg.data());
+        std::vector<size_t> next_active;
+        for (size_t a : still) next_active.push_back(active[a]);
+        active = next_active;
+    }
 }
 
 EngineStats Engine::stats() const {

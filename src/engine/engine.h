@@ -30,6 +30,10 @@ struct EngineConfig {
     bool prefix_caching = true;
     KvFormat kv_format = KvFormat::F32;  // the backend must support it (CpuOps: F32 only)
     SchedulerConfig scheduler;
+    // MTP speculative decoding (model-spec §5): draft tokens per step, 0 = off, at most 7. Draft steps >= 1
+    // reuse step 0's top-k when the config says index_share_for_mtp_iteration, unless no_mtp_index_share.
+    int64_t speculative_tokens = 0;
+    bool no_mtp_index_share = false;
 };
 
 struct EngineStats {
@@ -41,6 +45,7 @@ struct EngineStats {
     // Decode steps replayed from recorded CUDA graphs, and the graphs kept with their reserved memory
     // (GraphedForward; 0 on backends without graphs).
     int64_t graph_replays = 0, graphs = 0, graph_bytes = 0;
+    SpecStats spec;  // speculative decoding, over all requests
     bool alive = true;
 };
 
@@ -77,6 +82,20 @@ class Engine {
     void fail_all(const std::string& error);
     void loop();
     bool step_once();
+    // Sequence s's tokens decided by one target row (or, verifying drafts, by its rows): appends them, reports
+    // each to the sink, and returns the finish reason, if any.
+    FinishReason accept_tokens(Sequence* s, const std::vector<int32_t>& toks, const float* rows, int64_t n_rows);
+    // The target distribution of a row as Sampler::probs gives it, after the request's penalties over
+    // `output_extra` drafts appended to its output.
+    std::vector<float> target_probs(const Sequence& s, const float* row,
+                                    const std::vector<int32_t>& output_extra) const;
+    // MTP: step 0 over the rows just computed (target hidden states), then steps 1..k-1; leaves each decoding
+    // sequence's next drafts in s->drafts.
+    struct DraftRows {
+        Sequence* seq;
+        int64_t first_row, n_rows;  // its rows of the target batch whose KV is valid
+    };
+    void draft(const Batch& batch, const ForwardResult& out, const std::vector<DraftRows>& valid);
     void update_snapshot();
 
     const GlmDsaModel& model_;

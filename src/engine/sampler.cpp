@@ -126,12 +126,19 @@ std::vector<float> Sampler::probs(const float* logits, int64_t vocab) const {
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
     if (p_.temperature == 0.0f) return argmax(logits, vocab);
-    const std::vector<float> p = probs(logits, vocab);
+    return draw(probs(logits, vocab));
+}
+
+double Sampler::uniform() {
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    const double r = u(rng_);
+    return u(rng_);
+}
+
+int32_t Sampler::draw(const std::vector<float>& p) {
+    const double r = uniform();
     double acc = 0.0;
     int32_t last = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
+    for (size_t i = 0; i < p.size(); ++i) {
         if (p[i] <= 0.0f) continue;
         acc += p[i];
         last = static_cast<int32_t>(i);

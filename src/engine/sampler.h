@@ -29,6 +29,11 @@ class Sampler {
     // The distribution sample() draws from (after temperature, top-k, top-p), for tests and speculative
     // verification. Greedy gives a one-hot.
     std::vector<float> probs(const float* logits, int64_t vocab) const;
+    // Speculative verification draws from the request's RNG too: a uniform in [0, 1), and a token from a
+    // distribution (the inverse CDF that sample() uses).
+    double uniform();
+    int32_t draw(const std::vector<float>& p);
+    bool greedy() const { return p_.temperature == 0.0f; }
 
   private:
     SamplingParams p_;

@@ -33,15 +33,18 @@ SchedulePlan schedule(const SchedulerConfig& cfg, const std::vector<Sequence*>& 
             ++i;
             continue;
         }
-        const int64_t need = blocks_needed(*s, s->n_computed + 1);
+        // With speculative decoding the last token comes with its drafts (verified in the same forward); a
+        // short budget verifies fewer of them.
+        const int64_t n = std::min<int64_t>(1 + static_cast<int64_t>(s->drafts.size()), budget);
+        const int64_t need = blocks_needed(*s, s->n_computed + n);
         while (need > available && live.size() > i + 1) preempt_at(live.size() - 1);
         if (need > available) {  // nothing newer left to preempt: this one goes back to waiting
             preempt_at(i);
             continue;
         }
         available -= need;
-        plan.chunks.push_back({s, 1});
-        --budget;
+        plan.chunks.push_back({s, n});
+        budget -= n;
         ++i;
     }
 

@@ -21,7 +21,7 @@ struct SchedulerConfig {
 
 struct ScheduledChunk {
     Sequence* seq;
-    int64_t n_tokens;  // tokens to feed, starting at seq->n_computed
+    int64_t n_tokens;  // tokens to feed, starting at seq->n_computed (a decode: the last token, then drafts)
 };
 
 struct SchedulePlan {

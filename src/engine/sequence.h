@@ -25,6 +25,21 @@ struct GenerationParams {
     int64_t top_logprobs = -1;  // -1: no logprobs; n >= 0: logprob of each token plus the n best
 };
 
+// Speculative decoding's counts for one request (or, summed, for the engine).
+struct SpecStats {
+    int64_t verifications = 0;           // target forwards that verified drafts
+    int64_t drafted = 0, accepted = 0;   // draft tokens proposed / accepted
+    std::vector<int64_t> drafted_at;     // [i]: drafts proposed at draft position i (0 = the first draft)
+    std::vector<int64_t> accepted_at;    // [i]: drafts accepted at draft position i
+    std::vector<int64_t> accept_length;  // [a]: verifications that accepted a drafts (a + 1 tokens)
+    // Tokens per verification: accepted drafts plus the target's own token.
+    double mean_acceptance_length() const {
+        return verifications ? 1.0 + static_cast<double>(accepted) / static_cast<double>(verifications) : 0.0;
+    }
+    void add(const SpecStats& o);
+    void record(int64_t n_drafts, int64_t n_accepted);
+};
+
 // What the engine reports per generated token (on the engine thread).
 struct TokenEvent {
     int64_t request_id = 0;
@@ -36,6 +51,7 @@ struct TokenEvent {
     int64_t n_prompt = 0;         // prompt tokens
     int64_t n_cached_prompt = 0;  // prompt tokens served from the prefix cache
     int64_t n_generated = 0;
+    SpecStats spec;  // the request's speculative-decoding counts so far (empty without speculation)
 };
 
 // Returns false to end the request now (a stop string matched: finish kStop; or the client went away).
@@ -54,6 +70,11 @@ struct Sequence {
     TokenSink sink;
     int64_t arrival = 0;  // admission order, for preemption (newest first)
     bool cancelled = false;
+    // Speculative decoding: the MTP drafts that the next step verifies after the last token, and (sampling) the
+    // draft distribution each was drawn from.
+    std::vector<int32_t> drafts;
+    std::vector<std::vector<float>> draft_q;
+    SpecStats spec;
     std::chrono::steady_clock::time_point t_arrival;
 
     int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }

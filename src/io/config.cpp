@@ -204,6 +204,7 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     c.index_topk = r.integer("index_topk");
     c.n_mtp_layers = r.integer("num_nextn_predict_layers", 0, 0, kMaxLayers);
     c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+    c.mtp_index_share = r.boolean("index_share_for_mtp_iteration", true);
     resolve_rope(r, c);
     if (const json* q = r.find("quantization_config")) {
         MEGACTX_CHECK(q->is_object(), "{}: field 'quantization_config' must be an object", source);

@@ -36,6 +36,7 @@ struct ModelConfig {
     int64_t d_indexer = 0;       // index_head_dim
     int64_t index_topk = 0;
     int64_t n_mtp_layers = 0;  // num_nextn_predict_layers
+    bool mtp_index_share = true;  // index_share_for_mtp_iteration: draft steps >= 1 reuse step 0's top-k
     bool tie_word_embeddings = false;
     std::string quant_method;  // quantization_config.quant_method ("fp8" for GLM-5.2-FP8); empty when unquantized
     std::vector<int64_t> eos_token_ids;

@@ -1,6 +1,7 @@
 #include "server/serve.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 
 #include <atomic>
@@ -53,6 +54,30 @@ EngineConfig engine_config(const ServeOptions& o) {
     ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
     ec.prefix_caching = o.prefix_caching;
     if (!o.kv_cache_memory.empty()) ec.kv_cache_bytes = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
+    ec.speculative_tokens = o.speculative_tokens;
+    if (!o.speculative_config.empty()) {
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(o.speculative_config);
+        } catch (const std::exception& e) {
+            MEGACTX_FAIL("--speculative-config: not JSON ({})", e.what());
+        }
+        MEGACTX_CHECK(j.is_object(), "--speculative-config: expected a JSON object");
+        for (const auto& [key, value] : j.items()) {
+            MEGACTX_CHECK(key == "method" || key == "num_speculative_tokens",
+                          "--speculative-config: unknown field '{}' (method, num_speculative_tokens)", key);
+        }
+        MEGACTX_CHECK(j.contains("method") && j["method"].is_string() && j["method"] == "mtp",
+                      "--speculative-config: method must be \"mtp\" (the checkpoint's MTP layer)");
+        MEGACTX_CHECK(j.contains("num_speculative_tokens") && j["num_speculative_tokens"].is_number_integer(),
+                      "--speculative-config: num_speculative_tokens must be an integer");
+        const int64_t k = j["num_speculative_tokens"].get<int64_t>();
+        MEGACTX_CHECK(o.speculative_tokens == 0 || o.speculative_tokens == k,
+                      "--speculative-tokens {} and --speculative-config's num_speculative_tokens {} disagree",
+                      o.speculative_tokens, k);
+        ec.speculative_tokens = k;
+    }
+    ec.no_mtp_index_share = o.no_mtp_index_share;
     return ec;
 }
 

@@ -25,6 +25,9 @@ struct ServeOptions {
     std::string api_key;
     int64_t max_body_bytes = 32 << 20;
     bool prefix_caching = true;
+    int64_t speculative_tokens = 0;   // MTP draft tokens per step (0: off)
+    std::string speculative_config;   // vLLM's JSON form: {"method": "mtp", "num_speculative_tokens": K}
+    bool no_mtp_index_share = false;  // draft steps >= 1 run the MTP indexer (the IndexShare ablation)
     bool access_log = true;       // one line per request on stderr
     double log_interval_s = 10;   // a throughput line this often while there is work (0: never)
     // Creates the op table once the model is loaded and may adjust the engine settings (KV format and size);
