@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
-#include "server/request.h"
 #include "server/output_text.h"
+#include "server/request.h"
 #include "tokenizer/output_parser.h"
 
 namespace megactx {
@@ -94,6 +94,7 @@ struct OpenAiApi::Pending {
     FinishReason finish = FinishReason::kNone;
     std::string error;
     int64_t n_prompt = 0, n_cached = 0, n_generated = 0;
+    SpecStats spec;  // speculative decoding's counts (no verifications without --speculative-tokens)
     bool client_gone = false;
     // engine-thread state
     std::unique_ptr<OutputText> text;  // null without a tokenizer: token ids only
@@ -118,7 +119,8 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
     // Engine counters, read at scrape time: they move every step, not when a request ends.
     metrics_.counter("megactx_prompt_tokens_total", "Prompt tokens of admitted requests",
                      [e] { return e->stats().prompt_tokens; });
-    metrics_.counter("megactx_generation_tokens_total", "Generated tokens", [e] { return e->stats().generation_tokens; });
+    metrics_.counter("megactx_generation_tokens_total", "Generated tokens",
+                     [e] { return e->stats().generation_tokens; });
     metrics_.counter("megactx_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache",
                      [e] { return e->stats().prefix_hit_tokens; });
     metrics_.counter("megactx_preemptions_total", "Running requests preempted for KV blocks (recomputed later)",
@@ -137,8 +139,63 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
     metrics_.counter("megactx_decode_graph_replays_total", "Decode steps replayed from recorded CUDA graphs",
                      [e] { return e->stats().graph_replays; });
     metrics_.gauge("megactx_decode_graphs", "Recorded decode graphs kept", [e] { return e->stats().graphs; });
+    metrics_.counter("megactx_spec_decode_draft_tokens_total", "MTP draft tokens proposed",
+                     [e] { return e->stats().spec.drafted; });
+    metrics_.counter("megactx_spec_decode_accepted_tokens_total", "MTP draft tokens accepted",
+                     [e] { return e->stats().spec.accepted; });
+    metrics_.counter("megactx_spec_decode_verifications_total", "Target forwards that verified drafts",
+                     [e] { return e->stats().spec.verifications; });
+    metrics_.counter("megactx_spec_decode_draft_tokens_by_position_total",
+                     "MTP draft tokens proposed at each draft position (finished requests)");
+    metrics_.counter("megactx_spec_decode_accepted_tokens_by_position_total",
+                     "MTP draft tokens accepted at each draft position (finished requests)");
+    metrics_.histogram("megactx_spec_decode_acceptance_length", "Tokens per verification step, per request",
+                       {1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8});
+    metrics_.counter("megactx_spec_decode_low_acceptance_requests_total",
+                     "Requests whose draft acceptance fell below half the server's running rate");
     metrics_.gauge("megactx_decode_graph_bytes", "Device memory the kept decode graphs reserve",
                    [e] { return e->stats().graph_bytes; });
+}
+
+namespace {
+
+// usage.speculative_decoding: a request's draft and acceptance counts (with --speculative-tokens).
+nlohmann::json speculation_json(const SpecStats& s) {
+    nlohmann::json by_position = nlohmann::json::array();
+    for (size_t i = 0; i < s.drafted_at.size(); ++i) {
+        by_position.push_back(s.drafted_at[i] ? static_cast<double>(s.accepted_at[i]) / s.drafted_at[i] : 0.0);
+    }
+    return {{"draft_tokens", s.drafted},
+            {"accepted_tokens", s.accepted},
+            {"verification_steps", s.verifications},
+            {"mean_acceptance_length", s.mean_acceptance_length()},
+            {"acceptance_by_position", by_position}};
+}
+
+}  // namespace
+
+void OpenAiApi::record_speculation(const SpecStats& s) {
+    if (s.verifications == 0) return;
+    for (size_t i = 0; i < s.drafted_at.size(); ++i) {
+        const std::string label = fmt::format("position=\"{}\"", i);
+        metrics_.inc("megactx_spec_decode_draft_tokens_by_position_total", static_cast<double>(s.drafted_at[i]), label);
+        metrics_.inc("megactx_spec_decode_accepted_tokens_by_position_total", static_cast<double>(s.accepted_at[i]),
+                     label);
+    }
+    metrics_.observe("megactx_spec_decode_acceptance_length", s.mean_acceptance_length());
+    // A request far below the server's running acceptance is the first symptom of corrupted drafts (wrong
+    // indices, another request's KV): say so, with the numbers.
+    const SpecStats all = engine_.stats().spec;
+    const double mine = static_cast<double>(s.accepted) / static_cast<double>(std::max<int64_t>(s.drafted, 1));
+    const double server = static_cast<double>(all.accepted) / static_cast<double>(std::max<int64_t>(all.drafted, 1));
+    if (s.drafted >= 16 && all.drafted >= 4 * s.drafted && mine < 0.5 * server) {
+        metrics_.inc("megactx_spec_decode_low_acceptance_requests_total");
+        std::fprintf(stderr,
+                     "megactx serve: warning: a request accepted %lld of %lld drafts (%.0f%%), the server %.0f%% so "
+                     "far: if this persists, drafts may be corrupted\n",
+                     static_cast<long long>(s.accepted), static_cast<long long>(s.drafted), 100.0 * mine,
+                     100.0 * server);
+    }
 }
 
 void OpenAiApi::check_auth(const HttpRequest& req) const {
@@ -228,6 +285,7 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             s.n_prompt = ev.n_prompt;
             s.n_cached = ev.n_cached_prompt;
             s.n_generated = ev.n_generated;
+            s.spec = ev.spec;
             s.cv.notify_all();
             return true;
         };
@@ -253,6 +311,7 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
                 }
             }
             metrics_.observe("megactx_e2e_request_latency_seconds", secs(Clock::now() - s.t_start));
+            record_speculation(s.spec);
         };
         // The access line's token counts, read after the response has been written.
         auto note = [pending] {
@@ -276,10 +335,12 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             }
         };
         auto usage = [](const Pending& s) {
-            return Json{{"prompt_tokens", s.n_prompt},
-                        {"completion_tokens", s.n_generated},
-                        {"total_tokens", s.n_prompt + s.n_generated},
-                        {"prompt_tokens_details", {{"cached_tokens", s.n_cached}}}};
+            Json u{{"prompt_tokens", s.n_prompt},
+                   {"completion_tokens", s.n_generated},
+                   {"total_tokens", s.n_prompt + s.n_generated},
+                   {"prompt_tokens_details", {{"cached_tokens", s.n_cached}}}};
+            if (s.spec.verifications > 0) u["speculative_decoding"] = speculation_json(s.spec);
+            return u;
         };
 
         if (!p.stream) {

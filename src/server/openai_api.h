@@ -1,7 +1,7 @@
 // The OpenAI-compatible API over the engine: request JSON → validated generation request (server/request.h)
 // → engine → response JSON or SSE chunks, with reasoning_content and tool_calls parsed from the output. A
-// request whose client goes away is cancelled, streamed or not. Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
-// HTTP-library-free: handlers take HttpRequest and return HttpResponse (server/http.h).
+// request whose client goes away is cancelled, streamed or not. Endpoints: /v1/chat/completions, /v1/completions,
+// /v1/models, /health, /metrics. HTTP-library-free: handlers take HttpRequest and return HttpResponse (server/http.h).
 #pragma once
 
 #include <atomic>
@@ -24,7 +24,7 @@ struct ApiConfig {
 };
 
 class OpenAiApi {
-public:
+  public:
     // `tokenizer` may be null: then only token-id prompts to /v1/completions are served.
     OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig& config);
 
@@ -40,9 +40,11 @@ public:
 
     struct Pending;  // one request in flight (defined in the .cpp)
 
-private:
+  private:
     HttpResponse handle(const HttpRequest& req, bool chat);
     void check_auth(const HttpRequest& req) const;
+    // A finished request's speculative-decoding counts into /metrics, and the low-acceptance warning.
+    void record_speculation(const SpecStats& s);
 
     Engine& engine_;
     const Tokenizer* tokenizer_;

@@ -1,15 +1,15 @@
 #include "server/serve.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "backend/cpu/cpu_ops.h"
@@ -109,7 +109,7 @@ namespace {
 // then the process exits at once (nothing is serving yet). Once the server is ready the first signal starts
 // the graceful shutdown and a second one exits immediately.
 class SignalWatch {
-public:
+  public:
     explicit SignalWatch(const sigset_t& sigs) : sigs_(sigs) {
         std::thread([this] { run(); }).detach();  // lives as long as the process; never joined
     }
@@ -123,7 +123,7 @@ public:
         return sig_;
     }
 
-private:
+  private:
     void run() {
         for (int n = 0;; ++n) {
             int sig = 0;
@@ -155,7 +155,7 @@ private:
 // A vLLM-style progress line every `interval_s` while there is work: throughput since the last line, queue
 // lengths, KV use and the prefix-cache hit rate.
 class ThroughputLog {
-public:
+  public:
     ThroughputLog(const Engine& engine, double interval_s) : engine_(engine), interval_s_(interval_s) {
         if (interval_s_ > 0) thread_ = std::thread([this] { run(); });
     }
@@ -168,7 +168,7 @@ public:
         if (thread_.joinable()) thread_.join();
     }
 
-private:
+  private:
     void run() {
         EngineStats last = engine_.stats();
         auto t_last = std::chrono::steady_clock::now();
@@ -286,8 +286,8 @@ int serve_main(const ServeOptions& o) {
                      "megactx serve: KV cache: %lld blocks of 64 tokens = %lld tokens; max context %lld tokens; up to "
                      "%lld sequences\n",
                      static_cast<long long>(engine.kv_capacity_tokens() / 64),
-                     static_cast<long long>(engine.kv_capacity_tokens()), static_cast<long long>(engine.max_model_len()),
-                     static_cast<long long>(o.max_num_seqs));
+                     static_cast<long long>(engine.kv_capacity_tokens()),
+                     static_cast<long long>(engine.max_model_len()), static_cast<long long>(o.max_num_seqs));
         ApiConfig ac;
         ac.served_model_name = o.served_model_name.empty() ? served_name_for(dir) : o.served_model_name;
         ac.api_key = o.api_key;
@@ -301,8 +301,8 @@ int serve_main(const ServeOptions& o) {
             const int sig = signals.wait();
             std::fprintf(stderr, "megactx serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
         }
-        service.close();   // new requests get 503
-        engine.stop();     // in-flight requests end (aborted); their streams finish
+        service.close();  // new requests get 503
+        engine.stop();    // in-flight requests end (aborted); their streams finish
         http.stop();
         http_thread.join();
         api.store(nullptr);

@@ -20,7 +20,7 @@ struct ServeOptions {
     int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
     int64_t max_num_seqs = 64;
     int64_t max_num_batched_tokens = 2048;
-    std::string kv_cache_memory;  // e.g. "4GiB"; empty: the engine's default
+    std::string kv_cache_memory;    // e.g. "4GiB"; empty: the engine's default
     std::string served_model_name;  // empty: the model directory's name
     std::string api_key;
     int64_t max_body_bytes = 32 << 20;
@@ -28,8 +28,8 @@ struct ServeOptions {
     int64_t speculative_tokens = 0;   // MTP draft tokens per step (0: off)
     std::string speculative_config;   // vLLM's JSON form: {"method": "mtp", "num_speculative_tokens": K}
     bool no_mtp_index_share = false;  // draft steps >= 1 run the MTP indexer (the IndexShare ablation)
-    bool access_log = true;       // one line per request on stderr
-    double log_interval_s = 10;   // a throughput line this often while there is work (0: never)
+    bool access_log = true;           // one line per request on stderr
+    double log_interval_s = 10;       // a throughput line this often while there is work (0: never)
     // Creates the op table once the model is loaded and may adjust the engine settings (KV format and size);
     // empty: the CPU backend with an f32 KV cache.
     std::function<std::unique_ptr<Ops>(const GlmDsaModel&, EngineConfig&)> make_backend;
