@@ -13,6 +13,7 @@
 
 #include "cli_checks.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "engine/runner.h"
 #include "engine_setup.h"
 #include "eval_cmd.h"
@@ -225,6 +226,11 @@ int main(int argc, char** argv) {
     gen->add_option("--top-k", top_k, "Sample among the k most likely (0 = all)")->capture_default_str();
     gen->add_option("--seed", seed, "RNG seed for sampling")->capture_default_str()->check(non_negative<uint64_t>());
     gen->add_flag("--ignore-eos", ignore_eos, "Do not stop at the config's EOS ids");
+    int64_t gen_spec = 0;
+    gen->add_option("--speculative-tokens", gen_spec,
+                    "MTP speculative decoding: draft tokens per step, verified exactly (0 = off)")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(0, 7));
     add_backend_options(gen);
 
     auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
@@ -354,10 +360,41 @@ int main(int argc, char** argv) {
                 SamplingParams sp{temperature, top_p, top_k, seed};
                 sp.validate();
                 validate_tokens(m.config(), ids, max_new);
-                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new, kv_format);
-                const std::vector<int32_t> all = runner.generate(ids, max_new, sp, !ignore_eos);
-                std::printf("%s\n",
-                            join(std::vector<int32_t>(all.begin() + static_cast<long>(ids.size()), all.end())).c_str());
+                std::vector<int32_t> out_ids;
+                if (gen_spec == 0) {
+                    SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new, kv_format);
+                    const std::vector<int32_t> all = runner.generate(ids, max_new, sp, !ignore_eos);
+                    out_ids.assign(all.begin() + static_cast<long>(ids.size()), all.end());
+                } else {
+                    // Speculation runs in the serving engine (one request): the drafts and their verification.
+                    EngineConfig ec;
+                    ec.kv_format = kv_format;
+                    ec.speculative_tokens = gen_spec;
+                    ec.n_kv_blocks =
+                        (static_cast<int64_t>(ids.size()) + max_new + gen_spec + kBlockSize) / kBlockSize + 1;
+                    ec.scheduler.max_num_seqs = 1;
+                    Engine engine(m, ops, ec);
+                    GenerationParams gp;
+                    gp.sampling = sp;
+                    gp.max_tokens = max_new;
+                    gp.ignore_eos = ignore_eos;
+                    SpecStats spec;
+                    std::string error;
+                    engine.submit(ids, gp, [&](const TokenEvent& ev) {
+                        if (ev.token >= 0) out_ids.push_back(ev.token);
+                        if (ev.finish == FinishReason::kError) error = ev.error;
+                        spec = ev.spec;
+                        return true;
+                    });
+                    while (engine.step()) {
+                    }
+                    MEGACTX_CHECK(error.empty(), "generation failed: {}", error);
+                    std::fprintf(stderr,
+                                 "megactx generate: MTP drafts accepted %lld of %lld, mean acceptance length %.2f\n",
+                                 static_cast<long long>(spec.accepted), static_cast<long long>(spec.drafted),
+                                 spec.mean_acceptance_length());
+                }
+                std::printf("%s\n", join(out_ids).c_str());
             }
         } else if (*gm) {
             GenModelOptions o;

@@ -106,5 +106,29 @@ TEST_F(DemoModelCli, NiahGridGivesTheCommittedAnswers) {
     EXPECT_EQ(got["accuracy"].get<double>(), 1.0) << r.out;
 }
 
+// --speculative-tokens on generate and run: the same greedy tokens and text, and the acceptance on stderr.
+TEST_F(DemoModelCli, SpeculationOnGenerateAndRunChangesNoToken) {
+    const json t = read_json(kRef + "/tokens.json");
+    const auto ids = t["token_ids"].get<std::vector<int32_t>>();
+    std::string list;
+    for (size_t i = 0; i < 120; ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+    const CliResult plain = run("generate --tokens " + list + " --max-new-tokens 40 --ignore-eos");
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    for (const char* k : {"1", "3", "7"}) {
+        const CliResult spec =
+            run("generate --tokens " + list + " --max-new-tokens 40 --ignore-eos --speculative-tokens " + k);
+        ASSERT_EQ(spec.exit_code, 0) << spec.err;
+        EXPECT_EQ(spec.out, plain.out) << "K=" << k;
+        EXPECT_NE(spec.err.find("MTP drafts accepted"), std::string::npos) << spec.err;
+    }
+    const std::string doc = dir_ / "doc.txt";
+    ASSERT_EQ(run("eval niah --lengths 1K --depths 0.5 --write-document " + shell_quoted(doc)).exit_code, 0);
+    const CliResult a = run("run -f " + shell_quoted(doc) + " --no-think");
+    const CliResult b = run("run -f " + shell_quoted(doc) + " --no-think --speculative-tokens 3");
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_NE(b.err.find("mean acceptance length"), std::string::npos) << b.err;
+}
+
 }  // namespace
 }  // namespace megactx
