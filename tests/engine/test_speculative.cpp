@@ -146,6 +146,15 @@ TEST(Speculative, PrefixHitsAndPreemptionKeepGreedyExact) {
     EngineStats st;
     expect_same(plain, serve(model, cfg, twice, &st), "prefix hit");
     EXPECT_EQ(st.prefix_hit_tokens, 128);
+    // Sampling with a seed: the hit gives the cold run's tokens (same prompt, so the cached MTP KV is the same).
+    for (auto& r : twice) {
+        r.second.sampling.temperature = 1.0f;
+        r.second.sampling.seed = 9;
+    }
+    const std::vector<Out> sampled = serve(model, cfg, twice, &st);
+    EXPECT_EQ(st.prefix_hit_tokens, 128);
+    EXPECT_EQ(sampled[0].tokens, sampled[1].tokens);
+    EXPECT_GT(sampled[0].spec.verifications, 0);
 
     std::vector<std::pair<std::vector<int32_t>, GenerationParams>> four;
     for (int i = 0; i < 4; ++i) four.push_back({prompt_of(f, 60 + i, i + 5, vocab), greedy(70)});
