@@ -456,8 +456,8 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     ops_.download(m.logits, lg.data());
     std::vector<size_t> active(drafting.size());
     for (size_t d = 0; d < drafting.size(); ++d) active[d] = d;
-    for (int64_t j = 0;; ++j) {
-        // lg holds one row per active sequence: the distribution of its draft j + 1.
+    while (true) {
+        // lg holds one row per active sequence: the distribution of its next draft.
         std::vector<size_t> still;
         for (size_t a = 0; a < active.size(); ++a) {
             Sequence* s = drafting[active[a]];
@@ -474,8 +474,9 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
         std::vector<int32_t> keep_rows, reuse;
         for (size_t a : still) {
             Sequence* s = drafting[active[a]];
-            // Draft j + 1 stands at position tokens.size() + j; the MTP step that reads it sits one before.
-            const int64_t pos = static_cast<int64_t>(s->tokens.size()) - 1 + static_cast<int64_t>(s->drafts.size());
+            // Step 0 ran at the last verified token's predecessor (position tokens.size() - 2, reading the last
+            // token); step j reads draft j one position further on, as the chain of MTP depths does.
+            const int64_t pos = static_cast<int64_t>(s->tokens.size()) - 2 + static_cast<int64_t>(s->drafts.size());
             bj.add_sequence(&s->kv.blocks, &s->drafts.back(), 1, pos, true);
             keep_rows.push_back(static_cast<int32_t>(a));
             if (share) {

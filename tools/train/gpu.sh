@@ -42,7 +42,7 @@ start)
     first=() second=()
     while [ $# -gt 0 ] && [ "$1" != --then ]; do first+=("$1"); shift; done
     [ $# -gt 0 ] && { shift; second=("$@"); }
-    # The stages run in their own session (setsid) so that they outlive this call.
+    # The stages run detached (setsid) so that they outlive this call.
     {
         echo "cd $(printf %q "$PWD")"
         echo "python3 tools/train/train.py --data build-train/data --out $run --minutes $minutes ${first[*]@Q} || exit"
