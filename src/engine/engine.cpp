@@ -320,20 +320,12 @@ bool Engine::step_once() {
                     q.push_back(s->sampler->greedy() ? std::vector<float>{} : s->draft_q[static_cast<size_t>(i)]);
                 }
             }
-            if (s->sampler->greedy()) {
-                for (auto& d : q) {
-                    d.assign(static_cast<size_t>(vocab), 0.0f);
-                }
-            }
             const Verified v = verify_drafts(*s->sampler, drafts, q, p);
             s->spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
             counters_.spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
             toks = v.tokens;
         } else {
-            std::vector<float> l(rows, rows + vocab);
-            const std::vector<int32_t> prompt(s->tokens.begin(), s->tokens.begin() + s->n_prompt);
-            const std::vector<int32_t> output(s->tokens.begin() + s->n_prompt, s->tokens.end());
-            apply_penalties(s->params.sampling, prompt, output, l.data(), vocab);
+            std::vector<float> l = penalized(*s, rows, {});
             toks.push_back(s->sampler->sample(l.data(), vocab));
         }
         s->drafts.clear();
@@ -356,14 +348,25 @@ bool Engine::step_once() {
     return true;
 }
 
-std::vector<float> Engine::target_probs(const Sequence& s, const float* row, const std::vector<int32_t>& extra) const {
+std::vector<float> Engine::penalized(const Sequence& s, const float* row, const std::vector<int32_t>& extra) const {
     const int64_t vocab = model_.config().vocab_size;
     std::vector<float> l(row, row + vocab);
-    const std::vector<int32_t> prompt(s.tokens.begin(), s.tokens.begin() + s.n_prompt);
-    std::vector<int32_t> output(s.tokens.begin() + s.n_prompt, s.tokens.end());
-    output.insert(output.end(), extra.begin(), extra.end());
-    apply_penalties(s.params.sampling, prompt, output, l.data(), vocab);
-    return s.sampler->probs(l.data(), vocab);
+    const SamplingParams& sp = s.params.sampling;
+    // The history is copied only for the penalties that read it (a 1M-token prompt per row otherwise).
+    const bool history = sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
+    std::vector<int32_t> prompt, output;
+    if (history) {
+        prompt.assign(s.tokens.begin(), s.tokens.begin() + s.n_prompt);
+        output.assign(s.tokens.begin() + s.n_prompt, s.tokens.end());
+        output.insert(output.end(), extra.begin(), extra.end());
+    }
+    apply_penalties(sp, prompt, output, l.data(), vocab);
+    return l;
+}
+
+std::vector<float> Engine::target_probs(const Sequence& s, const float* row, const std::vector<int32_t>& extra) const {
+    const std::vector<float> l = penalized(s, row, extra);
+    return s.sampler->probs(l.data(), model_.config().vocab_size);
 }
 
 FinishReason Engine::accept_tokens(Sequence* s, const std::vector<int32_t>& toks, const float* rows, int64_t n_rows) {

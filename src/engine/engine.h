@@ -85,8 +85,9 @@ class Engine {
     // Sequence s's tokens decided by one target row (or, verifying drafts, by its rows): appends them, reports
     // each to the sink, and returns the finish reason, if any.
     FinishReason accept_tokens(Sequence* s, const std::vector<int32_t>& toks, const float* rows, int64_t n_rows);
-    // The target distribution of a row as Sampler::probs gives it, after the request's penalties over
-    // `output_extra` drafts appended to its output.
+    // A row's logits after the request's penalties and logit bias, with `output_extra` (drafts) appended to its
+    // output; and the distribution Sampler::probs makes of them.
+    std::vector<float> penalized(const Sequence& s, const float* row, const std::vector<int32_t>& output_extra) const;
     std::vector<float> target_probs(const Sequence& s, const float* row,
                                     const std::vector<int32_t>& output_extra) const;
     // MTP: step 0 over the rows just computed (target hidden states), then steps 1..k-1; leaves each decoding
