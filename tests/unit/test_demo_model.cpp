@@ -12,6 +12,7 @@
 #include "cli_run.h"
 #include "engine/runner.h"
 #include "io/npy.h"
+#include "kv/kv_cache.h"
 #include "model/glm_dsa.h"
 #include "test_util.h"
 
@@ -57,6 +58,54 @@ TEST(DemoModel, LogitsMatchModelPy) {
         std::printf("glm-demo chunk %lld: max |logit - model.py| / max |model.py| = %.2e\n",
                     static_cast<long long>(chunk), err / scale);
         EXPECT_LE(err, 1e-4 * scale) << "chunk " << chunk;
+    }
+}
+
+// The MTP draft chain as the engine runs it (Engine::draft): step 0 over the verified tokens from the target's
+// hidden states, then step j at the next position from step j-1's hidden state, over step 0's top-k row
+// (index_share_for_mtp_iteration). tests/data/glm_demo_ref/ref_mtp_chain_logits.npy holds model.py's logits of
+// the chain the training code trains (GlmMoeDsa.forward with mtp_steps), at row mtp_row, with the window's own
+// tokens standing for the drafts.
+TEST(DemoModel, MtpDraftChainMatchesModelPy) {
+    const GlmDsaModel model(kModel);
+    const json t = read_json(kRef + "/tokens.json");
+    const auto tokens = t["token_ids"].get<std::vector<int32_t>>();
+    const int64_t r = t["mtp_row"].get<int64_t>(), steps = t["mtp_steps"].get<int64_t>();
+    const NpyArray ref = read_npy_f32(kRef + "/ref_mtp_chain_logits.npy");
+    const int64_t V = model.config().vocab_size, H = model.config().hidden_size, K = model.config().index_topk;
+    ASSERT_EQ(ref.shape, (std::vector<int64_t>{steps, V}));
+    ASSERT_LT(r + steps, static_cast<int64_t>(tokens.size()));
+    CpuOps ops;
+    KvCache kv(ops, model.config(), (r + steps + kBlockSize) / kBlockSize + 1);
+    SeqKv seq;
+    seq.reserve(kv.blocks(), r + 1 + steps);
+    Batch target;
+    target.add_sequence(&seq.blocks, tokens.data(), r + 1, 0, false);
+    const ForwardResult main = model.forward(ops, target, kv);
+    Batch b0;  // rows 0..r read tokens 1..r+1; only the last row's logits
+    for (int64_t p = 0; p <= r; ++p) b0.add_sequence(&seq.blocks, tokens.data() + p + 1, 1, p, p == r);
+    ForwardResult step = model.mtp_forward(ops, b0, main.hidden, kv);
+    Tensor reuse = ops.alloc(DType::I32, {1, K});
+    std::copy(step.topk.i32() + r * K, step.topk.i32() + (r + 1) * K, reuse.i32());
+    Tensor h = ops.alloc(DType::F32, {1, H});
+    double scale = 0;
+    for (float x : ref.data) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+    for (int64_t j = 0; j < steps; ++j) {
+        if (j > 0) {
+            Batch bj;
+            bj.add_sequence(&seq.blocks, tokens.data() + r + 1 + j, 1, r + j, true);
+            step = model.mtp_forward(ops, bj, h, kv, &reuse);
+        }
+        ASSERT_EQ(step.logits.numel(), V);
+        std::copy(step.hidden.f32() + (step.hidden.dim(0) - 1) * H, step.hidden.f32() + step.hidden.dim(0) * H,
+                  h.f32());
+        double err = 0;
+        for (int64_t v = 0; v < V; ++v) {
+            err = std::max(err, static_cast<double>(std::fabs(step.logits.f32()[v] - ref.data[j * V + v])));
+        }
+        std::printf("glm-demo MTP step %lld: max |logit - model.py| / max |model.py| = %.2e\n",
+                    static_cast<long long>(j), err / scale);
+        EXPECT_LE(err, 1e-4 * scale) << "step " << j;
     }
 }
 

@@ -269,15 +269,24 @@ class Attention(nn.Module):
         self.indexer = Indexer(cfg) if full_indexer else None
         self.scale = cfg.qk_head_dim ** -0.5
 
-    def forward(self, xn, cos, sin, allowed_in, mode: str, want_index: bool, want_qk: bool, taps=None, name=""):
+    def forward(self, xn, cos, sin, allowed_in, mode: str, want_index: bool, want_qk: bool, taps=None, name="",
+                kv_in=None, want_kv: bool = False):
         """xn [B, T, D] → (out [B, T, D], allowed [B, T, T] or None, aux).
-        allowed_in: the allowed-keys mask of the full layer before (used by a shared layer)."""
+        allowed_in: the allowed-keys mask of the full layer before (used by a shared layer).
+        kv_in: (k, v) [B, NH, T, d] of an earlier pass of this layer to attend to instead of keys computed from
+        xn, over allowed_in (None: causal), with no indexer: an MTP draft step >= 1, which reads step 0's KV and
+        step 0's top-k. want_kv returns this pass's (k, v) in aux["kv"]."""
         c = self.cfg
         B, T, _ = xn.shape
         nh, dn, dr, dv = c.num_attention_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
         q_lat = self.q_a_layernorm(self.q_a_proj(xn))                          # [B, T, q_lora]
         q = self.q_b_proj(q_lat).view(B, T, nh, dn + dr)                       # [B, T, NH, dn+dr]
         q = torch.cat([q[..., :dn], apply_rope(q[..., dn:], cos, sin)], dim=-1)
+        aux = {}
+        if kv_in is not None:
+            o = sdpa(q.transpose(1, 2), kv_in[0], kv_in[1], self.scale,
+                     None if allowed_in is None else allowed_in[:, None])
+            return self.o_proj(o.transpose(1, 2).reshape(B, T, nh * dv)), allowed_in, aux
         kv = self.kv_a_proj_with_mqa(xn)                                       # [B, T, kv_lora + dr]
         c_kv = self.kv_a_layernorm(kv[..., : c.kv_lora_rank])                  # [B, T, kv_lora]
         k_pe = apply_rope(kv[..., c.kv_lora_rank:], cos, sin)                  # [B, T, dr], one head shared
@@ -285,7 +294,6 @@ class Attention(nn.Module):
         k = torch.cat([kvb[..., :dn], k_pe[:, :, None, :].expand(B, T, nh, dr)], dim=-1)  # [B, T, NH, dn+dr]
         v = kvb[..., dn:]                                                       # [B, T, NH, dv]
 
-        aux = {}
         allowed = allowed_in
         if self.indexer is not None and (mode == "sparse" or want_index):
             # The indexer learns only from its own loss: its inputs are cut from the graph (DSA).
@@ -300,6 +308,8 @@ class Attention(nn.Module):
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, NH, T, d]
         if want_qk:
             aux["qk"] = (qh.detach(), kh.detach())
+        if want_kv:
+            aux["kv"] = (kh, vh)
         if mode == "sparse":
             o = sdpa(qh, kh, vh, self.scale, allowed[:, None])
         else:
@@ -432,10 +442,11 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MoE(cfg) if moe else SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x, cos, sin, allowed_in, mode: str, want_index: bool, want_qk: bool, taps=None, name=""):
-        """x [B, T, D] → (x [B, T, D], allowed mask for the next layer, aux)."""
+    def forward(self, x, cos, sin, allowed_in, mode: str, want_index: bool, want_qk: bool, taps=None, name="",
+                kv_in=None, want_kv: bool = False):
+        """x [B, T, D] → (x [B, T, D], allowed mask for the next layer, aux); kv_in/want_kv as Attention's."""
         a, allowed, aux = self.self_attn(self.input_layernorm(x), cos, sin, allowed_in, mode, want_index, want_qk,
-                                         taps, name)
+                                         taps, name, kv_in, want_kv)
         x = x + a
         h = self.post_attention_layernorm(x)
         if isinstance(self.mlp, MoE):
@@ -491,6 +502,7 @@ class Output:
     hidden: torch.Tensor                         # [B, T, D] after the final norm (MTP input)
     mtp_logits: Optional[torch.Tensor] = None    # [B, T-1, V]: position t predicts token t+2
     mtp_hidden: Optional[torch.Tensor] = None    # [B, T-1, D] after shared_head.norm
+    mtp_step_logits: list = field(default_factory=list)  # step j >= 1: [B, T-1-j, V], position t predicts t+2+j
     indexer_loss: Optional[torch.Tensor] = None  # mean KL over full layers (and the MTP layer)
     loads: list = field(default_factory=list)    # tokens per expert [E] of every MoE layer, in order
 
@@ -524,11 +536,15 @@ class GlmMoeDsa(nn.Module):
 
     def forward(self, input_ids, mode: str = "sparse", mtp: bool = True, indexer_loss: bool = False,
                 taps: Optional[dict] = None, positions: Optional[torch.Tensor] = None,
-                kl_all_keys: bool = False, query_weights: Optional[torch.Tensor] = None) -> Output:
+                kl_all_keys: bool = False, query_weights: Optional[torch.Tensor] = None,
+                mtp_steps: int = 1) -> Output:
         """input_ids [B, T]; positions [T] (increasing; default 0..T-1), the RoPE positions of every row.
         mode "sparse" (DSA) or "dense" (all causal keys). The indexer loss compares with the attention over the
         selected keys in sparse mode, or over all causal keys when kl_all_keys (a key the indexer missed then
-        still teaches it); query_weights [B, T] weigh the queries in it (default: all equal)."""
+        still teaches it); query_weights [B, T] weigh the queries in it (default: all equal).
+        mtp_steps > 1 also runs the MTP layer's later draft steps as megactx's draft loop does: step j at row t
+        reads token t+1+j and step j-1's hidden state (after shared_head.norm), sits at position p_t + j and
+        attends to step 0's KV over step 0's selection (index_share_for_mtp_iteration); it predicts t+2+j."""
         assert mode in ("sparse", "dense")
         c = self.cfg
         B, T = input_ids.shape
@@ -556,10 +572,23 @@ class GlmMoeDsa(nn.Module):
             nxt = torch.cat([input_ids[:, 1:], input_ids[:, -1:]], dim=1)
             u = layer.combine(self.model.embed_tokens(nxt), h)
             u, m_allowed, aux = layer(u, cos, sin, None, mode, indexer_loss, indexer_loss, taps,
-                                      "mtp." if taps is not None else "")
-            mh = layer.shared_head.norm(u)[:, :-1]                               # [B, T-1, D]
+                                      "mtp." if taps is not None else "", want_kv=mtp_steps > 1)
+            mh_full = layer.shared_head.norm(u)                                  # [B, T, D]
+            mh = mh_full[:, :-1]                                                 # [B, T-1, D]
             out.mtp_hidden, out.mtp_logits = mh, self.lm_head(mh)
-            out.loads.append(aux["load"])
+            load = aux["load"]
+            kv0, qk0, idx0 = aux.get("kv"), aux.get("qk"), aux.get("index_scores")
+            for j in range(1, mtp_steps):
+                # Row t reads token t+1+j (the last rows, past the end, repeat the last token and are dropped).
+                nxt = torch.cat([input_ids[:, 1 + j:], input_ids[:, -1:].expand(B, 1 + j)], dim=1)
+                cj, sj = rope_tables(positions + j, c.qk_rope_head_dim, c.rope_theta)
+                u = layer.combine(self.model.embed_tokens(nxt), mh_full)
+                u, _, aux_j = layer(u, cj, sj, m_allowed, mode, False, False, kv_in=kv0)
+                mh_full = layer.shared_head.norm(u)
+                out.mtp_step_logits.append(self.lm_head(mh_full[:, :-1 - j]))
+                load = load + aux_j["load"]
+            out.loads.append(load)
+            aux = {"index_scores": idx0, "qk": qk0}
             if indexer_loss:
                 groups.append([aux["index_scores"], m_allowed, [aux["qk"]]])
         if indexer_loss:

@@ -2,8 +2,10 @@
 """The reference the shipped model's test compares megactx with: model.py's fp32 logits on the committed
 checkpoint (models/glm-demo) for a window of held-out text.
 
-Writes OUT/tokens.json ({"token_ids": [...], "positions": [...]}) and OUT/ref_logits.npy (float32,
-[len(positions), vocab]: the logits at those positions only, so the file stays small). The window is
+Writes OUT/tokens.json ({"token_ids": [...], "positions": [...], "mtp_row": r, "mtp_steps": S}),
+OUT/ref_logits.npy (float32, [len(positions), vocab]: the logits at those positions only, so the file stays
+small) and OUT/ref_mtp_chain_logits.npy ([S, vocab]: the MTP layer's draft steps 0..S-1 at row r, as the
+engine's draft loop runs them, step j >= 1 over step 0's KV and top-k). The window is
 index_topk tokens long by default: every key is then selected, because the trained indexers' ReLU scores are
 exactly 0 for many keys and exact ties at the top-k boundary have no specified order (model-spec §9); the sparse
 selection itself is checked on the random fixtures, and on this model end to end by the NIAH test. The window
@@ -34,6 +36,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, default=0, help="sequence length (default: index_topk)")
     ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--mtp-steps", type=int, default=3, help="MTP draft steps in the chain reference")
     a = ap.parse_args()
     torch.manual_seed(0)
     model = export.load(a.model).eval()
@@ -49,12 +52,19 @@ def main():
     else:
         raise SystemExit("no window without near-ties")
     with torch.no_grad():
-        logits = model(torch.tensor([tokens]), mode="sparse", mtp=False).logits[0].float()
+        out = model(torch.tensor([tokens]), mode="sparse", mtp=True, mtp_steps=a.mtp_steps)
+    logits = out.logits[0].float()
+    # The MTP draft chain at one row r: step j reads token r+1+j (the window's own tokens stand for the drafts)
+    # and predicts r+2+j; the last row whose chain has all its input tokens in the window.
+    r = T - 1 - a.mtp_steps
+    chain = [out.mtp_logits[0, r]] + [lg[0, r] for lg in out.mtp_step_logits]
     positions = sorted(set(list(range(0, T, 23)) + list(range(T - 4, T))))
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "tokens.json"), "w") as f:
-        json.dump({"token_ids": tokens, "positions": positions, "heldout_start": start}, f)
+        json.dump({"token_ids": tokens, "positions": positions, "heldout_start": start, "mtp_row": r,
+                   "mtp_steps": a.mtp_steps}, f)
     np.save(os.path.join(a.out, "ref_logits.npy"), logits[positions].numpy())
+    np.save(os.path.join(a.out, "ref_mtp_chain_logits.npy"), torch.stack(chain).float().numpy())
     print(f"wrote {a.out}: {T} tokens, logits at {len(positions)} positions, max |logit| "
           f"{logits.abs().max().item():.3f}")
 

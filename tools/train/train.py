@@ -7,7 +7,8 @@ Recipe (docs/demo-model.md says why):
      layers after it), and the MTP layer's indexer its own layer's;
   2. sparse training: every layer attends only to its full layer's top-k (index_topk), the indexers keep
      learning on the selected keys;
-  throughout: next-token CE, the MTP layer's CE on the token after next (weight --mtp-weight), answer tokens of
+  throughout: next-token CE, the MTP layer's CE on the token after next (weight --mtp-weight; with --mtp-steps N
+  also its later draft steps, each on the token one further, reusing step 0's KV and top-k), answer tokens of
   the chat tasks weighted up, the router's selection bias balanced from the expert loads, RoPE positions with
   random skips (PoSE) so distances up to --max-position are seen at 2K-8K tokens, and a context length that grows
   with the progress (--lengths).
@@ -194,6 +195,8 @@ def main():
     ap.add_argument("--micro-tokens", type=int, default=32768)
     ap.add_argument("--dense-frac", type=float, default=0.35)
     ap.add_argument("--mtp-weight", type=float, default=0.3)
+    ap.add_argument("--mtp-steps", type=int, default=1,
+                    help="MTP draft steps trained (the later ones reuse step 0's KV and top-k, as the engine does)")
     ap.add_argument("--indexer-weight", type=float, default=1.0)
     ap.add_argument("--lengths", default="2048:0.45,4096:0.35,8192:0.2")
     ap.add_argument("--max-position", type=int, default=1048576)
@@ -279,7 +282,7 @@ def main():
             with autocast():
                 out = model(ids, mode=mode, mtp=a.mtp_weight > 0 and not a.indexer_only,
                             indexer_loss=a.indexer_weight > 0, positions=pos, kl_all_keys=a.kl_all_keys,
-                            query_weights=qw)
+                            query_weights=qw, mtp_steps=a.mtp_steps)
             if a.indexer_only:
                 loss, parts = out.indexer_loss, {"indexer": out.indexer_loss.detach()}
             else:
@@ -289,6 +292,10 @@ def main():
                     mtp = weighted_ce(out.mtp_logits[:, :-1], ids[:, 2:], w[:, 2:])
                     loss = loss + a.mtp_weight * mtp
                     parts["mtp"] = mtp.detach()
+                for j, lg in enumerate(out.mtp_step_logits, start=1):
+                    mj = weighted_ce(lg[:, :-1], ids[:, 2 + j:], w[:, 2 + j:])
+                    loss = loss + a.mtp_weight * mj
+                    parts[f"mtp{j + 1}"] = mj.detach()
                 if out.indexer_loss is not None:
                     loss = loss + a.indexer_weight * out.indexer_loss
                     parts["indexer"] = out.indexer_loss.detach()
