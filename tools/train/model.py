@@ -577,18 +577,16 @@ class GlmMoeDsa(nn.Module):
             mh = mh_full[:, :-1]                                                 # [B, T-1, D]
             out.mtp_hidden, out.mtp_logits = mh, self.lm_head(mh)
             load = aux["load"]
-            kv0, qk0, idx0 = aux.get("kv"), aux.get("qk"), aux.get("index_scores")
             for j in range(1, mtp_steps):
                 # Row t reads token t+1+j (the last rows, past the end, repeat the last token and are dropped).
                 nxt = torch.cat([input_ids[:, 1 + j:], input_ids[:, -1:].expand(B, 1 + j)], dim=1)
                 cj, sj = rope_tables(positions + j, c.qk_rope_head_dim, c.rope_theta)
                 u = layer.combine(self.model.embed_tokens(nxt), mh_full)
-                u, _, aux_j = layer(u, cj, sj, m_allowed, mode, False, False, kv_in=kv0)
+                u, _, aux_j = layer(u, cj, sj, m_allowed, mode, False, False, kv_in=aux["kv"])
                 mh_full = layer.shared_head.norm(u)
                 out.mtp_step_logits.append(self.lm_head(mh_full[:, :-1 - j]))
                 load = load + aux_j["load"]
             out.loads.append(load)
-            aux = {"index_scores": idx0, "qk": qk0}
             if indexer_loss:
                 groups.append([aux["index_scores"], m_allowed, [aux["qk"]]])
         if indexer_loss:
