@@ -132,6 +132,10 @@ public:
         const Timer timer(stats_[kGatherRows]);
         inner_.gather_rows(x, rows, out);
     }
+    void argmax_rows(const Tensor& x, Tensor& out) override {
+        const Timer timer(stats_[kGatherRows]);  // counted with the gathers: both are row moves at the end of a step
+        inner_.argmax_rows(x, out);
+    }
     void add(Tensor& y, const Tensor& x) override {
         const Timer timer(stats_[kAdd]);
         inner_.add(y, x);

@@ -439,12 +439,36 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     Tensor idx = ops_.upload_i32(rows);
     Tensor h0 = ops_.alloc(DType::F32, {b0.n_tokens(), model_.config().hidden_size});
     ops_.gather_rows(out.hidden, idx, h0);
-    ForwardResult m = model_.mtp_forward(ops_, b0, h0, kv_);
+    const bool share = model_.config().mtp_index_share && !config_.no_mtp_index_share;
+
+    // Every drafting sequence greedy on raw logits (no penalties or bias) with the same number of drafts: the
+    // whole chain runs on the device as one step (one graph on the GPU) and only the drafts come back.
+    const bool chain = !drafting.empty() && std::all_of(drafting.begin(), drafting.end(), [&](const Sequence* s) {
+        const SamplingParams& sp = s->params.sampling;
+        return s->sampler->greedy() && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
+               sp.repetition_penalty == 1.0f && sp.logit_bias.empty();
+    }) && std::all_of(n_draft.begin(), n_draft.end(), [&](int64_t k) { return k == n_draft[0]; });
+    if (chain) {
+        static const int32_t kPlaceholder = 0;  // step j's tokens come from step j - 1's argmax on the device
+        std::vector<Batch> steps(static_cast<size_t>(n_draft[0] - 1));
+        for (size_t j = 0; j < steps.size(); ++j) {
+            for (Sequence* s : drafting) {
+                // Step 0 ran at the last verified token's predecessor (position tokens.size() - 2, reading the
+                // last token); step j reads draft j one position further on, as the chain of MTP depths does.
+                const int64_t pos = static_cast<int64_t>(s->tokens.size()) - 2 + static_cast<int64_t>(j) + 1;
+                steps[j].add_sequence(&s->kv.blocks, &kPlaceholder, 1, pos, true);
+            }
+        }
+        const std::vector<int32_t> d = graphs_.mtp_greedy_chain(b0, h0, last_rows, steps, share);
+        for (size_t j = 0; j <= steps.size(); ++j)
+            for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->drafts.push_back(d[j * drafting.size() + i]);
+        return;
+    }
+    ForwardResult m = graphs_.mtp_forward(b0, h0, nullptr);
     if (drafting.empty()) return;
 
     // Draft j from the MTP logits; steps j >= 1 feed it back at the next position, from the previous step's
     // hidden state, over step 0's top-k row (index_share_for_mtp_iteration).
-    const bool share = model_.config().mtp_index_share && !config_.no_mtp_index_share;
     const int64_t topk = model_.config().index_topk;
     std::vector<int32_t> topk_host;
     if (share) {
@@ -454,7 +478,7 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
             topk_host.insert(topk_host.end(), all.begin() + r * topk, all.begin() + (r + 1) * topk);
     }
     Tensor hidden = ops_.alloc(DType::F32, {static_cast<int64_t>(drafting.size()), model_.config().hidden_size});
-    ops_.gather_rows(m.hidden, ops_.upload_i32(last_rows), hidden);
+    ops_.gather_rows(m.hidden, ops_.upload_i32(last_rows), hidden);  // step 0's rows in graph memory: copied out
     std::vector<float> lg(static_cast<size_t>(m.logits.numel()));
     ops_.download(m.logits, lg.data());
     std::vector<size_t> active(drafting.size());
@@ -487,14 +511,12 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
                 reuse.insert(reuse.end(), row, row + topk);
             }
         }
-        Tensor h = ops_.alloc(DType::F32, {bj.n_tokens(), model_.config().hidden_size});
-        ops_.gather_rows(hidden, ops_.upload_i32(keep_rows), h);
-        Tensor reuse_dev;
-        if (share) {
-            reuse_dev = ops_.alloc(DType::I32, {bj.n_tokens(), topk});
-            ops_.upload(reuse.data(), reuse_dev);
+        Tensor h = hidden;  // all rows still drafting: no gather
+        if (still.size() != active.size()) {
+            h = ops_.alloc(DType::F32, {bj.n_tokens(), model_.config().hidden_size});
+            ops_.gather_rows(hidden, ops_.upload_i32(keep_rows), h);
         }
-        ForwardResult mj = model_.mtp_forward(ops_, bj, h, kv_, share ? &reuse_dev : nullptr);
+        ForwardResult mj = graphs_.mtp_forward(bj, h, share ? &reuse : nullptr);
         hidden = mj.hidden;
         lg.assign(static_cast<size_t>(mj.logits.numel()), 0.0f);
         ops_.download(mj.logits, lg.data());

@@ -392,7 +392,7 @@ ForwardResult GlmDsaModel::forward_local(Ops& ops, const Batch& batch, KvCache& 
 }
 
 ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
-                                       const Tensor* reuse_topk) const {
+                                       const Tensor* reuse_topk, const Tensor* tokens) const {
     MEGACTX_CHECK(has_mtp(), "{}: the checkpoint has no MTP layer (model.layers.{}.*)", store_->dir(),
                   config_.n_layers);
     MEGACTX_CHECK(comm_ == nullptr, "mtp_forward: the MTP layer does not run under tensor parallelism yet");
@@ -403,8 +403,10 @@ ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tenso
     const LayerWeights& L = layers_[static_cast<size_t>(i_mtp)];
     MEGACTX_CHECK(hidden_in.dim(0) == n && hidden_in.dim(1) == H, "mtp_forward: hidden_in must be [{}, {}]", n, H);
 
+    MEGACTX_CHECK(!tokens || (tokens->dtype == DType::I32 && tokens->numel() == n),
+                  "mtp_forward: tokens must be [{}] int32", n);
     Tensor e = ops.alloc(DType::F32, {n, H});
-    ops.embedding(plan.tokens, embed_, e);
+    ops.embedding(tokens ? *tokens : plan.tokens, embed_, e);
     Tensor en = ops.alloc(DType::F32, {n, H});
     ops.rms_norm(e, L.enorm, config_.rms_norm_eps, en);
     Tensor hn = ops.alloc(DType::F32, {n, H});

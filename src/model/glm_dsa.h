@@ -106,9 +106,10 @@ public:
     // The MTP layer for a batch whose tokens are the *next* tokens (t+1) at the positions p of the hidden
     // states `hidden_in` [n, hidden] (the main model's normed hidden at p, or the previous MTP step's).
     // With `reuse_topk` ([n, index_topk] slots) the MTP indexer is not run and those indices are used
-    // (draft steps ≥ 1, model-spec §5.3). Writes the MTP layer's KV at each token's slot.
+    // (draft steps ≥ 1, model-spec §5.3). With `tokens` ([n] int32 in backend memory: the previous draft step's
+    // choices) those ids are embedded instead of the batch's. Writes the MTP layer's KV at each token's slot.
     ForwardResult mtp_forward(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
-                              const Tensor* reuse_topk = nullptr) const;
+                              const Tensor* reuse_topk = nullptr, const Tensor* tokens = nullptr) const;
 
 private:
     // run_indexer: the layer computes top-k into `topk`; otherwise it attends over the incoming `topk`.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/error.h"
 #include "kv/kv_cache.h"
 #include "model/tap.h"
 
@@ -15,6 +16,7 @@ GraphedForward::GraphedForward(const GlmDsaModel& model, Ops& ops, KvCache& kv, 
     : model_(model), ops_(ops), kv_(kv), max_bytes_(max_bytes) {
     const char* env = std::getenv("MEGACTX_GRAPHS");
     enabled_ = ops.can_record() && (env == nullptr || std::strcmp(env, "0") != 0);
+    if (env != nullptr && std::strcmp(env, "pad") == 0) enabled_ = pad_only_ = true;
 }
 
 GraphedForward::~GraphedForward() = default;
@@ -33,25 +35,153 @@ void GraphedForward::evict_lru() {
 int64_t GraphedForward::bucket(const Batch& b) const {
     const int64_t n = b.n_tokens();
     if (!enabled_ || n == 0 || n > kMaxSequences || !model_.single_device() || Tap::instance().enabled()) return 0;
-    if (b.block_tables.size() != static_cast<size_t>(n) || b.pad_blocks != 0) return 0;
+    if (b.pad_blocks != 0 || b.seq.size() != static_cast<size_t>(n) || b.pos.size() != static_cast<size_t>(n))
+        return 0;
+    // Each sequence's tokens together and consecutive, the sequences in order, every table used.
     int64_t need = 1;
     for (int64_t i = 0; i < n; ++i) {
-        if (b.seq[static_cast<size_t>(i)] != i) return 0;  // one token per sequence, in order
-        need = std::max<int64_t>(need, b.pos[static_cast<size_t>(i)] / kBlockSize + 1);
+        const auto k = static_cast<size_t>(i);
+        if (i == 0 ? b.seq[k] != 0
+                   : !(b.seq[k] == b.seq[k - 1] + 1 || (b.seq[k] == b.seq[k - 1] && b.pos[k] == b.pos[k - 1] + 1)))
+            return 0;
+        need = std::max<int64_t>(need, b.pos[k] / kBlockSize + 1);
     }
+    if (b.block_tables.size() != static_cast<size_t>(b.seq.back()) + 1) return 0;
     int64_t pad = 16;
     while (pad < need) pad *= 2;
     return pad;
 }
 
 ForwardResult GraphedForward::forward(const Batch& batch) {
-    const int64_t pad = bucket(batch);
+    // Target steps: decode and verification, where every row is scored (prefill chunks run eagerly).
+    const bool scored = std::all_of(batch.want_logits.begin(), batch.want_logits.end(), [](bool w) { return w; });
+    const int64_t pad = scored ? bucket(batch) : 0;
     if (pad == 0) return model_.forward(ops_, batch, kv_);
     Batch b = batch;
     b.pad_blocks = pad;
+    auto step = [&] { return Result{model_.forward(ops_, b, kv_), {}}; };
+    return run(kTarget, b, step, step, BatchPlan::host_inputs(b)).fwd;
+}
+
+ForwardResult GraphedForward::mtp_forward(const Batch& batch, const Tensor& hidden_in,
+                                          const std::vector<int32_t>* reuse_topk) {
+    const int64_t n = batch.n_tokens(), H = model_.config().hidden_size;
+    MEGACTX_CHECK(!reuse_topk || static_cast<int64_t>(reuse_topk->size()) == n * model_.config().index_topk,
+                  "mtp_forward: reuse_topk must hold {} x {} slots, got {}", n, model_.config().index_topk,
+                  reuse_topk ? reuse_topk->size() : 0);
+    const int64_t pad = bucket(batch);
+    auto plain = [&](const Batch& b) {
+        if (!reuse_topk) return model_.mtp_forward(ops_, b, hidden_in, kv_);
+        Tensor r = ops_.upload_i32(*reuse_topk);
+        r.shape = {b.n_tokens(), model_.config().index_topk};
+        return model_.mtp_forward(ops_, b, hidden_in, kv_, &r);
+    };
+    if (pad == 0) return plain(batch);
+    Batch b = batch;
+    b.pad_blocks = pad;
+    MEGACTX_CHECK(hidden_in.dim(0) == n && hidden_in.dim(1) == H, "mtp_forward: hidden_in must be [{}, {}]", n, H);
+    const Tensor h = stage_hidden(hidden_in);
+    std::vector<std::vector<int32_t>> inputs;
+    if (reuse_topk) inputs.push_back(*reuse_topk);
+    for (auto& v : BatchPlan::host_inputs(b)) inputs.push_back(std::move(v));
+    auto body = [&] {
+        if (!reuse_topk) return Result{model_.mtp_forward(ops_, b, h, kv_), {}};
+        Tensor r = ops_.upload_i32(*reuse_topk);
+        r.shape = {n, model_.config().index_topk};
+        return Result{model_.mtp_forward(ops_, b, h, kv_, &r), {}};
+    };
+    return run(reuse_topk ? kMtpReuse : kMtpIndexer, b, body, body, std::move(inputs)).fwd;
+}
+
+Tensor GraphedForward::stage_hidden(const Tensor& hidden_in) {
+    const int64_t H = model_.config().hidden_size;
+    if (mtp_hidden_.data == nullptr) mtp_hidden_ = ops_.alloc(DType::F32, {kMaxSequences, H});
+    MEGACTX_CHECK(hidden_in.dim(0) <= kMaxSequences, "GraphedForward: {} hidden rows for a staging buffer of {}",
+                  hidden_in.dim(0), kMaxSequences);
+    Tensor h = mtp_hidden_;  // the graph reads its hidden input here, at a fixed address
+    h.shape = {hidden_in.dim(0), H};
+    ops_.slice_cols(hidden_in, 0, h);
+    return h;
+}
+
+std::vector<int32_t> GraphedForward::mtp_greedy_chain(const Batch& b0, const Tensor& hidden_in,
+                                                      const std::vector<int32_t>& last_rows,
+                                                      const std::vector<Batch>& steps, bool share) {
+    const auto n_seq = static_cast<int64_t>(last_rows.size());
+    const int64_t k = static_cast<int64_t>(steps.size()) + 1, H = model_.config().hidden_size;
+    MEGACTX_CHECK(hidden_in.dim(0) == b0.n_tokens() && hidden_in.dim(1) == H,
+                  "mtp_greedy_chain: hidden_in must be [{}, {}]", b0.n_tokens(), H);
+    const auto n_rows = b0.want_logits.empty() ? b0.n_tokens()
+                                               : std::count(b0.want_logits.begin(), b0.want_logits.end(), true);
+    MEGACTX_CHECK(n_rows == n_seq && n_seq > 0, "mtp_greedy_chain: {} logit rows for {} drafting sequences", n_rows,
+                  n_seq);
+    for (const Batch& s : steps)
+        MEGACTX_CHECK(s.n_tokens() == n_seq, "mtp_greedy_chain: a draft step of {} tokens for {} sequences",
+                      s.n_tokens(), n_seq);
+    // The chain's body on given batches (padded or not) and hidden input.
+    auto chain = [&](const Batch& first, const std::vector<Batch>& rest, const Tensor& h0) {
+        Result out;
+        const ForwardResult m = model_.mtp_forward(ops_, first, h0, kv_);
+        out.drafts = ops_.alloc(DType::I32, {k, n_seq});
+        auto row = [&](int64_t j) {
+            Tensor t = out.drafts;
+            t.data = out.drafts.i32() + j * n_seq;
+            t.shape = {n_seq};
+            return t;
+        };
+        Tensor tok = row(0);
+        ops_.argmax_rows(m.logits, tok);
+        if (k == 1) return out;
+        const Tensor idx = ops_.upload_i32(last_rows);
+        Tensor hidden = ops_.alloc(DType::F32, {n_seq, H}), top;
+        ops_.gather_rows(m.hidden, idx, hidden);
+        if (share) {
+            top = ops_.alloc(DType::I32, {n_seq, model_.config().index_topk});
+            ops_.gather_rows(m.topk, idx, top);
+        }
+        for (int64_t j = 1; j < k; ++j) {
+            const ForwardResult mj =
+                model_.mtp_forward(ops_, rest[static_cast<size_t>(j - 1)], hidden, kv_, share ? &top : nullptr, &tok);
+            tok = row(j);
+            ops_.argmax_rows(mj.logits, tok);
+            hidden = mj.hidden;
+        }
+        return out;
+    };
+    // One padding for the whole chain, so every step keeps its shape; 0 when any step does not qualify.
+    int64_t pad = bucket(b0);
+    for (size_t j = 0; j < steps.size() && pad > 0; ++j) {
+        const int64_t p = bucket(steps[j]);
+        pad = p == 0 ? 0 : std::max(pad, p);
+    }
+    std::vector<int32_t> drafts(static_cast<size_t>(k * n_seq));
+    if (pad == 0) {
+        const Result r = chain(b0, steps, hidden_in);
+        ops_.download(r.drafts, drafts.data());
+        return drafts;
+    }
+    Batch first = b0;
+    first.pad_blocks = pad;
+    std::vector<Batch> rest = steps;
+    for (Batch& s : rest) s.pad_blocks = pad;
+    const Tensor h = stage_hidden(hidden_in);
+    std::vector<std::vector<int32_t>> inputs = BatchPlan::host_inputs(first);
+    if (k > 1) inputs.push_back(last_rows);
+    for (const Batch& s : rest)
+        for (auto& v : BatchPlan::host_inputs(s)) inputs.push_back(std::move(v));
+    for (const Batch& s : rest) model_.check_batch(s);
+    auto body = [&] { return chain(first, rest, h); };
+    const Result r = run(kChain + 2 * static_cast<int>(k) + (share ? 1 : 0), first, body, body, std::move(inputs));
+    ops_.download(r.drafts, drafts.data());
+    return drafts;
+}
+
+GraphedForward::Result GraphedForward::run(int kind, const Batch& b, const std::function<Result()>& eager,
+                                           const std::function<Result()>& body,
+                                           std::vector<std::vector<int32_t>> inputs) {
     std::vector<bool> rows = b.want_logits;
     if (rows.empty()) rows.assign(static_cast<size_t>(b.n_tokens()), true);
-    const Key key{b.n_tokens(), pad, rows};
+    const Key key{kind, b.seq, b.pad_blocks, rows};
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
         if (graphs_.size() >= kMaxGraphs) evict_lru();
@@ -62,29 +192,28 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
         lru_.splice(lru_.begin(), lru_, it->second.lru);
     }
     Entry& e = it->second;
-    if (!e.seen) {  // first step of this shape: eager, with the padded plan the graph will have
+    if (!e.seen || e.unrecordable || pad_only_) {  // first step of this shape: eager, with the padded plan the graph will have
         e.seen = true;
         ++stats_.eager;
-        return model_.forward(ops_, b, kv_);
+        return eager();
     }
-    // What forward checks first: bad input must not reach a recording (it would turn graphs off) or a replay
-    // (which runs no host code of the model).
+    // What forward checks first: bad input must not reach a recording (it would turn the shape's graph off) or a
+    // replay (which runs no host code of the model).
     model_.check_batch(b);
     if (!e.graph) {
-        ForwardResult r;
+        Result r;
         try {
-            e.graph = ops_.record([&] { r = model_.forward(ops_, b, kv_); });
+            e.graph = ops_.record([&] { r = body(); });
         } catch (const std::exception& ex) {
-            std::fprintf(stderr, "megactx: CUDA graphs off, a decode step could not be recorded: %s\n", ex.what());
+            std::fprintf(stderr, "megactx: CUDA graphs off for a step shape (%d tokens) that could not be recorded: %s\n",
+                         static_cast<int>(b.n_tokens()), ex.what());
             e.graph.reset();
         }
-        if (!e.graph) {  // nothing ran while recording: run the step eagerly, and eagerly from now on
-            enabled_ = false;
-            graphs_.clear();
-            lru_.clear();
-            stats_.graphs = stats_.bytes = 0;
+        if (!e.graph) {  // nothing ran while recording: run the step eagerly, and this shape eagerly from now on
+            e.unrecordable = true;
+            ++stats_.unrecordable;
             ++stats_.eager;
-            return model_.forward(ops_, b, kv_);
+            return eager();
         }
         e.result = r;
         ++stats_.recorded;
@@ -93,7 +222,7 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
         // Over the memory cap: older graphs go (this one, the most recent, stays).
         while (stats_.bytes > max_bytes_ && lru_.size() > 1) evict_lru();
     }
-    e.graph->inputs = BatchPlan::host_inputs(b);
+    e.graph->inputs = std::move(inputs);
     ops_.replay(*e.graph);
     ++stats_.replayed;
     return e.result;

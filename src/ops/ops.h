@@ -148,8 +148,11 @@ class Ops {
     // An expert with empty weights is held by another rank (expert parallel) and contributes 0.
     virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                              const std::vector<MlpWeights>& experts, Tensor& y) = 0;
-    // out[j] = x[rows[j]]                                       x [n, d], out [m, d]
+    // out[j] = x[rows[j]]                                       x [n, d], out [m, d]  (F32, or I32 for both)
     virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+    // out[i] = the index of row i's largest value; the lowest index wins ties (Sampler's argmax).
+    //                                                           x [n, d] F32, out [n] I32
+    virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
     // y += x (elementwise)
     virtual void add(Tensor& y, const Tensor& x) = 0;
     // Copies columns [c0, c0 + out.cols) of x into out.          x [n, d], out [n, d']

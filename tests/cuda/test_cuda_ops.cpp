@@ -345,6 +345,34 @@ TEST_F(CudaOpsTest, EmbeddingRopeAndCopies) {
         const char* names[4] = {"add", "slice_cols", "concat_cols", "gather_rows"};
         for (int k = 0; k < 4; ++k) expect_close(out[1][k], out[0][k], 0.0, names[k]);
     }
+    {  // argmax over vocabulary-sized rows, ties to the lowest index; gather of int32 rows (top-k slots)
+        const int64_t n = 5, d = 8193;
+        auto x = randv(n * d);
+        x[1 * d + 7000] = 9.0f;  // row 1: a tie between 17 and 7000 → 17
+        x[1 * d + 17] = 9.0f;
+        x[2 * d + d - 1] = 9.0f;  // row 2: the last column
+        for (int64_t c = 0; c < d; ++c) x[3 * d + c] = 0.5f;  // row 3: all equal → 0
+        std::vector<int32_t> ids[2], gathered[2];
+        std::vector<int32_t> slots = {4, -1, 70000, 3, 9, 8, 2, 1};
+        int i = 0;
+        for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get()}) {
+            Tensor out = ops->alloc(DType::I32, {n});
+            ops->argmax_rows(put(*ops, x, {n, d}), out);
+            ids[i].resize(n);
+            ops->download(out, ids[i].data());
+            Tensor g = ops->alloc(DType::I32, {2, 4});
+            ops->gather_rows(put_i32(*ops, slots, {2, 4}), put_i32(*ops, {1, 0}, {2}), g);
+            gathered[i].resize(8);
+            ops->download(g, gathered[i].data());
+            ++i;
+        }
+        EXPECT_EQ(ids[1], ids[0]);
+        EXPECT_EQ(ids[0][1], 17);
+        EXPECT_EQ(ids[0][2], d - 1);
+        EXPECT_EQ(ids[0][3], 0);
+        EXPECT_EQ(gathered[1], gathered[0]);
+        EXPECT_EQ(gathered[0], (std::vector<int32_t>{9, 8, 2, 1, 4, -1, 70000, 3}));
+    }
 }
 
 // Geometry of the MLA cases: (rank, rope) of the latent, heads, nope/v dims.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "../model/fixture_util.h"
@@ -105,6 +106,34 @@ TEST(Speculative, GreedyEqualsPlainUnderContinuousBatching) {
         for (const Out& o : spec) drafted += o.spec.drafted;
         EXPECT_EQ(drafted, st.spec.drafted);  // per-request counts add up to the engine's
     }
+}
+
+// The plans GraphedForward pads for CUDA graphs (MEGACTX_GRAPHS=pad runs every eligible step eagerly with its
+// padded plan on any backend): with prompts beyond 32 tokens and mixed decode/prefill steps, the greedy draft
+// chain, the verification steps and plain decode give the same tokens as unpadded runs, and the drafts are the
+// same (acceptance counts per position equal). Under ASan this also checks that no padded step writes outside
+// its buffers.
+TEST(Speculative, PaddedGraphPlansKeepDraftsAndTokens) {
+    const GlmDsaModel model(MEGACTX_DEFAULT_MODEL_DIR);
+    const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
+    std::vector<std::pair<std::vector<int32_t>, GenerationParams>> reqs;
+    for (int i = 0; i < 3; ++i)
+        reqs.push_back({std::vector<int32_t>(text.begin(), text.begin() + 40 + 100 * i), greedy(24 + 4 * i)});
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 32;
+    cfg.scheduler.max_num_batched_tokens = 64;
+    const std::vector<Out> plain = serve(model, cfg, reqs);
+    cfg.speculative_tokens = 3;
+    EngineStats unpadded, padded;
+    const std::vector<Out> a = serve(model, cfg, reqs, &unpadded);
+    setenv("MEGACTX_GRAPHS", "pad", 1);
+    const std::vector<Out> b = serve(model, cfg, reqs, &padded);
+    unsetenv("MEGACTX_GRAPHS");
+    expect_same(plain, a, "K=3");
+    expect_same(plain, b, "K=3, padded plans");
+    EXPECT_EQ(padded.spec.accepted_at, unpadded.spec.accepted_at);
+    EXPECT_EQ(padded.spec.drafted_at, unpadded.spec.drafted_at);
+    EXPECT_GT(padded.spec.accepted, 0);
 }
 
 // The shipped model drafts well: greedy output unchanged, most first drafts accepted, several tokens per step,

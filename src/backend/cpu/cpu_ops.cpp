@@ -509,10 +509,28 @@ void CpuOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weigh
 
 void CpuOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
     const int64_t d = x.shape.back(), m = rows.numel(), n = rows_of(x);
+    MEGACTX_CHECK((x.dtype == DType::F32 || x.dtype == DType::I32) && out.dtype == x.dtype,
+                  "gather_rows: F32 or I32 rows, the same for both, got {} and {}", dtype_name(x.dtype),
+                  dtype_name(out.dtype));
+    const auto* src = static_cast<const uint8_t*>(x.data);
+    auto* dst = static_cast<uint8_t*>(out.data);
     for (int64_t j = 0; j < m; ++j) {
         const int32_t r = rows.i32()[j];
         MEGACTX_CHECK(r >= 0 && r < n, "gather_rows: row {} outside [0, {})", r, n);
-        std::memcpy(out.f32() + j * d, x.f32() + r * d, static_cast<size_t>(d) * 4);
+        std::memcpy(dst + j * d * 4, src + r * d * 4, static_cast<size_t>(d) * 4);
+    }
+}
+
+void CpuOps::argmax_rows(const Tensor& x, Tensor& out) {
+    const int64_t d = x.shape.back(), n = rows_of(x);
+    MEGACTX_CHECK(out.numel() == n, "argmax_rows: {} rows into {} values", n, out.numel());
+    const float* px = x.f32();
+    for (int64_t i = 0; i < n; ++i) {
+        const float* row = px + i * d;
+        int64_t best = 0;
+        for (int64_t c = 1; c < d; ++c)
+            if (row[c] > row[best]) best = c;
+        out.i32()[i] = static_cast<int32_t>(best);
     }
 }
 

@@ -1309,8 +1309,19 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
 }
 
 void CudaOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
-    MEGACTX_CUDA_CHECK(launch_gather_rows(out.f32(), x.f32(), rows.i32(), rows.numel(), x.shape.back(), stream_));
+    MEGACTX_CHECK((x.dtype == DType::F32 || x.dtype == DType::I32) && out.dtype == x.dtype,
+                  "gather_rows: F32 or I32 rows, the same for both, got {} and {}", dtype_name(x.dtype),
+                  dtype_name(out.dtype));
+    // The kernel moves 4-byte values: I32 rows travel as their bits.
+    MEGACTX_CUDA_CHECK(launch_gather_rows(static_cast<float*>(out.data), static_cast<const float*>(x.data),
+                                          rows.i32(), rows.numel(), x.shape.back(), stream_));
     after_op("gather_rows");
+}
+
+void CudaOps::argmax_rows(const Tensor& x, Tensor& out) {
+    MEGACTX_CHECK(out.numel() == rows_of(x), "argmax_rows: {} rows into {} values", rows_of(x), out.numel());
+    MEGACTX_CUDA_CHECK(launch_argmax_rows(out.i32(), x.f32(), rows_of(x), x.shape.back(), stream_));
+    after_op("argmax_rows");
 }
 
 void CudaOps::add(Tensor& y, const Tensor& x) {

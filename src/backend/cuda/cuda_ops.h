@@ -107,6 +107,7 @@ class CudaOps final : public Ops {
     void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                      Tensor& y) override;
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+    void argmax_rows(const Tensor& x, Tensor& out) override;
     void add(Tensor& y, const Tensor& x) override;
     void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;
     void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;

@@ -132,6 +132,46 @@ cudaError_t launch_gather_rows(float* out, const float* x, const int32_t* rows, 
     return cudaGetLastError();
 }
 
+// One block per row; each thread keeps its best (value, lowest index), then a shared-memory tree picks the larger
+// value, the lower index on ties.
+__global__ void argmax_rows_kernel(int32_t* out, const float* x, int64_t d) {
+    constexpr int kT = 256;
+    __shared__ float best_v[kT];
+    __shared__ int32_t best_i[kT];
+    const float* row = x + blockIdx.x * d;
+    float v = -INFINITY;
+    int32_t bi = -1;
+    for (int64_t c = threadIdx.x; c < d; c += kT) {
+        const float y = row[c];
+        if (bi < 0 || y > v) {
+            v = y;
+            bi = static_cast<int32_t>(c);
+        }
+    }
+    best_v[threadIdx.x] = v;
+    best_i[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = kT / 2; s > 0; s /= 2) {
+        if (static_cast<int>(threadIdx.x) < s) {
+            const float ov = best_v[threadIdx.x + s];
+            const int32_t oi = best_i[threadIdx.x + s];
+            const int32_t mi = best_i[threadIdx.x];
+            if (oi >= 0 && (mi < 0 || ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < mi))) {
+                best_v[threadIdx.x] = ov;
+                best_i[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] < 0 ? 0 : best_i[0];
+}
+
+cudaError_t launch_argmax_rows(int32_t* out, const float* x, int64_t n, int64_t d, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    argmax_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(out, x, d);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_embedding(float* out, const int32_t* ids, const void* table, int elem, const float* scale_inv,
                              int64_t block, int64_t cols, int64_t n, cudaStream_t stream) {
     if (n * cols == 0) return cudaSuccess;
