@@ -61,6 +61,10 @@ void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
     sub->add_option(
         "--speculative-config", so.speculative_config,
         R"(vLLM's form of --speculative-tokens: '{"method":"mtp","num_speculative_tokens":K}' (default: none))");
+    sub->add_option("--speculative-disable-by-batch-size", so.speculative_disable_by_batch_size,
+                    "No drafts in a step where more than N sequences decode (vLLM's disable_by_batch_size; 0 = never)")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(0, 1 << 20));
     sub->add_flag("--no-mtp-index-share", so.no_mtp_index_share,
                   "Draft steps after the first run the MTP indexer instead of reusing the first step's top-k "
                   "(default: as config.json's index_share_for_mtp_iteration)");

@@ -60,6 +60,9 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");
     MEGACTX_CHECK(config.speculative_tokens >= 0 && config.speculative_tokens <= 7,
                   "--speculative-tokens must be in [0, 7], got {}", config.speculative_tokens);
+    MEGACTX_CHECK(config.speculative_disable_by_batch_size >= 0,
+                  "--speculative-disable-by-batch-size must be >= 0 (0 = never), got {}",
+                  config.speculative_disable_by_batch_size);
     if (config.speculative_tokens > 0) {
         MEGACTX_CHECK(model.has_mtp(), "--speculative-tokens {}: the checkpoint has no MTP layer (model.layers.{}.*)",
                       config.speculative_tokens, model.config().n_layers);
@@ -410,6 +413,10 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     std::vector<Sequence*> drafting;  // sequences that decode next: they get drafts
     std::vector<int64_t> n_draft;     // how many each
     std::vector<int32_t> last_rows;   // their last row in step 0
+    int64_t n_decoding = 0;
+    for (const DraftRows& v : valid) n_decoding += v.seq->n_remaining() == 1;
+    const bool too_many = config_.speculative_disable_by_batch_size > 0 &&
+                          n_decoding > config_.speculative_disable_by_batch_size;
     for (size_t k = 0; k < valid.size(); ++k) {
         Sequence* s = valid[k].seq;
         const int64_t first = valid[k].first_row, n = valid[k].n_rows;
@@ -419,7 +426,7 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
             next[k].push_back(s->tokens[static_cast<size_t>(pos0 + j + 1)]);
         }
         int64_t kd = 0;
-        if (s->n_remaining() == 1) {
+        if (s->n_remaining() == 1 && !too_many) {
             kd = std::min({K, s->params.max_tokens - s->n_generated() - 1,
                            max_model_len_ - static_cast<int64_t>(s->tokens.size())});
             // The draft steps and the verification write KV up to position tokens.size() - 1 + kd.

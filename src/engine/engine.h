@@ -34,6 +34,10 @@ struct EngineConfig {
     // reuse step 0's top-k when the config says index_share_for_mtp_iteration, unless no_mtp_index_share.
     int64_t speculative_tokens = 0;
     bool no_mtp_index_share = false;
+    // > 0: no drafts in a step where more than this many sequences decode next (vLLM's disable_by_batch_size):
+    // large batches are compute-bound and verification rows cost what decode rows cost. The MTP layer still runs
+    // over the verified rows, so its KV stays complete for when the batch shrinks.
+    int64_t speculative_disable_by_batch_size = 0;
 };
 
 struct EngineStats {

@@ -64,8 +64,10 @@ EngineConfig engine_config(const ServeOptions& o) {
         }
         MEGACTX_CHECK(j.is_object(), "--speculative-config: expected a JSON object");
         for (const auto& [key, value] : j.items()) {
-            MEGACTX_CHECK(key == "method" || key == "num_speculative_tokens",
-                          "--speculative-config: unknown field '{}' (method, num_speculative_tokens)", key);
+            MEGACTX_CHECK(key == "method" || key == "num_speculative_tokens" || key == "disable_by_batch_size",
+                          "--speculative-config: unknown field '{}' (method, num_speculative_tokens, "
+                          "disable_by_batch_size)",
+                          key);
         }
         MEGACTX_CHECK(j.contains("method") && j["method"].is_string() && j["method"] == "mtp",
                       "--speculative-config: method must be \"mtp\" (the checkpoint's MTP layer)");
@@ -76,7 +78,19 @@ EngineConfig engine_config(const ServeOptions& o) {
                       "--speculative-tokens {} and --speculative-config's num_speculative_tokens {} disagree",
                       o.speculative_tokens, k);
         ec.speculative_tokens = k;
+        if (j.contains("disable_by_batch_size")) {
+            MEGACTX_CHECK(j["disable_by_batch_size"].is_number_integer() && j["disable_by_batch_size"].get<int64_t>() > 0,
+                          "--speculative-config: disable_by_batch_size must be a positive integer");
+            const int64_t b = j["disable_by_batch_size"].get<int64_t>();
+            MEGACTX_CHECK(o.speculative_disable_by_batch_size == 0 || o.speculative_disable_by_batch_size == b,
+                          "--speculative-disable-by-batch-size {} and --speculative-config's disable_by_batch_size {} "
+                          "disagree",
+                          o.speculative_disable_by_batch_size, b);
+            ec.speculative_disable_by_batch_size = b;
+        }
     }
+    if (ec.speculative_disable_by_batch_size == 0)
+        ec.speculative_disable_by_batch_size = o.speculative_disable_by_batch_size;
     ec.no_mtp_index_share = o.no_mtp_index_share;
     return ec;
 }

@@ -108,6 +108,37 @@ TEST(Speculative, GreedyEqualsPlainUnderContinuousBatching) {
     }
 }
 
+// --speculative-disable-by-batch-size N (vLLM's disable_by_batch_size): no drafts in a step where more than N
+// sequences decode; drafting resumes once the batch has shrunk. Tokens stay plain decoding's; a negative value is
+// a clear error.
+TEST(Speculative, DisableByBatchSizeStopsDraftingInLargeBatches) {
+    const std::string f = "freq_offset_f32";
+    const GlmDsaModel model(test::fixture_dir(f));
+    std::vector<std::pair<std::vector<int32_t>, GenerationParams>> reqs;
+    for (int i = 0; i < 4; ++i)
+        reqs.push_back({prompt_of(f, 12 + 7 * i, i + 1, static_cast<int32_t>(model.config().vocab_size)),
+                        greedy(6 + 10 * i)});
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 64;
+    const std::vector<Out> plain = serve(model, cfg, reqs);
+    cfg.speculative_tokens = 2;
+    EngineStats all, limited, none;
+    expect_same(plain, serve(model, cfg, reqs, &all), "K=2");
+    cfg.speculative_disable_by_batch_size = 2;
+    const std::vector<Out> lim = serve(model, cfg, reqs, &limited);
+    expect_same(plain, lim, "K=2, disabled above 2 decoding");
+    cfg.speculative_disable_by_batch_size = 4;
+    expect_same(plain, serve(model, cfg, reqs, &none), "K=2, disabled above 4 decoding");
+    EXPECT_EQ(none.spec.drafted, all.spec.drafted);  // never more than 4 decode: nothing changes
+    EXPECT_GT(limited.spec.drafted, 0);               // the two longest requests draft once alone
+    EXPECT_LT(limited.spec.drafted, all.spec.drafted);
+    EXPECT_EQ(lim[0].spec.drafted, 0);  // the shortest request always decodes beside three others
+    EXPECT_GT(lim[3].spec.drafted, 0);
+    cfg.speculative_disable_by_batch_size = -1;
+    CpuOps ops;
+    EXPECT_THROW(Engine(model, ops, cfg), Error);
+}
+
 // The plans GraphedForward pads for CUDA graphs (MEGACTX_GRAPHS=pad runs every eligible step eagerly with its
 // padded plan on any backend): with prompts beyond 32 tokens and mixed decode/prefill steps, the greedy draft
 // chain, the verification steps and plain decode give the same tokens as unpadded runs, and the drafts are the

@@ -70,6 +70,10 @@ test('bad speculative settings are one clear error at startup', async () => {
     [['--speculative-config', '{"method":"eagle","num_speculative_tokens":3}'], /method must be "mtp"/],
     [['--speculative-config', 'nope'], /not JSON/],
     [['--speculative-tokens', '2', '--speculative-config', '{"method":"mtp","num_speculative_tokens":3}'], /disagree/],
+    [['--speculative-config', '{"method":"mtp","num_speculative_tokens":3,"disable_by_batch_size":0}'], /disable_by_batch_size must be a positive integer/],
+    [['--speculative-config', '{"method":"mtp","num_speculative_tokens":3,"disable_by_batch_size":4}',
+      '--speculative-disable-by-batch-size', '2'], /disagree/],
+    [['--speculative-tokens', '3', '--speculative-disable-by-batch-size', '-1'], /--speculative-disable-by-batch-size/],
   ]) {
     const r = await runServe(['--model', MODEL, '--port', '0', ...args]);
     assert.notEqual(r.code, 0, r.log);
