@@ -440,7 +440,7 @@ TEST(CudaDemoModel, NiahAnswersMatchCpu) {
 }
 
 // MTP speculative decoding through CUDA graphs (verification steps and draft steps, GraphedForward) against the
-// same engine run eagerly (MEGACTX_GRAPHS=0), on the shipped demo model with bf16 KV: two greedy requests with
+// same engine run eagerly (MEGACTX_GRAPHS=0), on the shipped demo model with bf16 and FP8 KV: two greedy requests with
 // different prompts decoding together, K = 3. Each graph replays the kernels its eager step ran, on the step's
 // inputs, so tokens, acceptance and every log-probability must be identical; a replay reading a stale position,
 // slot, top-k row or hidden input would change the drafts (acceptance) or the tokens. Printed as information:
@@ -460,13 +460,14 @@ TEST(CudaGraphs, SpeculativeStepsReplayMatchEager) {
     std::vector<std::vector<int32_t>> prompts(2);
     for (int64_t i = 0; i < 300; ++i) prompts[0].push_back((base[i % base.size()] * 31 + i) % 8000 + 10);
     for (int64_t i = 0; i < 120; ++i) prompts[1].push_back((base[i % base.size()] * 17 + 3 * i) % 8000 + 10);
+    for (KvFormat format : {KvFormat::BF16, KvFormat::FP8}) {
     const auto serve = [&](int64_t k, bool graphs) {
         if (graphs)
             unsetenv("MEGACTX_GRAPHS");
         else
             setenv("MEGACTX_GRAPHS", "0", 1);
         EngineConfig cfg;
-        cfg.kv_format = KvFormat::BF16;
+        cfg.kv_format = format;
         cfg.max_model_len = 1024;
         cfg.n_kv_blocks = 64;
         cfg.speculative_tokens = k;
@@ -500,17 +501,19 @@ TEST(CudaGraphs, SpeculativeStepsReplayMatchEager) {
     EXPECT_EQ(graphed.stats.spec.drafted, eager.stats.spec.drafted);
     EXPECT_EQ(graphed.stats.spec.accepted, eager.stats.spec.accepted);
     for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(graphed.tokens[i], eager.tokens[i]) << "request " << i;
-        EXPECT_EQ(graphed.logprobs[i], eager.logprobs[i]) << "request " << i;
+        EXPECT_EQ(graphed.tokens[i], eager.tokens[i]) << kv_format_name(format) << " request " << i;
+        EXPECT_EQ(graphed.logprobs[i], eager.logprobs[i]) << kv_format_name(format) << " request " << i;
         size_t same = 0;
         while (same < plain.tokens[i].size() && same < graphed.tokens[i].size() &&
                plain.tokens[i][same] == graphed.tokens[i][same])
             ++same;
-        std::printf("request %zu: %zu tokens, speculative (K = 3) = plain for the first %zu; %lld of %lld drafts "
-                    "accepted; %lld steps replayed from graphs\n",
-                    i, graphed.tokens[i].size(), same, static_cast<long long>(graphed.stats.spec.accepted),
+        std::printf("%s KV, request %zu: %zu tokens, speculative (K = 3) = plain for the first %zu; %lld of %lld "
+                    "drafts accepted; %lld steps replayed from graphs\n",
+                    kv_format_name(format), i, graphed.tokens[i].size(), same,
+                    static_cast<long long>(graphed.stats.spec.accepted),
                     static_cast<long long>(graphed.stats.spec.drafted),
                     static_cast<long long>(graphed.stats.graph_replays));
+    }
     }
 }
 
