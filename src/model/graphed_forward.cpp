@@ -60,7 +60,7 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
     Batch b = batch;
     b.pad_blocks = pad;
     auto step = [&] { return Result{model_.forward(ops_, b, kv_), {}}; };
-    return run(kTarget, b, step, step, BatchPlan::host_inputs(b)).fwd;
+    return run(kTarget, b, step, [&] { return BatchPlan::host_inputs(b); }).fwd;
 }
 
 ForwardResult GraphedForward::mtp_forward(const Batch& batch, const Tensor& hidden_in,
@@ -69,28 +69,26 @@ ForwardResult GraphedForward::mtp_forward(const Batch& batch, const Tensor& hidd
     MEGACTX_CHECK(!reuse_topk || static_cast<int64_t>(reuse_topk->size()) == n * model_.config().index_topk,
                   "mtp_forward: reuse_topk must hold {} x {} slots, got {}", n, model_.config().index_topk,
                   reuse_topk ? reuse_topk->size() : 0);
-    const int64_t pad = bucket(batch);
-    auto plain = [&](const Batch& b) {
-        if (!reuse_topk) return model_.mtp_forward(ops_, b, hidden_in, kv_);
+    // The step on a batch (padded or not) and a hidden input; a reused top-k is uploaded first.
+    auto step = [&](const Batch& b, const Tensor& h) {
+        if (!reuse_topk) return model_.mtp_forward(ops_, b, h, kv_);
         Tensor r = ops_.upload_i32(*reuse_topk);
-        r.shape = {b.n_tokens(), model_.config().index_topk};
-        return model_.mtp_forward(ops_, b, hidden_in, kv_, &r);
+        r.shape = {n, model_.config().index_topk};
+        return model_.mtp_forward(ops_, b, h, kv_, &r);
     };
-    if (pad == 0) return plain(batch);
+    const int64_t pad = bucket(batch);
+    if (pad == 0) return step(batch, hidden_in);
     Batch b = batch;
     b.pad_blocks = pad;
     MEGACTX_CHECK(hidden_in.dim(0) == n && hidden_in.dim(1) == H, "mtp_forward: hidden_in must be [{}, {}]", n, H);
     const Tensor h = stage_hidden(hidden_in);
-    std::vector<std::vector<int32_t>> inputs;
-    if (reuse_topk) inputs.push_back(*reuse_topk);
-    for (auto& v : BatchPlan::host_inputs(b)) inputs.push_back(std::move(v));
-    auto body = [&] {
-        if (!reuse_topk) return Result{model_.mtp_forward(ops_, b, h, kv_), {}};
-        Tensor r = ops_.upload_i32(*reuse_topk);
-        r.shape = {n, model_.config().index_topk};
-        return Result{model_.mtp_forward(ops_, b, h, kv_, &r), {}};
+    auto inputs = [&] {  // in upload order: the reused top-k, then the batch plan
+        std::vector<std::vector<int32_t>> in;
+        if (reuse_topk) in.push_back(*reuse_topk);
+        for (auto& v : BatchPlan::host_inputs(b)) in.push_back(std::move(v));
+        return in;
     };
-    return run(reuse_topk ? kMtpReuse : kMtpIndexer, b, body, body, std::move(inputs)).fwd;
+    return run(reuse_topk ? kMtpReuse : kMtpIndexer, b, [&] { return Result{step(b, h), {}}; }, inputs).fwd;
 }
 
 Tensor GraphedForward::stage_hidden(const Tensor& hidden_in) {
@@ -165,20 +163,22 @@ std::vector<int32_t> GraphedForward::mtp_greedy_chain(const Batch& b0, const Ten
     std::vector<Batch> rest = steps;
     for (Batch& s : rest) s.pad_blocks = pad;
     const Tensor h = stage_hidden(hidden_in);
-    std::vector<std::vector<int32_t>> inputs = BatchPlan::host_inputs(first);
-    if (k > 1) inputs.push_back(last_rows);
-    for (const Batch& s : rest)
-        for (auto& v : BatchPlan::host_inputs(s)) inputs.push_back(std::move(v));
-    for (const Batch& s : rest) model_.check_batch(s);
-    auto body = [&] { return chain(first, rest, h); };
-    const Result r = run(kChain + 2 * static_cast<int>(k) + (share ? 1 : 0), first, body, body, std::move(inputs));
+    for (const Batch& s : rest) model_.check_batch(s);  // run() checks the first; a replay checks nothing
+    auto inputs = [&] {  // in upload order: step 0's plan, its drafting rows, then each step's plan
+        std::vector<std::vector<int32_t>> in = BatchPlan::host_inputs(first);
+        if (k > 1) in.push_back(last_rows);
+        for (const Batch& s : rest)
+            for (auto& v : BatchPlan::host_inputs(s)) in.push_back(std::move(v));
+        return in;
+    };
+    const Result r =
+        run(kChain + 2 * static_cast<int>(k) + (share ? 1 : 0), first, [&] { return chain(first, rest, h); }, inputs);
     ops_.download(r.drafts, drafts.data());
     return drafts;
 }
 
-GraphedForward::Result GraphedForward::run(int kind, const Batch& b, const std::function<Result()>& eager,
-                                           const std::function<Result()>& body,
-                                           std::vector<std::vector<int32_t>> inputs) {
+GraphedForward::Result GraphedForward::run(int kind, const Batch& b, const std::function<Result()>& body,
+                                           const std::function<std::vector<std::vector<int32_t>>()>& inputs) {
     std::vector<bool> rows = b.want_logits;
     if (rows.empty()) rows.assign(static_cast<size_t>(b.n_tokens()), true);
     const Key key{kind, b.seq, b.pad_blocks, rows};
@@ -192,10 +192,11 @@ GraphedForward::Result GraphedForward::run(int kind, const Batch& b, const std::
         lru_.splice(lru_.begin(), lru_, it->second.lru);
     }
     Entry& e = it->second;
-    if (!e.seen || e.unrecordable || pad_only_) {  // first step of this shape: eager, with the padded plan the graph will have
+    // The first step of a shape runs eagerly, with the padded plan the graph will have.
+    if (!e.seen || e.unrecordable || pad_only_) {
         e.seen = true;
         ++stats_.eager;
-        return eager();
+        return body();
     }
     // What forward checks first: bad input must not reach a recording (it would turn the shape's graph off) or a
     // replay (which runs no host code of the model).
@@ -213,7 +214,7 @@ GraphedForward::Result GraphedForward::run(int kind, const Batch& b, const std::
             e.unrecordable = true;
             ++stats_.unrecordable;
             ++stats_.eager;
-            return eager();
+            return body();
         }
         e.result = r;
         ++stats_.recorded;
@@ -222,7 +223,7 @@ GraphedForward::Result GraphedForward::run(int kind, const Batch& b, const std::
         // Over the memory cap: older graphs go (this one, the most recent, stays).
         while (stats_.bytes > max_bytes_ && lru_.size() > 1) evict_lru();
     }
-    e.graph->inputs = std::move(inputs);
+    e.graph->inputs = inputs();
     ops_.replay(*e.graph);
     ++stats_.replayed;
     return e.result;

@@ -90,10 +90,10 @@ class GraphedForward {
     // The padded block count for the batch, or 0 when it does not qualify.
     int64_t bucket(const Batch& batch) const;
     void evict_lru();  // the least recently used entry
-    // The shared path: `eager` runs the step on `b` (padded), `body` issues it for recording; `inputs` are the
-    // host inputs a replay sends, in the order the body uploads them.
-    Result run(int kind, const Batch& b, const std::function<Result()>& eager, const std::function<Result()>& body,
-               std::vector<std::vector<int32_t>> inputs);
+    // The shared path: `body` runs the step on `b` (padded) — eagerly, or issued for recording; `inputs` gives the
+    // host inputs a replay sends, in the order the body uploads them (built only for a replay).
+    Result run(int kind, const Batch& b, const std::function<Result()>& body,
+               const std::function<std::vector<std::vector<int32_t>>()>& inputs);
     // Copies `hidden_in` into mtp_hidden_ and returns the view the MTP graphs read.
     Tensor stage_hidden(const Tensor& hidden_in);
 
