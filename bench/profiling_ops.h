@@ -132,6 +132,26 @@ public:
         const Timer timer(stats_[kGatherRows]);
         inner_.gather_rows(x, rows, out);
     }
+    // The host KV tier's ops, counted with the gathers (row moves).
+    void kv_resolve(const KvResolveParams& p) override {
+        const Timer timer(stats_[kGatherRows]);
+        inner_.kv_resolve(p);
+    }
+    void kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) override {
+        const Timer timer(stats_[kGatherRows]);
+        inner_.kv_split_slots(slots, loc, device, host);
+    }
+    void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override {
+        const Timer timer(stats_[kGatherRows]);
+        inner_.kv_fetch_rows(src, rows, dst);
+    }
+    void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) override {
+        const Timer timer(stats_[kGatherRows]);
+        inner_.copy_rows(src, src_row, dst, dst_row, n);
+    }
+    Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override {
+        return inner_.alloc_host(dtype, std::move(shape));
+    }
     void argmax_rows(const Tensor& x, Tensor& out) override {
         const Timer timer(stats_[kGatherRows]);  // counted with the gathers: both are row moves at the end of a step
         inner_.argmax_rows(x, out);

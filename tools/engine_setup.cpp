@@ -47,7 +47,11 @@ void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
     sub->add_option("--max-num-batched-tokens", so.max_num_batched_tokens, "Tokens per engine step")
         ->capture_default_str()
         ->check(in_range<int64_t>(1, int64_t{1} << 20));
-    sub->add_option("--kv-cache-memory", so.kv_cache_memory, "KV cache size, e.g. 4GiB (default 2GiB on the CPU)");
+    sub->add_option("--kv-cache-memory", so.kv_cache_memory,
+                    "KV cache size on the device, e.g. 4GiB (default 2GiB on the CPU; on CUDA what the budget leaves)");
+    sub->add_option("--kv-offload-memory", so.kv_offload_memory,
+                    "Host KV tier, e.g. 64GiB: latent rows beyond the device's, fetched as sparse attention selects "
+                    "them (default: none)");
     sub->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                     "cuda: fraction of the free GPU memory for weights, KV cache and activations")
         ->capture_default_str()

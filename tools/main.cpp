@@ -200,7 +200,15 @@ int main(int argc, char** argv) {
     uint64_t seed = 0;
     bool ignore_eos = false, as_json = false;
     BackendFlags bf;  // --device, --tensor-parallel-size, ... of logits, generate, serve
-    const auto add_backend_options = [&](CLI::App* sub) { add_backend_flags(sub, bf); };
+    std::string kv_memory, kv_offload;  // logits / generate
+    const auto add_backend_options = [&](CLI::App* sub) {
+        add_backend_flags(sub, bf);
+        if (sub->get_name() == "logits" || sub->get_name() == "generate") {
+            sub->add_option("--kv-cache-memory", kv_memory, "Device KV tier size, e.g. 1GiB (default: what the sequence needs)");
+            sub->add_option("--kv-offload-memory", kv_offload,
+                            "Host KV tier size, e.g. 16GiB: latent rows beyond the device tier, fetched as selected (default: none)");
+        }
+    };
 
     auto* logits = app.add_subcommand("logits", "Logits at every position of a token sequence → .npy [n, vocab]");
     logits->add_option("--model", model, "Model directory (default: the embedded glm-demo model)");
@@ -349,9 +357,11 @@ int main(int argc, char** argv) {
             }
             const GlmDsaModel& m = group ? group->model() : *single;
             Ops& ops = group ? group->ops() : *backend;
+            const int64_t kv_bytes = kv_memory.empty() ? 0 : parse_byte_size(kv_memory, "--kv-cache-memory");
+            const int64_t kv_host = kv_offload.empty() ? 0 : parse_byte_size(kv_offload, "--kv-offload-memory");
             if (*logits) {
                 validate_tokens(m.config(), ids);
-                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()), kv_format);
+                SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()), kv_format, kv_bytes, kv_host);
                 const std::vector<float> l = runner.feed(ids, chunk, true);
                 write_npy_f32(out, {static_cast<int64_t>(ids.size()), m.config().vocab_size}, l.data());
                 std::fprintf(stderr, "wrote %s [%zu, %lld]\n", out.c_str(), ids.size(),
@@ -362,7 +372,8 @@ int main(int argc, char** argv) {
                 validate_tokens(m.config(), ids, max_new);
                 std::vector<int32_t> out_ids;
                 if (gen_spec == 0) {
-                    SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new, kv_format);
+                    SequenceRunner runner(m, ops, static_cast<int64_t>(ids.size()) + max_new, kv_format, kv_bytes,
+                                          kv_host);
                     const std::vector<int32_t> all = runner.generate(ids, max_new, sp, !ignore_eos);
                     out_ids.assign(all.begin() + static_cast<long>(ids.size()), all.end());
                 } else {
@@ -372,6 +383,13 @@ int main(int argc, char** argv) {
                     ec.speculative_tokens = gen_spec;
                     ec.n_kv_blocks =
                         (static_cast<int64_t>(ids.size()) + max_new + gen_spec + kBlockSize) / kBlockSize + 1;
+                    if (kv_host > 0) {  // the tiers' budgets decide the blocks
+                        ec.n_kv_blocks = 0;
+                        ec.kv_cache_bytes = kv_bytes;
+                        ec.kv_offload_bytes = kv_host;
+                    } else if (kv_bytes > 0) {
+                        ec.n_kv_blocks = std::min(ec.n_kv_blocks, kv_bytes / (m.kv_bytes_per_token_max(kv_format) * kBlockSize));
+                    }
                     ec.scheduler.max_num_seqs = 1;
                     Engine engine(m, ops, ec);
                     GenerationParams gp;

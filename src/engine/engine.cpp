@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "engine/speculative.h"
 
@@ -34,16 +36,31 @@ int64_t resolve_max_model_len(const ModelConfig& c, const EngineConfig& e) {
     return len;
 }
 
-int64_t resolve_blocks(const ModelConfig& c, const EngineConfig& e, int64_t kv_bytes_per_token) {
-    if (e.n_kv_blocks > 0) return e.n_kv_blocks;
+// Blocks of the device tier (all blocks without a host tier) and of the host tier.
+KvTierBlocks resolve_blocks(const ModelConfig& c, const EngineConfig& e, int64_t kv_bytes_per_token) {
+    KvTierBlocks t;
+    MEGACTX_CHECK(e.kv_offload_bytes >= 0 && e.n_kv_host_blocks >= 0, "--kv-offload-memory must not be negative");
+    const int64_t bytes = e.kv_cache_bytes > 0 ? e.kv_cache_bytes : (int64_t{2} << 30);  // CPU default: 2 GiB
+    if (e.n_kv_host_blocks > 0 || e.kv_offload_bytes > 0) {
+        t = kv_tier_blocks(c, e.kv_format, {}, bytes, e.kv_offload_bytes);
+        if (e.n_kv_host_blocks > 0) t.host = e.n_kv_host_blocks;
+    }
+    if (e.n_kv_blocks > 0) {
+        t.device = e.n_kv_blocks;
+        return t;
+    }
     const int64_t max_len = resolve_max_model_len(c, e);
     const int64_t want = e.scheduler.max_num_seqs * ((max_len + kBlockSize - 1) / kBlockSize);
-    const int64_t bytes = e.kv_cache_bytes > 0 ? e.kv_cache_bytes : (int64_t{2} << 30);  // CPU default: 2 GiB
+    if (t.host > 0) {
+        t.device = std::min(want, t.device);
+        return t;
+    }
     const int64_t per_block = kv_bytes_per_token * kBlockSize;  // the fullest rank's layers (LayerSplit)
     const int64_t fit = bytes / per_block;
     MEGACTX_CHECK(fit >= 1, "KV cache budget of {} bytes holds no 64-token block ({} bytes per block)", bytes,
                   per_block);
-    return std::min(want, fit);
+    t.device = std::min(want, fit);
+    return t;
 }
 
 }  // namespace
@@ -53,8 +70,9 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
       ops_(ops),
       config_(config),
       max_model_len_(resolve_max_model_len(model.config(), config)),
-      kv_(ops, model.config(), resolve_blocks(model.config(), config, model.kv_bytes_per_token_max(config.kv_format)),
-          config.kv_format, model.kv_layers()),
+      tier_blocks_(resolve_blocks(model.config(), config, model.kv_bytes_per_token_max(config.kv_format))),
+      kv_(ops, model.config(), tier_blocks_.device, config.kv_format, model.kv_layers(),
+          KvTierOptions{tier_blocks_.host}),
       graphs_(model, ops, kv_) {
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");
@@ -69,6 +87,8 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
         MEGACTX_CHECK(model.single_device(),
                       "--speculative-tokens: MTP drafting does not run under tensor parallelism yet (use --tp 1)");
     }
+    MEGACTX_CHECK(!kv_.tiered() || model.single_device(),
+                  "--kv-offload-memory: the host KV tier does not run under tensor parallelism yet (use --tp 1)");
     snapshot_.kv_blocks_total = kv_.n_blocks();
     model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
 }
@@ -98,8 +118,12 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& para
                   "the prompt ({} tokens) plus max_tokens ({}) is {} tokens, beyond the maximum context length of {}",
                   prompt.size(), params.max_tokens, total, max_model_len_);
     MEGACTX_CHECK(total <= kv_capacity_tokens(),
-                  "the prompt ({} tokens) plus max_tokens ({}) does not fit in the KV cache ({} tokens)", prompt.size(),
-                  params.max_tokens, kv_capacity_tokens());
+                  "the prompt ({} tokens) plus max_tokens ({}) does not fit in the KV cache ({} tokens{})", prompt.size(),
+                  params.max_tokens, kv_capacity_tokens(),
+                  kv_.tiered() ? fmt::format(": {} on the device and {} in the host tier; raise --kv-cache-memory or "
+                                             "--kv-offload-memory",
+                                             kv_.tiers().n_device() * kBlockSize, kv_.tiers().n_host() * kBlockSize)
+                               : std::string());
     MEGACTX_CHECK(alive_.load(), "the engine is not running");
 
     auto s = std::make_unique<Sequence>();
@@ -225,11 +249,37 @@ void Engine::update_snapshot() {
     snap.kv_blocks_total = kv_.n_blocks();
     snap.kv_blocks_used = kv_.blocks().n_used();
     snap.kv_blocks_cached = kv_.blocks().n_cached();
+    if (kv_.tiered()) {
+        const KvTiers& t = kv_.tiers();
+        snap.kv_device_blocks = t.n_device();
+        snap.kv_host_blocks = t.n_host();
+        snap.kv_device_blocks_used = t.device_used();
+        snap.kv_host_blocks_used = t.host_used();
+        snap.kv_selected_device_rows = t.stats().device_rows;
+        snap.kv_fetched_rows = t.stats().host_rows;
+        snap.kv_fetched_bytes = t.stats().host_rows * kv_.latent_row_bytes();
+        snap.kv_promotions = t.stats().promotions;
+        snap.kv_demotions = t.stats().demotions;
+    }
     snap.graph_replays = graphs_.stats().replayed;
     snap.graphs = graphs_.stats().graphs;
     snap.graph_bytes = graphs_.stats().bytes;
     std::lock_guard<std::mutex> lock(mu_);
     snapshot_ = snap;
+}
+
+std::string Engine::kv_capacity_line() const {
+    const int64_t max_seqs = kv_capacity_tokens() / std::max<int64_t>(1, max_model_len_);
+    const std::string fit = fmt::format("{} sequence{} of max_model_len {} fit", max_seqs, max_seqs == 1 ? "" : "s",
+                                        max_model_len_);
+    if (!kv_.tiered())
+        return fmt::format("KV cache: {} blocks of 64 tokens = {} tokens; {}", kv_.n_blocks(), kv_capacity_tokens(),
+                           fit);
+    const KvTiers& t = kv_.tiers();
+    return fmt::format("KV cache: {} device blocks = {} tokens + {} host blocks = {} tokens (latent rows offloaded) "
+                       "= {} tokens; {}",
+                       t.n_device(), t.n_device() * kBlockSize, t.n_host(), t.n_host() * kBlockSize,
+                       kv_capacity_tokens(), fit);
 }
 
 bool Engine::step() {
@@ -241,6 +291,7 @@ bool Engine::step() {
 bool Engine::step_once() {
     drain_inbox();
     if (running_.empty() && waiting_.empty()) return false;
+    kv_.end_step();  // (host tier) the last step's selections promote hot host blocks, before this step allocates
     // Test hook (docs/testing.md): MEGACTX_FAULT_STEP=N makes step N fail as a backend fault would, so the
     // tests can check that the server reports a dead engine instead of hanging.
     static const int64_t fault_step = [] {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,6 +27,11 @@ namespace megactx {
 struct EngineConfig {
     int64_t n_kv_blocks = 0;     // 0: enough for max_num_seqs sequences of max_model_len (capped by kv_cache_bytes)
     int64_t kv_cache_bytes = 0;  // 0: no byte cap
+    // The host tier (kv/kv_tiers.h): its size in bytes (--kv-offload-memory), or its blocks (tests); 0 = none. With a
+    // host tier, kv_cache_bytes is the device tier's budget (latent rows of its blocks, every block's indexer keys,
+    // the staging rows) and n_kv_blocks, when given, its block count.
+    int64_t kv_offload_bytes = 0;
+    int64_t n_kv_host_blocks = 0;
     int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
     bool prefix_caching = true;
     KvFormat kv_format = KvFormat::F32;  // the backend must support it (CpuOps: F32 only)
@@ -43,6 +49,11 @@ struct EngineConfig {
 struct EngineStats {
     int64_t running = 0, waiting = 0;
     int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+    // The host tier (zero without one): blocks of each tier and those holding KV, and what sparse attention
+    // selected — rows (× the layers reading them) found on the device / fetched from the host — and block moves.
+    int64_t kv_device_blocks = 0, kv_host_blocks = 0, kv_device_blocks_used = 0, kv_host_blocks_used = 0;
+    int64_t kv_selected_device_rows = 0, kv_fetched_rows = 0, kv_fetched_bytes = 0;
+    int64_t kv_promotions = 0, kv_demotions = 0;
     int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // prompt tokens looked up / found in the cache
     int64_t steps = 0, preemptions = 0;
     int64_t prompt_tokens = 0, generation_tokens = 0;
@@ -73,7 +84,9 @@ class Engine {
     bool alive() const { return alive_.load(); }
     EngineStats stats() const;
     int64_t max_model_len() const { return max_model_len_; }
-    int64_t kv_capacity_tokens() const { return kv_.n_blocks() * kBlockSize; }
+    int64_t kv_capacity_tokens() const { return kv_.n_blocks() * kBlockSize; }  // both tiers
+    // "KV cache: …" — blocks, tokens of each tier and how many max_model_len sequences fit (the startup line).
+    std::string kv_capacity_line() const;
     const GlmDsaModel& model() const { return model_; }
 
   private:
@@ -107,6 +120,7 @@ class Engine {
     Ops& ops_;
     EngineConfig config_;
     int64_t max_model_len_ = 0;
+    KvTierBlocks tier_blocks_;
     KvCache kv_;
     GraphedForward graphs_;  // all-decode steps of <= 32 sequences replay recorded graphs on the GPU
 

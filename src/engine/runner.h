@@ -14,8 +14,12 @@ namespace megactx {
 
 class SequenceRunner {
   public:
-    // Capacity: the KV cache holds max_tokens tokens, stored in `kv_format`.
-    SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_tokens, KvFormat kv_format = KvFormat::F32);
+    // Capacity: the KV cache holds max_tokens tokens, stored in `kv_format`. With host_bytes > 0 the cache has a
+    // host tier of that size (--kv-offload-memory) and a device tier of device_bytes (--kv-cache-memory; default
+    // 2 GiB) or of the blocks the sequence needs, if fewer; device_bytes alone caps the one tier. Error when the
+    // sequence does not fit.
+    SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_tokens, KvFormat kv_format = KvFormat::F32,
+                   int64_t device_bytes = 0, int64_t host_bytes = 0);
 
     // Feeds `tokens` after what is already cached, `chunk` tokens per forward (0 = one pass). Returns
     // the logits of every fed token [n, vocab] when all_logits, else only of the last one [1, vocab].
@@ -30,6 +34,8 @@ class SequenceRunner {
                                   bool stop_at_eos);
 
   private:
+    SequenceRunner(const GlmDsaModel& model, Ops& ops, KvFormat kv_format, KvTierBlocks blocks);
+
     const GlmDsaModel& model_;
     Ops& ops_;
     KvCache kv_;

@@ -36,6 +36,7 @@ int32_t BlockAllocator::allocate() {
         hash_of_[static_cast<size_t>(b)] = 0;
     }
     refs_[static_cast<size_t>(b)] = 1;
+    if (fresh_) fresh_(b);
     return b;
 }
 
@@ -58,6 +59,7 @@ void BlockAllocator::release(int32_t block) {
         lru_pos_[i] = lru_.insert(lru_.end(), block);
     } else {
         free_.push_back(block);
+        if (freed_) freed_(block);
     }
 }
 

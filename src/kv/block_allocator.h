@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <optional>
 #include <unordered_map>
@@ -43,6 +44,14 @@ public:
     int64_t n_cached() const { return static_cast<int64_t>(lru_.size()); }
     int32_t refcount(int32_t block) const { return refs_.at(static_cast<size_t>(block)); }
 
+    // Tiered KV (kv_tiers.h): `fresh` sees each block allocate() hands out (its content discarded) before it is
+    // returned, `freed` each block that becomes free (a published block that loses its last reference is cached,
+    // not freed).
+    void set_hooks(std::function<void(int32_t)> fresh, std::function<void(int32_t)> freed) {
+        fresh_ = std::move(fresh);
+        freed_ = std::move(freed);
+    }
+
 private:
     void check(int32_t block) const;
 
@@ -52,6 +61,7 @@ private:
     std::vector<std::list<int32_t>::iterator> lru_pos_;
     std::vector<uint64_t> hash_of_;  // 0 = not published
     std::unordered_map<uint64_t, int32_t> by_hash_;
+    std::function<void(int32_t)> fresh_, freed_;
 };
 
 }  // namespace megactx

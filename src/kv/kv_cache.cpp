@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace megactx {
@@ -39,31 +41,64 @@ int64_t kv_bytes_per_token(const ModelConfig& c, KvFormat f, Range layers) {
     return b;
 }
 
-KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat format, Range layers)
-    : blocks_(n_blocks), format_(format), layers_(all_if_empty(c, layers)) {
+KvTierBlocks kv_tier_blocks(const ModelConfig& c, KvFormat f, Range layers, int64_t device_bytes,
+                            int64_t host_bytes, int64_t rows_per_pass) {
+    layers = all_if_empty(c, layers);
+    int64_t latent = 0, indexer = 0;  // bytes per token over the layers
+    for (int64_t l = layers.begin; l < layers.end; ++l) {
+        latent += latent_row_bytes(c, f);
+        indexer += c.is_full(l) ? indexer_token_bytes(c, f) : 0;
+    }
+    KvTierBlocks t;
+    t.host = host_bytes / (kBlockSize * latent);
+    const int64_t staging = t.host > 0 ? std::max(kBlockSize, rows_per_pass * c.index_topk) * latent : 0;
+    const int64_t left = device_bytes - staging - t.host * kBlockSize * indexer;
+    t.device = left > 0 ? left / (kBlockSize * (latent + indexer)) : 0;
+    MEGACTX_CHECK(t.device >= 1,
+                  "--kv-cache-memory of {} bytes holds no device KV block ({} bytes per block, plus {} bytes of staging "
+                  "rows and {} bytes of indexer keys for the {} host blocks)",
+                  device_bytes, kBlockSize * (latent + indexer), staging, t.host * kBlockSize * indexer, t.host);
+    return t;
+}
+
+KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat format, Range layers,
+                 const KvTierOptions& tier)
+    : ops_(&ops), blocks_(n_blocks + tier.n_host_blocks), format_(format), layers_(all_if_empty(c, layers)) {
     static_assert(kBlockSize == kFp8IndexerBlock, "the FP8 indexer pages are the cache's blocks");
     MEGACTX_CHECK(layers_.begin >= 0 && layers_.end <= c.n_layers_total() && layers_.size() > 0,
                   "KV cache: layers [{}, {}) outside the model's {}", layers_.begin, layers_.end, c.n_layers_total());
-    const int64_t n_slots = n_blocks * kBlockSize;
+    MEGACTX_CHECK(tier.n_host_blocks >= 0 && (tier.n_host_blocks == 0 || tier.rows_per_pass >= 1),
+                  "KV cache: {} host blocks, {} rows per staging pass", tier.n_host_blocks, tier.rows_per_pass);
+    const int64_t n_all = blocks_.n_blocks();
+    latent_row_bytes_ = ::megactx::latent_row_bytes(c, format);
+    // The device latent pool: the device tier's blocks, then (tiered) the staging rows.
+    int64_t n_slots = n_blocks * kBlockSize;
+    if (tier.n_host_blocks > 0) {
+        rows_per_pass_ = tier.rows_per_pass;
+        staging_base_ = n_slots;
+        n_slots += std::max(kBlockSize, rows_per_pass_ * c.index_topk);
+    }
+    const auto latent_tensor = [&](int64_t rows, bool host) {
+        const DType t = format == KvFormat::F32 ? DType::F32 : format == KvFormat::BF16 ? DType::BF16 : DType::F8_E4M3;
+        const int64_t cols = format == KvFormat::FP8 ? latent_row_bytes_ : c.d_latent();
+        return host ? ops.alloc_host(t, {rows, cols}) : ops.alloc(t, {rows, cols});
+    };
     for (int64_t l = 0; l < c.n_layers_total(); ++l) {
         if (!owns(l)) {  // another rank's layer (LayerSplit)
             latent_.emplace_back();
             indexer_.emplace_back();
+            host_latent_.emplace_back();
             continue;
         }
-        switch (format) {
-            case KvFormat::F32: latent_.push_back(ops.alloc(DType::F32, {n_slots, c.d_latent()})); break;
-            case KvFormat::BF16: latent_.push_back(ops.alloc(DType::BF16, {n_slots, c.d_latent()})); break;
-            case KvFormat::FP8:
-                latent_.push_back(ops.alloc(DType::F8_E4M3, {n_slots, latent_row_bytes(c, format)}));
-                break;
-        }
+        latent_.push_back(latent_tensor(n_slots, false));
+        host_latent_.push_back(tier.n_host_blocks > 0 ? latent_tensor(tier.n_host_blocks * kBlockSize, true) : Tensor{});
+        const int64_t n_index_slots = n_all * kBlockSize;  // indexer keys of every block stay on the device
         if (c.is_full(l)) {
             switch (format) {
-                case KvFormat::F32: indexer_.push_back(ops.alloc(DType::F32, {n_slots, c.d_indexer})); break;
-                case KvFormat::BF16: indexer_.push_back(ops.alloc(DType::BF16, {n_slots, c.d_indexer})); break;
+                case KvFormat::F32: indexer_.push_back(ops.alloc(DType::F32, {n_index_slots, c.d_indexer})); break;
+                case KvFormat::BF16: indexer_.push_back(ops.alloc(DType::BF16, {n_index_slots, c.d_indexer})); break;
                 case KvFormat::FP8:
-                    indexer_.push_back(ops.alloc(DType::F8_E4M3, {n_blocks, fp8_indexer_block_bytes(c.d_indexer)}));
+                    indexer_.push_back(ops.alloc(DType::F8_E4M3, {n_all, fp8_indexer_block_bytes(c.d_indexer)}));
                     break;
             }
         } else {
@@ -71,6 +106,69 @@ KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat form
         }
     }
     bytes_per_token_ = kv_bytes_per_token(c, format, layers_);
+    if (tier.n_host_blocks > 0) {
+        tiers_ = std::make_unique<KvTiers>(n_blocks, tier.n_host_blocks, tier.max_promotions);
+        blocks_.set_hooks(
+            [this](int32_t b) {
+                apply(tiers_->place(b));
+                dirty_ = true;  // b's location is new
+            },
+            [this](int32_t b) { tiers_->drop(b); });
+        loc_ = ops.alloc(DType::I32, {n_all});
+        hits_ = ops.alloc(DType::I32, {n_all});
+        const std::vector<int32_t> zeros(static_cast<size_t>(n_all), 0);
+        ops.upload(zeros.data(), hits_);
+        dirty_ = true;
+        flush_tiers();
+    }
+}
+
+KvCache::~KvCache() = default;
+
+const KvTiers& KvCache::tiers() const {
+    MEGACTX_CHECK(tiers_ != nullptr, "KV cache: no host tier");
+    return *tiers_;
+}
+
+Tensor& KvCache::host_latent(int64_t i_layer) {
+    Tensor& t = host_latent_.at(static_cast<size_t>(i_layer));
+    MEGACTX_CHECK(t.data != nullptr, "KV cache: layer {} has no host tier here", i_layer);
+    return t;
+}
+
+void KvCache::flush_tiers() {
+    if (!dirty_) return;
+    std::vector<int32_t> loc = tiers_->loc();
+    for (int32_t& l : loc) l = l == kTierNowhere ? 0 : l;  // a free block is never selected
+    ops_->upload(loc.data(), loc_);
+    dirty_ = false;
+}
+
+void KvCache::end_step() {
+    if (!tiers_) return;
+    std::vector<int32_t> hits(static_cast<size_t>(n_blocks()));
+    ops_->download(hits_, hits.data());
+    const std::vector<int32_t> zeros(hits.size(), 0);
+    ops_->upload(zeros.data(), hits_);
+    apply(tiers_->end_step(hits));
+}
+
+void KvCache::apply(const std::vector<TierMove>& moves) {
+    for (const TierMove& m : moves) {
+        for (int64_t l = layers_.begin; l < layers_.end; ++l) {
+            Tensor& dev = latent_[static_cast<size_t>(l)];
+            Tensor& host = host_latent_[static_cast<size_t>(l)];
+            const auto where = [&](int32_t loc) -> std::pair<Tensor*, int64_t> {
+                if (loc == kTierStaging) return {&dev, staging_base_};
+                if (loc >= 0) return {&dev, loc * kBlockSize};
+                return {&host, -(loc + 1) * kBlockSize};
+            };
+            const auto [src, src_row] = where(m.from);
+            const auto [dst, dst_row] = where(m.to);
+            ops_->copy_rows(*src, src_row, *dst, dst_row, kBlockSize);
+        }
+        dirty_ = true;
+    }
 }
 
 Tensor& KvCache::latent(int64_t i_layer) {

@@ -5,39 +5,82 @@
 //   FP8   latent [n_slots, fp8_latent_row_bytes] F8_E4M3 (bytes), indexer [n_blocks, fp8_indexer_block_bytes]
 //         F8_E4M3 (bytes, paged per 64-token block)
 // slot = block_id · 64 + offset. A sequence's KV is its block table plus its token count.
+//
+// With a host tier (KvTierOptions::n_host_blocks > 0) block ids are logical: the indexer pools still hold every
+// block on the device (they are read whole every step), but a block's latent rows live in one of two pools —
+// the device pool [device blocks · 64 + staging rows] or the host pool [host blocks · 64] (Ops::alloc_host) —
+// as KvTiers decides, and move between them between steps. The model reads them through KvResolveParams: the
+// selected rows that are on the host are copied into the device pool's staging rows.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/range.h"
 #include "io/config.h"
 #include "kv/block_allocator.h"
 #include "kv/kv_format.h"
+#include "kv/kv_tiers.h"
 #include "ops/ops.h"
 
 namespace megactx {
 
-constexpr int64_t kBlockSize = 64;
+struct KvTierOptions {
+    int64_t n_host_blocks = 0;  // 0: one tier, every block on the device
+    int64_t rows_per_pass = 8;  // query rows staged at once: the staging area holds rows_per_pass · index_topk rows
+    int64_t max_promotions = 32;  // host blocks moved to the device per step at most
+};
 
 class KvCache {
 public:
     // `layers`: the layers whose pools this cache holds (LayerSplit: a rank's contiguous group); empty = all.
+    // n_blocks: the device tier's blocks (all blocks without a host tier).
     KvCache(Ops& ops, const ModelConfig& config, int64_t n_blocks, KvFormat format = KvFormat::F32,
-            Range layers = {});
+            Range layers = {}, const KvTierOptions& tiers = {});
+    ~KvCache();
+    KvCache(const KvCache&) = delete;
+    KvCache& operator=(const KvCache&) = delete;
 
     bool owns(int64_t i_layer) const { return layers_.contains(i_layer); }
     Range layers() const { return layers_; }
     Tensor& latent(int64_t i_layer);
     Tensor& indexer_keys(int64_t i_layer);
     BlockAllocator& blocks() { return blocks_; }
-    int64_t n_blocks() const { return blocks_.n_blocks(); }
+    const BlockAllocator& blocks() const { return blocks_; }
+    int64_t n_blocks() const { return blocks_.n_blocks(); }  // both tiers
+
+    // The host tier (all of these need tiered()).
+    bool tiered() const { return tiers_ != nullptr; }
+    const KvTiers& tiers() const;
+    Tensor& host_latent(int64_t i_layer);
+    const Tensor& tier_loc() const { return loc_; }  // [n_blocks] int32 in backend memory (KvResolveParams::loc)
+    Tensor& tier_hits() { return hits_; }            // [n_blocks] int32, the rows selected since end_step
+    int64_t staging_base() const { return staging_base_; }
+    int64_t rows_per_pass() const { return rows_per_pass_; }
+    // Block moves since the last flush have changed the locations the model reads: flush_tiers() uploads them
+    // (before a forward, outside any graph recording).
+    bool tiers_dirty() const { return dirty_; }
+    void flush_tiers();
+    // After the forwards of a step: reads the selection counts back (a host sync), clears them and moves the
+    // most selected host blocks to the device. No-op without a host tier.
+    void end_step();
+    // Bytes of one layer's latent row (what a fetched row costs).
+    int64_t latent_row_bytes() const { return latent_row_bytes_; }
     KvFormat format() const { return format_; }
     // Bytes of KV per token across the held layers (latent rows plus indexer keys where present).
     int64_t bytes_per_token() const { return bytes_per_token_; }
 
 private:
+    void apply(const std::vector<TierMove>& moves);
+
+    Ops* ops_;
     BlockAllocator blocks_;
+    std::unique_ptr<KvTiers> tiers_;
+    std::vector<Tensor> host_latent_;  // per layer, host tier only
+    Tensor loc_, hits_;
+    int64_t staging_base_ = 0, rows_per_pass_ = 0, latent_row_bytes_ = 0;
+    bool dirty_ = false;
     std::vector<Tensor> latent_;   // per layer (decoder then MTP)
     std::vector<Tensor> indexer_;  // per layer; empty on shared layers
     int64_t bytes_per_token_ = 0;
@@ -47,6 +90,15 @@ private:
 
 // Bytes of KV per token across the layers `layers` (empty: all) of `config` in `format`.
 int64_t kv_bytes_per_token(const ModelConfig& config, KvFormat format, Range layers = {});
+
+// Block counts of the two tiers for byte budgets: the host tier holds latent rows only, the device tier the
+// latent rows of its blocks, the indexer keys of all blocks and the staging rows. Throws when the device budget
+// holds no block.
+struct KvTierBlocks {
+    int64_t device = 0, host = 0;
+};
+KvTierBlocks kv_tier_blocks(const ModelConfig& config, KvFormat format, Range layers, int64_t device_bytes,
+                            int64_t host_bytes, int64_t rows_per_pass = KvTierOptions{}.rows_per_pass);
 
 // One sequence's view of the cache.
 struct SeqKv {

@@ -165,8 +165,65 @@ void GlmDsaModel::check_batch(const Batch& b) const {
     }
 }
 
+std::unique_ptr<GlmDsaModel::TierStep> GlmDsaModel::begin_tiers(Ops& ops, const BatchPlan& plan, KvCache& kv,
+                                                                 int64_t n) const {
+    if (!kv.tiered()) return nullptr;
+    MEGACTX_CHECK(!kv.tiers_dirty(), "tiered KV: blocks moved since the last KvCache::flush_tiers");
+    MEGACTX_CHECK(comm_ == nullptr, "tiered KV does not run under tensor parallelism yet");
+    auto t = std::make_unique<TierStep>();
+    t->write_device = ops.alloc(DType::I32, {n});
+    t->write_host = ops.alloc(DType::I32, {n});
+    ops.kv_split_slots(plan.write_slots, kv.tier_loc(), t->write_device, t->write_host);
+    t->slots = ops.alloc(DType::I32, {n, config_.index_topk});
+    t->fetch = ops.alloc(DType::I32, {n * config_.index_topk});
+    return t;
+}
+
+int64_t GlmDsaModel::selection_readers(int64_t i_layer) const {
+    int64_t n = 1;
+    if (i_layer >= config_.n_layers) return n;  // an MTP layer reads its own selection
+    while (i_layer + n < config_.n_layers && !config_.is_full(i_layer + n)) ++n;
+    return n;
+}
+
+void GlmDsaModel::sparse_attention(Ops& ops, int64_t i_layer, KvCache& kv, const Tensor& topk, TierStep* tier,
+                                   SparseMlaParams sp) const {
+    if (!tier) {
+        sp.slots = &topk;
+        ops.sparse_mla(sp);
+        return;
+    }
+    const int64_t n = topk.dim(0), k = topk.dim(1), R = kv.rows_per_pass();
+    if (!tier->resolved) {  // once per selection: every layer reading it finds the same rows in the same places
+        KvResolveParams rp;
+        rp.slots = &topk;
+        rp.loc = &kv.tier_loc();
+        rp.staging_base = kv.staging_base();
+        rp.rows_per_pass = R;
+        rp.weight = static_cast<int32_t>(selection_readers(i_layer));
+        rp.device_slots = &tier->slots;
+        rp.fetch = &tier->fetch;
+        rp.block_hits = &kv.tier_hits();
+        ops.kv_resolve(rp);
+        tier->resolved = true;
+    }
+    Tensor& pool = kv.latent(i_layer);
+    const SparseMlaParams whole = sp;
+    for (int64_t r0 = 0; r0 < n; r0 += R) {  // the staging rows hold R query rows' selections at a time
+        const int64_t r1 = std::min(n, r0 + R);
+        Tensor staging = row_range(pool, kv.staging_base(), kv.staging_base() + (r1 - r0) * k);
+        ops.kv_fetch_rows(kv.host_latent(i_layer), row_range(tier->fetch, r0 * k, r1 * k), staging);
+        const Tensor q = row_range(*whole.q, r0, r1), slots = row_range(tier->slots, r0, r1);
+        Tensor out = row_range(*whole.out, r0, r1);
+        sp.q = &q;
+        sp.slots = &slots;
+        sp.out = &out;
+        ops.sparse_mla(sp);
+    }
+}
+
 void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const BatchPlan& plan, KvCache& kv,
-                            Tensor& topk, bool run_indexer, Tensor& out) const {
+                            Tensor& topk, bool run_indexer, TierStep* tier, Tensor& out) const {
     const ModelConfig& c = config_;
     const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
     const int64_t n = xn.dim(0), n_head = n_head_local_, d_rope = c.qk_rope_head_dim, r = c.kv_lora_rank;
@@ -191,8 +248,15 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     if (holds_kv) {
         Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope] raw
         ops.linear(xn, L.kv_a, kv_a);
-        ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, plan.write_slots,
-                               kv.latent(i_layer));
+        if (tier) {  // each row goes to the pool its block lives in
+            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, tier->write_device,
+                                   kv.latent(i_layer));
+            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, tier->write_host,
+                                   kv.host_latent(i_layer));
+        } else {
+            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, plan.write_slots,
+                                   kv.latent(i_layer));
+        }
         tap(ops, kv_a, "kv_a_raw", i_layer);
     }
 
@@ -228,6 +292,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
             };
         }
         ops.indexer_topk(ip);
+        if (tier) tier->resolved = false;
         tap(ops, iq, "indexer_q", i_layer);
         tap(ops, ik_raw, "indexer_k_raw", i_layer);
         tap(ops, gates, "indexer_gates", i_layer);
@@ -240,13 +305,13 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     Tensor lat = ops.alloc(DType::F32, {n, n_head, r});  // [n, n_head, kv_lora_rank]
     SparseMlaParams sp;
     sp.cache = holds_kv ? &kv.latent(i_layer) : nullptr;
-    sp.slots = &topk;
+    sp.slots = &topk;  // (tiered: sparse_attention reads the resolved rows instead)
     sp.d_v = r;
     sp.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()));
     if (owner < 0) {
         sp.q = &q_lat;
         sp.out = &lat;
-        ops.sparse_mla(sp);
+        sparse_attention(ops, i_layer, kv, topk, tier, sp);
     } else {
         Tensor q_all = ops.alloc(DType::F32, {n, c.n_head, c.d_latent()});  // [n, n_head (all ranks), d_latent]
         comm_->all_gather_cols(q_lat, q_all);
@@ -272,14 +337,14 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
 }
 
 void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv,
-                                Tensor& topk, bool run_indexer) const {
+                                Tensor& topk, bool run_indexer, TierStep* tier) const {
     const ModelConfig& c = config_;
     const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
     const int64_t n = x.dim(0), H = c.hidden_size;
     Tensor xn = ops.alloc(DType::F32, {n, H});
     ops.rms_norm(x, L.input_norm, c.rms_norm_eps, xn);
     Tensor attn = ops.alloc(DType::F32, {n, H});
-    attention(ops, i_layer, xn, plan, kv, topk, run_indexer, attn);
+    attention(ops, i_layer, xn, plan, kv, topk, run_indexer, tier, attn);
     Tensor h = ops.alloc(DType::F32, {n, H});
     ops.add_rms_norm(x, attn, L.post_norm, c.rms_norm_eps, h);  // x = x + attn; h = RMSNorm(x)
     Tensor y = ops.alloc(DType::F32, {n, H});
@@ -385,8 +450,9 @@ ForwardResult GlmDsaModel::forward_local(Ops& ops, const Batch& batch, KvCache& 
     Tensor x = ops.alloc(DType::F32, {n, config_.hidden_size});  // [n, hidden] residual stream
     ops.embedding(plan.tokens, embed_, x);
     Tensor topk = ops.alloc(DType::I32, {n, config_.index_topk});  // the IndexShare buffer
+    const std::unique_ptr<TierStep> tier = begin_tiers(ops, plan, kv, n);
     for (int64_t l = 0; l < config_.n_layers; ++l) {
-        layer_forward(ops, l, x, plan, kv, topk, layers_[static_cast<size_t>(l)].full);
+        layer_forward(ops, l, x, plan, kv, topk, layers_[static_cast<size_t>(l)].full, tier.get());
     }
     return finish(ops, x, final_norm_, plan, std::move(topk));
 }
@@ -423,7 +489,8 @@ ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tenso
         topk = *reuse_topk;
     }
     // Without reuse the MTP layer runs its own indexer (it is always full); with reuse it keeps step 0's top-k.
-    layer_forward(ops, i_mtp, x, plan, kv, topk, reuse_topk == nullptr);
+    const std::unique_ptr<TierStep> tier = begin_tiers(ops, plan, kv, n);
+    layer_forward(ops, i_mtp, x, plan, kv, topk, reuse_topk == nullptr, tier.get());
     return finish(ops, x, L.head_norm, plan, std::move(topk));
 }
 

@@ -112,11 +112,25 @@ public:
                               const Tensor* reuse_topk = nullptr, const Tensor* tokens = nullptr) const;
 
 private:
+    // A forward's view of a tiered KV cache (KvCache::tiered): where the batch's latent rows are written, and the
+    // current selection resolved to device-pool rows with the host rows to stage (Ops::kv_resolve).
+    struct TierStep {
+        Tensor write_device, write_host;  // [n] rows of the two pools, -1 in the other one
+        Tensor slots, fetch;              // [n, index_topk] device-pool rows, [n · index_topk] host rows or -1
+        bool resolved = false;            // `slots` holds the current top-k's rows
+    };
+    // The TierStep of a batch, or nullptr (the cache has one tier).
+    std::unique_ptr<TierStep> begin_tiers(Ops& ops, const BatchPlan& plan, KvCache& kv, int64_t n) const;
+    // Layers that read the selection a full layer makes (itself and the shared layers after it).
+    int64_t selection_readers(int64_t i_layer) const;
     // run_indexer: the layer computes top-k into `topk`; otherwise it attends over the incoming `topk`.
     void layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv, Tensor& topk,
-                       bool run_indexer) const;
+                       bool run_indexer, TierStep* tier) const;
     void attention(Ops& ops, int64_t i_layer, const Tensor& xn, const BatchPlan& plan, KvCache& kv, Tensor& topk,
-                   bool run_indexer, Tensor& out) const;
+                   bool run_indexer, TierStep* tier, Tensor& out) const;
+    // Sparse MLA over `topk`; through the staging rows, pass by pass, when the cache is tiered.
+    void sparse_attention(Ops& ops, int64_t i_layer, KvCache& kv, const Tensor& topk, TierStep* tier,
+                          SparseMlaParams sp) const;
     ForwardResult finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
                          Tensor topk) const;
     ForwardResult forward_local(Ops& ops, const Batch& batch, KvCache& kv) const;

@@ -53,6 +53,7 @@ int64_t GraphedForward::bucket(const Batch& b) const {
 }
 
 ForwardResult GraphedForward::forward(const Batch& batch) {
+    kv_.flush_tiers();  // (tiered KV) block moves since the last step, before anything is recorded
     // Target steps: decode and verification, where every row is scored (prefill chunks run eagerly).
     const bool scored = std::all_of(batch.want_logits.begin(), batch.want_logits.end(), [](bool w) { return w; });
     const int64_t pad = scored ? bucket(batch) : 0;
@@ -65,6 +66,7 @@ ForwardResult GraphedForward::forward(const Batch& batch) {
 
 ForwardResult GraphedForward::mtp_forward(const Batch& batch, const Tensor& hidden_in,
                                           const std::vector<int32_t>* reuse_topk) {
+    kv_.flush_tiers();
     const int64_t n = batch.n_tokens(), H = model_.config().hidden_size;
     MEGACTX_CHECK(!reuse_topk || static_cast<int64_t>(reuse_topk->size()) == n * model_.config().index_topk,
                   "mtp_forward: reuse_topk must hold {} x {} slots, got {}", n, model_.config().index_topk,
@@ -105,6 +107,7 @@ Tensor GraphedForward::stage_hidden(const Tensor& hidden_in) {
 std::vector<int32_t> GraphedForward::mtp_greedy_chain(const Batch& b0, const Tensor& hidden_in,
                                                       const std::vector<int32_t>& last_rows,
                                                       const std::vector<Batch>& steps, bool share) {
+    kv_.flush_tiers();
     const auto n_seq = static_cast<int64_t>(last_rows.size());
     const int64_t k = static_cast<int64_t>(steps.size()) + 1, H = model_.config().hidden_size;
     MEGACTX_CHECK(hidden_in.dim(0) == b0.n_tokens() && hidden_in.dim(1) == H,

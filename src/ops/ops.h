@@ -14,6 +14,8 @@
 
 namespace megactx {
 
+constexpr int64_t kBlockSize = 64;  // tokens per KV block (a slot is block · 64 + offset)
+
 // Where each token of a ragged batch reads its sequence's cached tokens: candidates of the token at
 // position p are its sequence's positions 0..p, whose slots are block_table[t / block_size] · block_size
 // + t % block_size. Built on the host by the model runner ("plan"), consumed by the indexer.
@@ -52,6 +54,20 @@ struct SparseMlaParams {
     int64_t d_v = 0;                // kv_lora_rank: V is the first d_v values of each cache row
     float scale = 0;
     Tensor* out = nullptr;  // [n, n_head, d_v]
+};
+
+// Tiered KV (kv/kv_cache.h): a logical block b lives in the device pool (loc[b] = d ≥ 0: device rows d·64 ..) or
+// in the host pool (loc[b] = −(h + 1): host rows h·64 ..). Top-k slots and write slots are logical
+// (b · 64 + offset); these params turn a selection into rows of the device pool, staging host-resident rows.
+struct KvResolveParams {
+    const Tensor* slots = nullptr;   // [n, k] int32 logical slots, -1 = unused
+    const Tensor* loc = nullptr;     // [n_logical_blocks] int32
+    int64_t staging_base = 0;        // the device pool's first staging row (device blocks · 64)
+    int64_t rows_per_pass = 1;       // R: selection (i, j) stages at row staging_base + (i % R) · k + j
+    int32_t weight = 1;              // added to block_hits per selected row (the layers that read this selection)
+    Tensor* device_slots = nullptr;  // [n, k] out: the device-pool row each selection is read from, -1 kept
+    Tensor* fetch = nullptr;         // [n · k] out: the host-pool row selection (i, j) stages, or -1 (resident/unused)
+    Tensor* block_hits = nullptr;    // [n_logical_blocks] int32, accumulated: += weight per selected row
 };
 
 struct MoeRouteParams {
@@ -115,10 +131,11 @@ class Ops {
     // Interleaved RoPE in place on x[:, h, offset : offset + dim] for every head h; pairs (2i, 2i+1)
     // rotate by pos · theta^(−2i/dim).                           x [n, n_head, d_head]
     virtual void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) = 0;
-    // cache[slots[i]] = rows[i]                                  rows [n, d], cache [n_slots, d]
+    // cache[slots[i]] = rows[i]; slot -1: not stored             rows [n, d], cache [n_slots, d]
     virtual void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) = 0;
     // The token's MLA cache row, fused: [RMSNorm(kv_a[:, :r]) · norm_w | RoPE(kv_a[:, r:])] stored at slots[i]
-    // in the cache's format (F32 / BF16 rows, FP8 656-B-style rows: kv_format.h).
+    // in the cache's format (F32 / BF16 rows, FP8 656-B-style rows: kv_format.h); slot -1: not stored (tiered KV
+    // writes each row into one of two pools).
     //   kv_a [n, r + d_rope] raw kv_a_proj output, norm_w [r], pos/slots [n] int32, cache: KvCache::latent
     virtual void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
                                     float rope_theta, const Tensor& slots, Tensor& cache) = 0;
@@ -148,6 +165,36 @@ class Ops {
     // An expert with empty weights is held by another rank (expert parallel) and contributes 0.
     virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                              const std::vector<MlpWeights>& experts, Tensor& y) = 0;
+    // Tiered KV (KvResolveParams): a selection's device-pool rows and the host rows to stage. The tier ops and
+    // alloc_host are implemented by the backends that hold a host tier (the CPU); the others refuse it.
+    virtual void kv_resolve(const KvResolveParams& p) {
+        (void)p;
+        no_host_tier();
+    }
+    // Write slots into the two pools: device[i] / host[i] = the token's row in that pool, -1 in the other one (and
+    // in both for slot -1).                                     slots, device, host [n] int32, loc [n_blocks]
+    virtual void kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) {
+        (void)slots, (void)loc, (void)device, (void)host;
+        no_host_tier();
+    }
+    // dst[t] = src[rows[t]] for rows[t] >= 0, whole rows of any dtype; src may be host memory (alloc_host).
+    //                                                           src [n_src, ...], rows [m] int32, dst [>= m, ...]
+    virtual void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
+        (void)src, (void)rows, (void)dst;
+        no_host_tier();
+    }
+    // dst rows [dst_row, dst_row + n) = src rows [src_row, src_row + n), either tensor in host or backend memory
+    // (a KV block moving between tiers).
+    virtual void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) {
+        (void)src, (void)src_row, (void)dst, (void)dst_row, (void)n;
+        no_host_tier();
+    }
+    // Memory that lives on the host and that the backend's kernels read and write directly (CUDA: pinned and
+    // mapped); alloc on the CPU.
+    virtual Tensor alloc_host(DType dtype, std::vector<int64_t> shape) {
+        (void)dtype, (void)shape;
+        no_host_tier();
+    }
     // out[j] = x[rows[j]]                                       x [n, d], out [m, d]  (F32, or I32 for both)
     virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
     // out[i] = the index of row i's largest value; the lowest index wins ties (Sampler's argmax).
@@ -159,6 +206,11 @@ class Ops {
     virtual void slice_cols(const Tensor& x, int64_t c0, Tensor& out) = 0;
     // out = [a | b] along the last dim.
     virtual void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  private:
+    [[noreturn]] static void no_host_tier() {
+        throw std::runtime_error("--kv-offload-memory: this backend has no host KV tier yet (the CPU backend has)");
+    }
 };
 
 }  // namespace megactx

@@ -33,4 +33,14 @@ struct Tensor {
     }
 };
 
+// Rows [r0, r1) of t (outermost dimension) as a view of the same memory.
+inline Tensor row_range(const Tensor& t, int64_t r0, int64_t r1) {
+    MEGACTX_CHECK(0 <= r0 && r0 <= r1 && r1 <= t.dim(0), "row_range: rows [{}, {}) of {}", r0, r1, t.dim(0));
+    Tensor v = t;
+    const int64_t row_bytes = t.dim(0) > 0 ? t.numel() / t.dim(0) * static_cast<int64_t>(dtype_size(t.dtype)) : 0;
+    v.data = static_cast<uint8_t*>(t.data) + r0 * row_bytes;
+    v.shape[0] = r1 - r0;
+    return v;
+}
+
 }  // namespace megactx

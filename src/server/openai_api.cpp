@@ -131,6 +131,30 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
     metrics_.gauge("megactx_kv_blocks_used", "KV cache blocks in use (64 tokens each)",
                    [e] { return e->stats().kv_blocks_used; });
     metrics_.gauge("megactx_kv_blocks_total", "KV cache blocks", [e] { return e->stats().kv_blocks_total; });
+    // The host KV tier (--kv-offload-memory; zero without one).
+    metrics_.gauge("megactx_kv_device_tier_blocks_used", "KV blocks whose latent rows are on the device (host tier on)",
+                   [e] { return e->stats().kv_device_blocks_used; });
+    metrics_.gauge("megactx_kv_host_tier_blocks_used", "KV blocks whose latent rows are in the host tier",
+                   [e] { return e->stats().kv_host_blocks_used; });
+    metrics_.gauge("megactx_kv_host_tier_blocks_total", "Blocks of the host KV tier",
+                   [e] { return e->stats().kv_host_blocks; });
+    metrics_.counter("megactx_kv_fetched_bytes_total", "Latent bytes sparse attention fetched from the host tier",
+                     [e] { return e->stats().kv_fetched_bytes; });
+    metrics_.counter("megactx_kv_device_rows_selected_total",
+                     "Latent rows (x layers) sparse attention selected that were on the device",
+                     [e] { return e->stats().kv_selected_device_rows; });
+    metrics_.counter("megactx_kv_host_rows_fetched_total",
+                     "Latent rows (x layers) sparse attention selected that were fetched from the host tier",
+                     [e] { return e->stats().kv_fetched_rows; });
+    metrics_.counter("megactx_kv_promotions_total", "KV blocks moved from the host tier to the device",
+                     [e] { return e->stats().kv_promotions; });
+    metrics_.counter("megactx_kv_demotions_total", "KV blocks moved from the device to the host tier",
+                     [e] { return e->stats().kv_demotions; });
+    metrics_.gauge("megactx_kv_hot_set_hit_rate", "Selected latent rows found on the device / selected rows", [e] {
+        const EngineStats s = e->stats();
+        const int64_t all = s.kv_selected_device_rows + s.kv_fetched_rows;
+        return all > 0 ? static_cast<double>(s.kv_selected_device_rows) / static_cast<double>(all) : 1.0;
+    });
     metrics_.gauge("megactx_prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / prompt tokens", [e] {
         const EngineStats s = e->stats();
         return s.prefix_query_tokens ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;

@@ -54,6 +54,8 @@ EngineConfig engine_config(const ServeOptions& o) {
     ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
     ec.prefix_caching = o.prefix_caching;
     if (!o.kv_cache_memory.empty()) ec.kv_cache_bytes = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
+    if (!o.kv_offload_memory.empty())
+        ec.kv_offload_bytes = parse_byte_size(o.kv_offload_memory, "--kv-offload-memory");
     ec.speculative_tokens = o.speculative_tokens;
     if (!o.speculative_config.empty()) {
         nlohmann::json j;
@@ -296,12 +298,8 @@ int serve_main(const ServeOptions& o) {
         } else {
             std::fprintf(stderr, "megactx serve: no tokenizer.json: only token-id prompts on /v1/completions\n");
         }
-        std::fprintf(stderr,
-                     "megactx serve: KV cache: %lld blocks of 64 tokens = %lld tokens; max context %lld tokens; up to "
-                     "%lld sequences\n",
-                     static_cast<long long>(engine.kv_capacity_tokens() / 64),
-                     static_cast<long long>(engine.kv_capacity_tokens()),
-                     static_cast<long long>(engine.max_model_len()), static_cast<long long>(o.max_num_seqs));
+        std::fprintf(stderr, "megactx serve: %s; up to %lld sequences running\n", engine.kv_capacity_line().c_str(),
+                     static_cast<long long>(o.max_num_seqs));
         ApiConfig ac;
         ac.served_model_name = o.served_model_name.empty() ? served_name_for(dir) : o.served_model_name;
         ac.api_key = o.api_key;

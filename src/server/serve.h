@@ -21,6 +21,7 @@ struct ServeOptions {
     int64_t max_num_seqs = 64;
     int64_t max_num_batched_tokens = 2048;
     std::string kv_cache_memory;    // e.g. "4GiB"; empty: the engine's default
+    std::string kv_offload_memory;  // the host KV tier, e.g. "64GiB"; empty: none
     std::string served_model_name;  // empty: the model directory's name
     std::string api_key;
     int64_t max_body_bytes = 32 << 20;

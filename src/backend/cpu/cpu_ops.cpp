@@ -175,6 +175,7 @@ void CpuOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache)
     const int64_t d = rows.shape.back(), n = rows_of(rows), n_slots = cache.dim(0);
     const int32_t* s = slots.i32();
     for (int64_t i = 0; i < n; ++i) {
+        if (s[i] == -1) continue;
         MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i],
                       n_slots);
         std::memcpy(cache.f32() + s[i] * d, rows.f32() + i * d, static_cast<size_t>(d) * 4);
@@ -519,6 +520,88 @@ void CpuOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
         MEGACTX_CHECK(r >= 0 && r < n, "gather_rows: row {} outside [0, {})", r, n);
         std::memcpy(dst + j * d * 4, src + r * d * 4, static_cast<size_t>(d) * 4);
     }
+}
+
+namespace {
+
+int64_t row_bytes(const Tensor& t) { return t.shape.size() < 2 ? static_cast<int64_t>(dtype_size(t.dtype))
+                                                             : t.numel() / t.dim(0) * static_cast<int64_t>(dtype_size(t.dtype)); }
+
+// Host frame of a tier location (< 0), or -1 for a device block.
+int32_t host_block(int32_t loc) { return loc < 0 ? -(loc + 1) : -1; }
+
+}  // namespace
+
+void CpuOps::kv_resolve(const KvResolveParams& p) {
+    const int64_t n = p.slots->dim(0), k = p.slots->dim(1), n_blocks = p.loc->numel(), R = p.rows_per_pass;
+    MEGACTX_CHECK(R >= 1 && p.device_slots->numel() == n * k && p.fetch->numel() == n * k &&
+                      p.block_hits->numel() == n_blocks,
+                  "kv_resolve: shapes do not match [{}, {}] slots over {} blocks", n, k, n_blocks);
+    const int32_t* slots = p.slots->i32();
+    const int32_t* loc = p.loc->i32();
+    int32_t* dev = p.device_slots->i32();
+    int32_t* fetch = p.fetch->i32();
+    int32_t* hits = p.block_hits->i32();
+    const auto bs = static_cast<int32_t>(kBlockSize);
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+            const int64_t t = i * k + j;
+            const int32_t s = slots[t];
+            fetch[t] = -1;
+            if (s < 0) {
+                dev[t] = -1;
+                continue;
+            }
+            const int32_t b = s / bs;
+            MEGACTX_CHECK(b < n_blocks, "kv_resolve: slot {} outside the {} blocks", s, n_blocks);
+            hits[b] += p.weight;
+            const int32_t h = host_block(loc[b]);
+            if (h < 0) {
+                dev[t] = loc[b] * bs + s % bs;
+            } else {
+                fetch[t] = h * bs + s % bs;
+                dev[t] = static_cast<int32_t>(p.staging_base + (i % R) * k + j);
+            }
+        }
+    }
+}
+
+void CpuOps::kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) {
+    const int64_t n = slots.numel(), n_blocks = loc.numel();
+    const auto bs = static_cast<int32_t>(kBlockSize);
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t s = slots.i32()[i];
+        device.i32()[i] = host.i32()[i] = -1;
+        if (s < 0) continue;
+        const int32_t b = s / bs;
+        MEGACTX_CHECK(b < n_blocks, "kv_split_slots: slot {} outside the {} blocks", s, n_blocks);
+        const int32_t l = loc.i32()[b], h = host_block(l);
+        (h < 0 ? device.i32()[i] : host.i32()[i]) = (h < 0 ? l : h) * bs + s % bs;
+    }
+}
+
+void CpuOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
+    const int64_t rb = row_bytes(dst), m = rows.numel(), n_src = src.dim(0);
+    MEGACTX_CHECK(row_bytes(src) == rb && dst.dim(0) >= m, "kv_fetch_rows: {} rows of {} B into {} rows of {} B", m,
+                  row_bytes(src), dst.dim(0), rb);
+    const auto* from = static_cast<const uint8_t*>(src.data);
+    auto* to = static_cast<uint8_t*>(dst.data);
+    for (int64_t t = 0; t < m; ++t) {
+        const int32_t r = rows.i32()[t];
+        if (r < 0) continue;
+        MEGACTX_CHECK(r < n_src, "kv_fetch_rows: row {} outside [0, {})", r, n_src);
+        std::memcpy(to + t * rb, from + r * rb, static_cast<size_t>(rb));
+    }
+}
+
+void CpuOps::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) {
+    const int64_t rb = row_bytes(dst);
+    MEGACTX_CHECK(row_bytes(src) == rb && src_row >= 0 && dst_row >= 0 && src_row + n <= src.dim(0) &&
+                      dst_row + n <= dst.dim(0),
+                  "copy_rows: rows [{}, {}) of {} into [{}, {}) of {}", src_row, src_row + n, src.dim(0), dst_row,
+                  dst_row + n, dst.dim(0));
+    std::memcpy(static_cast<uint8_t*>(dst.data) + dst_row * rb, static_cast<const uint8_t*>(src.data) + src_row * rb,
+                static_cast<size_t>(n * rb));
 }
 
 void CpuOps::argmax_rows(const Tensor& x, Tensor& out) {

@@ -37,6 +37,11 @@ public:
                    Tensor& ids, Tensor& weights) override;
     void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                      Tensor& y) override;
+    void kv_resolve(const KvResolveParams& p) override;
+    void kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) override;
+    void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override;
+    void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) override;
+    Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override { return alloc(dtype, std::move(shape)); }
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
     void argmax_rows(const Tensor& x, Tensor& out) override;
     void add(Tensor& y, const Tensor& x) override;

@@ -1,0 +1,138 @@
+#include "kv/kv_tiers.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace megactx {
+
+namespace {
+
+int32_t host_loc(int32_t h) { return -(h + 1); }
+int32_t host_frame(int32_t loc) { return -(loc + 1); }
+bool on_device(int32_t loc) { return loc >= 0; }
+
+}  // namespace
+
+KvTiers::KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions)
+    : n_device_(n_device), n_host_(n_host), max_promotions_(max_promotions) {
+    MEGACTX_CHECK(n_device >= 0 && n_host >= 0 && n_device + n_host > 0, "KV tiers: {} device and {} host blocks",
+                  n_device, n_host);
+    loc_.assign(static_cast<size_t>(n_blocks()), kTierNowhere);
+    stamp_.assign(static_cast<size_t>(n_blocks()), 0);
+    for (int64_t d = n_device - 1; d >= 0; --d) free_device_.push_back(static_cast<int32_t>(d));
+    for (int64_t h = n_host - 1; h >= 0; --h) free_host_.push_back(static_cast<int32_t>(h));
+}
+
+void KvTiers::stamp(int32_t block) {
+    const auto i = static_cast<size_t>(block);
+    if (on_device(loc_[i])) {
+        device_lru_.erase({stamp_[i], block});
+        device_lru_.insert({now_, block});
+    }
+    stamp_[i] = now_;
+}
+
+int32_t KvTiers::take_cold_device(std::vector<TierMove>& moves, int32_t swap_with) {
+    if (device_lru_.empty() || device_lru_.begin()->first >= now_) return -1;
+    const int32_t a = device_lru_.begin()->second;
+    const int32_t d = loc_[static_cast<size_t>(a)];
+    if (!free_host_.empty()) {
+        const int32_t h = free_host_.back();
+        free_host_.pop_back();
+        moves.push_back({a, d, host_loc(h)});
+        loc_[static_cast<size_t>(a)] = host_loc(h);
+    } else if (swap_with >= 0) {  // a takes swap_with's host frame, through the staging rows
+        const int32_t h = loc_[static_cast<size_t>(swap_with)];
+        moves.push_back({a, d, kTierStaging});
+        moves.push_back({swap_with, h, d});
+        moves.push_back({a, kTierStaging, h});
+        loc_[static_cast<size_t>(a)] = h;
+        loc_[static_cast<size_t>(swap_with)] = d;
+    } else {
+        return -1;
+    }
+    device_lru_.erase(device_lru_.begin());
+    ++stats_.demotions;
+    return d;
+}
+
+std::vector<TierMove> KvTiers::place(int32_t block) {
+    MEGACTX_CHECK(block >= 0 && block < n_blocks(), "KV tiers: block {} of {}", block, n_blocks());
+    const auto i = static_cast<size_t>(block);
+    std::vector<TierMove> moves;
+    if (loc_[i] == kTierNowhere) {
+        if (!free_device_.empty()) {
+            loc_[i] = free_device_.back();
+            free_device_.pop_back();
+            device_lru_.insert({stamp_[i], block});
+        } else if (const int32_t d = take_cold_device(moves, -1); d >= 0) {
+            loc_[i] = d;
+            device_lru_.insert({stamp_[i], block});
+        } else {
+            MEGACTX_CHECK(!free_host_.empty(), "KV tiers: no free frame for block {}", block);
+            loc_[i] = host_loc(free_host_.back());
+            free_host_.pop_back();
+        }
+    }
+    stamp(block);  // a reused cached block keeps its frame
+    return moves;
+}
+
+void KvTiers::drop(int32_t block) {
+    const auto i = static_cast<size_t>(block);
+    const int32_t l = loc_.at(i);
+    MEGACTX_CHECK(l != kTierNowhere, "KV tiers: drop of block {}, which has no frame", block);
+    if (on_device(l)) {
+        device_lru_.erase({stamp_[i], block});
+        free_device_.push_back(l);
+    } else {
+        free_host_.push_back(host_frame(l));
+    }
+    loc_[i] = kTierNowhere;
+}
+
+std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
+    MEGACTX_CHECK(static_cast<int64_t>(hits.size()) == n_blocks(), "KV tiers: {} hit counts for {} blocks",
+                  hits.size(), n_blocks());
+    std::vector<std::pair<int32_t, int32_t>> wanted;  // (−hits, block) of selected host blocks
+    for (size_t b = 0; b < hits.size(); ++b) {
+        if (hits[b] <= 0 || loc_[b] == kTierNowhere) continue;
+        if (on_device(loc_[b])) {
+            stats_.device_rows += hits[b];
+        } else {
+            stats_.host_rows += hits[b];
+            wanted.push_back({-hits[b], static_cast<int32_t>(b)});
+        }
+        stamp(static_cast<int32_t>(b));
+    }
+    std::sort(wanted.begin(), wanted.end());
+    std::vector<TierMove> moves;
+    const auto n_promote = std::min<int64_t>(max_promotions_, static_cast<int64_t>(wanted.size()));
+    for (int64_t k = 0; k < n_promote; ++k) {
+        const int32_t b = wanted[static_cast<size_t>(k)].second;
+        const auto i = static_cast<size_t>(b);
+        const int32_t h = loc_[i];
+        if (!free_device_.empty()) {
+            const int32_t d = free_device_.back();
+            free_device_.pop_back();
+            moves.push_back({b, h, d});
+            free_host_.push_back(host_frame(h));
+            loc_[i] = d;
+        } else {
+            const int32_t d = take_cold_device(moves, b);
+            if (d < 0) break;  // every device block was selected this step
+            if (loc_[i] != d) {  // demoted into a free host frame: b moves up into d
+                moves.push_back({b, h, d});
+                free_host_.push_back(host_frame(h));
+                loc_[i] = d;
+            }
+        }
+        device_lru_.insert({stamp_[i], b});
+        ++stats_.promotions;
+    }
+    ++now_;
+    return moves;
+}
+
+}  // namespace megactx

@@ -1,0 +1,72 @@
+// Where each KV block lives when the cache has a host tier (design.md §5): the bookkeeping of the two tiers,
+// with no memory of its own (KvCache moves the rows). Blocks are the allocator's logical ids; a block in use or
+// cached occupies one frame, a device frame d or a host frame h, written as loc = d or loc = −(h + 1). Frames and
+// logical blocks are equally many, so a block the allocator hands out always finds a frame.
+//
+// The device tier is a hot set kept by recency of selection: every step the model counts, per block, the rows
+// sparse attention selected (Ops::kv_resolve); blocks selected this step are stamped, and the host blocks
+// selected most are promoted into the device frames of the least recently selected device blocks (at most
+// `max_promotions` a step). A fresh block takes a free device frame, else the frame of a device block not selected
+// this step (which moves to the host), else a host frame: the newest tokens, which attention selects most,
+// start on the device and new KV is written where it stays.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace megactx {
+
+struct TierMove {
+    int32_t block;
+    int32_t from, to;  // locations; kTierStaging = the device pool's staging rows, used as the middle of a swap
+};
+
+constexpr int32_t kTierNowhere = std::numeric_limits<int32_t>::min();  // a free block: no frame
+constexpr int32_t kTierStaging = std::numeric_limits<int32_t>::min() + 1;
+
+struct TierStats {
+    int64_t device_rows = 0, host_rows = 0;  // selected rows (× layers reading them) found on the device / host
+    int64_t promotions = 0, demotions = 0;   // blocks moved up / down
+};
+
+class KvTiers {
+  public:
+    KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions = 32);
+
+    int64_t n_device() const { return n_device_; }
+    int64_t n_host() const { return n_host_; }
+    int64_t n_blocks() const { return n_device_ + n_host_; }
+    int64_t device_used() const { return n_device_ - static_cast<int64_t>(free_device_.size()); }
+    int64_t host_used() const { return n_host_ - static_cast<int64_t>(free_host_.size()); }
+    const std::vector<int32_t>& loc() const { return loc_; }
+    const TierStats& stats() const { return stats_; }
+
+    // `block`'s content was discarded and it is about to be written: gives it a frame. Returns the moves to make
+    // first (a demotion), in order.
+    std::vector<TierMove> place(int32_t block);
+    // `block` is free: its frame is released.
+    void drop(int32_t block);
+    // The end of a step: `hits[b]` rows were selected from block b. Returns the moves that bring the most
+    // selected host blocks to the device, in order.
+    std::vector<TierMove> end_step(const std::vector<int32_t>& hits);
+
+  private:
+    void stamp(int32_t block);
+    // Takes the device frame of the least recently used device block, if it was not used this step, moving the
+    // block to host frame `to_host` (or through the staging rows to `swap_with`'s host frame when no host frame
+    // is free). Returns the frame, or -1.
+    int32_t take_cold_device(std::vector<TierMove>& moves, int32_t swap_with);
+
+    int64_t n_device_, n_host_, max_promotions_;
+    std::vector<int32_t> loc_;
+    std::vector<int64_t> stamp_;
+    std::set<std::pair<int64_t, int32_t>> device_lru_;  // (stamp, block) of device-resident blocks
+    std::vector<int32_t> free_device_, free_host_;       // stacks; lowest frames first
+    int64_t now_ = 1;
+    TierStats stats_;
+};
+
+}  // namespace megactx
