@@ -145,9 +145,9 @@ public:
         const Timer timer(stats_[kGatherRows]);
         inner_.kv_fetch_rows(src, rows, dst);
     }
-    void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) override {
+    void copy_blocks(const std::vector<BlockCopy>& copies) override {
         const Timer timer(stats_[kGatherRows]);
-        inner_.copy_rows(src, src_row, dst, dst_row, n);
+        inner_.copy_blocks(copies);
     }
     Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override {
         return inner_.alloc_host(dtype, std::move(shape));

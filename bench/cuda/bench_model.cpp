@@ -15,8 +15,17 @@
 // With --tp N the model runs tensor parallel on N GPUs (NCCL; --expert-parallel splits the experts; --tp-transport
 // thread puts the ranks on one GPU): every rank's KV pools are filled the same way.
 //
+// With --device-blocks N each model also runs with a host KV tier (kv/kv_tiers.h): N device blocks, the rest of
+// the blocks' latent rows in pinned host memory; each step (as in the engine) first applies the last step's block
+// moves, and the tiered rows report the host rows gathered per token and the hot set's promotions. The decode
+// token and position repeat, so a step selects what the last one did: --promotions 0 (no hot set) shows the cost
+// when every selected host row is fetched each step, the default how a hot set absorbs a stable selection.
+//
 //   bench_model --model DIR [--model DIR2 ...] [--contexts 8192,131072,1048576] [--kv fp8|bf16]
-//               [--steps 20] [--chunk 4096] [--prefill-reps 2] [--tp N [--expert-parallel]] [--json PATH]
+//               [--steps 20] [--chunk 4096] [--prefill-reps 2] [--tp N [--expert-parallel]]
+//               [--device-blocks N [--promotions P]] [--json PATH]
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -49,20 +58,27 @@ double median(std::vector<double> v) {
 
 void fill_pools(KvCache& kv, const ModelConfig& c, KvFormat fmt) {
     const auto f = fmt == KvFormat::FP8 ? cuda::KvFillFormat::kFp8 : cuda::KvFillFormat::kBf16;
-    const int64_t n_slots = kv.n_blocks() * kBlockSize;
     for (int64_t l = 0; l < c.n_layers_total(); ++l) {
         if (!kv.owns(l)) continue;  // LayerSplit: another rank's layer
-        cuda::fill_kv_random(kv.latent(l).data, cuda::KvFillKind::kLatent, f, n_slots, c.kv_lora_rank,
+        // The device latent pool (with a host tier: its blocks and the staging rows), then the host tier's pool,
+        // written in place through its mapped address.
+        cuda::fill_kv_random(kv.latent(l).data, cuda::KvFillKind::kLatent, f, kv.latent(l).dim(0), c.kv_lora_rank,
                              c.qk_rope_head_dim, 1000 + static_cast<uint64_t>(l));
+        if (kv.tiered())
+            cuda::fill_kv_random(kv.host_latent(l).data, cuda::KvFillKind::kLatent, f, kv.host_latent(l).dim(0),
+                                 c.kv_lora_rank, c.qk_rope_head_dim, 3000 + static_cast<uint64_t>(l));
         if (c.is_full(l))
-            cuda::fill_kv_random(kv.indexer_keys(l).data, cuda::KvFillKind::kIndexer, f, n_slots, c.d_indexer, 0,
-                                 2000 + static_cast<uint64_t>(l));
+            cuda::fill_kv_random(kv.indexer_keys(l).data, cuda::KvFillKind::kIndexer, f, kv.n_blocks() * kBlockSize,
+                                 c.d_indexer, 0, 2000 + static_cast<uint64_t>(l));
     }
 }
 
+// One step as the engine runs it: (host tier) the last step's block moves, then the forward and the logits.
 double time_forward(const GlmDsaModel& model, Ops& ops, const Batch& b, KvCache& kv, std::vector<float>& host,
                     GraphedForward* graphs = nullptr) {
     const auto t0 = Clock::now();
+    kv.end_step();
+    if (!graphs) kv.flush_tiers();  // (GraphedForward flushes itself)
     const ForwardResult r = graphs ? graphs->forward(b) : model.forward(ops, b, kv);
     host.resize(static_cast<size_t>(r.logits.numel()));
     ops.download(r.logits, host.data());  // synchronises the stream
@@ -86,6 +102,12 @@ int main(int argc, char** argv) {
     app.add_option("--decode-batch", decode_batch_arg,
                    "sequences decoding together, a list (they share the context's KV blocks), e.g. 1,32");
     app.add_option("--json", json_path, "write the results as JSON");
+    int64_t device_blocks = 0, promotions = 32;
+    app.add_option("--device-blocks", device_blocks,
+                   "also run each model with a host KV tier: this many device blocks, the rest in pinned host memory")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+    app.add_option("--promotions", promotions, "host tier: blocks promoted into the hot set per step (0: no hot set)")
+        ->check(CLI::Range(0, 4096));
     ParallelOptions po;
     std::string transport = "nccl";
     app.add_option("--tp", po.n_gpus, "tensor-parallel ranks (one per GPU with NCCL)")->check(CLI::Range(1, 64));
@@ -143,77 +165,124 @@ int main(int argc, char** argv) {
             const ModelConfig& c = model.config();
             int64_t n_full = 0;
             for (int64_t l = 0; l < c.n_layers; ++l) n_full += c.is_full(l);
-            KvCache kv(*ops, c, (max_l + kBlockSize - 1) / kBlockSize + 2 + max_batch, fmt, model.kv_layers());
-            fill_pools(kv, c, fmt);
-            if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
-            std::vector<float> host;
-            GraphedForward graphs(model, *ops, kv);  // decode steps as CUDA graph replays (single device)
-            for (const int64_t L : contexts) {
-                // The decode token sits at position L (L cached keys before it): L + 1 ≤ max_position_embeddings,
-                // so "1M" is --contexts 1048575.
-                MEGACTX_CHECK(L < c.max_position_embeddings, "context {} + the decode token exceeds the model's {}", L,
-                              c.max_position_embeddings);
-                SeqKv seq;
-                seq.reserve(kv.blocks(), L + 1);
-                const int32_t tok = 17;
-                double prefill_tok_s = 0, prefill_ms = 0;
-                if (chunk > 0 && L >= chunk) {
-                    std::vector<int32_t> toks(static_cast<size_t>(chunk));
-                    for (int64_t i = 0; i < chunk; ++i)
-                        toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % c.vocab_size);
-                    Batch p;
-                    p.add_sequence(&seq.blocks, toks.data(), chunk, L - chunk, false);
-                    p.want_logits.back() = true;
-                    time_forward(model, *ops, p, kv, host);  // warm-up (allocator, cuBLASLt plans)
-                    std::vector<double> pms;
-                    for (int64_t i = 0; i < prefill_reps; ++i) pms.push_back(time_forward(model, *ops, p, kv, host));
-                    prefill_ms = median(pms);
-                    prefill_tok_s = 1e3 * static_cast<double>(chunk) / prefill_ms;
-                }
-                for (const int64_t B : decode_batches) {
-                    // B sequences: the shared context blocks, each its own block for position L (the random pool
-                    // fill gives that block's earlier rows too), so the B new rows land in different slots.
-                    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B), seq.blocks);
-                    std::vector<int32_t> own;
-                    for (auto& t : tables) {
-                        own.push_back(kv.blocks().allocate());
-                        t[static_cast<size_t>(L / kBlockSize)] = own.back();
+            const int64_t n_need = (max_l + kBlockSize - 1) / kBlockSize + 2 + max_batch;
+            std::vector<int64_t> device_tiers = {0};  // 0: every block on the device
+            if (device_blocks > 0) {
+                MEGACTX_CHECK(!group, "--device-blocks: the host tier does not run under tensor parallelism yet");
+                MEGACTX_CHECK(device_blocks < n_need, "--device-blocks {}: the longest context needs only {} blocks",
+                              device_blocks, n_need);
+                device_tiers.push_back(device_blocks);
+            }
+            for (const int64_t n_dev : device_tiers) {
+                std::unique_ptr<KvCache> kv_owner =
+                    n_dev == 0 ? std::make_unique<KvCache>(*ops, c, n_need, fmt, model.kv_layers())
+                               : std::make_unique<KvCache>(*ops, c, n_dev, fmt, model.kv_layers(),
+                                                           KvTierOptions{n_need - n_dev, 8, promotions});
+                KvCache& kv = *kv_owner;
+                fill_pools(kv, c, fmt);
+                if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
+                std::vector<float> host;
+                GraphedForward graphs(model, *ops, kv);  // decode steps as CUDA graph replays (single device)
+                const std::string tier_label =
+                    n_dev == 0 ? "gpu" : fmt::format("gpu {} + host {}", n_dev, n_need - n_dev);
+                for (const int64_t L : contexts) {
+                    // The decode token sits at position L (L cached keys before it): L + 1 ≤ max_position_embeddings,
+                    // so "1M" is --contexts 1048575.
+                    MEGACTX_CHECK(L < c.max_position_embeddings, "context {} + the decode token exceeds the model's {}",
+                                  L, c.max_position_embeddings);
+                    SeqKv seq;
+                    seq.reserve(kv.blocks(), L + 1);
+                    const int32_t tok = 17;
+                    double prefill_tok_s = 0, prefill_ms = 0;
+                    if (chunk > 0 && L >= chunk) {
+                        std::vector<int32_t> toks(static_cast<size_t>(chunk));
+                        for (int64_t i = 0; i < chunk; ++i)
+                            toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % c.vocab_size);
+                        Batch p;
+                        p.add_sequence(&seq.blocks, toks.data(), chunk, L - chunk, false);
+                        p.want_logits.back() = true;
+                        time_forward(model, *ops, p, kv, host);  // warm-up (allocator, cuBLASLt plans)
+                        std::vector<double> pms;
+                        for (int64_t i = 0; i < prefill_reps; ++i)
+                            pms.push_back(time_forward(model, *ops, p, kv, host));
+                        prefill_ms = median(pms);
+                        prefill_tok_s = 1e3 * static_cast<double>(chunk) / prefill_ms;
                     }
-                    Batch d;
-                    for (auto& t : tables) d.add_sequence(&t, &tok, 1, L, true);
-                    for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host);
-                    std::vector<double> ms, gms;
-                    for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, d, kv, host));
-                    // The same step through GraphedForward: a first eager step, a recorded one, then replays.
-                    for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host, &graphs);
-                    for (int64_t i = 0; i < steps; ++i) gms.push_back(time_forward(model, *ops, d, kv, host, &graphs));
-                    for (int32_t b : own) kv.blocks().release(b);
-                    const double dec = median(ms), gdec = median(gms);
-                    const bool graphed = graphs.stats().replayed > 0 && graphs.enabled();
-                    std::printf("%-28s %9lld %3lld/%-2lld %6lld %12.3f %12.0f %16.0f %12.3f%s\n",
-                                dir.substr(dir.find_last_of('/') + 1).c_str(), static_cast<long long>(L),
-                                static_cast<long long>(n_full), static_cast<long long>(c.n_layers),
-                                static_cast<long long>(B), dec, 1e3 * static_cast<double>(B) / dec, prefill_tok_s, gdec,
-                                graphed ? "" : " (eager: no graphs)");
-                    std::fflush(stdout);
-                    out["results"].push_back({{"model", dir},
-                                              {"n_layers", c.n_layers},
-                                              {"n_full", n_full},
-                                              {"n_experts", c.n_routed_experts},
-                                              {"context", L},
-                                              {"decode_batch", B},
-                                              {"decode_ms_median", dec},
-                                              {"decode_tok_s", 1e3 * static_cast<double>(B) / dec},
-                                              {"decode_ms_min", *std::min_element(ms.begin(), ms.end())},
-                                              {"decode_graph_ms_median", gdec},
-                                              {"decode_graphed", graphed},
-                                              {"decode_graph_tok_s", 1e3 * static_cast<double>(B) / gdec},
-                                              {"prefill_chunk", chunk},
-                                              {"prefill_ms", prefill_ms},
-                                              {"prefill_tok_s", prefill_tok_s},
-                                              {"weight_bytes", cuda_memory_stats(*ops).weight_bytes}});
+                    for (const int64_t B : decode_batches) {
+                        // B sequences: the shared context blocks, each its own block for position L (the random pool
+                        // fill gives that block's earlier rows too), so the B new rows land in different slots.
+                        std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B), seq.blocks);
+                        std::vector<int32_t> own;
+                        for (auto& t : tables) {
+                            own.push_back(kv.blocks().allocate());
+                            t[static_cast<size_t>(L / kBlockSize)] = own.back();
+                        }
+                        Batch d;
+                        for (auto& t : tables) d.add_sequence(&t, &tok, 1, L, true);
+                        for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host);
+                        std::vector<double> ms, gms;
+                        kv.end_step();
+                        const TierStats before = kv.tiered() ? kv.tiers().stats() : TierStats{};
+                        for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, d, kv, host));
+                        kv.end_step();
+                        TierStats per_step = kv.tiered() ? kv.tiers().stats() : TierStats{};  // over the eager steps
+                        per_step.device_rows -= before.device_rows;
+                        per_step.host_rows -= before.host_rows;
+                        per_step.promotions -= before.promotions;
+                        const double fetched_per_token = static_cast<double>(per_step.host_rows) *
+                                                         static_cast<double>(kv.latent_row_bytes()) /
+                                                         static_cast<double>(steps * B);
+                        // The same step through GraphedForward: a first eager step, a recorded one, then replays.
+                        for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host, &graphs);
+                        for (int64_t i = 0; i < steps; ++i)
+                            gms.push_back(time_forward(model, *ops, d, kv, host, &graphs));
+                        for (int32_t b : own) kv.blocks().release(b);
+                        const double dec = median(ms), gdec = median(gms);
+                        const bool graphed = graphs.stats().replayed > 0 && graphs.enabled();
+                        std::printf("%-28s %9lld %3lld/%-2lld %6lld %12.3f %12.0f %16.0f %12.3f  %s%s\n",
+                                    dir.substr(dir.find_last_of('/') + 1).c_str(), static_cast<long long>(L),
+                                    static_cast<long long>(n_full), static_cast<long long>(c.n_layers),
+                                    static_cast<long long>(B), dec, 1e3 * static_cast<double>(B) / dec, prefill_tok_s,
+                                    gdec, tier_label.c_str(), graphed ? "" : " (eager: no graphs)");
+                        if (kv.tiered())
+                            std::printf(
+                                "%-28s   host tier: %.0f rows fetched per token (%.2f MB, %.2f MB per layer), "
+                                "%.0f selected rows resident, %.1f promotions per step\n",
+                                "", static_cast<double>(per_step.host_rows) / static_cast<double>(steps * B),
+                                fetched_per_token / 1e6, fetched_per_token / 1e6 / static_cast<double>(c.n_layers),
+                                static_cast<double>(per_step.device_rows) / static_cast<double>(steps * B),
+                                static_cast<double>(per_step.promotions) / static_cast<double>(steps));
+                        std::fflush(stdout);
+                        out["results"].push_back(
+                            {{"model", dir},
+                             {"n_layers", c.n_layers},
+                             {"n_full", n_full},
+                             {"n_experts", c.n_routed_experts},
+                             {"context", L},
+                             {"decode_batch", B},
+                             {"decode_ms_median", dec},
+                             {"decode_tok_s", 1e3 * static_cast<double>(B) / dec},
+                             {"decode_ms_min", *std::min_element(ms.begin(), ms.end())},
+                             {"decode_graph_ms_median", gdec},
+                             {"decode_graphed", graphed},
+                             {"decode_graph_tok_s", 1e3 * static_cast<double>(B) / gdec},
+                             {"prefill_chunk", chunk},
+                             {"prefill_ms", prefill_ms},
+                             {"prefill_tok_s", prefill_tok_s},
+                             {"weight_bytes", cuda_memory_stats(*ops).weight_bytes},
+                             {"kv_device_blocks", n_dev == 0 ? n_need : n_dev},
+                             {"kv_host_blocks", n_dev == 0 ? 0 : n_need - n_dev},
+                             {"hot_set_promotions_max", n_dev == 0 ? 0 : promotions},
+                             {"host_rows_per_token",
+                              static_cast<double>(per_step.host_rows) / static_cast<double>(steps * B)},
+                             {"resident_rows_per_token",
+                              static_cast<double>(per_step.device_rows) / static_cast<double>(steps * B)},
+                             {"fetched_bytes_per_token", fetched_per_token},
+                             {"promotions_per_step",
+                              static_cast<double>(per_step.promotions) / static_cast<double>(steps)}});
+                    }
+                    seq.free(kv.blocks());
                 }
-                seq.free(kv.blocks());
             }
             // Device memory of the weights (FP8 checkpoints: e4m3 + scales, plus any bf16 copies GEMMs made).
             std::printf("%-28s weights on the device: %.2f GiB\n", dir.substr(dir.find_last_of('/') + 1).c_str(),

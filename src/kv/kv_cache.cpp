@@ -153,22 +153,38 @@ void KvCache::end_step() {
     apply(tiers_->end_step(hits));
 }
 
+// Moves run in order; consecutive moves that touch different frames go to the backend as one copy_blocks call
+// (one launch on CUDA for every layer's copy of them), a move that reads or writes a frame an earlier move of the
+// call writes or reads starts the next call.
 void KvCache::apply(const std::vector<TierMove>& moves) {
+    if (moves.empty()) return;
+    const int64_t rb = latent_row_bytes();
+    const auto address = [&](int32_t loc, int64_t l) -> uint8_t* {
+        Tensor& pool = loc >= 0 || loc == kTierStaging ? latent_[static_cast<size_t>(l)]
+                                                       : host_latent_[static_cast<size_t>(l)];
+        const int64_t row = loc == kTierStaging ? staging_base_ : (loc >= 0 ? loc : -(loc + 1)) * kBlockSize;
+        return static_cast<uint8_t*>(pool.data) + row * rb;
+    };
+    std::vector<BlockCopy> copies;
+    std::vector<int32_t> read, written;  // the frames of the moves in `copies`
+    const auto flush = [&] {
+        if (!copies.empty()) ops_->copy_blocks(copies);
+        copies.clear();
+        read.clear();
+        written.clear();
+    };
+    const auto touches = [](const std::vector<int32_t>& v, int32_t loc) {
+        return std::find(v.begin(), v.end(), loc) != v.end();
+    };
     for (const TierMove& m : moves) {
-        for (int64_t l = layers_.begin; l < layers_.end; ++l) {
-            Tensor& dev = latent_[static_cast<size_t>(l)];
-            Tensor& host = host_latent_[static_cast<size_t>(l)];
-            const auto where = [&](int32_t loc) -> std::pair<Tensor*, int64_t> {
-                if (loc == kTierStaging) return {&dev, staging_base_};
-                if (loc >= 0) return {&dev, loc * kBlockSize};
-                return {&host, -(loc + 1) * kBlockSize};
-            };
-            const auto [src, src_row] = where(m.from);
-            const auto [dst, dst_row] = where(m.to);
-            ops_->copy_rows(*src, src_row, *dst, dst_row, kBlockSize);
-        }
-        dirty_ = true;
+        if (touches(written, m.from) || touches(read, m.to) || touches(written, m.to)) flush();
+        for (int64_t l = layers_.begin; l < layers_.end; ++l)
+            copies.push_back({address(m.from, l), address(m.to, l), rb * kBlockSize});
+        read.push_back(m.from);
+        written.push_back(m.to);
     }
+    flush();
+    dirty_ = true;
 }
 
 Tensor& KvCache::latent(int64_t i_layer) {

@@ -208,6 +208,7 @@ void GlmDsaModel::sparse_attention(Ops& ops, int64_t i_layer, KvCache& kv, const
         tier->resolved = true;
     }
     Tensor& pool = kv.latent(i_layer);
+    sp.plan_rows = n;
     const SparseMlaParams whole = sp;
     for (int64_t r0 = 0; r0 < n; r0 += R) {  // the staging rows hold R query rows' selections at a time
         const int64_t r1 = std::min(n, r0 + R);

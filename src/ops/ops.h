@@ -54,6 +54,9 @@ struct SparseMlaParams {
     int64_t d_v = 0;                // kv_lora_rank: V is the first d_v values of each cache row
     float scale = 0;
     Tensor* out = nullptr;  // [n, n_head, d_v]
+    // The rows of the whole batch when it is attended in passes (tiered KV): a backend that splits the work by
+    // the row count plans as for one call, so passes sum in the order one call would (0: n).
+    int64_t plan_rows = 0;
 };
 
 // Tiered KV (kv/kv_cache.h): a logical block b lives in the device pool (loc[b] = d ≥ 0: device rows d·64 ..) or
@@ -68,6 +71,12 @@ struct KvResolveParams {
     Tensor* device_slots = nullptr;  // [n, k] out: the device-pool row each selection is read from, -1 kept
     Tensor* fetch = nullptr;         // [n · k] out: the host-pool row selection (i, j) stages, or -1 (resident/unused)
     Tensor* block_hits = nullptr;    // [n_logical_blocks] int32, accumulated: += weight per selected row
+};
+
+struct BlockCopy {  // Ops::copy_blocks
+    const void* src = nullptr;
+    void* dst = nullptr;
+    int64_t bytes = 0;
 };
 
 struct MoeRouteParams {
@@ -166,7 +175,7 @@ class Ops {
     virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                              const std::vector<MlpWeights>& experts, Tensor& y) = 0;
     // Tiered KV (KvResolveParams): a selection's device-pool rows and the host rows to stage. The tier ops and
-    // alloc_host are implemented by the backends that hold a host tier (the CPU); the others refuse it.
+    // alloc_host are implemented by the backends that hold a host tier (CPU, CUDA); the others refuse it.
     virtual void kv_resolve(const KvResolveParams& p) {
         (void)p;
         no_host_tier();
@@ -183,10 +192,10 @@ class Ops {
         (void)src, (void)rows, (void)dst;
         no_host_tier();
     }
-    // dst rows [dst_row, dst_row + n) = src rows [src_row, src_row + n), either tensor in host or backend memory
-    // (a KV block moving between tiers).
-    virtual void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) {
-        (void)src, (void)src_row, (void)dst, (void)dst_row, (void)n;
+    // Byte ranges copied between host memory (alloc_host) and backend memory: KV blocks moving between tiers,
+    // every layer's at once. The ranges of one call do not overlap, so the copies may run in any order.
+    virtual void copy_blocks(const std::vector<BlockCopy>& copies) {
+        (void)copies;
         no_host_tier();
     }
     // Memory that lives on the host and that the backend's kernels read and write directly (CUDA: pinned and

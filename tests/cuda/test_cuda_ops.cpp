@@ -1037,6 +1037,94 @@ TEST_F(CudaOpsTest, SparseMla) {
     }
 }
 
+// The host KV tier's ops: a selection over blocks in both tiers resolved to device rows (hits counted by atomics),
+// write slots split, selected rows gathered from pinned host memory (FP8 rows of 656 B and odd-sized rows), and
+// blocks moved between host and device memory in one call. All exact: the CPU oracle's values, byte for byte.
+TEST_F(CudaOpsTest, HostTierOps) {
+    CpuOps cpu;
+    const int64_t n_blocks = 40, n = 5, k = 96, R = 2, staging_base = 20 * kBlockSize;
+    std::vector<int32_t> loc(n_blocks), slots(static_cast<size_t>(n * k)), write(37);
+    for (int64_t b = 0; b < n_blocks; ++b) loc[static_cast<size_t>(b)] = b % 3 == 0 ? -(b / 3 + 1) : static_cast<int32_t>(b / 3);
+    std::uniform_int_distribution<int32_t> slot(-20, static_cast<int32_t>(n_blocks * kBlockSize - 1));
+    for (auto& x : slots) x = std::max(slot(rng_), -1);
+    for (auto& x : write) x = std::max(slot(rng_), -1);
+    std::vector<int32_t> dev_c[2], host_c[2], fetch_c[2], hits_c[2], split_d[2], split_h[2];
+    for (int side = 0; side < 2; ++side) {
+        Ops& ops = side == 0 ? static_cast<Ops&>(cpu) : *gpu_;
+        const Tensor s = put_i32(ops, slots, {n, k}), l = put_i32(ops, loc, {n_blocks});
+        Tensor dev = ops.alloc(DType::I32, {n, k}), fetch = ops.alloc(DType::I32, {n * k});
+        Tensor hits = put_i32(ops, std::vector<int32_t>(static_cast<size_t>(n_blocks), 5), {n_blocks});
+        KvResolveParams rp;
+        rp.slots = &s;
+        rp.loc = &l;
+        rp.staging_base = staging_base;
+        rp.rows_per_pass = R;
+        rp.weight = 3;
+        rp.device_slots = &dev;
+        rp.fetch = &fetch;
+        rp.block_hits = &hits;
+        ops.kv_resolve(rp);
+        dev_c[side] = get_i32(ops, dev);
+        fetch_c[side] = get_i32(ops, fetch);
+        hits_c[side] = get_i32(ops, hits);
+        const Tensor w = put_i32(ops, write, {static_cast<int64_t>(write.size())});
+        Tensor wd = ops.alloc(DType::I32, {w.numel()}), wh = ops.alloc(DType::I32, {w.numel()});
+        ops.kv_split_slots(w, l, wd, wh);
+        split_d[side] = get_i32(ops, wd);
+        split_h[side] = get_i32(ops, wh);
+    }
+    EXPECT_EQ(dev_c[1], dev_c[0]);
+    EXPECT_EQ(fetch_c[1], fetch_c[0]);
+    EXPECT_EQ(hits_c[1], hits_c[0]);
+    EXPECT_EQ(split_d[1], split_d[0]);
+    EXPECT_EQ(split_h[1], split_h[0]);
+
+    // Gathers from host memory: FP8 latent rows (16-B vectors) and 7-byte rows (byte path).
+    for (const int64_t rb : {int64_t{656}, int64_t{7}}) {
+        const int64_t n_src = 300, m = 257;
+        Tensor src = gpu_->alloc_host(DType::F8_E4M3, {n_src, rb});
+        auto* sp = static_cast<uint8_t*>(src.data);
+        for (int64_t i = 0; i < n_src * rb; ++i) sp[i] = static_cast<uint8_t>(rng_());
+        std::vector<int32_t> rows(static_cast<size_t>(m));
+        std::uniform_int_distribution<int32_t> row(-1, static_cast<int32_t>(n_src - 1));
+        for (auto& r : rows) r = row(rng_);
+        const Tensor rt = put_i32(*gpu_, rows, {m});
+        Tensor dst = gpu_->alloc(DType::F8_E4M3, {m + 3, rb});
+        const std::vector<uint8_t> fill(static_cast<size_t>((m + 3) * rb), 0xA5);
+        gpu_->upload(fill.data(), dst);
+        gpu_->kv_fetch_rows(src, rt, dst);
+        std::vector<uint8_t> got(fill.size());
+        gpu_->download(dst, got.data());
+        for (int64_t t = 0; t < m; ++t) {
+            const int32_t r = rows[static_cast<size_t>(t)];
+            for (int64_t c = 0; c < rb; ++c) {
+                const uint8_t want = r < 0 ? 0xA5 : sp[r * rb + c];
+                ASSERT_EQ(got[static_cast<size_t>(t * rb + c)], want) << "row bytes " << rb << " entry " << t;
+            }
+        }
+    }
+
+    // Blocks moving: device → host, host → device, device → device, in one call.
+    const int64_t rb = 656, rows = 4 * kBlockSize, bb = kBlockSize * rb;
+    Tensor dev = gpu_->alloc(DType::F8_E4M3, {rows, rb});
+    Tensor host = gpu_->alloc_host(DType::F8_E4M3, {rows, rb});
+    std::vector<uint8_t> d0(static_cast<size_t>(rows * rb));
+    for (auto& x : d0) x = static_cast<uint8_t>(rng_());
+    gpu_->upload(d0.data(), dev);
+    auto* hp = static_cast<uint8_t*>(host.data);
+    for (int64_t i = 0; i < rows * rb; ++i) hp[i] = static_cast<uint8_t>(rng_());
+    const std::vector<uint8_t> h0(hp, hp + rows * rb);
+    auto* dp = static_cast<uint8_t*>(dev.data);
+    gpu_->copy_blocks({{dp, hp + 2 * bb, bb}, {hp, dp + 3 * bb, bb}, {dp + bb, dp + 2 * bb, bb}});
+    std::vector<uint8_t> d1(d0.size());
+    gpu_->download(dev, d1.data());
+    EXPECT_EQ(0, std::memcmp(hp + 2 * bb, d0.data(), bb));               // device block 0 → host block 2
+    EXPECT_EQ(0, std::memcmp(d1.data() + 3 * bb, h0.data(), bb));        // host block 0 → device block 3
+    EXPECT_EQ(0, std::memcmp(d1.data() + 2 * bb, d0.data() + bb, bb));   // device block 1 → device block 2
+    EXPECT_EQ(0, std::memcmp(d1.data(), d0.data(), 2 * bb));             // the sources are untouched
+    EXPECT_EQ(0, std::memcmp(hp, h0.data(), 2 * bb));
+}
+
 // Graph ownership in the caching allocator: blocks handed out while recording belong to the graph once recording
 // ends; released ones (during or after the recording) stay out of the free lists until the graph gives them back
 // (unown), and a block still held when unowned returns on its holder's release.

@@ -594,14 +594,8 @@ void CpuOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
     }
 }
 
-void CpuOps::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) {
-    const int64_t rb = row_bytes(dst);
-    MEGACTX_CHECK(row_bytes(src) == rb && src_row >= 0 && dst_row >= 0 && src_row + n <= src.dim(0) &&
-                      dst_row + n <= dst.dim(0),
-                  "copy_rows: rows [{}, {}) of {} into [{}, {}) of {}", src_row, src_row + n, src.dim(0), dst_row,
-                  dst_row + n, dst.dim(0));
-    std::memcpy(static_cast<uint8_t*>(dst.data) + dst_row * rb, static_cast<const uint8_t*>(src.data) + src_row * rb,
-                static_cast<size_t>(n * rb));
+void CpuOps::copy_blocks(const std::vector<BlockCopy>& copies) {
+    for (const BlockCopy& c : copies) std::memcpy(c.dst, c.src, static_cast<size_t>(c.bytes));
 }
 
 void CpuOps::argmax_rows(const Tensor& x, Tensor& out) {

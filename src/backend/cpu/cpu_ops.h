@@ -40,7 +40,7 @@ public:
     void kv_resolve(const KvResolveParams& p) override;
     void kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) override;
     void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override;
-    void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row, int64_t n) override;
+    void copy_blocks(const std::vector<BlockCopy>& copies) override;
     Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override { return alloc(dtype, std::move(shape)); }
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
     void argmax_rows(const Tensor& x, Tensor& out) override;

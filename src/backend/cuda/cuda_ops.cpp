@@ -14,6 +14,7 @@
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/indexer_cache_write.h"
 #include "backend/cuda/indexer_topk.h"
+#include "backend/cuda/kv_tier.h"
 #include "backend/cuda/kv_write.h"
 #include "backend/cuda/latent_cache.h"
 #include "backend/cuda/mla_heads.h"
@@ -347,14 +348,14 @@ Tensor CudaOps::upload_i32(const std::vector<int32_t>& v) {
 void CudaOps::download(const Tensor& t, void* host) {
     bind_thread();
     const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
-    if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(host, t.data, bytes, cudaMemcpyDeviceToHost, stream_));
+    if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(host, t.data, bytes, cudaMemcpyDefault, stream_));
     MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaOps::upload(const void* host, Tensor& t) {
     bind_thread();
     const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
-    if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(t.data, host, bytes, cudaMemcpyHostToDevice, stream_));
+    if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemcpyAsync(t.data, host, bytes, cudaMemcpyDefault, stream_));
     MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -1019,7 +1020,7 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
         f.n_head = static_cast<int>(n_head);
         f.topk = static_cast<int>(topk);
         f.scale = p.scale;
-        f.plan = sparse_mla_plan(n, f.n_head, f.topk, n_sm_);
+        f.plan = sparse_mla_plan(p.plan_rows > 0 ? p.plan_rows : n, f.n_head, f.topk, n_sm_);
         Tensor scratch;
         const size_t bytes = sparse_mla_scratch_bytes(n, f.n_head, f.plan);
         if (bytes > 0) {
@@ -1316,6 +1317,93 @@ void CudaOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
     MEGACTX_CUDA_CHECK(launch_gather_rows(static_cast<float*>(out.data), static_cast<const float*>(x.data),
                                           rows.i32(), rows.numel(), x.shape.back(), stream_));
     after_op("gather_rows");
+}
+
+namespace {
+
+int64_t row_bytes(const Tensor& t) {
+    const int64_t rows = t.shape.empty() ? 1 : t.dim(0);
+    return rows == 0 ? 0 : t.numel() / rows * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
+}  // namespace
+
+void CudaOps::kv_resolve(const KvResolveParams& p) {
+    const int64_t n = p.slots->dim(0), k = p.slots->dim(1), n_blocks = p.loc->numel();
+    MEGACTX_CHECK(p.rows_per_pass >= 1 && p.device_slots->numel() == n * k && p.fetch->numel() == n * k &&
+                      p.block_hits->numel() == n_blocks,
+                  "kv_resolve: shapes do not match [{}, {}] slots over {} blocks", n, k, n_blocks);
+    KvResolveArgs a;
+    a.slots = p.slots->i32();
+    a.loc = p.loc->i32();
+    a.n = n;
+    a.k = k;
+    a.n_blocks = n_blocks;
+    a.staging_base = p.staging_base;
+    a.rows_per_pass = p.rows_per_pass;
+    a.weight = p.weight;
+    a.device_slots = p.device_slots->i32();
+    a.fetch = p.fetch->i32();
+    a.hits = p.block_hits->i32();
+    MEGACTX_CUDA_CHECK(launch_kv_resolve(a, stream_));
+    after_op("kv_resolve");
+}
+
+void CudaOps::kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) {
+    const int64_t n = slots.numel();
+    MEGACTX_CHECK(device.numel() == n && host.numel() == n, "kv_split_slots: {} slots into {} and {} values", n,
+                  device.numel(), host.numel());
+    MEGACTX_CUDA_CHECK(launch_kv_split_slots(slots.i32(), loc.i32(), n, loc.numel(), device.i32(), host.i32(), stream_));
+    after_op("kv_split_slots");
+}
+
+void CudaOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
+    const int64_t rb = row_bytes(dst), m = rows.numel();
+    MEGACTX_CHECK(row_bytes(src) == rb && dst.dim(0) >= m, "kv_fetch_rows: {} rows of {} B into {} rows of {} B", m,
+                  row_bytes(src), dst.dim(0), rb);
+    MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, stream_));
+    after_op("kv_fetch_rows");
+}
+
+void CudaOps::copy_blocks(const std::vector<BlockCopy>& copies) {
+    if (copies.empty()) return;
+    bind_thread();
+    MEGACTX_CHECK(recording_ == nullptr, "copy_blocks: KV blocks move between steps, not inside a recorded graph");
+    std::vector<DeviceBlockCopy> list;
+    list.reserve(copies.size());
+    int64_t max_bytes = 0;
+    bool vec16 = true;
+    for (const BlockCopy& c : copies) {
+        list.push_back({c.src, c.dst, c.bytes});
+        max_bytes = std::max(max_bytes, c.bytes);
+        vec16 = vec16 && reinterpret_cast<uintptr_t>(c.src) % 16 == 0 && reinterpret_cast<uintptr_t>(c.dst) % 16 == 0 &&
+                c.bytes % 16 == 0;
+    }
+    const size_t bytes = list.size() * sizeof(DeviceBlockCopy);
+    Tensor table = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+    MEGACTX_CUDA_CHECK(cudaMemcpyAsync(table.data, list.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    MEGACTX_CUDA_CHECK(launch_copy_blocks(static_cast<const DeviceBlockCopy*>(table.data),
+                                          static_cast<int64_t>(list.size()), max_bytes, vec16, stream_));
+    after_op("copy_blocks");
+    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `list` is pageable host memory
+}
+
+Tensor CudaOps::alloc_host(DType dtype, std::vector<int64_t> shape) {
+    bind_thread();
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * dtype_size(dtype);
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    MEGACTX_CHECK(e == cudaSuccess, "host KV tier: cannot pin {:.2f} GiB of host memory ({})",
+                  static_cast<double>(bytes) / (1 << 30), cudaGetErrorString(e));
+    void* dev = nullptr;
+    MEGACTX_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+    MEGACTX_CHECK(dev == p, "host KV tier: the device sees pinned memory at another address (no unified addressing)");
+    t.storage = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+    t.data = p;
+    return t;
 }
 
 void CudaOps::argmax_rows(const Tensor& x, Tensor& out) {

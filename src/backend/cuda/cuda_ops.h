@@ -5,8 +5,9 @@
 // bf16 copy of the weight made on first use; one or two rows the FP8 GEMV, fp8_gemv.h; 3-16 rows the few-row W8A8
 // kernel, fp8_gemm_small.h), every other op is a kernel family of this folder (one .h contract + .cu each).
 // Activations are fp32, indices int32.
-// KV pools may be F32, BF16 or FP8 (kv_format.h); the cache ops read and write all three. One stream; host
-// transfers (upload_i32, upload, download) are synchronous.
+// KV pools may be F32, BF16 or FP8 (kv_format.h); the cache ops read and write all three; a host KV tier lives in
+// pinned, mapped host memory (alloc_host). One stream; host transfers (upload_i32, upload, download) are
+// synchronous.
 #pragma once
 
 #include <cublasLt.h>
@@ -107,6 +108,12 @@ class CudaOps final : public Ops {
     void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const std::vector<MlpWeights>& experts,
                      Tensor& y) override;
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+    // The host KV tier (kv_tier.h): host pools pinned and mapped, read and written by the kernels in place.
+    void kv_resolve(const KvResolveParams& p) override;
+    void kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) override;
+    void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override;
+    void copy_blocks(const std::vector<BlockCopy>& copies) override;
+    Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override;
     void argmax_rows(const Tensor& x, Tensor& out) override;
     void add(Tensor& y, const Tensor& x) override;
     void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;

@@ -102,6 +102,7 @@ __global__ void cache_copy_kernel(void* cache, int elem, const float* rows, cons
                                   int64_t d) {
     MEGACTX_GRID_STRIDE(i, n * d) {
         const int64_t t = i / d, c = i % d, dst = static_cast<int64_t>(slots[t]) * d + c;
+        if (slots[t] < 0) continue;  // slot -1: not written here
         if (elem == 0) {
             static_cast<float*>(cache)[dst] = rows[i];
         } else {

@@ -39,6 +39,7 @@ __global__ void latent_write_kernel(LatentWriteParams p) {
     rope_shared(row + p.rank, p.rope, p.pos[t], p.inv_freq);
     __syncthreads();
     const int64_t slot = p.slots[t];
+    if (slot < 0) return;  // the token's block is in the other tier (the whole block returns: one token each)
     if (p.elem == 0) {
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x) static_cast<float*>(p.cache)[slot * d + j] = row[j];
         return;
@@ -84,6 +85,7 @@ __global__ void indexer_write_kernel(IndexerWriteParams p) {
     rope_shared(key, p.d_rope, p.pos[t], p.inv_freq);
     __syncthreads();
     const int64_t slot = p.slots[t];
+    if (slot < 0) return;  // the token's block is in the other tier (the whole block returns: one token each)
     if (p.elem == 0) {
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x) static_cast<float*>(p.cache)[slot * d + j] = key[j];
         return;
