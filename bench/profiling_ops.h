@@ -19,7 +19,7 @@
 namespace megactx {
 
 class ProfilingOps final : public Ops {
-public:
+  public:
     struct Stat {
         int64_t calls = 0;
         double seconds = 0;
@@ -145,6 +145,11 @@ public:
         const Timer timer(stats_[kGatherRows]);
         inner_.kv_fetch_rows(src, rows, dst);
     }
+    int64_t kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tensor& dst) override {
+        const Timer timer(stats_[kGatherRows]);
+        return inner_.kv_fetch_rows_async(src, rows, dst);
+    }
+    void kv_fetch_wait(int64_t ticket) override { inner_.kv_fetch_wait(ticket); }
     void copy_blocks(const std::vector<BlockCopy>& copies) override {
         const Timer timer(stats_[kGatherRows]);
         inner_.copy_blocks(copies);
@@ -169,28 +174,68 @@ public:
         inner_.concat_cols(a, b, out);
     }
 
-private:
+  private:
     using Clock = std::chrono::steady_clock;
     enum OpId : size_t {
-        kAlloc, kUploadI32, kDownload, kEmbedding, kRmsNorm, kLayerNorm, kLinear, kRope, kCacheWrite,
-        kLatentCacheWrite, kIndexerCacheWrite, kIndexerTopk, kMlaAbsorbQ, kSparseMla, kMlaExpandV, kSwigluMlp, kMoeRoute, kMoeExperts, kGatherRows,
-        kAdd, kSliceCols, kConcatCols, kAddRmsNorm, kOpCount
+        kAlloc,
+        kUploadI32,
+        kDownload,
+        kEmbedding,
+        kRmsNorm,
+        kLayerNorm,
+        kLinear,
+        kRope,
+        kCacheWrite,
+        kLatentCacheWrite,
+        kIndexerCacheWrite,
+        kIndexerTopk,
+        kMlaAbsorbQ,
+        kSparseMla,
+        kMlaExpandV,
+        kSwigluMlp,
+        kMoeRoute,
+        kMoeExperts,
+        kGatherRows,
+        kAdd,
+        kSliceCols,
+        kConcatCols,
+        kAddRmsNorm,
+        kOpCount
     };
-    static constexpr std::array<const char*, kOpCount> kNames = {
-        "alloc", "upload_i32", "download", "embedding", "rms_norm", "layer_norm", "linear",
-        "rope", "cache_write", "latent_cache_write", "indexer_cache_write", "indexer_topk", "mla_absorb_q", "sparse_mla", "mla_expand_v", "swiglu_mlp",
-        "moe_route", "moe_experts", "gather_rows", "add", "slice_cols", "concat_cols", "add_rms_norm"};
+    static constexpr std::array<const char*, kOpCount> kNames = {"alloc",
+                                                                 "upload_i32",
+                                                                 "download",
+                                                                 "embedding",
+                                                                 "rms_norm",
+                                                                 "layer_norm",
+                                                                 "linear",
+                                                                 "rope",
+                                                                 "cache_write",
+                                                                 "latent_cache_write",
+                                                                 "indexer_cache_write",
+                                                                 "indexer_topk",
+                                                                 "mla_absorb_q",
+                                                                 "sparse_mla",
+                                                                 "mla_expand_v",
+                                                                 "swiglu_mlp",
+                                                                 "moe_route",
+                                                                 "moe_experts",
+                                                                 "gather_rows",
+                                                                 "add",
+                                                                 "slice_cols",
+                                                                 "concat_cols",
+                                                                 "add_rms_norm"};
 
     // Adds the wall time of its scope to one op's stat.
     class Timer {
-    public:
+      public:
         explicit Timer(Stat& s) : s_(s), t0_(Clock::now()) {}
         ~Timer() {
             s_.seconds += std::chrono::duration<double>(Clock::now() - t0_).count();
             ++s_.calls;
         }
 
-    private:
+      private:
         Stat& s_;
         Clock::time_point t0_;
     };

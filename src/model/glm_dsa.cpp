@@ -111,9 +111,9 @@ void GlmDsaModel::load(const std::string& dir) {
                      c.qk_head_dim());
         L.kv_a = load_weight(s, a + "kv_a_proj_with_mqa.weight", c.d_latent(), H);
         L.kv_a_norm = load_vector(s, a + "kv_a_layernorm.weight", c.kv_lora_rank);
-        L.kv_b = rows(load_weight(s, a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim),
-                                  c.kv_lora_rank),
-                      sh.heads, c.qk_nope_head_dim + c.v_head_dim);
+        L.kv_b =
+            rows(load_weight(s, a + "kv_b_proj.weight", c.n_head * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank),
+                 sh.heads, c.qk_nope_head_dim + c.v_head_dim);
         L.o = cols(load_weight(s, a + "o_proj.weight", H, c.n_head * c.v_head_dim), sh.heads, c.v_head_dim);
         if (L.full) {  // indexer tensors on shared layers, if a checkpoint ships them, are ignored
             const std::string x = a + "indexer.";
@@ -122,8 +122,8 @@ void GlmDsaModel::load(const std::string& dir) {
             L.indexer.wk = load_weight(s, x + "wk.weight", c.d_indexer, H);
             L.indexer.k_norm_w = load_vector(s, x + "k_norm.weight", c.d_indexer);
             L.indexer.k_norm_b = load_vector(s, x + "k_norm.bias", c.d_indexer);
-            L.indexer.weights_proj = rows(load_weight(s, x + "weights_proj.weight", c.n_head_indexer, H),
-                                          sh.indexer_heads, 1);
+            L.indexer.weights_proj =
+                rows(load_weight(s, x + "weights_proj.weight", c.n_head_indexer, H), sh.indexer_heads, 1);
         }
         if (L.moe) {
             L.router = load_weight(s, p + "mlp.gate.weight", c.n_routed_experts, H);
@@ -133,8 +133,8 @@ void GlmDsaModel::load(const std::string& dir) {
             // Experts another rank holds (expert parallel) stay empty: moe_experts skips them.
             L.experts.resize(static_cast<size_t>(c.n_routed_experts));
             for (int64_t e = sh.experts.begin; e < sh.experts.end; ++e) {
-                L.experts[static_cast<size_t>(e)] = mlp_shard(p + "mlp.experts." + std::to_string(e) + ".",
-                                                              c.moe_intermediate_size, sh.expert_ff);
+                L.experts[static_cast<size_t>(e)] =
+                    mlp_shard(p + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size, sh.expert_ff);
             }
             if (c.n_shared_experts > 0) {
                 L.shared_expert =
@@ -166,7 +166,7 @@ void GlmDsaModel::check_batch(const Batch& b) const {
 }
 
 std::unique_ptr<GlmDsaModel::TierStep> GlmDsaModel::begin_tiers(Ops& ops, const BatchPlan& plan, KvCache& kv,
-                                                                 int64_t n) const {
+                                                                int64_t n) const {
     if (!kv.tiered()) return nullptr;
     MEGACTX_CHECK(!kv.tiers_dirty(), "tiered KV: blocks moved since the last KvCache::flush_tiers");
     MEGACTX_CHECK(comm_ == nullptr, "tiered KV does not run under tensor parallelism yet");
@@ -186,6 +186,27 @@ int64_t GlmDsaModel::selection_readers(int64_t i_layer) const {
     return n;
 }
 
+void GlmDsaModel::stage_rows(Ops& ops, int64_t i_layer, KvCache& kv, const Tensor& topk, TierStep& tier) const {
+    const int64_t n = topk.dim(0), k = topk.dim(1);
+    if (!tier.resolved) {  // once per selection: every layer reading it finds the same rows in the same places
+        KvResolveParams rp;
+        rp.slots = &topk;
+        rp.loc = &kv.tier_loc();
+        rp.staging_base = kv.staging_base();
+        rp.rows_per_pass = kv.rows_per_pass();
+        rp.weight = static_cast<int32_t>(selection_readers(i_layer));
+        rp.device_slots = &tier.slots;
+        rp.fetch = &tier.fetch;
+        rp.block_hits = &kv.tier_hits();
+        ops.kv_resolve(rp);
+        tier.resolved = true;
+    }
+    tier.ticket = -1;
+    if (n > kv.rows_per_pass()) return;  // staged pass by pass in sparse_attention
+    Tensor staging = row_range(kv.latent(i_layer), kv.staging_base(), kv.staging_base() + n * k);
+    tier.ticket = ops.kv_fetch_rows_async(kv.host_latent(i_layer), tier.fetch, staging);
+}
+
 void GlmDsaModel::sparse_attention(Ops& ops, int64_t i_layer, KvCache& kv, const Tensor& topk, TierStep* tier,
                                    SparseMlaParams sp) const {
     if (!tier) {
@@ -193,19 +214,13 @@ void GlmDsaModel::sparse_attention(Ops& ops, int64_t i_layer, KvCache& kv, const
         ops.sparse_mla(sp);
         return;
     }
+    MEGACTX_CHECK(tier->resolved, "tiered KV: layer {} attends before stage_rows", i_layer);
     const int64_t n = topk.dim(0), k = topk.dim(1), R = kv.rows_per_pass();
-    if (!tier->resolved) {  // once per selection: every layer reading it finds the same rows in the same places
-        KvResolveParams rp;
-        rp.slots = &topk;
-        rp.loc = &kv.tier_loc();
-        rp.staging_base = kv.staging_base();
-        rp.rows_per_pass = R;
-        rp.weight = static_cast<int32_t>(selection_readers(i_layer));
-        rp.device_slots = &tier->slots;
-        rp.fetch = &tier->fetch;
-        rp.block_hits = &kv.tier_hits();
-        ops.kv_resolve(rp);
-        tier->resolved = true;
+    if (tier->ticket >= 0) {  // one pass, staged by stage_rows
+        ops.kv_fetch_wait(tier->ticket);
+        sp.slots = &tier->slots;
+        ops.sparse_mla(sp);
+        return;
     }
     Tensor& pool = kv.latent(i_layer);
     sp.plan_rows = n;
@@ -229,17 +244,6 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
     const int64_t n = xn.dim(0), n_head = n_head_local_, d_rope = c.qk_rope_head_dim, r = c.kv_lora_rank;
 
-    // q latent (also the indexer's query input) and the per-head query
-    Tensor qa = ops.alloc(DType::F32, {n, c.q_lora_rank});
-    ops.linear(xn, L.q_a, qa);
-    Tensor qr = ops.alloc(DType::F32, {n, c.q_lora_rank});  // [n, q_lora_rank]
-    ops.rms_norm(qa, L.q_a_norm, kLatentNormEps, qr);
-    Tensor q = ops.alloc(DType::F32, {n, n_head, c.qk_head_dim()});  // [n, n_head, nope | rope]
-    ops.linear(qr, L.q_b, q);
-    ops.rope(q, c.qk_nope_head_dim, d_rope, plan.pos, c.rope_theta);
-    tap(ops, qr, "q_latent", i_layer);
-    tap(ops, q, "q", i_layer);
-
     // LayerSplit (design.md §6): only the owner of this layer's KV stores the row, runs the indexer and the
     // sparse attention (for every rank's heads); the others send their queries and receive their heads' output.
     const int owner = kv_owner(i_layer);
@@ -259,7 +263,21 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
                                    kv.latent(i_layer));
         }
         tap(ops, kv_a, "kv_a_raw", i_layer);
+        // Tiered KV, a layer that reads an earlier layer's selection: its host rows are gathered now, after its
+        // own new rows are stored (one of them may be selected), under the query projections below.
+        if (tier && !run_indexer) stage_rows(ops, i_layer, kv, topk, *tier);
     }
+
+    // q latent (also the indexer's query input) and the per-head query
+    Tensor qa = ops.alloc(DType::F32, {n, c.q_lora_rank});
+    ops.linear(xn, L.q_a, qa);
+    Tensor qr = ops.alloc(DType::F32, {n, c.q_lora_rank});  // [n, q_lora_rank]
+    ops.rms_norm(qa, L.q_a_norm, kLatentNormEps, qr);
+    Tensor q = ops.alloc(DType::F32, {n, n_head, c.qk_head_dim()});  // [n, n_head, nope | rope]
+    ops.linear(qr, L.q_b, q);
+    ops.rope(q, c.qk_nope_head_dim, d_rope, plan.pos, c.rope_theta);
+    tap(ops, qr, "q_latent", i_layer);
+    tap(ops, q, "q", i_layer);
 
     // DSA indexer on full layers; shared layers keep `topk` from the last full layer
     if (run_indexer && holds_kv) {
@@ -267,7 +285,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         const int64_t n_ih = X.weights_proj.rows;  // indexer heads of this rank (all unless split by heads)
         Tensor iq = ops.alloc(DType::F32, {n, n_ih, c.d_indexer});  // [n, n_ih, d_indexer]
         ops.linear(qr, X.wq_b, iq);
-        ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);  // RoPE on the first d_rope dims
+        ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);          // RoPE on the first d_rope dims
         Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});  // [n, d_indexer] before LayerNorm and RoPE
         ops.linear(xn, X.wk, ik_raw);
         ops.indexer_cache_write(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, plan.pos, d_rope, c.rope_theta,
@@ -293,7 +311,10 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
             };
         }
         ops.indexer_topk(ip);
-        if (tier) tier->resolved = false;
+        if (tier) {  // a new selection: resolved, and this layer's host rows gathered under the q absorption
+            tier->resolved = false;
+            stage_rows(ops, i_layer, kv, topk, *tier);
+        }
         tap(ops, iq, "indexer_q", i_layer);
         tap(ops, ik_raw, "indexer_k_raw", i_layer);
         tap(ops, gates, "indexer_gates", i_layer);
@@ -337,8 +358,8 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     tap(ops, out, "attn_out", i_layer);
 }
 
-void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv,
-                                Tensor& topk, bool run_indexer, TierStep* tier) const {
+void GlmDsaModel::layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv, Tensor& topk,
+                                bool run_indexer, TierStep* tier) const {
     const ModelConfig& c = config_;
     const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
     const int64_t n = x.dim(0), H = c.hidden_size;
@@ -401,14 +422,13 @@ ForwardResult GlmDsaModel::finish(Ops& ops, const Tensor& x, const std::vector<f
     return r;
 }
 
-Range GlmDsaModel::kv_layers() const {
-    return shard_ ? shard_->kv_layers : Range{0, config_.n_layers_total()};
-}
+Range GlmDsaModel::kv_layers() const { return shard_ ? shard_->kv_layers : Range{0, config_.n_layers_total()}; }
 
 int64_t GlmDsaModel::kv_bytes_per_token_max(KvFormat format) const {
     if (!shard_plan_) return kv_bytes_per_token(config_, format);
     int64_t most = 0;
-    for (const RankPlan& r : shard_plan_->ranks) most = std::max(most, kv_bytes_per_token(config_, format, r.kv_layers));
+    for (const RankPlan& r : shard_plan_->ranks)
+        most = std::max(most, kv_bytes_per_token(config_, format, r.kv_layers));
     return most;
 }
 

@@ -19,10 +19,10 @@
 namespace megactx {
 
 struct IndexerWeights {
-    Weight wq_b;                      // [n_head_indexer · d_indexer, q_lora_rank]
-    Weight wk;                        // [d_indexer, hidden]
+    Weight wq_b;                            // [n_head_indexer · d_indexer, q_lora_rank]
+    Weight wk;                              // [d_indexer, hidden]
     std::vector<float> k_norm_w, k_norm_b;  // LayerNorm [d_indexer]
-    Weight weights_proj;              // [n_head_indexer, hidden]
+    Weight weights_proj;                    // [n_head_indexer, hidden]
 };
 
 struct LayerWeights {
@@ -30,24 +30,24 @@ struct LayerWeights {
     bool moe = false;
     std::vector<float> input_norm, post_norm;  // [hidden]
     // MLA
-    Weight q_a;                       // [q_lora_rank, hidden]
-    std::vector<float> q_a_norm;      // [q_lora_rank]
-    Weight q_b;                       // [n_head · qk_head_dim, q_lora_rank]
-    Weight kv_a;                      // [kv_lora_rank + rope, hidden]
-    std::vector<float> kv_a_norm;     // [kv_lora_rank]
-    Weight kv_b;                      // [n_head · (nope + v), kv_lora_rank]
-    Weight o;                         // [hidden, n_head · v]
-    IndexerWeights indexer;           // full layers only
+    Weight q_a;                    // [q_lora_rank, hidden]
+    std::vector<float> q_a_norm;   // [q_lora_rank]
+    Weight q_b;                    // [n_head · qk_head_dim, q_lora_rank]
+    Weight kv_a;                   // [kv_lora_rank + rope, hidden]
+    std::vector<float> kv_a_norm;  // [kv_lora_rank]
+    Weight kv_b;                   // [n_head · (nope + v), kv_lora_rank]
+    Weight o;                      // [hidden, n_head · v]
+    IndexerWeights indexer;        // full layers only
     // FFN
-    MlpWeights mlp;                   // dense layers
-    Weight router;                    // [n_experts, hidden]
-    std::vector<float> router_bias;   // e_score_correction_bias [n_experts]
+    MlpWeights mlp;                  // dense layers
+    Weight router;                   // [n_experts, hidden]
+    std::vector<float> router_bias;  // e_score_correction_bias [n_experts]
     std::vector<MlpWeights> experts;
     MlpWeights shared_expert;
     bool has_shared_expert = false;
     // MTP layers only
     std::vector<float> enorm, hnorm, head_norm;
-    Weight eh_proj;                   // [hidden, 2 · hidden]
+    Weight eh_proj;  // [hidden, 2 · hidden]
 };
 
 struct ForwardResult {
@@ -60,7 +60,7 @@ struct ForwardResult {
 // rank 0 starts the same forward on each follower (its own shard, ops and KV cache) and waits for it, so that
 // the ranks' collectives meet.
 class RankFollowers {
-public:
+  public:
     virtual ~RankFollowers() = default;
     // Makes every follower's KV cache like kv0 now (so a pool that does not fit fails at startup, not at the
     // first request).
@@ -73,7 +73,7 @@ public:
 };
 
 class GlmDsaModel {
-public:
+  public:
     // Loads config.json and the weights of `dir`; every error names the file, tensor or field.
     explicit GlmDsaModel(const std::string& dir);
     // Tensor / expert parallel: loads rank `rank`'s shard of `plan` (attention heads, MLP and expert columns or
@@ -111,18 +111,23 @@ public:
     ForwardResult mtp_forward(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
                               const Tensor* reuse_topk = nullptr, const Tensor* tokens = nullptr) const;
 
-private:
+  private:
     // A forward's view of a tiered KV cache (KvCache::tiered): where the batch's latent rows are written, and the
     // current selection resolved to device-pool rows with the host rows to stage (Ops::kv_resolve).
     struct TierStep {
         Tensor write_device, write_host;  // [n] rows of the two pools, -1 in the other one
         Tensor slots, fetch;              // [n, index_topk] device-pool rows, [n · index_topk] host rows or -1
         bool resolved = false;            // `slots` holds the current top-k's rows
+        int64_t ticket = -1;              // the current layer's staged rows (Ops::kv_fetch_rows_async), -1: none
     };
     // The TierStep of a batch, or nullptr (the cache has one tier).
     std::unique_ptr<TierStep> begin_tiers(Ops& ops, const BatchPlan& plan, KvCache& kv, int64_t n) const;
     // Layers that read the selection a full layer makes (itself and the shared layers after it).
     int64_t selection_readers(int64_t i_layer) const;
+    // Tiered KV: resolves the selection if this layer is the first to read it, then (a batch that fits one staging
+    // pass) gathers this layer's selected host rows on the copy stream (Ops::kv_fetch_rows_async). Called after
+    // the layer's new rows are stored, since one of them may be selected.
+    void stage_rows(Ops& ops, int64_t i_layer, KvCache& kv, const Tensor& topk, TierStep& tier) const;
     // run_indexer: the layer computes top-k into `topk`; otherwise it attends over the incoming `topk`.
     void layer_forward(Ops& ops, int64_t i_layer, Tensor& x, const BatchPlan& plan, KvCache& kv, Tensor& topk,
                        bool run_indexer, TierStep* tier) const;

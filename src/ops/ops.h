@@ -192,6 +192,14 @@ class Ops {
         (void)src, (void)rows, (void)dst;
         no_host_tier();
     }
+    // kv_fetch_rows on the backend's copy stream, ordered after every op issued so far; ops issued after
+    // kv_fetch_wait(ticket) see its rows. Lets the gathers of the layers sharing a selection run under the first
+    // layer's compute. Backends without a second stream fetch at once (ticket 0, wait does nothing).
+    virtual int64_t kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tensor& dst) {
+        kv_fetch_rows(src, rows, dst);
+        return 0;
+    }
+    virtual void kv_fetch_wait(int64_t ticket) { (void)ticket; }
     // Byte ranges copied between host memory (alloc_host) and backend memory: KV blocks moving between tiers,
     // every layer's at once. The ranges of one call do not overlap, so the copies may run in any order.
     virtual void copy_blocks(const std::vector<BlockCopy>& copies) {

@@ -193,6 +193,8 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     MEGACTX_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm_, cudaDevAttrMultiProcessorCount, options.device));
     const char* ref = std::getenv("MEGACTX_CUDA_REFERENCE");
     fast_ = ref == nullptr || std::strcmp(ref, "0") == 0;
+    const char* overlap = std::getenv("MEGACTX_TIER_OVERLAP");
+    tier_overlap_ = overlap == nullptr || std::strcmp(overlap, "0") != 0;
     alloc_ = std::make_shared<DeviceAllocator>(options.device, options.memory_budget_bytes, stream_);
     workspace_ = alloc(DType::F32, {kWorkspaceBytes / 4});
     const char* fp8_gemm = std::getenv("MEGACTX_FP8_GEMM");
@@ -228,6 +230,9 @@ CudaOps::~CudaOps() {
     workspace_ = Tensor();
     cublasLtDestroy(lt_);
     if (branch_stream_ != nullptr) cudaStreamDestroy(branch_stream_);
+    if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+    if (fork_ != nullptr) cudaEventDestroy(fork_);
+    for (cudaEvent_t e : fetched_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
 }
 
@@ -605,7 +610,8 @@ bool CudaOps::linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y) {
         p.w = static_cast<const uint8_t*>(dw.data.data);
         p.scales = dw.scales.f32();
         p.y = y.f32();
-        MEGACTX_CUDA_CHECK(launch_act_quant_fp8(x.f32(), n, in, p.n_pad, static_cast<uint8_t*>(q.data), qs.f32(), stream_));
+        MEGACTX_CUDA_CHECK(
+            launch_act_quant_fp8(x.f32(), n, in, p.n_pad, static_cast<uint8_t*>(q.data), qs.f32(), stream_));
         MEGACTX_CUDA_CHECK(launch_fp8_gemm_small(p, n_sm_, stream_));
         return true;
     }
@@ -677,8 +683,7 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
     DeviceWeight& dw = weight(w);
     // A few rows against FP8 weights (decode): read the FP8 weights as they are, half the bytes of the bf16 copy.
     if (dw.dtype == DType::F8_E4M3 && !options_.gemm_f32 && n <= options_.fp8_gemv_max_rows &&
-        fp8_gemv_supported(n, in, dw.block) &&
-        (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
+        fp8_gemv_supported(n, in, dw.block) && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
         Fp8GemvParams p;
         p.x = x.f32();
         p.w = static_cast<const uint8_t*>(dw.data.data);
@@ -1193,7 +1198,8 @@ void CudaOps::moe_device_choice(const MoeFp8Params& gp, const MoeSmallParams& sp
     MEGACTX_CUDA_CHECK(cudaGraphAddNode(&node, graph, deps, edges, n_deps, &cp));
     MEGACTX_CUDA_CHECK(
         cudaStreamUpdateCaptureDependencies(stream_, &node, nullptr, 1, cudaStreamSetCaptureDependencies));
-    if (branch_stream_ == nullptr) MEGACTX_CUDA_CHECK(cudaStreamCreateWithFlags(&branch_stream_, cudaStreamNonBlocking));
+    if (branch_stream_ == nullptr)
+        MEGACTX_CUDA_CHECK(cudaStreamCreateWithFlags(&branch_stream_, cudaStreamNonBlocking));
     auto branch = [&](cudaGraph_t body, bool per_choice) {
         MEGACTX_CUDA_CHECK(
             cudaStreamBeginCaptureToGraph(branch_stream_, body, nullptr, nullptr, 0, cudaStreamCaptureModeRelaxed));
@@ -1314,8 +1320,8 @@ void CudaOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
                   "gather_rows: F32 or I32 rows, the same for both, got {} and {}", dtype_name(x.dtype),
                   dtype_name(out.dtype));
     // The kernel moves 4-byte values: I32 rows travel as their bits.
-    MEGACTX_CUDA_CHECK(launch_gather_rows(static_cast<float*>(out.data), static_cast<const float*>(x.data),
-                                          rows.i32(), rows.numel(), x.shape.back(), stream_));
+    MEGACTX_CUDA_CHECK(launch_gather_rows(static_cast<float*>(out.data), static_cast<const float*>(x.data), rows.i32(),
+                                          rows.numel(), x.shape.back(), stream_));
     after_op("gather_rows");
 }
 
@@ -1353,7 +1359,8 @@ void CudaOps::kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& dev
     const int64_t n = slots.numel();
     MEGACTX_CHECK(device.numel() == n && host.numel() == n, "kv_split_slots: {} slots into {} and {} values", n,
                   device.numel(), host.numel());
-    MEGACTX_CUDA_CHECK(launch_kv_split_slots(slots.i32(), loc.i32(), n, loc.numel(), device.i32(), host.i32(), stream_));
+    MEGACTX_CUDA_CHECK(
+        launch_kv_split_slots(slots.i32(), loc.i32(), n, loc.numel(), device.i32(), host.i32(), stream_));
     after_op("kv_split_slots");
 }
 
@@ -1363,6 +1370,37 @@ void CudaOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) 
                   row_bytes(src), dst.dim(0), rb);
     MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, stream_));
     after_op("kv_fetch_rows");
+}
+
+int64_t CudaOps::kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tensor& dst) {
+    const int64_t rb = row_bytes(dst), m = rows.numel();
+    MEGACTX_CHECK(row_bytes(src) == rb && dst.dim(0) >= m, "kv_fetch_rows: {} rows of {} B into {} rows of {} B", m,
+                  row_bytes(src), dst.dim(0), rb);
+    constexpr size_t kRing = 512;
+    if (copy_stream_ == nullptr) {
+        MEGACTX_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+        MEGACTX_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+        fetched_.resize(kRing);
+        for (cudaEvent_t& e : fetched_) MEGACTX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    const int64_t ticket = n_fetches_++;
+    cudaEvent_t done = fetched_[static_cast<size_t>(ticket) % kRing];
+    // MEGACTX_TIER_OVERLAP=0 gathers on the main stream instead, to measure what the overlap hides.
+    cudaStream_t s = tier_overlap_ ? copy_stream_ : stream_;
+    if (tier_overlap_) {
+        MEGACTX_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+        MEGACTX_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, fork_, 0));
+    }
+    MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, s));
+    MEGACTX_CUDA_CHECK(cudaEventRecord(done, s));
+    return ticket;
+}
+
+void CudaOps::kv_fetch_wait(int64_t ticket) {
+    MEGACTX_CHECK(ticket >= 0 && ticket < n_fetches_ && n_fetches_ - ticket <= static_cast<int64_t>(fetched_.size()),
+                  "kv_fetch_wait: ticket {} is not a recent kv_fetch_rows_async", ticket);
+    MEGACTX_CUDA_CHECK(cudaStreamWaitEvent(stream_, fetched_[static_cast<size_t>(ticket) % fetched_.size()], 0));
+    after_op("kv_fetch_rows_async");
 }
 
 void CudaOps::copy_blocks(const std::vector<BlockCopy>& copies) {

@@ -112,6 +112,8 @@ class CudaOps final : public Ops {
     void kv_resolve(const KvResolveParams& p) override;
     void kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) override;
     void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override;
+    int64_t kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tensor& dst) override;
+    void kv_fetch_wait(int64_t ticket) override;
     void copy_blocks(const std::vector<BlockCopy>& copies) override;
     Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override;
     void argmax_rows(const Tensor& x, Tensor& out) override;
@@ -191,6 +193,13 @@ class CudaOps final : public Ops {
     CudaOptions options_;
     cudaStream_t stream_ = nullptr;
     cudaStream_t branch_stream_ = nullptr;  // captures the branches of conditional nodes (moe_device_choice)
+    // The host tier's gathers (kv_fetch_rows_async): a copy stream forked from stream_ by fork_, joined back by
+    // the ticket's event of a ring (a step waits for each of its fetches before it issues many more).
+    cudaStream_t copy_stream_ = nullptr;
+    cudaEvent_t fork_ = nullptr;
+    std::vector<cudaEvent_t> fetched_;
+    int64_t n_fetches_ = 0;
+    bool tier_overlap_ = true;
     Graph* recording_ = nullptr;  // the graph being recorded, if any
     cublasLtHandle_t lt_ = nullptr;
     std::shared_ptr<DeviceAllocator> alloc_;
