@@ -444,7 +444,7 @@ TEST(CudaDemoModel, NiahAnswersMatchCpu) {
 
 // The host KV tier on the GPU (pinned, mapped host pools; kv_tier.h): glm52-mini on the fast kernels, 4,040
 // tokens prefilled in chunks of 512, then 40 decode steps replayed as CUDA graphs, with 6 device blocks of 65 —
-// most selected rows are gathered from host memory every step, blocks are promoted and demoted between steps.
+// most selected rows are gathered from host memory every step, and blocks are demoted as the sequence grows.
 // Logits equal the untiered cache's bit for bit in bf16 and FP8 KV: the same rows reach the same kernels in the
 // same order (the staging passes plan sparse_mla as one call would).
 TEST(CudaTieredKv, LogitsEqualUntieredBitForBit) {
@@ -492,7 +492,7 @@ TEST(CudaTieredKv, LogitsEqualUntieredBitForBit) {
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * 4)) << kv_format_name(f);
         EXPECT_GT(ts.host_rows, ts.device_rows) << "most selected rows should come from the host tier";
-        EXPECT_GT(ts.promotions, 0);
+        EXPECT_GT(ts.demotions, 0);  // (promotions need a device block the step did not select: none here)
         EXPECT_GT(st.replayed, n_dec / 2) << "decode steps should replay as CUDA graphs";
     }
 }

@@ -50,19 +50,21 @@ __global__ void kv_split_kernel(const int32_t* slots, const int32_t* loc, int64_
     host[i] = h;
 }
 
-// One warp per row; Vec = uint4 (16 B) when every row start is 16-B aligned, else bytes.
+// A warp per row, striding over the rows when the grid is capped; Vec = uint4 (16 B) when every row start is 16-B
+// aligned, else bytes.
 template <typename Vec>
 __global__ void kv_fetch_kernel(uint8_t* dst, const uint8_t* src, const int32_t* rows, int64_t m, int64_t n_src,
                                 int64_t row_bytes) {
-    const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
-    if (t >= m) return;
-    const int32_t r = rows[t];
-    if (r < 0 || r >= n_src) return;
-    const auto* from = reinterpret_cast<const Vec*>(src + r * row_bytes);
-    auto* to = reinterpret_cast<Vec*>(dst + t * row_bytes);
+    const int64_t n_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
     const int64_t n_vec = row_bytes / static_cast<int64_t>(sizeof(Vec));
-    for (int64_t v = lane; v < n_vec; v += 32) to[v] = from[v];
+    for (int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; t < m; t += n_warps) {
+        const int32_t r = rows[t];
+        if (r < 0 || r >= n_src) continue;
+        const auto* from = reinterpret_cast<const Vec*>(src + r * row_bytes);
+        auto* to = reinterpret_cast<Vec*>(dst + t * row_bytes);
+        for (int64_t v = lane; v < n_vec; v += 32) to[v] = from[v];
+    }
 }
 
 template <typename Vec>
@@ -97,9 +99,10 @@ cudaError_t launch_kv_split_slots(const int32_t* slots, const int32_t* loc, int6
 }
 
 cudaError_t launch_kv_fetch_rows(void* dst, const void* src, const int32_t* rows, int64_t m, int64_t n_src,
-                                 int64_t row_bytes, cudaStream_t stream) {
+                                 int64_t row_bytes, cudaStream_t stream, int max_blocks) {
     if (m == 0 || row_bytes == 0) return cudaSuccess;
-    const unsigned grid = grid_for(m * 32);
+    unsigned grid = grid_for(m * 32);
+    if (max_blocks > 0) grid = std::min(grid, static_cast<unsigned>(max_blocks));
     auto* d = static_cast<uint8_t*>(dst);
     const auto* s = static_cast<const uint8_t*>(src);
     if (row_bytes % 16 == 0 && aligned16(dst) && aligned16(src)) {

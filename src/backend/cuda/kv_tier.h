@@ -29,9 +29,10 @@ cudaError_t launch_kv_split_slots(const int32_t* slots, const int32_t* loc, int6
                                   int32_t* device, int32_t* host, cudaStream_t stream);
 
 // dst row t = src row rows[t] for rows[t] in [0, n_src), rows of row_bytes bytes (16-B vectors when aligned);
-// src is typically mapped host memory, dst device memory.
+// src is typically mapped host memory, dst device memory. A warp per row; max_blocks > 0 caps the grid (blocks of
+// 256 threads), so that a gather running beside compute leaves it the SMs.
 cudaError_t launch_kv_fetch_rows(void* dst, const void* src, const int32_t* rows, int64_t m, int64_t n_src,
-                                 int64_t row_bytes, cudaStream_t stream);
+                                 int64_t row_bytes, cudaStream_t stream, int max_blocks = 0);
 
 // copies[i] = {src, dst, bytes} (a device array): independent byte ranges, any mix of device and mapped host
 // memory, one launch; vec16: every src, dst and byte count is a multiple of 16, copied as 16-B vectors.
