@@ -20,22 +20,38 @@ KvTiers::KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions)
                   n_device, n_host);
     loc_.assign(static_cast<size_t>(n_blocks()), kTierNowhere);
     stamp_.assign(static_cast<size_t>(n_blocks()), 0);
+    queued_.assign(static_cast<size_t>(n_blocks()), -1);
     for (int64_t d = n_device - 1; d >= 0; --d) free_device_.push_back(static_cast<int32_t>(d));
     for (int64_t h = n_host - 1; h >= 0; --h) free_host_.push_back(static_cast<int32_t>(h));
 }
 
-void KvTiers::stamp(int32_t block) {
+void KvTiers::push_lru(int32_t block) {
     const auto i = static_cast<size_t>(block);
-    if (on_device(loc_[i])) {
-        device_lru_.erase({stamp_[i], block});
-        device_lru_.insert({now_, block});
+    if (queued_[i] == stamp_[i]) return;
+    queued_[i] = stamp_[i];
+    device_lru_.push_back({stamp_[i], block});
+    if (static_cast<int64_t>(device_lru_.size()) > 2 * n_device_ + 64) {  // sweep the stale entries
+        std::deque<std::pair<int64_t, int32_t>> kept;
+        for (const auto& e : device_lru_)
+            if (live(e)) kept.push_back(e);
+        device_lru_.swap(kept);
     }
-    stamp_[i] = now_;
+}
+
+bool KvTiers::live(const std::pair<int64_t, int32_t>& e) const {
+    const auto i = static_cast<size_t>(e.second);
+    return on_device(loc_[i]) && stamp_[i] == e.first && queued_[i] == e.first;
+}
+
+void KvTiers::stamp(int32_t block) {
+    stamp_[static_cast<size_t>(block)] = now_;
+    if (on_device(loc_[static_cast<size_t>(block)])) push_lru(block);
 }
 
 int32_t KvTiers::take_cold_device(std::vector<TierMove>& moves, int32_t swap_with) {
-    if (device_lru_.empty() || device_lru_.begin()->first >= now_) return -1;
-    const int32_t a = device_lru_.begin()->second;
+    while (!device_lru_.empty() && !live(device_lru_.front())) device_lru_.pop_front();
+    if (device_lru_.empty() || device_lru_.front().first >= now_) return -1;
+    const int32_t a = device_lru_.front().second;
     const int32_t d = loc_[static_cast<size_t>(a)];
     if (!free_host_.empty()) {
         const int32_t h = free_host_.back();
@@ -52,7 +68,8 @@ int32_t KvTiers::take_cold_device(std::vector<TierMove>& moves, int32_t swap_wit
     } else {
         return -1;
     }
-    device_lru_.erase(device_lru_.begin());
+    device_lru_.pop_front();
+    queued_[static_cast<size_t>(a)] = -1;
     ++stats_.demotions;
     return d;
 }
@@ -65,17 +82,15 @@ std::vector<TierMove> KvTiers::place(int32_t block) {
         if (!free_device_.empty()) {
             loc_[i] = free_device_.back();
             free_device_.pop_back();
-            device_lru_.insert({stamp_[i], block});
         } else if (const int32_t d = take_cold_device(moves, -1); d >= 0) {
             loc_[i] = d;
-            device_lru_.insert({stamp_[i], block});
         } else {
             MEGACTX_CHECK(!free_host_.empty(), "KV tiers: no free frame for block {}", block);
             loc_[i] = host_loc(free_host_.back());
             free_host_.pop_back();
         }
     }
-    stamp(block);  // a reused cached block keeps its frame
+    stamp(block);  // (queues a device block) a reused cached block keeps its frame
     return moves;
 }
 
@@ -84,7 +99,7 @@ void KvTiers::drop(int32_t block) {
     const int32_t l = loc_.at(i);
     MEGACTX_CHECK(l != kTierNowhere, "KV tiers: drop of block {}, which has no frame", block);
     if (on_device(l)) {
-        device_lru_.erase({stamp_[i], block});
+        queued_[i] = -1;  // its entry goes stale
         free_device_.push_back(l);
     } else {
         free_host_.push_back(host_frame(l));
@@ -128,7 +143,7 @@ std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
                 loc_[i] = d;
             }
         }
-        device_lru_.insert({stamp_[i], b});
+        push_lru(b);
         ++stats_.promotions;
     }
     ++now_;

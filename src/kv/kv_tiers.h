@@ -12,8 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <limits>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -63,7 +63,14 @@ class KvTiers {
     int64_t n_device_, n_host_, max_promotions_;
     std::vector<int32_t> loc_;
     std::vector<int64_t> stamp_;
-    std::set<std::pair<int64_t, int32_t>> device_lru_;  // (stamp, block) of device-resident blocks
+    // (stamp, block) of device-resident blocks, oldest first: every entry is pushed with the current stamp, so the
+    // queue stays in stamp order without sorting. A block re-stamped, dropped or moved down leaves a stale entry,
+    // skipped when it reaches the front and swept when the queue doubles. (A std::set of the same pairs cost
+    // ~0.4 ms a step at 1M tokens: ~2,000 selected device blocks re-stamped, each an erase and an insert.)
+    std::deque<std::pair<int64_t, int32_t>> device_lru_;
+    std::vector<int64_t> queued_;  // the stamp of a block's live device_lru_ entry, -1: none
+    void push_lru(int32_t block);
+    bool live(const std::pair<int64_t, int32_t>& e) const;
     std::vector<int32_t> free_device_, free_host_;       // stacks; lowest frames first
     int64_t now_ = 1;
     TierStats stats_;

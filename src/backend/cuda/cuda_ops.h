@@ -200,7 +200,6 @@ class CudaOps final : public Ops {
     std::vector<cudaEvent_t> fetched_;
     int64_t n_fetches_ = 0;
     bool tier_overlap_ = true;
-    int tier_fetch_blocks_ = 32;  // the copy stream's gather grid (MEGACTX_TIER_FETCH_BLOCKS; 0: a warp per row)
     Graph* recording_ = nullptr;  // the graph being recorded, if any
     cublasLtHandle_t lt_ = nullptr;
     std::shared_ptr<DeviceAllocator> alloc_;
