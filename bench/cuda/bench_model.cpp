@@ -19,11 +19,12 @@
 // the blocks' latent rows in pinned host memory; each step (as in the engine) first applies the last step's block
 // moves, and the tiered rows report the host rows gathered per token and the hot set's promotions. The decode
 // token and position repeat, so a step selects what the last one did: --promotions 0 (no hot set) shows the cost
-// when every selected host row is fetched each step, the default how a hot set absorbs a stable selection.
+// when every selected host row is fetched each step, the default how a hot set absorbs a stable selection, and
+// --vary-tokens (a new token each step: on random weights and keys, a new selection each step) how it does not.
 //
 //   bench_model --model DIR [--model DIR2 ...] [--contexts 8192,131072,1048576] [--kv fp8|bf16]
 //               [--steps 20] [--chunk 4096] [--prefill-reps 2] [--tp N [--expert-parallel]]
-//               [--device-blocks N [--promotions P]] [--json PATH]
+//               [--device-blocks N [--promotions P]] [--vary-tokens] [--json PATH]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -103,6 +104,9 @@ int main(int argc, char** argv) {
                    "sequences decoding together, a list (they share the context's KV blocks), e.g. 1,32");
     app.add_option("--json", json_path, "write the results as JSON");
     int64_t device_blocks = 0, promotions = 32;
+    bool vary_tokens = false;
+    app.add_flag("--vary-tokens", vary_tokens,
+                 "decode a different token each step (a selection that moves) instead of repeating one");
     app.add_option("--device-blocks", device_blocks,
                    "also run each model with a host KV tier: this many device blocks, the rest in pinned host memory")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
@@ -129,6 +133,7 @@ int main(int argc, char** argv) {
                               {"commit", bench::source_commit(MEGACTX_SOURCE_DIR)},
                               {"kv", kv_arg},
                               {"steps", steps},
+                              {"vary_tokens", vary_tokens},
                               {"chunk", chunk},
                               {"cuda_graphs", "decode_graph_* columns: GraphedForward replays"},
                               {"tensor_parallel", po.n_gpus},
@@ -217,13 +222,20 @@ int main(int argc, char** argv) {
                             own.push_back(kv.blocks().allocate());
                             t[static_cast<size_t>(L / kBlockSize)] = own.back();
                         }
-                        Batch d;
-                        for (auto& t : tables) d.add_sequence(&t, &tok, 1, L, true);
-                        for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host);
+                        // The decode step's batch: token 17 every step, or (--vary-tokens) another each step.
+                        int64_t step = 0;
+                        std::vector<int32_t> step_tok(1, tok);
+                        const auto batch = [&] {
+                            step_tok[0] = vary_tokens ? static_cast<int32_t>((17 + 7919 * step++) % c.vocab_size) : tok;
+                            Batch d;
+                            for (auto& t : tables) d.add_sequence(&t, step_tok.data(), 1, L, true);
+                            return d;
+                        };
+                        for (int i = 0; i < 3; ++i) time_forward(model, *ops, batch(), kv, host);
                         std::vector<double> ms, gms;
                         kv.end_step();
                         const TierStats before = kv.tiered() ? kv.tiers().stats() : TierStats{};
-                        for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, d, kv, host));
+                        for (int64_t i = 0; i < steps; ++i) ms.push_back(time_forward(model, *ops, batch(), kv, host));
                         kv.end_step();
                         TierStats per_step = kv.tiered() ? kv.tiers().stats() : TierStats{};  // over the eager steps
                         per_step.device_rows -= before.device_rows;
@@ -233,9 +245,9 @@ int main(int argc, char** argv) {
                                                          static_cast<double>(kv.latent_row_bytes()) /
                                                          static_cast<double>(steps * B);
                         // The same step through GraphedForward: a first eager step, a recorded one, then replays.
-                        for (int i = 0; i < 3; ++i) time_forward(model, *ops, d, kv, host, &graphs);
+                        for (int i = 0; i < 3; ++i) time_forward(model, *ops, batch(), kv, host, &graphs);
                         for (int64_t i = 0; i < steps; ++i)
-                            gms.push_back(time_forward(model, *ops, d, kv, host, &graphs));
+                            gms.push_back(time_forward(model, *ops, batch(), kv, host, &graphs));
                         for (int32_t b : own) kv.blocks().release(b);
                         const double dec = median(ms), gdec = median(gms);
                         const bool graphed = graphs.stats().replayed > 0 && graphs.enabled();

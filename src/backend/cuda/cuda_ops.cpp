@@ -195,6 +195,7 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     fast_ = ref == nullptr || std::strcmp(ref, "0") == 0;
     const char* overlap = std::getenv("MEGACTX_TIER_OVERLAP");
     tier_overlap_ = overlap == nullptr || std::strcmp(overlap, "0") != 0;
+    if (const char* b = std::getenv("MEGACTX_TIER_FETCH_BLOCKS")) tier_fetch_blocks_ = std::atoi(b);
     alloc_ = std::make_shared<DeviceAllocator>(options.device, options.memory_budget_bytes, stream_);
     workspace_ = alloc(DType::F32, {kWorkspaceBytes / 4});
     const char* fp8_gemm = std::getenv("MEGACTX_FP8_GEMM");
@@ -1391,7 +1392,8 @@ int64_t CudaOps::kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tens
         MEGACTX_CUDA_CHECK(cudaEventRecord(fork_, stream_));
         MEGACTX_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, fork_, 0));
     }
-    MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, s));
+    MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, s,
+                                            tier_overlap_ ? tier_fetch_blocks_ : 0));
     MEGACTX_CUDA_CHECK(cudaEventRecord(done, s));
     return ticket;
 }

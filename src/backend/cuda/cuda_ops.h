@@ -200,6 +200,9 @@ class CudaOps final : public Ops {
     std::vector<cudaEvent_t> fetched_;
     int64_t n_fetches_ = 0;
     bool tier_overlap_ = true;
+    // The copy stream's gather grid (MEGACTX_TIER_FETCH_BLOCKS; 0: a warp per row). A full grid of a batch-8
+    // gather (16K rows, 2,048 CTAs) crowds out the GEMMs beside it: bench_model host-tier overlap A/B.
+    int tier_fetch_blocks_ = 64;
     Graph* recording_ = nullptr;  // the graph being recorded, if any
     cublasLtHandle_t lt_ = nullptr;
     std::shared_ptr<DeviceAllocator> alloc_;
