@@ -10,18 +10,24 @@ namespace {
 
 int64_t latent_row_bytes(const ModelConfig& c, KvFormat f) {
     switch (f) {
-        case KvFormat::F32: return c.d_latent() * 4;
-        case KvFormat::BF16: return c.d_latent() * 2;
-        case KvFormat::FP8: return fp8_latent_row_bytes(c.kv_lora_rank, c.qk_rope_head_dim);
+        case KvFormat::F32:
+            return c.d_latent() * 4;
+        case KvFormat::BF16:
+            return c.d_latent() * 2;
+        case KvFormat::FP8:
+            return fp8_latent_row_bytes(c.kv_lora_rank, c.qk_rope_head_dim);
     }
     return 0;
 }
 
 int64_t indexer_token_bytes(const ModelConfig& c, KvFormat f) {
     switch (f) {
-        case KvFormat::F32: return c.d_indexer * 4;
-        case KvFormat::BF16: return c.d_indexer * 2;
-        case KvFormat::FP8: return fp8_indexer_block_bytes(c.d_indexer) / kFp8IndexerBlock;
+        case KvFormat::F32:
+            return c.d_indexer * 4;
+        case KvFormat::BF16:
+            return c.d_indexer * 2;
+        case KvFormat::FP8:
+            return fp8_indexer_block_bytes(c.d_indexer) / kFp8IndexerBlock;
     }
     return 0;
 }
@@ -41,8 +47,8 @@ int64_t kv_bytes_per_token(const ModelConfig& c, KvFormat f, Range layers) {
     return b;
 }
 
-KvTierBlocks kv_tier_blocks(const ModelConfig& c, KvFormat f, Range layers, int64_t device_bytes,
-                            int64_t host_bytes, int64_t rows_per_pass) {
+KvTierBlocks kv_tier_blocks(const ModelConfig& c, KvFormat f, Range layers, int64_t device_bytes, int64_t host_bytes,
+                            int64_t rows_per_pass) {
     layers = all_if_empty(c, layers);
     int64_t latent = 0, indexer = 0;  // bytes per token over the layers
     for (int64_t l = layers.begin; l < layers.end; ++l) {
@@ -54,10 +60,11 @@ KvTierBlocks kv_tier_blocks(const ModelConfig& c, KvFormat f, Range layers, int6
     const int64_t staging = t.host > 0 ? std::max(kBlockSize, rows_per_pass * c.index_topk) * latent : 0;
     const int64_t left = device_bytes - staging - t.host * kBlockSize * indexer;
     t.device = left > 0 ? left / (kBlockSize * (latent + indexer)) : 0;
-    MEGACTX_CHECK(t.device >= 1,
-                  "--kv-cache-memory of {} bytes holds no device KV block ({} bytes per block, plus {} bytes of staging "
-                  "rows and {} bytes of indexer keys for the {} host blocks)",
-                  device_bytes, kBlockSize * (latent + indexer), staging, t.host * kBlockSize * indexer, t.host);
+    MEGACTX_CHECK(
+        t.device >= 1,
+        "--kv-cache-memory of {} bytes holds no device KV block ({} bytes per block, plus {} bytes of staging "
+        "rows and {} bytes of indexer keys for the {} host blocks)",
+        device_bytes, kBlockSize * (latent + indexer), staging, t.host * kBlockSize * indexer, t.host);
     return t;
 }
 
@@ -91,12 +98,17 @@ KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat form
             continue;
         }
         latent_.push_back(latent_tensor(n_slots, false));
-        host_latent_.push_back(tier.n_host_blocks > 0 ? latent_tensor(tier.n_host_blocks * kBlockSize, true) : Tensor{});
+        host_latent_.push_back(tier.n_host_blocks > 0 ? latent_tensor(tier.n_host_blocks * kBlockSize, true)
+                                                      : Tensor{});
         const int64_t n_index_slots = n_all * kBlockSize;  // indexer keys of every block stay on the device
         if (c.is_full(l)) {
             switch (format) {
-                case KvFormat::F32: indexer_.push_back(ops.alloc(DType::F32, {n_index_slots, c.d_indexer})); break;
-                case KvFormat::BF16: indexer_.push_back(ops.alloc(DType::BF16, {n_index_slots, c.d_indexer})); break;
+                case KvFormat::F32:
+                    indexer_.push_back(ops.alloc(DType::F32, {n_index_slots, c.d_indexer}));
+                    break;
+                case KvFormat::BF16:
+                    indexer_.push_back(ops.alloc(DType::BF16, {n_index_slots, c.d_indexer}));
+                    break;
                 case KvFormat::FP8:
                     indexer_.push_back(ops.alloc(DType::F8_E4M3, {n_all, fp8_indexer_block_bytes(c.d_indexer)}));
                     break;
@@ -107,7 +119,8 @@ KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat form
     }
     bytes_per_token_ = kv_bytes_per_token(c, format, layers_);
     if (tier.n_host_blocks > 0) {
-        tiers_ = std::make_unique<KvTiers>(n_blocks, tier.n_host_blocks, tier.max_promotions);
+        n_staging_blocks_ = std::max(kBlockSize, rows_per_pass_ * c.index_topk) / kBlockSize;
+        tiers_ = std::make_unique<KvTiers>(n_blocks, tier.n_host_blocks, tier.max_promotions, n_staging_blocks_);
         blocks_.set_hooks(
             [this](int32_t b) {
                 apply(tiers_->place(b));
@@ -160,9 +173,10 @@ void KvCache::apply(const std::vector<TierMove>& moves) {
     if (moves.empty()) return;
     const int64_t rb = latent_row_bytes();
     const auto address = [&](int32_t loc, int64_t l) -> uint8_t* {
-        Tensor& pool = loc >= 0 || loc == kTierStaging ? latent_[static_cast<size_t>(l)]
-                                                       : host_latent_[static_cast<size_t>(l)];
-        const int64_t row = loc == kTierStaging ? staging_base_ : (loc >= 0 ? loc : -(loc + 1)) * kBlockSize;
+        const bool staged = loc >= kTierStaging && loc < kTierStaging + n_staging_blocks_;
+        Tensor& pool = loc >= 0 || staged ? latent_[static_cast<size_t>(l)] : host_latent_[static_cast<size_t>(l)];
+        const int64_t row =
+            staged ? staging_base_ + (loc - kTierStaging) * kBlockSize : (loc >= 0 ? loc : -(loc + 1)) * kBlockSize;
         return static_cast<uint8_t*>(pool.data) + row * rb;
     };
     std::vector<BlockCopy> copies;

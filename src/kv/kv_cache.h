@@ -79,7 +79,7 @@ private:
     std::unique_ptr<KvTiers> tiers_;
     std::vector<Tensor> host_latent_;  // per layer, host tier only
     Tensor loc_, hits_;
-    int64_t staging_base_ = 0, rows_per_pass_ = 0, latent_row_bytes_ = 0;
+    int64_t staging_base_ = 0, rows_per_pass_ = 0, latent_row_bytes_ = 0, n_staging_blocks_ = 0;
     bool dirty_ = false;
     std::vector<Tensor> latent_;   // per layer (decoder then MTP)
     std::vector<Tensor> indexer_;  // per layer; empty on shared layers

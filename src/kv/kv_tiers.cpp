@@ -14,8 +14,11 @@ bool on_device(int32_t loc) { return loc >= 0; }
 
 }  // namespace
 
-KvTiers::KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions)
-    : n_device_(n_device), n_host_(n_host), max_promotions_(max_promotions) {
+KvTiers::KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions, int64_t n_staging)
+    : n_device_(n_device),
+      n_host_(n_host),
+      max_promotions_(max_promotions),
+      n_staging_(std::max<int64_t>(n_staging, 1)) {
     MEGACTX_CHECK(n_device >= 0 && n_host >= 0 && n_device + n_host > 0, "KV tiers: {} device and {} host blocks",
                   n_device, n_host);
     loc_.assign(static_cast<size_t>(n_blocks()), kTierNowhere);
@@ -48,7 +51,8 @@ void KvTiers::stamp(int32_t block) {
     if (on_device(loc_[static_cast<size_t>(block)])) push_lru(block);
 }
 
-int32_t KvTiers::take_cold_device(std::vector<TierMove>& moves, int32_t swap_with) {
+int32_t KvTiers::take_cold_device(std::vector<TierMove>& out, std::vector<TierMove>* back, int32_t swap_with,
+                                  int64_t n_swaps) {
     while (!device_lru_.empty() && !live(device_lru_.front())) device_lru_.pop_front();
     if (device_lru_.empty() || device_lru_.front().first >= now_) return -1;
     const int32_t a = device_lru_.front().second;
@@ -56,15 +60,14 @@ int32_t KvTiers::take_cold_device(std::vector<TierMove>& moves, int32_t swap_wit
     if (!free_host_.empty()) {
         const int32_t h = free_host_.back();
         free_host_.pop_back();
-        moves.push_back({a, d, host_loc(h)});
+        out.push_back({a, d, host_loc(h)});
         loc_[static_cast<size_t>(a)] = host_loc(h);
-    } else if (swap_with >= 0) {  // a takes swap_with's host frame, through the staging rows
+    } else if (back != nullptr && n_swaps < n_staging_) {  // a takes swap_with's host frame, through staging
         const int32_t h = loc_[static_cast<size_t>(swap_with)];
-        moves.push_back({a, d, kTierStaging});
-        moves.push_back({swap_with, h, d});
-        moves.push_back({a, kTierStaging, h});
+        const auto s = kTierStaging + static_cast<int32_t>(n_swaps);
+        out.push_back({a, d, s});
+        back->push_back({a, s, h});
         loc_[static_cast<size_t>(a)] = h;
-        loc_[static_cast<size_t>(swap_with)] = d;
     } else {
         return -1;
     }
@@ -82,7 +85,7 @@ std::vector<TierMove> KvTiers::place(int32_t block) {
         if (!free_device_.empty()) {
             loc_[i] = free_device_.back();
             free_device_.pop_back();
-        } else if (const int32_t d = take_cold_device(moves, -1); d >= 0) {
+        } else if (const int32_t d = take_cold_device(moves, nullptr, -1, 0); d >= 0) {
             loc_[i] = d;
         } else {
             MEGACTX_CHECK(!free_host_.empty(), "KV tiers: no free frame for block {}", block);
@@ -108,8 +111,8 @@ void KvTiers::drop(int32_t block) {
 }
 
 std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
-    MEGACTX_CHECK(static_cast<int64_t>(hits.size()) == n_blocks(), "KV tiers: {} hit counts for {} blocks",
-                  hits.size(), n_blocks());
+    MEGACTX_CHECK(static_cast<int64_t>(hits.size()) == n_blocks(), "KV tiers: {} hit counts for {} blocks", hits.size(),
+                  n_blocks());
     std::vector<std::pair<int32_t, int32_t>> wanted;  // (−hits, block) of selected host blocks
     for (size_t b = 0; b < hits.size(); ++b) {
         if (hits[b] <= 0 || loc_[b] == kTierNowhere) continue;
@@ -122,31 +125,42 @@ std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
         stamp(static_cast<int32_t>(b));
     }
     std::sort(wanted.begin(), wanted.end());
-    std::vector<TierMove> moves;
+    // out: device frames emptied; in: host blocks moved up; back: staged blocks into the host frames vacated. A
+    // host frame vacated this step is reused only by its swap partner (released after the step), so no phase reads
+    // what an earlier move of the same phase writes.
+    std::vector<TierMove> out, in, back;
+    std::vector<int32_t> vacated;
+    int64_t n_swaps = 0;
     const auto n_promote = std::min<int64_t>(max_promotions_, static_cast<int64_t>(wanted.size()));
     for (int64_t k = 0; k < n_promote; ++k) {
         const int32_t b = wanted[static_cast<size_t>(k)].second;
         const auto i = static_cast<size_t>(b);
         const int32_t h = loc_[i];
+        int32_t d = -1;
         if (!free_device_.empty()) {
-            const int32_t d = free_device_.back();
+            d = free_device_.back();
             free_device_.pop_back();
-            moves.push_back({b, h, d});
-            free_host_.push_back(host_frame(h));
-            loc_[i] = d;
+            vacated.push_back(host_frame(h));
         } else {
-            const int32_t d = take_cold_device(moves, b);
-            if (d < 0) break;  // every device block was selected this step
-            if (loc_[i] != d) {  // demoted into a free host frame: b moves up into d
-                moves.push_back({b, h, d});
-                free_host_.push_back(host_frame(h));
-                loc_[i] = d;
+            const size_t n_back = back.size();
+            d = take_cold_device(out, &back, b, n_swaps);
+            if (d < 0) break;  // every device block was selected this step, or the staging rows are full
+            if (back.size() > n_back) {
+                ++n_swaps;  // h now belongs to the block moved down
+            } else {
+                vacated.push_back(host_frame(h));
             }
         }
+        in.push_back({b, h, d});
+        loc_[i] = d;
         push_lru(b);
         ++stats_.promotions;
     }
+    free_host_.insert(free_host_.end(), vacated.begin(), vacated.end());
     ++now_;
+    std::vector<TierMove> moves = std::move(out);
+    moves.insert(moves.end(), in.begin(), in.end());
+    moves.insert(moves.end(), back.begin(), back.end());
     return moves;
 }
 

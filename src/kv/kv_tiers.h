@@ -21,7 +21,7 @@ namespace megactx {
 
 struct TierMove {
     int32_t block;
-    int32_t from, to;  // locations; kTierStaging = the device pool's staging rows, used as the middle of a swap
+    int32_t from, to;  // locations; kTierStaging + s = block s of the device pool's staging rows (a swap's middle)
 };
 
 constexpr int32_t kTierNowhere = std::numeric_limits<int32_t>::min();  // a free block: no frame
@@ -34,7 +34,8 @@ struct TierStats {
 
 class KvTiers {
   public:
-    KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions = 32);
+    // n_staging: the blocks the staging rows hold, the swaps one end_step can make when the host tier is full.
+    KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions = 32, int64_t n_staging = 1);
 
     int64_t n_device() const { return n_device_; }
     int64_t n_host() const { return n_host_; }
@@ -50,17 +51,20 @@ class KvTiers {
     // `block` is free: its frame is released.
     void drop(int32_t block);
     // The end of a step: `hits[b]` rows were selected from block b. Returns the moves that bring the most
-    // selected host blocks to the device, in order.
+    // selected host blocks to the device, in order, in three phases — blocks out of their device frames (to free
+    // host frames or to staging), blocks into device frames, staged blocks into the host frames just vacated —
+    // so that a backend copies each phase's blocks at once.
     std::vector<TierMove> end_step(const std::vector<int32_t>& hits);
 
   private:
     void stamp(int32_t block);
     // Takes the device frame of the least recently used device block, if it was not used this step, moving the
-    // block to host frame `to_host` (or through the staging rows to `swap_with`'s host frame when no host frame
-    // is free). Returns the frame, or -1.
-    int32_t take_cold_device(std::vector<TierMove>& moves, int32_t swap_with);
+    // block (`out`) to a free host frame, or when none is free and `back` is given, through staging block
+    // `n_swaps` to `swap_with`'s host frame (`back`; the caller moves swap_with up). Returns the frame, or -1.
+    int32_t take_cold_device(std::vector<TierMove>& out, std::vector<TierMove>* back, int32_t swap_with,
+                             int64_t n_swaps);
 
-    int64_t n_device_, n_host_, max_promotions_;
+    int64_t n_device_, n_host_, max_promotions_, n_staging_;
     std::vector<int32_t> loc_;
     std::vector<int64_t> stamp_;
     // (stamp, block) of device-resident blocks, oldest first: every entry is pushed with the current stamp, so the
@@ -71,7 +75,7 @@ class KvTiers {
     std::vector<int64_t> queued_;  // the stamp of a block's live device_lru_ entry, -1: none
     void push_lru(int32_t block);
     bool live(const std::pair<int64_t, int32_t>& e) const;
-    std::vector<int32_t> free_device_, free_host_;       // stacks; lowest frames first
+    std::vector<int32_t> free_device_, free_host_;  // stacks; lowest frames first
     int64_t now_ = 1;
     TierStats stats_;
 };

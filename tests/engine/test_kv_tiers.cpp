@@ -61,7 +61,7 @@ TEST(KvTiers, SelectedHostBlocksArePromotedIntoColdDeviceFrames) {
     EXPECT_LT(t.loc()[1], 0);
     std::vector<int32_t> hits(3, 0);
     EXPECT_TRUE(t.end_step(hits).empty());  // a block placed this step is not moved down in it
-    hits[1] = 3;  // only the host block is selected
+    hits[1] = 3;                            // only the host block is selected
     const std::vector<TierMove> m = t.end_step(hits);
     ASSERT_EQ(m.size(), 2u);  // block 0 down into a free host frame, block 1 up into its device frame
     EXPECT_EQ(m[0].block, 0);
@@ -96,6 +96,30 @@ TEST(KvTiers, SelectedHostBlocksArePromotedIntoColdDeviceFrames) {
     EXPECT_EQ(t.loc()[1], kTierNowhere);
     EXPECT_EQ(t.host_used(), 1);
     EXPECT_EQ(t.device_used(), 1);
+}
+
+// A full host tier and several promotions in one step: every swap goes through its own staging block, and the
+// moves come in three phases (out of the device, into it, staged blocks down) so each phase copies at once.
+TEST(KvTiers, SwapsOfOneStepUseOneStagingBlockEachInThreePhases) {
+    KvTiers t(2, 3, 32, 2);
+    for (int32_t b = 0; b < 5; ++b) t.place(b);  // blocks 0, 1 on the device, 2, 3, 4 on the host
+    std::vector<int32_t> hits(5, 0);
+    t.end_step(hits);
+    hits = {0, 0, 5, 4, 3};  // all three host blocks selected: two swaps fit the staging rows
+    const std::vector<TierMove> m = t.end_step(hits);
+    ASSERT_EQ(m.size(), 6u);
+    for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(m[static_cast<size_t>(i)].to, kTierStaging + i) << i;        // 0 and 1 out, into staging 0, 1
+        EXPECT_GE(m[static_cast<size_t>(2 + i)].to, 0) << i;                   // 2 and 3 up
+        EXPECT_EQ(m[static_cast<size_t>(4 + i)].from, kTierStaging + i) << i;  // the staged blocks down
+    }
+    EXPECT_EQ(m[2].block, 2);
+    EXPECT_EQ(m[3].block, 3);
+    EXPECT_GE(t.loc()[2], 0);
+    EXPECT_GE(t.loc()[3], 0);
+    EXPECT_LT(t.loc()[4], 0);  // no staging block left for the third
+    EXPECT_EQ(t.stats().promotions, 2);
+    expect_frames_distinct(t, {0, 1, 2, 3, 4});
 }
 
 TEST(KvTiers, RandomTrafficKeepsEveryBlockInExactlyOneFrame) {
@@ -165,7 +189,7 @@ TEST(TieredKv, LogitsEqualTheUntieredCacheBitForBitOnEveryFixture) {
         const std::vector<int32_t> tokens = test::fixture_tokens(name);
         const int64_t n_blocks = (static_cast<int64_t>(tokens.size()) + kBlockSize - 1) / kBlockSize;
         CpuOps ops;
-            for (int64_t chunk : {int64_t{1}, int64_t{7}, static_cast<int64_t>(tokens.size())}) {
+        for (int64_t chunk : {int64_t{1}, int64_t{7}, static_cast<int64_t>(tokens.size())}) {
             KvCache flat_c(ops, model.config(), n_blocks);
             const std::vector<float> ref = run_through(model, ops, flat_c, tokens, chunk);
             // No device block (every selected row comes through the staging rows), and one.
@@ -245,7 +269,8 @@ TEST(TieredKv, RunnerBudgetsSplitTheSequenceAcrossTiers) {
     EXPECT_TRUE(bit_equal(tiered.feed(tokens, 128, true), ref));
     // Neither tier large enough: a clear error before anything runs.
     try {
-        SequenceRunner small(model, ops, 700, KvFormat::F32, staging + indexer + 3 * per_block, 4 * latent * kBlockSize);
+        SequenceRunner small(model, ops, 700, KvFormat::F32, staging + indexer + 3 * per_block,
+                             4 * latent * kBlockSize);
         FAIL() << "a 700-token sequence fit in 3 + 4 blocks";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("--kv-offload-memory"), std::string::npos) << e.what();
