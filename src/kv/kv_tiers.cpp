@@ -113,14 +113,16 @@ void KvTiers::drop(int32_t block) {
 std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
     MEGACTX_CHECK(static_cast<int64_t>(hits.size()) == n_blocks(), "KV tiers: {} hit counts for {} blocks", hits.size(),
                   n_blocks());
-    std::vector<std::pair<int32_t, int32_t>> wanted;  // (−hits, block) of selected host blocks
+    // (−hits, block) of the host blocks selected in this step and the one before: a block selected once is not worth
+    // a copy up and one down (a selection that moves every step would promote blocks never read again).
+    std::vector<std::pair<int32_t, int32_t>> wanted;
     for (size_t b = 0; b < hits.size(); ++b) {
         if (hits[b] <= 0 || loc_[b] == kTierNowhere) continue;
         if (on_device(loc_[b])) {
             stats_.device_rows += hits[b];
         } else {
             stats_.host_rows += hits[b];
-            wanted.push_back({-hits[b], static_cast<int32_t>(b)});
+            if (stamp_[b] == now_ - 1) wanted.push_back({-hits[b], static_cast<int32_t>(b)});
         }
         stamp(static_cast<int32_t>(b));
     }

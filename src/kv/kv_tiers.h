@@ -5,8 +5,8 @@
 //
 // The device tier is a hot set kept by recency of selection: every step the model counts, per block, the rows
 // sparse attention selected (Ops::kv_resolve); blocks selected this step are stamped, and the host blocks
-// selected most are promoted into the device frames of the least recently selected device blocks (at most
-// `max_promotions` a step). A fresh block takes a free device frame, else the frame of a device block not selected
+// selected most, among those selected in the step before too, are promoted into the device frames of the least
+// recently selected device blocks (at most `max_promotions` a step). A fresh block takes a free device frame, else the frame of a device block not selected
 // this step (which moves to the host), else a host frame: the newest tokens, which attention selects most,
 // start on the device and new KV is written where it stays.
 #pragma once
