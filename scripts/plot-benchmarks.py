@@ -32,6 +32,7 @@ SOURCES = {
     "topk": "cuda-h200-2026-12-01-e916bd9-topk-stash-shift-ab.txt",  # runs "p 1", "p 2" = topk.cu of 02b3bca
     "layer": "cuda-h200-2026-12-01-60e065c-bench_layer.json",
     "model": "cuda-h200-2026-12-01-60e065c-bench_model.json",
+    "host_tier": "cuda-h200-2026-12-03-1e8172a-bench_model-host-tier.json",
     "peers": "peers-h200-2026-11-29.json",
     "peers_mla": "peers-h200-2026-12-01-8f21dff-sparse_mla.json",
 }
@@ -41,6 +42,7 @@ TARGET_SPARSE_MLA_US = {1: 9, 16: 15, 64: 40, 128: 61}
 TARGET_INDEXER_FRAC_OF_COPY = 0.80
 TARGET_TOPK_64x1M_US = 100
 TARGET_LAYER_1M_US = 45
+TARGET_HOST_TIER_RATIO = 1.05
 
 OURS, PEER, BOUND, TARGET = "#1f5fa8", "#c0504d", "#7f7f7f", "#2e8b57"
 
@@ -252,6 +254,49 @@ def plot_model(out_dir):
     save(fig, out_dir, "model-glm52-shape.png")
 
 
+def plot_host_tier(out_dir):
+    """Decode step with the latent cache mostly in the host tier against all resident, per context and batch."""
+    d = load_json("host_tier")
+    runs = d["runs"]  # name -> bench_model rows of one process: resident rows (kv_host_blocks 0), then tiered
+    colors = [OURS, "#6a9fd4", PEER]
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.9))
+    for ax, batch in zip(axes, (1, 8)):
+        cases = sorted({r["context"] for rs in runs.values() for r in rs if r["decode_batch"] == batch})
+        width = 0.8 / (len(runs) + 1)
+        for i, case in enumerate(cases):
+            resident = [r["decode_graph_ms_median"] for rs in runs.values() for r in rs
+                        if r["kv_host_blocks"] == 0 and r["context"] == case and r["decode_batch"] == batch]
+            ax.bar(i, resident[0], width, color=BOUND, label="all resident")
+            ax.plot([i - 0.4, i + 0.4 + width * len(runs)], [resident[0] * TARGET_HOST_TIER_RATIO] * 2, "--",
+                    color=TARGET, lw=1, label=f"target {TARGET_HOST_TIER_RATIO}× resident")
+            for j, (name, rs) in enumerate(runs.items()):
+                own = {r["kv_host_blocks"] > 0: r["decode_graph_ms_median"] for r in rs
+                       if r["context"] == case and r["decode_batch"] == batch}
+                if True not in own:
+                    continue
+                x = i + (j + 1) * width
+                ax.bar(x, own[True], width, color=colors[j % len(colors)], label=name.split(":")[0])
+                ax.annotate(f"{own[True] / own[False]:.2f}×", (x, own[True]), ha="center", va="bottom", fontsize=6)
+        ax.set_xticks([i + width * len(runs) / 2 for i in range(len(cases))])
+        ax.set_xticklabels([ctx_label(c) for c in cases])
+        ax.set_xlabel("context")
+        ax.set_ylabel("ms per decode step (CUDA graph)")
+        ax.set_title(f"batch {batch}", fontsize=8)
+        ax.grid(True, axis="y", alpha=0.25)
+    handles, labels = [], []
+    for ax in axes:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels:
+                handles.append(h)
+                labels.append(l)
+    fig.legend(handles, labels, fontsize=6.5, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.03))
+    fig.suptitle(f"host KV tier, glm52-shape (4 layers, FP8), decode; ratio to the same run's resident step "
+                 f"(H200, {d['date'][:10]}, {d['commit']})", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0.12, 1, 0.96))
+    source_note(axes[0], "host_tier")
+    save(fig, out_dir, "host-tier-decode.png")
+
+
 def plot_model_history(out_dir):
     """Decode step at 1M over every bench_model result with batch-1 rows at 1M, in run order."""
     pts = []
@@ -299,6 +344,7 @@ def main():
     plot_topk(args.out)
     plot_layer(args.out)
     plot_model(args.out)
+    plot_host_tier(args.out)
     plot_model_history(args.out)
 
 
