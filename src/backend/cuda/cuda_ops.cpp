@@ -254,12 +254,23 @@ void CudaOps::bind_thread() {
     if (current != options_.device) MEGACTX_CUDA_CHECK(cudaSetDevice(options_.device));
 }
 
-Tensor CudaOps::alloc(DType dtype, std::vector<int64_t> shape) {
-    bind_thread();
+namespace {
+
+// A tensor of `dtype` and `shape` with no storage yet, and the bytes it needs (at least one element's).
+Tensor unbacked(DType dtype, std::vector<int64_t> shape, size_t* bytes) {
     Tensor t;
     t.dtype = dtype;
     t.shape = std::move(shape);
-    const size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * dtype_size(dtype);
+    *bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * dtype_size(dtype);
+    return t;
+}
+
+}  // namespace
+
+Tensor CudaOps::alloc(DType dtype, std::vector<int64_t> shape) {
+    bind_thread();
+    size_t bytes = 0;
+    Tensor t = unbacked(dtype, std::move(shape), &bytes);
     size_t cap = 0;
     void* p = alloc_->allocate(bytes, &cap);
     std::shared_ptr<DeviceAllocator> a = alloc_;
@@ -1430,10 +1441,8 @@ void CudaOps::copy_blocks(const std::vector<BlockCopy>& copies) {
 
 Tensor CudaOps::alloc_host(DType dtype, std::vector<int64_t> shape) {
     bind_thread();
-    Tensor t;
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    const size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * dtype_size(dtype);
+    size_t bytes = 0;
+    Tensor t = unbacked(dtype, std::move(shape), &bytes);
     void* p = nullptr;
     const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
     MEGACTX_CHECK(e == cudaSuccess, "host KV tier: cannot pin {:.2f} GiB of host memory ({})",
