@@ -32,7 +32,7 @@ SOURCES = {
     "topk": "cuda-h200-2026-12-01-e916bd9-topk-stash-shift-ab.txt",  # runs "p 1", "p 2" = topk.cu of 02b3bca
     "layer": "cuda-h200-2026-12-01-60e065c-bench_layer.json",
     "model": "cuda-h200-2026-12-01-60e065c-bench_model.json",
-    "host_tier": "cuda-h200-2026-12-03-1e8172a-bench_model-host-tier.json",
+    "host_tier": "cuda-h200-2026-12-03-b496a74-bench_model-host-tier.json",
     "peers": "peers-h200-2026-11-29.json",
     "peers_mla": "peers-h200-2026-12-01-8f21dff-sparse_mla.json",
 }
