@@ -1344,6 +1344,14 @@ int64_t row_bytes(const Tensor& t) {
     return rows == 0 ? 0 : t.numel() / rows * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
+// The bytes of one row the gather moves, after checking that src's rows are dst's and that dst holds them all.
+int64_t fetch_row_bytes(const Tensor& src, const Tensor& rows, const Tensor& dst) {
+    const int64_t rb = row_bytes(dst), m = rows.numel();
+    MEGACTX_CHECK(row_bytes(src) == rb && dst.dim(0) >= m, "kv_fetch_rows: {} rows of {} B into {} rows of {} B", m,
+                  row_bytes(src), dst.dim(0), rb);
+    return rb;
+}
+
 }  // namespace
 
 void CudaOps::kv_resolve(const KvResolveParams& p) {
@@ -1377,17 +1385,13 @@ void CudaOps::kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& dev
 }
 
 void CudaOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
-    const int64_t rb = row_bytes(dst), m = rows.numel();
-    MEGACTX_CHECK(row_bytes(src) == rb && dst.dim(0) >= m, "kv_fetch_rows: {} rows of {} B into {} rows of {} B", m,
-                  row_bytes(src), dst.dim(0), rb);
+    const int64_t rb = fetch_row_bytes(src, rows, dst), m = rows.numel();
     MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, stream_));
     after_op("kv_fetch_rows");
 }
 
 int64_t CudaOps::kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tensor& dst) {
-    const int64_t rb = row_bytes(dst), m = rows.numel();
-    MEGACTX_CHECK(row_bytes(src) == rb && dst.dim(0) >= m, "kv_fetch_rows: {} rows of {} B into {} rows of {} B", m,
-                  row_bytes(src), dst.dim(0), rb);
+    const int64_t rb = fetch_row_bytes(src, rows, dst), m = rows.numel();
     constexpr size_t kRing = 512;
     if (copy_stream_ == nullptr) {
         MEGACTX_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
