@@ -8,6 +8,10 @@
 #   tools/train/gpu.sh follow FOLLOW_S      print new log lines until training exits or FOLLOW_S pass
 #   tools/train/gpu.sh collect [fp32]       copy the log and the bf16 model directory into $OUT; with fp32, the
 #                                           fp32 checkpoint in 15 MiB parts instead of the bf16 weights
+#   tools/train/gpu.sh niah GRID...         the run's model as a model directory (its weights and config, the
+#                                           shipped tokenizer, haystack and greedy generation config), then
+#                                           megactx eval niah --device cuda on each GRID = LENGTHS:DEPTHS:SAMPLES
+#                                           (seed 0), JSON into $OUT; needs scripts/gpu/bundle.sh's .stage carried
 # The machine is given back 30 s after a call ends, so the follow calls must come back to back.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -69,8 +73,23 @@ collect)
     fi
     ls -la "$OUT"
     ;;
+niah)
+    : "${OUT:?}"
+    tar -C .stage -xJf .stage/gpu.tar.xz && mkdir -p build-cuda && cp -r .stage/gpu/build-cuda/. build-cuda/
+    export LD_LIBRARY_PATH="$PWD/.stage/gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    m=$run/model
+    mkdir -p "$m"
+    cp "$run/export/config.json" "$run/export/model.safetensors" "$m/"
+    cp models/glm-demo/{tokenizer.json,tokenizer_config.json,haystack.txt,generation_config.json} "$m/"
+    for g in "$@"; do
+        IFS=: read -r lengths depths samples <<< "$g"
+        build-cuda/megactx eval niah --model "$m" --device cuda --lengths "$lengths" --depths "$depths" \
+            --samples "$samples" --seed 0 --max-num-batched-tokens 16384 --out "$OUT/niah-${lengths//,/-}.json" 2>&1 |
+            tail -3
+    done
+    ;;
 *)
-    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] [--then MINUTES2 args2] | follow FOLLOW_S | collect [fp32]" >&2
+    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] [--then MINUTES2 args2] | follow FOLLOW_S | collect [fp32] | niah GRID..." >&2
     exit 2
     ;;
 esac

@@ -118,10 +118,12 @@ class Sampler:
 
     MIX = {"text": 0.40, "niah": 0.25, "multi": 0.12, "var": 0.10, "copy": 0.08, "continue": 0.05}
 
-    def __init__(self, text: Split, pieces: Pieces, seed: int, answer_weight: float = 5.0, think_frac: float = 0.15):
+    def __init__(self, text: Split, pieces: Pieces, seed: int, answer_weight: float = 5.0, think_frac: float = 0.15,
+                 task_span_log2: float = 4.0):
         self.text, self.p = text, pieces
         self.rng = random.Random(seed)
         self.answer_weight, self.think_frac = answer_weight, think_frac
+        self.task_span_log2 = task_span_log2
         self.kinds = list(self.MIX)
         self.weights = [self.MIX[k] for k in self.kinds]
 
@@ -229,8 +231,9 @@ class Sampler:
         if kind == "text":
             toks = self.fill_text(T)
             return np.array(toks, np.int64), np.ones(T, np.float32)
-        # Task length: log-uniform between T/16 and T, so short and long documents both occur.
-        L = int(T * 2 ** (-4 * self.rng.random()))
+        # Task length: log-uniform between T / 2^task_span_log2 (T/16 by default) and T, so short and long
+        # documents both occur.
+        L = int(T * 2 ** (-self.task_span_log2 * self.rng.random()))
         L = max(L, 256)
         think = self.rng.random() < self.think_frac
         content, answer, reasoning = getattr(self, "task_" + kind)(L - len(self.p["reasoning_effort"]) - 40)

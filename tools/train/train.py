@@ -99,6 +99,7 @@ class Batches:
         self.sampler, self.rng, self.max_position = sampler, random.Random(seed), max_position
         self.q = queue.Queue(maxsize=depth)
         self.shape = None
+        self.plan = None
         self.lock = threading.Lock()
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -106,10 +107,16 @@ class Batches:
         with self.lock:
             self.shape = (B, T)
 
+    def follow_plan(self, shapes):
+        """Draw batches in the order of `shapes` (an iterator of (B, T)) instead of the last set_shape, so a
+        length that changes every step wastes no batch drawn ahead."""
+        with self.lock:
+            self.plan = iter(shapes)
+
     def _run(self):
         while True:
             with self.lock:
-                shape = self.shape
+                shape = next(self.plan) if self.plan is not None else self.shape
             if shape is None:
                 time.sleep(0.01)
                 continue
@@ -199,6 +206,12 @@ def main():
                     help="MTP draft steps trained (the later ones reuse step 0's KV and top-k, as the engine does)")
     ap.add_argument("--indexer-weight", type=float, default=1.0)
     ap.add_argument("--lengths", default="2048:0.45,4096:0.35,8192:0.2")
+    ap.add_argument("--length-order", default="schedule", choices=["schedule", "random"],
+                    help="schedule: --lengths in order, each for its share of the time; random: each step draws "
+                         "its length with the shares as weights (the whole mix throughout)")
+    ap.add_argument("--task-span-log2", type=float, default=4.0,
+                    help="a task spans between T / 2^N and T tokens (log-uniform), the rest of the sequence is text")
+    ap.add_argument("--index-topk", type=int, default=0, help="override the size's index_topk (0: keep)")
     ap.add_argument("--max-position", type=int, default=1048576)
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -235,6 +248,8 @@ def main():
     heldout = tasks.Split(data["heldout_tokens"], data["heldout_offsets"])
     vocab = pieces.vocab_size
     cfg = SIZES[a.size](vocab, pieces.special)
+    if a.index_topk:
+        cfg.index_topk = a.index_topk
     model = GlmMoeDsa(cfg).to(DEV).train()
     if a.resume:
         model.load_checkpoint_state(export.read_safetensors(a.resume))
@@ -251,22 +266,30 @@ def main():
     no_decay = [p for n, p in params if not (p.dim() >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), **({"fused": True} if DEV == "cuda" else {}))
-    sampler = tasks.Sampler(train, pieces, seed=a.seed + 1)
+    sampler = tasks.Sampler(train, pieces, seed=a.seed + 1, task_span_log2=a.task_span_log2)
     if a.mix:
         mix = {k: float(v) for k, v in (x.split(":") for x in a.mix.split(","))}
         sampler.kinds, sampler.weights = list(mix), list(mix.values())
     batches = Batches(sampler, a.seed + 2, a.max_position)
     ckpt = os.path.join(a.out, "ckpt.safetensors")
+
+    def step_shape(T):  # (micro-batch size, micro-batches per step) at length T
+        micro_B = max(a.micro_tokens // T, 1)
+        return micro_B, max(a.tokens_per_step // (micro_B * T), 1)
+
+    if a.length_order == "random":
+        length_rng = random.Random(a.seed + 3)
+        step_T = length_rng.choices([t for t, _ in lengths], [w for _, w in lengths], k=1_000_000)
+        batches.follow_plan((step_shape(T)[0], T) for T in step_T for _ in range(step_shape(T)[1]))
     step, tokens, last_ckpt, last_log = 0, 0, time.time(), time.time()
     sums = {}
     while True:
         progress = (time.time() - t_start) / budget
         if progress >= 1.0:
             break
-        T = length_at(progress, lengths)
+        T = step_T[step] if a.length_order == "random" else length_at(progress, lengths)
         mode = "dense" if progress < a.dense_frac or a.indexer_only else "sparse"
-        micro_B = max(a.micro_tokens // T, 1)
-        n_micro = max(a.tokens_per_step // (micro_B * T), 1)
+        micro_B, n_micro = step_shape(T)
         batches.set_shape(micro_B, T)
         lr = lr_at(progress, a.lr)
         for g in opt.param_groups:
