@@ -84,8 +84,6 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
     if (config.speculative_tokens > 0) {
         MEGACTX_CHECK(model.has_mtp(), "--speculative-tokens {}: the checkpoint has no MTP layer (model.layers.{}.*)",
                       config.speculative_tokens, model.config().n_layers);
-        MEGACTX_CHECK(model.single_device(),
-                      "--speculative-tokens: MTP drafting does not run under tensor parallelism yet (use --tp 1)");
     }
     MEGACTX_CHECK(!kv_.tiered() || model.single_device(),
                   "--kv-offload-memory: the host KV tier does not run under tensor parallelism yet (use --tp 1)");

@@ -446,10 +446,15 @@ void GlmDsaModel::all_reduce(Tensor& t) const {
 ForwardResult GlmDsaModel::forward(Ops& ops, const Batch& batch, KvCache& kv) const {
     check_batch(batch);  // before the followers start: a bad batch must not leave them waiting in a collective
     if (!followers_) return forward_local(ops, batch, kv);
-    followers_->begin_forward(batch, kv);
+    return lead([&] { followers_->begin_forward(batch, kv); }, [&] { return forward_local(ops, batch, kv); });
+}
+
+ForwardResult GlmDsaModel::lead(const std::function<void()>& start,
+                                const std::function<ForwardResult()>& local) const {
+    start();
     ForwardResult r;
     try {
-        r = forward_local(ops, batch, kv);
+        r = local();
     } catch (...) {
         const std::exception_ptr mine = std::current_exception();
         const bool follower_first = followers_->abort();  // followers waiting for rank 0 would wait forever
@@ -482,16 +487,39 @@ ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tenso
                                        const Tensor* reuse_topk, const Tensor* tokens) const {
     MEGACTX_CHECK(has_mtp(), "{}: the checkpoint has no MTP layer (model.layers.{}.*)", store_->dir(),
                   config_.n_layers);
-    MEGACTX_CHECK(comm_ == nullptr, "mtp_forward: the MTP layer does not run under tensor parallelism yet");
     check_batch(batch);
+    const int64_t n = batch.n_tokens(), H = config_.hidden_size;
+    MEGACTX_CHECK(hidden_in.dtype == DType::F32 && hidden_in.dim(0) == n && hidden_in.dim(1) == H,
+                  "mtp_forward: hidden_in must be [{}, {}] f32", n, H);
+    MEGACTX_CHECK(!tokens || (tokens->dtype == DType::I32 && tokens->numel() == n),
+                  "mtp_forward: tokens must be [{}] int32", n);
+    MEGACTX_CHECK(!reuse_topk || (reuse_topk->dtype == DType::I32 && reuse_topk->dim(0) == n &&
+                                  reuse_topk->dim(1) == config_.index_topk),
+                  "mtp_forward: reuse_topk must be [{}, {}] int32", n, config_.index_topk);
+    if (!followers_) return mtp_forward_local(ops, batch, hidden_in, kv, reuse_topk, tokens);
+    // Tensor parallel: the followers take rank 0's inputs through host memory (every rank's MTP layer is
+    // sharded like the decoder layers, and its collectives meet theirs).
+    RankFollowers::MtpInputs in;
+    in.hidden.resize(static_cast<size_t>(n * H));
+    ops.download(hidden_in, in.hidden.data());
+    if (reuse_topk) {
+        in.reuse_topk.resize(static_cast<size_t>(reuse_topk->numel()));
+        ops.download(*reuse_topk, in.reuse_topk.data());
+    }
+    if (tokens) {
+        in.tokens.resize(static_cast<size_t>(n));
+        ops.download(*tokens, in.tokens.data());
+    }
+    return lead([&] { followers_->begin_mtp_forward(batch, kv, in); },
+                [&] { return mtp_forward_local(ops, batch, hidden_in, kv, reuse_topk, tokens); });
+}
+
+ForwardResult GlmDsaModel::mtp_forward_local(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
+                                             const Tensor* reuse_topk, const Tensor* tokens) const {
     Tap::instance().begin_forward();
     const BatchPlan plan(ops, batch);
     const int64_t n = batch.n_tokens(), H = config_.hidden_size, i_mtp = config_.n_layers;
     const LayerWeights& L = layers_[static_cast<size_t>(i_mtp)];
-    MEGACTX_CHECK(hidden_in.dim(0) == n && hidden_in.dim(1) == H, "mtp_forward: hidden_in must be [{}, {}]", n, H);
-
-    MEGACTX_CHECK(!tokens || (tokens->dtype == DType::I32 && tokens->numel() == n),
-                  "mtp_forward: tokens must be [{}] int32", n);
     Tensor e = ops.alloc(DType::F32, {n, H});
     ops.embedding(tokens ? *tokens : plan.tokens, embed_, e);
     Tensor en = ops.alloc(DType::F32, {n, H});
@@ -503,12 +531,7 @@ ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tenso
     Tensor x = ops.alloc(DType::F32, {n, H});
     ops.linear(eh, L.eh_proj, x);
 
-    Tensor topk = ops.alloc(DType::I32, {n, config_.index_topk});
-    if (reuse_topk) {
-        MEGACTX_CHECK(reuse_topk->dim(0) == n && reuse_topk->dim(1) == config_.index_topk,
-                      "mtp_forward: reuse_topk must be [{}, {}]", n, config_.index_topk);
-        topk = *reuse_topk;
-    }
+    Tensor topk = reuse_topk ? *reuse_topk : ops.alloc(DType::I32, {n, config_.index_topk});
     // Without reuse the MTP layer runs its own indexer (it is always full); with reuse it keeps step 0's top-k.
     const std::unique_ptr<TierStep> tier = begin_tiers(ops, plan, kv, n);
     layer_forward(ops, i_mtp, x, plan, kv, topk, reuse_topk == nullptr, tier.get());

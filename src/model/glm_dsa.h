@@ -3,6 +3,7 @@
 // decoder layers, writing KV at each token's slot. mtp_forward: the MTP layer (model-spec §5.1).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,14 @@ class RankFollowers {
     // first request).
     virtual void prepare(const KvCache& kv0) = 0;
     virtual void begin_forward(const Batch& batch, const KvCache& kv0) = 0;
+    // The MTP layer's inputs from rank 0's backend, in host memory: each follower uploads them to its own.
+    struct MtpInputs {
+        std::vector<float> hidden;       // [n, hidden]
+        std::vector<int32_t> reuse_topk;  // [n, index_topk], or empty: the MTP indexer runs
+        std::vector<int32_t> tokens;      // [n] token ids to embed instead of the batch's, or empty
+    };
+    // Starts GlmDsaModel::mtp_forward on every follower (`in` stays alive until end_forward).
+    virtual void begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) = 0;
     virtual void end_forward() = 0;  // rethrows a follower's error
     // Rank 0 failed mid-forward: releases the followers from their collectives; true when a follower had failed
     // first (its error, rethrown by end_forward, is then the cause).
@@ -139,6 +148,11 @@ class GlmDsaModel {
     ForwardResult finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
                          Tensor topk) const;
     ForwardResult forward_local(Ops& ops, const Batch& batch, KvCache& kv) const;
+    ForwardResult mtp_forward_local(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
+                                    const Tensor* reuse_topk, const Tensor* tokens) const;
+    // Rank 0 of a group: starts the followers (`start`), runs its own part (`local`) and waits for them; when
+    // either side fails, releases the other from its collectives and rethrows the first cause.
+    ForwardResult lead(const std::function<void()>& start, const std::function<ForwardResult()>& local) const;
     void load(const std::string& dir);
     void all_reduce(Tensor& t) const;  // sums the ranks' partial results (no-op without a group)
     // LayerSplit: the rank holding layer l's KV, or -1 when every rank holds every layer.

@@ -68,6 +68,23 @@ void TensorParallelGroup::begin_forward(const Batch& batch, const KvCache& kv0) 
     });
 }
 
+void TensorParallelGroup::begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) {
+    start(kv0, [this, &batch, &in](int r, Ops& ops, KvCache& kv) {
+        const GlmDsaModel& m = *models_[static_cast<size_t>(r)];
+        const int64_t n = batch.n_tokens();
+        Tensor hidden = ops.alloc(DType::F32, {n, m.config().hidden_size});
+        ops.upload(in.hidden.data(), hidden);
+        Tensor topk, tokens;
+        if (!in.reuse_topk.empty()) {
+            topk = ops.alloc(DType::I32, {n, m.config().index_topk});
+            ops.upload(in.reuse_topk.data(), topk);
+        }
+        if (!in.tokens.empty()) tokens = ops.upload_i32(in.tokens);
+        m.mtp_forward(ops, batch, hidden, kv, in.reuse_topk.empty() ? nullptr : &topk,
+                      in.tokens.empty() ? nullptr : &tokens);
+    });
+}
+
 void TensorParallelGroup::end_forward() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return running_ == 0; });

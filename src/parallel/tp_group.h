@@ -39,6 +39,7 @@ public:
 
     void prepare(const KvCache& kv0) override;
     void begin_forward(const Batch& batch, const KvCache& kv0) override;
+    void begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) override;
     void end_forward() override;
     bool abort() override;  // aborts every rank's communicator (the group cannot run again)
 
