@@ -87,6 +87,7 @@ struct Options {
     int64_t top_logprobs = -1;  // >= 0: what /v1/completions' `logprobs` asks of the engine
     int64_t max_num_seqs = 64, max_num_batched_tokens = 2048, max_model_len = 1024;
     std::string kv_cache_memory = "256MiB";
+    std::string kv_offload_memory;  // the host KV tier (empty: none)
     bool prefix_caching = false;
 };
 
@@ -172,8 +173,14 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
     const auto t0 = Clock::now();
     int64_t next = 0, done = 0;
     for (; next < std::min(C, N); ++next) runner.submit(reqs[next].get(), prompts[reqs[next]->prompt]);
+    int64_t running_max = 0, running_sum = 0, n_samples = 0;  // running sequences, sampled at each completion
     while (done < N) {
-        for (Request* r : runner.wait_finished()) {
+        const std::vector<Request*> finished = runner.wait_finished();
+        const EngineStats st = engine.stats();
+        running_max = std::max(running_max, st.running);
+        running_sum += st.running;
+        ++n_samples;
+        for (Request* r : finished) {
             ++done;
             MEGACTX_CHECK(r->finish == FinishReason::kLength, "request finished with '{}' {}",
                           finish_reason_name(r->finish), r->error);
@@ -226,6 +233,8 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
               {"prompt_tokens", prompt_tokens},
               {"output_tok_s", static_cast<double>(out_tokens) / wall},
               {"req_s", static_cast<double>(N) / wall},
+              {"running_at_completions",
+               {{"max", running_max}, {"mean", static_cast<double>(running_sum) / std::max<int64_t>(n_samples, 1)}}},
               {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p99", percentile(ttft, 0.99)}, {"mean", mean(ttft)}}},
               {"itl_ms",
                {{"p50", percentile(itl, 0.5)}, {"p99", percentile(itl, 0.99)}, {"mean", mean(itl)}, {"n", itl.size()}}},
@@ -268,6 +277,7 @@ int run(const Options& o, const std::string& command) {
     so.max_num_batched_tokens = o.max_num_batched_tokens;
     so.prefix_caching = o.prefix_caching;
     so.kv_cache_memory = o.kv_cache_memory;
+    so.kv_offload_memory = o.kv_offload_memory;
     Engine engine(model, ops, engine_config(so));
     const std::vector<bool> decodable = decodable_ids(tok, model.config().vocab_size);
     int64_t n_decodable = 0;
@@ -292,6 +302,7 @@ int run(const Options& o, const std::string& command) {
                   {"max_num_batched_tokens", o.max_num_batched_tokens},
                   {"max_model_len", engine.max_model_len()},
                   {"kv_cache_memory", o.kv_cache_memory},
+                  {"kv_offload_memory", o.kv_offload_memory.empty() ? json(nullptr) : json(o.kv_offload_memory)},
                   {"kv_capacity_tokens", engine.kv_capacity_tokens()},
                   {"prefix_caching", o.prefix_caching}}},
                 {"workload",
@@ -361,7 +372,10 @@ int main(int argc, char** argv) {
     app.add_option("--max-num-seqs", o.max_num_seqs)->capture_default_str();
     app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens)->capture_default_str();
     app.add_option("--max-model-len", o.max_model_len)->capture_default_str();
-    app.add_option("--kv-cache-memory", o.kv_cache_memory)->capture_default_str();
+    app.add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache on the device (the device tier with a host tier)")
+        ->capture_default_str();
+    app.add_option("--kv-offload-memory", o.kv_offload_memory,
+                   "host KV tier, e.g. 64MiB (latent rows beyond the device's; default: none)");
     app.add_option("--prefix-caching", prefix, "on | off")->capture_default_str();
     app.add_option("--out", o.out, "write the results as JSON to this file");
     CLI11_PARSE(app, argc, argv);
