@@ -172,6 +172,7 @@ async def main():
     asyncio.get_running_loop().run_in_executor(None, proc.stderr.read)  # keep draining the log
     out = {"bench": "bench_serve.py", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "commit": os.environ.get("MEGACTX_COMMIT", ""), "server_command": " ".join(cmd),
+           "server_startup_log": log,
            "server_cpus": o.server_cpus, "client_cpus": sorted(os.sched_getaffinity(0)),
            "workload": {"max_tokens": o.max_tokens, "logprobs": 0, "min_requests": o.min_requests,
                         "per_stream": o.per_stream, "n_prompts": len(prompts)}, "levels": []}
