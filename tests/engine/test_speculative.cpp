@@ -299,5 +299,187 @@ TEST(Speculative, RejectionSamplingGivesTheTargetDistribution) {
     EXPECT_EQ(v.n_accepted, 1);
 }
 
+// P(X >= stat) for X chi-square distributed with df degrees of freedom: the regularized upper incomplete gamma
+// Q(df/2, stat/2), by its series below a + 1 and its continued fraction (modified Lentz) above.
+double chi_square_p(double stat, int64_t df) {
+    const double a = 0.5 * static_cast<double>(df), x = 0.5 * stat;
+    if (x <= 0) return 1.0;
+    const double log_front = a * std::log(x) - x - std::lgamma(a);
+    if (x < a + 1) {
+        double term = 1.0 / a, sum = term;
+        for (int n = 1; n < 10000 && std::fabs(term) > 1e-15 * std::fabs(sum); ++n) {
+            term *= x / (a + n);
+            sum += term;
+        }
+        return 1.0 - sum * std::exp(log_front);
+    }
+    const double tiny = 1e-300;
+    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+    for (int n = 1; n < 10000; ++n) {
+        const double an = -n * (n - a);
+        b += 2;
+        d = an * d + b;
+        d = std::fabs(d) < tiny ? tiny : d;
+        c = b + an / c;
+        c = std::fabs(c) < tiny ? tiny : c;
+        d = 1 / d;
+        const double delta = d * c;
+        h *= delta;
+        if (std::fabs(delta - 1) < 1e-15) break;
+    }
+    return std::exp(log_front) * h;
+}
+
+// Pearson's goodness of fit of `count` (cells of `want` probability, n draws in all): the p-value. Cells of
+// probability 0 must be empty; they add no degree of freedom.
+double goodness_of_fit_p(const std::vector<double>& count, const std::vector<double>& want) {
+    double n = 0, stat = 0;
+    for (double c : count) n += c;
+    int64_t cells = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (want[i] <= 0) {
+            EXPECT_EQ(count[i], 0.0) << "cell " << i << " has probability 0";
+            continue;
+        }
+        const double e = n * want[i];
+        stat += (count[i] - e) * (count[i] - e) / e;
+        ++cells;
+    }
+    return chi_square_p(stat, cells - 1);
+}
+
+TEST(ChiSquare, PValuesOfKnownQuantiles) {
+    EXPECT_NEAR(chi_square_p(3.841, 1), 0.05, 1e-4);
+    EXPECT_NEAR(chi_square_p(10.828, 1), 0.001, 1e-5);
+    EXPECT_NEAR(chi_square_p(18.307, 10), 0.05, 1e-4);
+    EXPECT_NEAR(chi_square_p(2.558, 10), 0.99, 1e-4);
+    EXPECT_NEAR(chi_square_p(124.342, 100), 0.05, 1e-4);
+    EXPECT_NEAR(chi_square_p(1.0, 2), std::exp(-0.5), 1e-12);  // df 2: exp(-x/2)
+}
+
+// Logits of a five-token vocabulary at three positions, for the target and (different) for the draft.
+const std::vector<std::vector<float>> kTargetLogits = {
+    {1.2f, 0.4f, -0.3f, 0.9f, -1.5f}, {-0.2f, 1.1f, 0.7f, -0.8f, 0.3f}, {0.5f, -0.6f, 1.4f, 0.2f, 0.0f}};
+const std::vector<std::vector<float>> kDraftLogits = {
+    {0.2f, 1.3f, -0.1f, 0.4f, 0.6f}, {0.9f, -0.4f, 0.8f, 0.1f, -1.0f}, {-0.3f, 0.2f, 0.6f, 1.5f, -0.2f}};
+
+// Three-token sequences sampled with K = 2 drafts per verification, round after round as the engine runs them
+// (each round drafts the next positions from the draft distributions, verifies them against the target's and
+// appends what it returns), with temperature, top-k, top-p and min-p applied to both through Sampler::probs: the
+// 125 cells of the sequences' joint distribution match the target's (positions independent here, so the product
+// of its three distributions), chi-square over 10^5 sequences, p > 0.001. Also for plain processing settings.
+TEST(Speculative, SampledSequencesHaveTheTargetsJointDistribution) {
+    const int64_t V = 5, T = 3, K = 2, n = 100000;
+    struct Case {
+        float temperature, top_p;
+        int64_t top_k;
+        float min_p;
+    };
+    for (const Case& c : {Case{1.0f, 1.0f, 0, 0.0f}, Case{0.7f, 0.85f, 4, 0.1f}}) {
+        SamplingParams sp;
+        sp.temperature = c.temperature;
+        sp.top_p = c.top_p;
+        sp.top_k = c.top_k;
+        sp.min_p = c.min_p;
+        sp.seed = 3;
+        const Sampler proc(sp);
+        std::vector<std::vector<float>> p, q;
+        for (int64_t t = 0; t < T; ++t) {
+            p.push_back(proc.probs(kTargetLogits[t].data(), V));
+            q.push_back(proc.probs(kDraftLogits[t].data(), V));
+        }
+        Sampler target(sp), draft(SamplingParams{1.0f, 1.0f, 0, 17});
+        std::vector<double> count(static_cast<size_t>(V * V * V), 0.0);
+        int64_t accepted = 0, drafted = 0;
+        for (int64_t s = 0; s < n; ++s) {
+            std::vector<int32_t> seq;
+            while (static_cast<int64_t>(seq.size()) < T) {
+                // Drafts for positions t0 .. t0+K-1, verified by the target's rows for t0 .. t0+K (the last one
+                // gives the bonus token). Positions past the sequence's end take the last position's
+                // distributions: what they give is cut off and cannot change the first T tokens.
+                const auto t0 = static_cast<int64_t>(seq.size());
+                const auto at = [&](const std::vector<std::vector<float>>& d, int64_t t) -> const std::vector<float>& {
+                    return d[static_cast<size_t>(std::min(t, T - 1))];
+                };
+                std::vector<int32_t> drafts;
+                std::vector<std::vector<float>> qs, ps;
+                for (int64_t j = 0; j < K; ++j) {
+                    qs.push_back(at(q, t0 + j));
+                    drafts.push_back(draft.draw(qs.back()));
+                    ps.push_back(at(p, t0 + j));
+                }
+                ps.push_back(at(p, t0 + K));
+                const Verified v = verify_drafts(target, drafts, qs, ps);
+                accepted += v.n_accepted;
+                drafted += K;
+                for (int32_t x : v.tokens) seq.push_back(x);
+            }
+            count[static_cast<size_t>((seq[0] * V + seq[1]) * V + seq[2])] += 1.0;
+        }
+        std::vector<double> want(count.size());
+        for (int64_t a = 0; a < V; ++a)
+            for (int64_t b = 0; b < V; ++b)
+                for (int64_t d = 0; d < V; ++d) want[static_cast<size_t>((a * V + b) * V + d)] = p[0][a] * p[1][b] * p[2][d];
+        const double pv = goodness_of_fit_p(count, want);
+        std::printf("temperature %.1f top-p %.2f top-k %lld min-p %.1f: chi-square p = %.3f, %lld of %lld drafts accepted\n",
+                    c.temperature, c.top_p, static_cast<long long>(c.top_k), c.min_p, pv,
+                    static_cast<long long>(accepted), static_cast<long long>(drafted));
+        EXPECT_GT(pv, 0.001);
+        EXPECT_GT(accepted, drafted / 10);  // both branches (acceptance and the residual) are exercised
+        EXPECT_LT(accepted, drafted * 9 / 10);
+    }
+}
+
+// The token drawn at the first rejection follows normalize(max(0, p - q)), and after K accepted drafts the bonus
+// token follows the last target row: chi-square over 10^5 verifications each, p > 0.001.
+TEST(Speculative, ResidualAndBonusTokensHaveTheirDistributions) {
+    const std::vector<float> p = {0.5f, 0.3f, 0.15f, 0.05f}, q = {0.1f, 0.6f, 0.1f, 0.2f};
+    const std::vector<float> bonus = {0.05f, 0.15f, 0.3f, 0.5f};
+    std::vector<double> residual(4);
+    double sum = 0;
+    for (size_t i = 0; i < 4; ++i) sum += residual[i] = std::max(0.0f, p[i] - q[i]);
+    for (double& r : residual) r /= sum;  // {0.4, 0, 0.05, 0} / 0.45
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.seed = 5;
+    Sampler target(sp), draft(SamplingParams{1.0f, 1.0f, 0, 9});
+    std::vector<double> rejected(4, 0.0), bonus_count(4, 0.0);
+    const int n = 100000;
+    for (int t = 0; t < n; ++t) {
+        const Verified v = verify_drafts(target, {draft.draw(q)}, {q}, {p, bonus});
+        if (v.n_accepted == 0) rejected[static_cast<size_t>(v.tokens[0])] += 1.0;
+        // A draft from p itself is always accepted (p / q = 1), so the second token is the bonus.
+        const Verified w = verify_drafts(target, {draft.draw(p)}, {p}, {p, bonus});
+        ASSERT_EQ(w.n_accepted, 1);
+        bonus_count[static_cast<size_t>(w.tokens[1])] += 1.0;
+    }
+    const double n_rejected = rejected[0] + rejected[1] + rejected[2] + rejected[3];
+    EXPECT_NEAR(n_rejected / n, 0.45, 0.01);  // 1 - sum of min(p, q)
+    EXPECT_GT(goodness_of_fit_p(rejected, residual), 0.001);
+    EXPECT_GT(goodness_of_fit_p(bonus_count, {bonus.begin(), bonus.end()}), 0.001);
+}
+
+// top-k, then top-p over what top-k kept (renormalised), then min-p: the distribution both the draft and the
+// target are verified with (Sampler::probs).
+TEST(Speculative, TopKThenTopPThenMinP) {
+    const std::vector<float> logits = {3.0f, 2.0f, 1.0f, 0.0f, -1.0f};
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.top_p = 0.9f;
+    std::vector<float> p = Sampler(sp).probs(logits.data(), 5);  // top-p alone: 0.636 + 0.234 + 0.086 reach 0.9
+    EXPECT_GT(p[2], 0.0f);
+    EXPECT_EQ(p[3], 0.0f);
+    sp.top_k = 3;  // over the top 3 renormalised, 0.665 + 0.245 reach 0.9 first
+    p = Sampler(sp).probs(logits.data(), 5);
+    EXPECT_EQ(p[2], 0.0f);
+    EXPECT_NEAR(p[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+    EXPECT_NEAR(p[1], std::exp(-1.0) / (1.0 + std::exp(-1.0)), 1e-6);
+    sp.top_p = 1.0f;
+    sp.min_p = 0.2f;  // top 3 kept by top-k; e^-2 = 0.135 of the best is below 0.2: dropped
+    p = Sampler(sp).probs(logits.data(), 5);
+    EXPECT_EQ(p[2], 0.0f);
+    EXPECT_GT(p[1], 0.0f);
+}
+
 }  // namespace
 }  // namespace megactx
