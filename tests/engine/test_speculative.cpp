@@ -4,6 +4,8 @@
 // accepted; rejection sampling reproduces the target distribution exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -479,6 +481,85 @@ TEST(Speculative, TopKThenTopPThenMinP) {
     p = Sampler(sp).probs(logits.data(), 5);
     EXPECT_EQ(p[2], 0.0f);
     EXPECT_GT(p[1], 0.0f);
+}
+
+// Pearson's test of homogeneity of two samples over the same cells: the p-value.
+double homogeneity_p(const std::map<std::vector<int32_t>, double>& a, const std::map<std::vector<int32_t>, double>& b) {
+    double na = 0, nb = 0;
+    for (const auto& [k, c] : a) na += c;
+    for (const auto& [k, c] : b) nb += c;
+    std::map<std::vector<int32_t>, std::pair<double, double>> cells;
+    for (const auto& [k, c] : a) cells[k].first = c;
+    for (const auto& [k, c] : b) cells[k].second = c;
+    double stat = 0;
+    for (const auto& [k, ab] : cells) {
+        const double total = ab.first + ab.second;
+        const double ea = total * na / (na + nb), eb = total * nb / (na + nb);
+        stat += (ab.first - ea) * (ab.first - ea) / ea + (ab.second - eb) * (ab.second - eb) / eb;
+    }
+    return chi_square_p(stat, static_cast<int64_t>(cells.size()) - 1);
+}
+
+// Through the engine on the demo model, whose MTP drafts are often accepted: requests of one prompt with different
+// seeds, temperature 1, top-k 3 and a repetition penalty, three tokens each; the three-token outputs of plain
+// decoding and of K = 2 speculative decoding have the same distribution (homogeneity chi-square over the cells,
+// p > 0.001) — the engine draws the drafts, processes draft and target logits alike and verifies them as
+// verify_drafts does (whose distributions the tests above check over 10^5 draws).
+TEST(Speculative, EngineSamplingMatchesPlainInDistribution) {
+    const GlmDsaModel model(MEGACTX_DEFAULT_MODEL_DIR);
+    const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
+    const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
+    const std::vector<int32_t> prompt(text.begin(), text.begin() + 65);
+    ASSERT_LT(*std::max_element(prompt.begin(), prompt.end()), vocab);
+    const int64_t n = 4000;
+    auto run = [&](int64_t k, SpecStats* spec) {
+        EngineConfig cfg;
+        cfg.n_kv_blocks = 2 * 256 + 8;
+        cfg.scheduler.max_num_seqs = 256;
+        cfg.scheduler.max_num_batched_tokens = 2048;
+        cfg.speculative_tokens = k;
+        CpuOps ops;
+        Engine e(model, ops, cfg);
+        // One request first, so that the prompt's first block is cached and the others compute one prompt row each.
+        GenerationParams first;
+        first.max_tokens = 1;
+        e.submit(prompt, first, [](const TokenEvent&) { return true; });
+        while (e.step()) {
+        }
+        std::map<int64_t, std::vector<int32_t>> out;
+        for (int64_t i = 0; i < n; ++i) {
+            GenerationParams g;
+            g.max_tokens = 3;
+            g.ignore_eos = true;
+            g.sampling.temperature = 1.0f;
+            g.sampling.top_k = 3;
+            g.sampling.repetition_penalty = 1.3f;
+            g.sampling.seed = static_cast<uint64_t>(1000 + i);
+            e.submit(prompt, g, [&out](const TokenEvent& ev) {
+                if (ev.token >= 0) out[ev.request_id].push_back(ev.token);
+                return true;
+            });
+        }
+        while (e.step()) {
+        }
+        if (spec) *spec = e.stats().spec;
+        std::map<std::vector<int32_t>, double> cells;
+        for (const auto& [id, t] : out) cells[t] += 1.0;
+        return cells;
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto plain = run(0, nullptr);
+    SpecStats st;
+    const auto spec = run(2, &st);
+    const double p = homogeneity_p(plain, spec);
+    std::printf("%lld requests each, %zu / %zu distinct outputs, drafts accepted %lld of %lld, homogeneity p = %.3f "
+                "(%.1f s)\n",
+                static_cast<long long>(n), plain.size(), spec.size(), static_cast<long long>(st.accepted),
+                static_cast<long long>(st.drafted), p,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_GT(st.accepted, 0);
+    EXPECT_LT(st.accepted, st.drafted);
+    EXPECT_GT(p, 0.001);
 }
 
 }  // namespace
