@@ -511,7 +511,14 @@ TEST(Speculative, EngineSamplingMatchesPlainInDistribution) {
     const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
     const std::vector<int32_t> prompt(text.begin(), text.begin() + 65);
     ASSERT_LT(*std::max_element(prompt.begin(), prompt.end()), vocab);
-    const int64_t n = 4000;
+    // Under the sanitizers (several times slower) the same path runs on few requests, for memory errors only: the
+    // distribution is checked by the release build.
+#if defined(__SANITIZE_ADDRESS__)
+    const bool sanitized = true;
+#else
+    const bool sanitized = false;
+#endif
+    const int64_t n = sanitized ? 200 : 4000;
     auto run = [&](int64_t k, SpecStats* spec) {
         EngineConfig cfg;
         cfg.n_kv_blocks = 2 * 256 + 8;
@@ -559,7 +566,7 @@ TEST(Speculative, EngineSamplingMatchesPlainInDistribution) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     EXPECT_GT(st.accepted, 0);
     EXPECT_LT(st.accepted, st.drafted);
-    EXPECT_GT(p, 0.001);
+    if (!sanitized) EXPECT_GT(p, 0.001);
 }
 
 }  // namespace
