@@ -119,11 +119,12 @@ class Sampler:
     MIX = {"text": 0.40, "niah": 0.25, "multi": 0.12, "var": 0.10, "copy": 0.08, "continue": 0.05}
 
     def __init__(self, text: Split, pieces: Pieces, seed: int, answer_weight: float = 5.0, think_frac: float = 0.15,
-                 task_span_log2: float = 4.0):
+                 task_span_log2: float = 4.0, passkey_digits: tuple | None = None):
         self.text, self.p = text, pieces
         self.rng = random.Random(seed)
         self.answer_weight, self.think_frac = answer_weight, think_frac
         self.task_span_log2 = task_span_log2
+        self.passkey_digits = passkey_digits
         self.kinds = list(self.MIX)
         self.weights = [self.MIX[k] for k in self.kinds]
 
@@ -153,7 +154,13 @@ class Sampler:
         return [t for p in paras for t in p]
 
     def passkey(self) -> int:
-        return self.rng.randint(10000, 999999)
+        """A number of 5-6 digits (`megactx eval niah`'s range), or with passkey_digits = (lo, hi) of a digit count
+        drawn uniformly from lo..hi: longer numbers than the evaluation's teach the copy to run to the needle's
+        period rather than to a typical length."""
+        if self.passkey_digits is None:
+            return self.rng.randint(10000, 999999)
+        n = self.rng.randint(*self.passkey_digits)
+        return self.rng.randint(10 ** (n - 1), 10 ** n - 1)
 
     # -- tasks: each returns (content, answer, reasoning) within a content budget ------------------------------
 

@@ -211,6 +211,8 @@ def main():
                          "its length with the shares as weights (the whole mix throughout)")
     ap.add_argument("--task-span-log2", type=float, default=4.0,
                     help="a task spans between T / 2^N and T tokens (log-uniform), the rest of the sequence is text")
+    ap.add_argument("--passkey-digits", default="",
+                    help='digit counts of the tasks\' numbers, "LO:HI" drawn uniformly (default: 10000-999999)')
     ap.add_argument("--index-topk", type=int, default=0, help="override the size's index_topk (0: keep)")
     ap.add_argument("--max-position", type=int, default=1048576)
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
@@ -266,7 +268,8 @@ def main():
     no_decay = [p for n, p in params if not (p.dim() >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), **({"fused": True} if DEV == "cuda" else {}))
-    sampler = tasks.Sampler(train, pieces, seed=a.seed + 1, task_span_log2=a.task_span_log2)
+    digits = tuple(int(x) for x in a.passkey_digits.split(":")) if a.passkey_digits else None
+    sampler = tasks.Sampler(train, pieces, seed=a.seed + 1, task_span_log2=a.task_span_log2, passkey_digits=digits)
     if a.mix:
         mix = {k: float(v) for k, v in (x.split(":") for x in a.mix.split(","))}
         sampler.kinds, sampler.weights = list(mix), list(mix.values())
