@@ -844,6 +844,10 @@ TEST_F(CudaOpsTest, IndexerTopk) {
         {4, 32, 16, {1, 15, 16, 17, 100, 130}},
         {64, 128, 2048, {1, 2047, 2048, 2049, 3001}},
         {64, 128, 2048, {5000, 700}},
+        // Geometries outside the FP8 kernels select with topk.cu: its few-rows kernel (<= 4 rows over a stride
+        // above 8K) and its long-row chain (more rows, stride above 32K).
+        {4, 32, 512, {40000}},
+        {4, 32, 512, {40000, 9000, 600}},
     };
     for (const TopkCase& tc : cases) {
         const PagedBatch pb = make_paged(tc.lens, 3, rng_);

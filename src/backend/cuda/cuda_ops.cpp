@@ -13,6 +13,8 @@
 #include "backend/cuda/fp8_gemm_small.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/indexer_cache_write.h"
+#include "backend/cuda/indexer_logits.h"
+#include "backend/cuda/indexer_scores.h"
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/kv_tier.h"
 #include "backend/cuda/kv_write.h"
@@ -24,6 +26,7 @@
 #include "backend/cuda/norm.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/sparse_mla.h"
+#include "backend/cuda/topk.h"
 #include "kv/kv_format.h"
 
 namespace megactx {
@@ -899,11 +902,25 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     const int64_t smem = indexer_scores_smem_bytes(n_head, d);
     MEGACTX_CHECK(smem <= smem_optin_, "indexer_topk: {} heads × {} dims need {} B of shared memory (device: {})",
                   n_head, d, smem, smem_optin_);
-    // The score rows are sized by the longest context in the batch (the plan's host-side max_context).
-    const int64_t n_cand_max = p.map.max_context;
+    // The score rows are sized by the longest context in the batch (the plan's host-side max_context), rounded up
+    // to 64 so that every row starts 16-B aligned for the top-k's vector loads (the padding scores -inf).
+    const int64_t n_cand_max = (p.map.max_context + 63) / 64 * 64;
     // grid.y of the scores kernel is the chunk's token count: at most 65535
     const int64_t chunk = std::clamp<int64_t>(kIndexerScratchBytes / (n_cand_max * 4), 1, std::min<int64_t>(n, 65535));
     Tensor scores = alloc(DType::F32, {chunk, n_cand_max});
+    // The selection runs topk.cu's exact top-k (the same slots as topk_rows_kernel, ties to the lowest position):
+    // the reference kernel's 33 passes over every row made a 1M-token prefill of a model outside the FP8 kernels'
+    // geometry take hours. The reference stays for the shapes topk.cu does not take.
+    const bool fast_select = fast_ && topk_supported(p.topk, n_cand_max);
+    const bool tiled_scores = fast_ && indexer_scores_tiled_supported(n_head, d);
+    Tensor lengths, plan, select_scratch;
+    size_t select_bytes = 0;
+    if (fast_select) {
+        lengths = alloc(DType::I32, {chunk});
+        plan = alloc(DType::I32, {indexer_plan_ints(chunk)});
+        select_bytes = topk_scratch_bytes(chunk, n_cand_max, p.topk);
+        if (select_bytes > 0) select_scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(select_bytes)});
+    }
     IndexerMapView m;
     m.pos = p.map.pos;
     m.seq = p.map.seq;
@@ -925,8 +942,35 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         sp.softmax_scale = p.softmax_scale;
         sp.head_scale = p.head_scale;
         sp.scores = scores.f32();
-        MEGACTX_CUDA_CHECK(launch_indexer_scores(sp, stream_));
+        MEGACTX_CUDA_CHECK(tiled_scores ? launch_indexer_scores_tiled(sp, stream_) : launch_indexer_scores(sp, stream_));
         if (p.reduce_scores) p.reduce_scores(scores.f32(), (sp.i1 - sp.i0) * n_cand_max);
+        if (fast_select) {
+            IndexerPlanParams pp;  // only for the row lengths, pos + 1
+            pp.pos = p.map.pos;
+            pp.seq = p.map.seq;
+            pp.row_begin = sp.i0;
+            pp.row_end = sp.i1;
+            pp.plan = plan.i32();
+            pp.lengths = lengths.i32();
+            launch_indexer_plan(pp, stream_);
+            TopkParams tp;
+            tp.values = scores.f32();
+            tp.lengths = lengths.i32();
+            tp.n_rows = sp.i1 - sp.i0;
+            tp.row_stride = n_cand_max;
+            tp.k = p.topk;
+            tp.out_idx = p.out_slots->i32() + sp.i0 * p.topk;
+            tp.slots.seq = p.map.seq;
+            tp.slots.table_offset = p.map.table_offset;
+            tp.slots.tables = p.map.tables;
+            tp.slots.row_begin = sp.i0;
+            tp.slots.block = static_cast<int32_t>(p.map.block_size);
+            tp.scratch = select_scratch.data;
+            tp.scratch_bytes = select_bytes;
+            launch_topk(tp, stream_);
+            MEGACTX_CUDA_CHECK(cudaGetLastError());
+            continue;
+        }
         TopkRowsParams tp;
         tp.scores = scores.f32();
         tp.map = m;
