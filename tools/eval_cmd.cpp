@@ -100,6 +100,16 @@ int niah_main(EvalOptions& o) {
         write_png(o.png, render_heatmap(niah::report_heatmap(report, title)));
     }
     if (!o.quiet) {
+        const int64_t cap = niah::prompt_cap(loaded.engine->max_model_len());
+        for (const int64_t length : grid.lengths) {
+            if (length > cap && cap >= 1)
+                std::fprintf(stderr,
+                             "megactx eval niah: --lengths %lld: prompts of at most %lld tokens (the maximum context "
+                             "length %lld less %lld new tokens)\n",
+                             static_cast<long long>(length), static_cast<long long>(cap),
+                             static_cast<long long>(loaded.engine->max_model_len()),
+                             static_cast<long long>(niah::kMaxNewTokens));
+        }
         std::fprintf(stderr,
                      "megactx eval niah: %zu samples, accuracy %.1f%%, prompts built in %.2f s, engine %.2f s, prefill "
                      "%.1f tok/s (%lld prompt tokens, %lld from the prefix cache)\n",

@@ -137,7 +137,7 @@ SampleGenerator::SampleGenerator(const Tokenizer& tokenizer, std::vector<std::st
     frame_ = static_cast<int64_t>(tok_.encode(render_prompt(std::string(kQuestion)), false).size());
 }
 
-Sample SampleGenerator::make(int64_t length, double depth, int64_t index, uint64_t seed) const {
+Sample SampleGenerator::make(int64_t length, double depth, int64_t index, uint64_t seed, int64_t max_tokens) const {
     MEGACTX_CHECK(depth >= 0.0 && depth <= 1.0, "depth {} is outside [0, 1]", depth);
     Sample s;
     s.length = length;
@@ -153,10 +153,11 @@ Sample SampleGenerator::make(int64_t length, double depth, int64_t index, uint64
     const auto part = [&](int64_t i) {
         return static_cast<size_t>((s.start_paragraph + i) % static_cast<int64_t>(n_haystack));
     };
+    const int64_t budget = max_tokens > 0 ? std::min(length, max_tokens) : length;
     int64_t total = frame_ + static_cast<int64_t>(tok_.encode(needle + "\n", false).size());
-    MEGACTX_CHECK(total <= length, "length {}: the question and the needle alone take {} tokens", length, total);
+    MEGACTX_CHECK(total <= budget, "length {}: the question and the needle alone take {} tokens", budget, total);
     int64_t n = 0;
-    while (total + cost_[part(n)] <= length) total += cost_[part(n++)];
+    while (total + cost_[part(n)] <= budget) total += cost_[part(n++)];
 
     const int64_t key = depth_key(depth);
     for (;;) {
@@ -183,11 +184,11 @@ Sample SampleGenerator::make(int64_t length, double depth, int64_t index, uint64
         s.content = doc + std::string(kQuestion);  // every part ends in "\n", the question comes after the last
         s.prompt = render_prompt(s.content);
         s.tokens = tok_.encode(s.prompt, false);
-        if (static_cast<int64_t>(s.tokens.size()) <= length || n == 0) break;
+        if (static_cast<int64_t>(s.tokens.size()) <= budget || n == 0) break;
         --n;  // merges across the joins made the prompt longer than the estimate: one paragraph fewer
     }
-    MEGACTX_CHECK(static_cast<int64_t>(s.tokens.size()) <= length,
-                  "length {}: the question and the needle alone take {} tokens", length, s.tokens.size());
+    MEGACTX_CHECK(static_cast<int64_t>(s.tokens.size()) <= budget,
+                  "length {}: the question and the needle alone take {} tokens", budget, s.tokens.size());
     return s;
 }
 
@@ -217,6 +218,8 @@ double Report::length_accuracy(size_t i_length) const {
     return t ? static_cast<double>(c) / static_cast<double>(t) : 0.0;
 }
 
+int64_t prompt_cap(int64_t max_model_len) { return max_model_len - kMaxNewTokens; }
+
 double Report::prefill_tokens_per_s() const {
     return elapsed_s > 0 ? static_cast<double>(prompt_tokens - cached_prompt_tokens) / elapsed_s : 0.0;
 }
@@ -226,11 +229,10 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
     using Clock = std::chrono::steady_clock;
     MEGACTX_CHECK(!grid.lengths.empty() && !grid.depths.empty(), "the grid needs at least one length and one depth");
     MEGACTX_CHECK(grid.samples >= 1, "--samples must be at least 1, got {}", grid.samples);
-    const int64_t longest = *std::max_element(grid.lengths.begin(), grid.lengths.end()) + kMaxNewTokens;
-    MEGACTX_CHECK(longest <= engine.max_model_len(),
-                  "--lengths: a sample takes up to {} tokens (prompt and {} new tokens), beyond the maximum context "
-                  "length of {} (--max-model-len)",
-                  longest, kMaxNewTokens, engine.max_model_len());
+    const int64_t cap = prompt_cap(engine.max_model_len());
+    MEGACTX_CHECK(cap >= 1, "the maximum context length {} (--max-model-len) leaves no room for a prompt and {} new "
+                  "tokens", engine.max_model_len(), kMaxNewTokens);
+    const int64_t longest = std::min(*std::max_element(grid.lengths.begin(), grid.lengths.end()), cap) + kMaxNewTokens;
     MEGACTX_CHECK(longest <= engine.kv_capacity_tokens(),
                   "--lengths: a sample takes up to {} tokens (prompt and {} new tokens), more than the KV cache holds "
                   "({} tokens; raise --kv-cache-memory)",
@@ -251,7 +253,7 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
             const int64_t cell = i / grid.samples;
             samples[static_cast<size_t>(i)] =
                 gen.make(grid.lengths[static_cast<size_t>(cell / n_depths)],
-                         grid.depths[static_cast<size_t>(cell % n_depths)], i % grid.samples, grid.seed);
+                         grid.depths[static_cast<size_t>(cell % n_depths)], i % grid.samples, grid.seed, cap);
         } catch (...) {
             failed[static_cast<size_t>(i)] = std::current_exception();
         }

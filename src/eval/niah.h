@@ -44,7 +44,7 @@ std::string render_prompt(const std::string& content);
 std::string needle_sentence(int64_t passkey);  // "The passkey is N."
 
 struct Sample {
-    int64_t length = 0;  // the target L: the prompt has at most L tokens
+    int64_t length = 0;  // the target L: the prompt has at most L tokens (at most max_tokens where that is less)
     double depth = 0;
     int64_t index = 0;
     int64_t passkey = 0;
@@ -60,7 +60,9 @@ class SampleGenerator {
   public:
     // Encodes every paragraph once (each followed by "\n", as it stands in the document).
     SampleGenerator(const Tokenizer& tokenizer, std::vector<std::string> paragraphs);
-    Sample make(int64_t length, double depth, int64_t index, uint64_t seed) const;
+    // max_tokens > 0 caps the prompt below `length` (a model whose context is L itself has no room for the answer
+    // after an L-token prompt); the passkey and the document's start still follow from `length`.
+    Sample make(int64_t length, double depth, int64_t index, uint64_t seed, int64_t max_tokens = 0) const;
     const std::vector<std::string>& paragraphs() const { return paragraphs_; }
 
   private:
@@ -113,8 +115,12 @@ struct Report {
 };
 
 // Builds every sample, submits them all to the running engine at once (it batches what fits in its KV cache and
-// queues the rest), greedy, at most kMaxNewTokens new tokens, stopping at EOS, and scores the answers.
+// queues the rest), greedy, at most kMaxNewTokens new tokens, stopping at EOS, and scores the answers. A length
+// above the engine's max_model_len − kMaxNewTokens gets prompts of at most that many tokens (prompt_cap below), so
+// `--lengths 1M` runs on a model whose context is 1M.
 Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<std::string>& haystack, const Grid& grid);
+// The longest prompt a sample may have under max_model_len: max_model_len − kMaxNewTokens.
+int64_t prompt_cap(int64_t max_model_len);
 
 // {model, device, seed, samples, lengths, depths, cells, accuracy, per_length, elapsed_s, prefill_tokens_per_s,
 // ...}: docs/demo-model.md lists the fields.

@@ -138,8 +138,10 @@ TEST_F(NiahCli, BadInputGivesOneErrorLine) {
     expect_error(r, "--depths: '2' is not a depth in [0, 1]");
     niah(model_, "--lengths 16 --depths 0.5 --samples 1", &r);
     expect_error(r, "length 16: the question and the needle alone take");
-    niah(model_, grid + " --max-model-len 100", &r);
-    expect_error(r, "beyond the maximum context length of 100");
+    niah(model_, grid + " --max-model-len 28", &r);  // room for 16-token prompts only
+    expect_error(r, "length 16: the question and the needle alone take");
+    niah(model_, grid + " --max-model-len 12", &r);
+    expect_error(r, "the maximum context length 12 (--max-model-len) leaves no room");
     r = run("eval niah --model " + shell_quoted(model_) + grid + " --out " + shell_quoted(dir_ / "no/such/dir/x.json"));
     expect_error(r, "--out");
     niah(model_, grid + " --haystack " + shell_quoted(dir_ / "none.txt"), &r);
@@ -151,6 +153,22 @@ TEST_F(NiahCli, BadInputGivesOneErrorLine) {
     EXPECT_FALSE(fs::exists(png_));
     r = run("eval");
     EXPECT_NE(r.exit_code, 0);
+}
+
+// A length the model's context cannot hold together with the answer (1M on a 1M model) runs with prompts that leave
+// room for it, and says so.
+TEST_F(NiahCli, LengthsBeyondTheContextLeaveRoomForTheAnswer) {
+    CliResult r;
+    const json j = niah(model_, "--lengths 256 --depths 0,1 --samples 2 --max-model-len 200", &r);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(j["lengths"], json({256}));
+    ASSERT_EQ(j["results"].size(), 4u);
+    for (const json& s : j["results"]) {
+        EXPECT_EQ(s["length"], 256);
+        EXPECT_LE(s["prompt_tokens"].get<int64_t>(), 200 - niah::kMaxNewTokens);
+        EXPECT_GT(s["prompt_tokens"].get<int64_t>(), 120);  // filled up to the cap, less one paragraph at most
+    }
+    test::expect_contains(r.err, {"--lengths 256: prompts of at most 188 tokens"});
 }
 
 TEST_F(NiahCli, HelpShowsTheDefaults) {
