@@ -27,6 +27,10 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 COPY_TBPS = 4.23  # measured device-to-device copy rate of the H200 (peers file, "ceilings")
 
 SOURCES = {
+    "niah_16k": "cuda-h200-2026-12-04-b9e9b2b-niah-glm-demo-16k-32k-5depths.json",
+    "niah_64k": "cuda-h200-2026-12-04-b9e9b2b-niah-glm-demo-64k-128k-4samples.json",
+    "niah_256k": "cuda-h200-2026-12-04-b9e9b2b-niah-glm-demo-256k-512k.json",
+    "niah_1m": "cuda-h200-2026-12-04-b9e9b2b-niah-glm-demo-1m.json",
     "indexer": "cuda-h200-2026-12-01-3b48524-bench_indexer-decode.json",
     "sparse_mla": "cuda-h200-2026-12-01-3b48524-bench_sparse_mla.json",
     "topk": "cuda-h200-2026-12-01-e916bd9-topk-stash-shift-ab.txt",  # runs "p 1", "p 2" = topk.cu of 02b3bca
@@ -53,7 +57,7 @@ def load_json(key):
 
 
 def ctx_label(n):
-    return f"{round(n / 1048576)}M" if n >= 1048575 else f"{round(n / 1024)}K"
+    return f"{round(n / 1048576)}M" if n >= 1000000 else f"{round(n / 1024)}K"
 
 
 def source_note(ax, *keys):
@@ -331,6 +335,32 @@ def plot_model_history(out_dir):
     save(fig, out_dir, "model-decode-history.png")
 
 
+def plot_niah(out_dir):
+    """The demo model's passkey retrieval on the H200 against the context length, with the issue's targets."""
+    keys = ("niah_16k", "niah_64k", "niah_256k", "niah_1m")
+    rows = sorted((r["length"], r["accuracy"], r["total"]) for k in keys for r in load_json(k)["per_length"])
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    xs = range(len(rows))
+    ax.plot(xs, [100 * r[1] for r in rows], "o-", color=OURS, label="glm-demo, megactx eval niah (bf16 KV)")
+    for x, r in zip(xs, rows):
+        ax.annotate(f"{100 * r[1]:.0f}% of {r[2]}", (x, 100 * r[1]), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=7)
+    target = [99 if r[0] <= 32768 else 95 if r[0] == 131072 else 90 if r[0] >= 1048000 else None for r in rows]
+    ax.plot([x for x, t in zip(xs, target) if t], [t for t in target if t], "_", color=TARGET, ms=18, mew=2,
+            label="target (≥ 99% to 32K, ≥ 95% at 128K, ≥ 90% at 1M)")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([ctx_label(r[0]) for r in rows])
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("passkeys retrieved, %")
+    ax.set_xlabel("context length (tokens)")
+    ax.set_title("Needle in a haystack, demo model, H200", fontsize=9)
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    source_note(ax, *keys)
+    save(fig, out_dir, "niah-glm-demo-h200.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
@@ -346,6 +376,7 @@ def main():
     plot_model(args.out)
     plot_host_tier(args.out)
     plot_model_history(args.out)
+    plot_niah(args.out)
 
 
 if __name__ == "__main__":
