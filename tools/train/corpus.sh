@@ -24,6 +24,7 @@ log() { echo "corpus.sh: $*"; }
 
 # --- Debian packages ------------------------------------------------------------------------------------
 mapfile -t apt_pkgs < <("$py" "$here/corpus.py" packages apt)
+apt_pkgs+=(python3-numpy)  # not a text source: prepare.py, the next step, writes its arrays with it
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
