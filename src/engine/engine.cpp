@@ -258,6 +258,8 @@ void Engine::update_snapshot() {
         snap.kv_fetched_bytes = t.stats().host_rows * kv_.latent_row_bytes();
         snap.kv_promotions = t.stats().promotions;
         snap.kv_demotions = t.stats().demotions;
+        snap.kv_promotions_unread = t.stats().promotions_unread;
+        snap.kv_promotion_limit = t.promotion_limit();
     }
     snap.graph_replays = graphs_.stats().replayed;
     snap.graphs = graphs_.stats().graphs;

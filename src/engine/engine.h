@@ -54,6 +54,7 @@ struct EngineStats {
     int64_t kv_device_blocks = 0, kv_host_blocks = 0, kv_device_blocks_used = 0, kv_host_blocks_used = 0;
     int64_t kv_selected_device_rows = 0, kv_fetched_rows = 0, kv_fetched_bytes = 0;
     int64_t kv_promotions = 0, kv_demotions = 0;
+    int64_t kv_promotions_unread = 0, kv_promotion_limit = 0;  // promoted blocks not read the step after; the limit
     int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // prompt tokens looked up / found in the cache
     int64_t steps = 0, preemptions = 0;
     int64_t prompt_tokens = 0, generation_tokens = 0;

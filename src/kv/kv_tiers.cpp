@@ -18,7 +18,8 @@ KvTiers::KvTiers(int64_t n_device, int64_t n_host, int64_t max_promotions, int64
     : n_device_(n_device),
       n_host_(n_host),
       max_promotions_(max_promotions),
-      n_staging_(std::max<int64_t>(n_staging, 1)) {
+      n_staging_(std::max<int64_t>(n_staging, 1)),
+      limit_(max_promotions) {
     MEGACTX_CHECK(n_device >= 0 && n_host >= 0 && n_device + n_host > 0, "KV tiers: {} device and {} host blocks",
                   n_device, n_host);
     loc_.assign(static_cast<size_t>(n_blocks()), kTierNowhere);
@@ -127,13 +128,22 @@ std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
         stamp(static_cast<int32_t>(b));
     }
     std::sort(wanted.begin(), wanted.end());
+    // The back-off: were the blocks promoted by the step before read in this one?
+    if (!promoted_last_.empty()) {
+        const auto n = static_cast<int64_t>(promoted_last_.size());
+        int64_t read = 0;
+        for (const int32_t b : promoted_last_) read += hits[static_cast<size_t>(b)] > 0;
+        stats_.promotions_unread += n - read;
+        limit_ = 2 * read < n ? std::max<int64_t>(1, limit_ / 2) : std::min(max_promotions_, 2 * limit_);
+        promoted_last_.clear();
+    }
     // out: device frames emptied; in: host blocks moved up; back: staged blocks into the host frames vacated. A
     // host frame vacated this step is reused only by its swap partner (released after the step), so no phase reads
     // what an earlier move of the same phase writes.
     std::vector<TierMove> out, in, back;
     std::vector<int32_t> vacated;
     int64_t n_swaps = 0;
-    const auto n_promote = std::min<int64_t>(max_promotions_, static_cast<int64_t>(wanted.size()));
+    const auto n_promote = std::min<int64_t>(limit_, static_cast<int64_t>(wanted.size()));
     for (int64_t k = 0; k < n_promote; ++k) {
         const int32_t b = wanted[static_cast<size_t>(k)].second;
         const auto i = static_cast<size_t>(b);
@@ -156,6 +166,7 @@ std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
         in.push_back({b, h, d});
         loc_[i] = d;
         push_lru(b);
+        promoted_last_.push_back(b);
         ++stats_.promotions;
     }
     free_host_.insert(free_host_.end(), vacated.begin(), vacated.end());

@@ -6,9 +6,15 @@
 // The device tier is a hot set kept by recency of selection: every step the model counts, per block, the rows
 // sparse attention selected (Ops::kv_resolve); blocks selected this step are stamped, and the host blocks
 // selected most, among those selected in the step before too, are promoted into the device frames of the least
-// recently selected device blocks (at most `max_promotions` a step). A fresh block takes a free device frame, else the frame of a device block not selected
+// recently selected device blocks (at most `max_promotions` a step, fewer while promotions go unread: below). A fresh block takes a free device frame, else the frame of a device block not selected
 // this step (which moves to the host), else a host frame: the newest tokens, which attention selects most,
 // start on the device and new KV is written where it stays.
+//
+// Promotion back-off: a promotion costs a block copied up and one copied down, and pays only if the block is read
+// again. Each step checks the blocks the step before promoted: when fewer than half of them were selected again,
+// the per-step limit halves (down to 1, which keeps probing); when at least half were, it doubles back up to
+// `max_promotions`. A selection that moves every step (each block selected in two steps, then never) then costs
+// about one wasted promotion a step instead of `max_promotions`.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,7 @@ constexpr int32_t kTierStaging = std::numeric_limits<int32_t>::min() + 1;
 struct TierStats {
     int64_t device_rows = 0, host_rows = 0;  // selected rows (× layers reading them) found on the device / host
     int64_t promotions = 0, demotions = 0;   // blocks moved up / down
+    int64_t promotions_unread = 0;           // promoted blocks the next step did not select
 };
 
 class KvTiers {
@@ -44,6 +51,7 @@ class KvTiers {
     int64_t host_used() const { return n_host_ - static_cast<int64_t>(free_host_.size()); }
     const std::vector<int32_t>& loc() const { return loc_; }
     const TierStats& stats() const { return stats_; }
+    int64_t promotion_limit() const { return limit_; }  // promotions the next end_step may make (back-off above)
 
     // `block`'s content was discarded and it is about to be written: gives it a frame. Returns the moves to make
     // first (a demotion), in order.
@@ -77,6 +85,8 @@ class KvTiers {
     bool live(const std::pair<int64_t, int32_t>& e) const;
     std::vector<int32_t> free_device_, free_host_;  // stacks; lowest frames first
     int64_t now_ = 1;
+    int64_t limit_;                       // the backed-off promotion limit, 1..max_promotions_
+    std::vector<int32_t> promoted_last_;  // the blocks the last end_step promoted
     TierStats stats_;
 };
 

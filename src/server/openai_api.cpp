@@ -150,6 +150,12 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
                      [e] { return e->stats().kv_promotions; });
     metrics_.counter("megactx_kv_demotions_total", "KV blocks moved from the device to the host tier",
                      [e] { return e->stats().kv_demotions; });
+    metrics_.counter("megactx_kv_promotions_unread_total",
+                     "KV blocks promoted to the device that the next step did not select",
+                     [e] { return e->stats().kv_promotions_unread; });
+    metrics_.gauge("megactx_kv_promotion_limit",
+                   "Host blocks the next step may promote (halved while promotions go unread)",
+                   [e] { return e->stats().kv_promotion_limit; });
     metrics_.gauge("megactx_kv_hot_set_hit_rate", "Selected latent rows found on the device / selected rows", [e] {
         const EngineStats s = e->stats();
         const int64_t all = s.kv_selected_device_rows + s.kv_fetched_rows;

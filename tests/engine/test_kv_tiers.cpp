@@ -123,6 +123,49 @@ TEST(KvTiers, SwapsOfOneStepUseOneStagingBlockEachInThreePhases) {
     expect_frames_distinct(t, {0, 1, 2, 3, 4});
 }
 
+// Promotions that are not read again halve the per-step limit (down to 1); promotions that are read double it back.
+TEST(KvTiers, PromotionsBackOffWhileThePromotedBlocksAreNotReadAgain) {
+    // 16 device blocks, 300 host blocks in use and 100 host frames free (demotions need no staging).
+    const int32_t n_device = 16, n_host = 400, n_used = n_device + 300;
+    KvTiers t(n_device, n_host, 8);
+    for (int32_t b = 0; b < n_used; ++b) t.place(b);
+    std::vector<int32_t> hits(static_cast<size_t>(n_device + n_host), 0);
+    t.end_step(hits);
+    // A selection that moves every step: each host block is selected in two steps running, then never again.
+    auto moving = [&](int32_t step) {
+        hits.assign(hits.size(), 0);
+        for (int32_t j = 0; j < 8; ++j) {
+            hits[static_cast<size_t>(n_device + step * 8 + j)] = 2;
+            hits[static_cast<size_t>(n_device + (step + 1) * 8 + j)] = 1;
+        }
+    };
+    std::vector<int64_t> promoted;
+    for (int32_t step = 0; step < 8; ++step) {
+        const int64_t before = t.stats().promotions;
+        moving(step);
+        t.end_step(hits);
+        promoted.push_back(t.stats().promotions - before);
+    }
+    // (Step 0 promotes too: every block was last stamped when it was placed, the step before.)
+    EXPECT_EQ(promoted[0], 8);  // the first promotions take the whole limit
+    EXPECT_EQ(promoted[1], 4);  // none of them was read again: 8 → 4 → 2 → 1
+    EXPECT_EQ(promoted[2], 2);
+    EXPECT_EQ(promoted[3], 1);
+    EXPECT_EQ(promoted[7], 1);  // and it keeps probing with one
+    EXPECT_EQ(t.promotion_limit(), 1);
+    EXPECT_EQ(t.stats().promotions_unread, t.stats().promotions - 1);  // the last step's are not judged yet
+
+    // A stable selection: the promoted blocks are read again, and the limit doubles back to 8.
+    hits.assign(hits.size(), 0);
+    for (int32_t j = 0; j < 8; ++j) hits[static_cast<size_t>(n_device + 200 + j)] = 3;
+    for (int32_t step = 0; step < 6; ++step) t.end_step(hits);
+    EXPECT_EQ(t.promotion_limit(), 8);
+    for (int32_t j = 0; j < 8; ++j) EXPECT_GE(t.loc()[static_cast<size_t>(n_device + 200 + j)], 0) << j;
+    std::set<int32_t> all;
+    for (int32_t b = 0; b < n_used; ++b) all.insert(b);
+    expect_frames_distinct(t, all);
+}
+
 TEST(KvTiers, RandomTrafficKeepsEveryBlockInExactlyOneFrame) {
     std::mt19937 rng(7);
     KvTiers t(3, 9, 4);
