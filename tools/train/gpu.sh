@@ -5,14 +5,18 @@
 #   tools/train/gpu.sh start MINUTES FOLLOW_S [train.py args...] [--then MINUTES2 [args2...]]
 #                         start train.py, then follow its log FOLLOW_S s; with --then, a second stage (for example
 #                         --indexer-only) resumes from the first stage's checkpoint when it ends, in the same --out
-#   tools/train/gpu.sh follow FOLLOW_S      print new log lines until training exits or FOLLOW_S pass
+#   tools/train/gpu.sh follow FOLLOW_S      print new log lines until training exits or FOLLOW_S pass; then, when
+#                                           train.py wrote a newer export/ (every checkpoint), copy its bf16 weights
+#                                           in 15 MiB parts, config and log into $OUT, so a run whose machine is lost
+#                                           can be resumed from here (--resume model.safetensors)
 #   tools/train/gpu.sh collect [fp32]       copy the log and the bf16 model directory into $OUT; with fp32, the
 #                                           fp32 checkpoint in 15 MiB parts instead of the bf16 weights
 #   tools/train/gpu.sh niah GRID...         the run's model as a model directory (its weights and config, the
 #                                           shipped tokenizer, haystack and greedy generation config), then
 #                                           megactx eval niah --device cuda on each GRID = LENGTHS:DEPTHS:SAMPLES
 #                                           (seed 0), JSON into $OUT; needs scripts/gpu/bundle.sh's .stage carried
-# The machine is given back 30 s after a call ends, so the follow calls must come back to back.
+# The machine is given back 30 s after a call ends, so the follow calls must come back to back: prepare anything
+# local (bundles, data) before `start`, never between two calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 run=/root/train-run
@@ -59,6 +63,13 @@ start)
     ;;
 follow)
     follow "$1"
+    m=$run/export/model.safetensors
+    if [ -n "${OUT:-}" ] && [ -f "$m" ] && [ "$m" -nt "$run/collected" ]; then
+        split -b 15M -d "$m" "$OUT/model.safetensors.part"
+        cp "$run/export/config.json" "$run/stdout.log" "$OUT/" 2>/dev/null
+        touch -r "$m" "$run/collected"
+        echo "== brought back the export of $(date -u -r "$m" +%T) (cat model.safetensors.part* > model.safetensors)"
+    fi
     ;;
 collect)
     : "${OUT:?}"

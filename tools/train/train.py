@@ -16,8 +16,8 @@ The learning rate warms up over the first 2% of the time and decays by a cosine 
 elapsed time / budget, so a run of any length ends annealed.
 
 Writes to --out: train.log (one JSON line per log step), ckpt.safetensors (fp32 weights under the checkpoint
-names plus the step and the router biases, every --ckpt-minutes and at the end), and export/ (the bf16 Hugging
-Face directory megactx loads, without the tokenizer files). --resume continues from a ckpt.safetensors (weights
+names plus the step and the router biases) and export/ (the bf16 Hugging Face directory megactx loads, without
+the tokenizer files), both every --ckpt-minutes and at the end. --resume continues from a ckpt.safetensors (weights
 only: the optimizer starts fresh, with a short warm-up).
 
 Usage: train.py --data DIR --out DIR --minutes M [--size demo] [--resume CKPT]
@@ -30,6 +30,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import threading
 import queue
@@ -155,6 +156,16 @@ def length_at(progress, lengths):
 def save_ckpt(model, path, step):
     t = {k: v.float() for k, v in model.checkpoint_state().items()}
     export.write_safetensors(path, t, {"format": "pt", "step": str(step)})
+
+
+def save_export(model, out):
+    """out/export: the bf16 model directory, replaced whole, so that a reader (gpu.sh follow, which brings it back
+    after every checkpoint) never sees half a file. A run cut short is resumed from it (--resume)."""
+    tmp, final = os.path.join(out, "export.tmp"), os.path.join(out, "export")
+    shutil.rmtree(tmp, ignore_errors=True)
+    export.save(model, tmp, dtype="bf16")
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(tmp, final)
 
 
 @torch.no_grad()
@@ -349,10 +360,11 @@ def main():
             last_log = time.time()
         if time.time() - last_ckpt > a.ckpt_minutes * 60:
             save_ckpt(model, ckpt, step)
+            save_export(model, a.out)
             last_ckpt = time.time()
             say({"event": "ckpt", "step": step})
     save_ckpt(model, ckpt, step)
-    export.save(model, os.path.join(a.out, "export"), dtype="bf16")
+    save_export(model, a.out)
     say({"event": "done", "step": step, "tokens": tokens})
     for mode in ("dense", "sparse"):
         say({"event": "eval", "mode": mode, **evaluate(model, heldout, pieces, mode=mode, n=a.eval_samples,
