@@ -230,8 +230,10 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
     MEGACTX_CHECK(!grid.lengths.empty() && !grid.depths.empty(), "the grid needs at least one length and one depth");
     MEGACTX_CHECK(grid.samples >= 1, "--samples must be at least 1, got {}", grid.samples);
     const int64_t cap = prompt_cap(engine.max_model_len());
-    MEGACTX_CHECK(cap >= 1, "the maximum context length {} (--max-model-len) leaves no room for a prompt and {} new "
-                  "tokens", engine.max_model_len(), kMaxNewTokens);
+    MEGACTX_CHECK(cap >= 1,
+                  "the maximum context length {} (--max-model-len) leaves no room for a prompt and {} new "
+                  "tokens",
+                  engine.max_model_len(), kMaxNewTokens);
     const int64_t longest = std::min(*std::max_element(grid.lengths.begin(), grid.lengths.end()), cap) + kMaxNewTokens;
     MEGACTX_CHECK(longest <= engine.kv_capacity_tokens(),
                   "--lengths: a sample takes up to {} tokens (prompt and {} new tokens), more than the KV cache holds "

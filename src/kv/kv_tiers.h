@@ -6,9 +6,10 @@
 // The device tier is a hot set kept by recency of selection: every step the model counts, per block, the rows
 // sparse attention selected (Ops::kv_resolve); blocks selected this step are stamped, and the host blocks
 // selected most, among those selected in the step before too, are promoted into the device frames of the least
-// recently selected device blocks (at most `max_promotions` a step, fewer while promotions go unread: below). A fresh block takes a free device frame, else the frame of a device block not selected
-// this step (which moves to the host), else a host frame: the newest tokens, which attention selects most,
-// start on the device and new KV is written where it stays.
+// recently selected device blocks (at most `max_promotions` a step, fewer while promotions go unread: below). A
+// fresh block takes a free device frame, else the frame of a device block not selected this step (which moves to
+// the host), else a host frame: the newest tokens, which attention selects most, start on the device and new KV
+// is written where it stays.
 //
 // Promotion back-off: a promotion costs a block copied up and one copied down, and pays only if the block is read
 // again. Each step checks the blocks the step before promoted: when fewer than half of them were selected again,

@@ -2,11 +2,10 @@
 // rows. The block stages its rows' queries and gates in shared memory; each thread owns one candidate t, loads its
 // key once per sequence into registers and scores it against every row of the group. The arithmetic is the
 // reference kernel's (attention_ref.cu), term for term, so the scores are identical.
-#include "backend/cuda/indexer_scores.h"
-
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/indexer_scores.h"
 
 namespace megactx::cuda {
 
@@ -25,8 +24,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) indexer_scores_tiled_kernel(IndexerScoresParams p, int rows) {
     extern __shared__ float smem[];
     const int H = static_cast<int>(p.n_head);
-    float* sq = smem;                   // [rows, H, D]
-    float* sg = smem + rows * H * D;    // [rows, H] gates · head_scale
+    float* sq = smem;                 // [rows, H, D]
+    float* sg = smem + rows * H * D;  // [rows, H] gates · head_scale
     const int64_t r0 = p.i0 + static_cast<int64_t>(blockIdx.y) * rows;
     const int nr = static_cast<int>(min(p.i1 - r0, static_cast<int64_t>(rows)));
     for (int j = threadIdx.x; j < nr * H * D; j += kThreads) sq[j] = p.q[r0 * H * D + j];
@@ -46,8 +45,8 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_tiled_kernel(IndexerS
         const int32_t s = p.map.seq[i];
         if (s != loaded_seq) {  // rows of one sequence are adjacent: a key is loaded once per group and sequence
             const int32_t* table = p.map.tables + p.map.table_offset[s];
-            const int64_t slot = static_cast<int64_t>(table[t / p.map.block_size]) * p.map.block_size +
-                                 t % p.map.block_size;
+            const int64_t slot =
+                static_cast<int64_t>(table[t / p.map.block_size]) * p.map.block_size + t % p.map.block_size;
 #pragma unroll
             for (int c = 0; c < D; ++c) k[c] = indexer_load(p.keys, static_cast<Elem>(p.elem), slot, c, D);
             loaded_seq = s;
