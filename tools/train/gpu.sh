@@ -5,6 +5,9 @@
 #   tools/train/gpu.sh start MINUTES FOLLOW_S [train.py args...] [--then MINUTES2 [args2...]]
 #                         start train.py, then follow its log FOLLOW_S s; with --then, a second stage (for example
 #                         --indexer-only) resumes from the first stage's checkpoint when it ends, in the same --out
+#   tools/train/gpu.sh long MINUTES FOLLOW_S [long_indexer.py args...]
+#                         the same for long_indexer.py (the indexers fitted at 64K-1M, from models/glm-demo unless
+#                         --model is given); follow, collect and niah work on its run as on train.py's
 #   tools/train/gpu.sh follow FOLLOW_S      print new log lines until training exits or FOLLOW_S pass; then, when
 #                                           train.py wrote a newer export/ (every checkpoint), copy its bf16 weights
 #                                           in 15 MiB parts, config and log into $OUT, so a run whose machine is lost
@@ -61,6 +64,16 @@ start)
     echo $! > "$run/pid"
     follow "$follow_s"
     ;;
+long)
+    minutes=$1 follow_s=$2
+    shift 2
+    rm -rf "$run" && mkdir -p "$run"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    echo "cd $(printf %q "$PWD") && python3 tools/train/long_indexer.py --data build-train/data --model models/glm-demo --out $run --minutes $minutes ${*@Q}" > "$run/stages.sh"
+    setsid nohup bash "$run/stages.sh" > "$run/stdout.log" 2>&1 < /dev/null &
+    echo $! > "$run/pid"
+    follow "$follow_s"
+    ;;
 follow)
     follow "$1"
     m=$run/export/model.safetensors
@@ -100,7 +113,7 @@ niah)
     done
     ;;
 *)
-    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] [--then MINUTES2 args2] | follow FOLLOW_S | collect [fp32] | niah GRID..." >&2
+    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] [--then MINUTES2 args2] | long MINUTES FOLLOW_S [args] | follow FOLLOW_S | collect [fp32] | niah GRID..." >&2
     exit 2
     ;;
 esac
