@@ -235,15 +235,31 @@ def probe(model, sampler_seed, text, pieces, lengths, n, topk, say=None):
     return out
 
 
+def answer_source(toks: list, ans: list, longest: int = 16, shortest: int = 5):
+    """Where the answer comes from: the longest suffix (at most `longest` tokens) of the answer without its last
+    two tokens (the period and the end of turn) that occurs in the prompt, as (start, end), or None. For the
+    passkey tasks that is the needle sentence without its period ("The passkey for Ann is 123456")."""
+    if not ans:
+        return None
+    first, last = ans[0] + 1, ans[-1] + 1                  # the answer's tokens are toks[first..last]
+    core = toks[first: last - 1]
+    for n in range(min(longest, len(core)), shortest - 1, -1):
+        at = find(toks[: first], core[len(core) - n:])
+        if at >= 0:
+            return at, at + n
+    return None
+
+
 def train_sample(sampler: tasks.Sampler, rng: random.Random, T: int, n_random: int, answer_weight: float):
-    """A long training sequence (a retrieval task over the whole length, the rest text) and its KL rows: every
-    row that predicts an answer token, weight answer_weight, and n_random other rows, weight 1."""
+    """A long training sequence (a retrieval task over the whole length, the rest text), its KL rows (every row
+    that predicts an answer token, weight answer_weight, and n_random other rows, weight 1) and the answer's
+    source in the prompt (answer_source) or None."""
     toks, w = sampler.sequence(T)
     ans = np.flatnonzero(w[1:] > 1.0).tolist()
     others = sorted(set(rng.randrange(T // 16, T) for _ in range(n_random)) - set(ans))
     rows = ans + others
     weights = [answer_weight] * len(ans) + [1.0] * len(others)
-    return toks, rows, weights
+    return toks, rows, weights, answer_source(toks.tolist(), ans)
 
 
 def main():
@@ -258,6 +274,9 @@ def main():
     ap.add_argument("--task-span-log2", type=float, default=1.0)
     ap.add_argument("--random-rows", type=int, default=192)
     ap.add_argument("--answer-weight", type=float, default=50.0)
+    ap.add_argument("--retrieval-weight", type=float, default=0.0,
+                    help="weight of the last full layer's indexer likelihood of the answer's source at the answer "
+                         "rows (the needle of a passkey task), added to the KL")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--accum", type=int, default=2, help="sequences per optimizer step")
     ap.add_argument("--pose", type=float, default=0.3,
@@ -315,7 +334,7 @@ def main():
             g["lr"] = lr
         for _ in range(a.accum):
             T = rng.choices([t for t, _ in lengths], [w for _, w in lengths])[0]
-            toks, rows, weights = train_sample(sampler, rng, T, a.random_rows, a.answer_weight)
+            toks, rows, weights, source = train_sample(sampler, rng, T, a.random_rows, a.answer_weight)
             pos = tasks.pose_positions(rng, T, a.max_position, p_skip=a.pose)
             ids = torch.from_numpy(toks)[None].to(DEV)
             pos = torch.from_numpy(pos).to(DEV)
@@ -330,6 +349,14 @@ def main():
                     sc, causal = row_scores(g["indexer"], g["xn"], g["q_lat"], cos, sin, rws)
                     kl = kl_rows(sc, causal, p, wts)
                     loss = loss + kl / len(groups)
+                    sums["kl"] = sums.get("kl", 0.0) + kl.item() / len(groups)
+                    if source is not None and a.retrieval_weight > 0 and g is groups[-1]:
+                        # The answer rows' indexer mass on the answer's source (the needle), as a likelihood.
+                        logq = sc[ans].log_softmax(-1)
+                        ret = -logq[:, source[0]:source[1]].logsumexp(-1).mean()
+                        loss = loss + a.retrieval_weight * ret
+                        sums["retrieval"] = sums.get("retrieval", 0.0) + ret.item()
+                        sums["retrieval_n"] = sums.get("retrieval_n", 0) + 1
                     with torch.no_grad():  # the answer rows' own KL, and their target's mass in the top-k
                         if ans.any():
                             top = sc[ans].topk(min(topk, T), dim=-1).indices
@@ -339,7 +366,6 @@ def main():
                             sums[f"L{g['layer']}_answer_n"] = sums.get(f"L{g['layer']}_answer_n", 0) + 1
             (loss / a.accum).backward()
             del groups
-            sums["kl"] = sums.get("kl", 0.0) + loss.item()
             sums["n"] = sums.get("n", 0) + 1
             seqs += 1
             tokens += T
@@ -350,6 +376,8 @@ def main():
         if time.time() - last_log > 30 or step == 1:
             rec = {"step": step, "seqs": seqs, "tokens": tokens, "lr": round(lr, 6), "gnorm": round(gn.item(), 3),
                    "kl": round(sums["kl"] / sums["n"], 4), "tok_per_s": round(tokens / (time.time() - t_train))}
+            if sums.get("retrieval_n"):
+                rec["retrieval"] = round(sums["retrieval"] / sums["retrieval_n"], 4)
             for k in [k for k in sums if k.endswith("_mass_in_topk")]:
                 n = sums[k.replace("_mass_in_topk", "_n")]
                 rec[k] = round(sums[k] / n, 3)
