@@ -85,8 +85,6 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
         MEGACTX_CHECK(model.has_mtp(), "--speculative-tokens {}: the checkpoint has no MTP layer (model.layers.{}.*)",
                       config.speculative_tokens, model.config().n_layers);
     }
-    MEGACTX_CHECK(!kv_.tiered() || model.single_device(),
-                  "--kv-offload-memory: the host KV tier does not run under tensor parallelism yet (use --tp 1)");
     snapshot_.kv_blocks_total = kv_.n_blocks();
     model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
 }

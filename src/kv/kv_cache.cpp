@@ -121,12 +121,17 @@ KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat form
     if (tier.n_host_blocks > 0) {
         n_staging_blocks_ = std::max(kBlockSize, rows_per_pass_ * c.index_topk) / kBlockSize;
         tiers_ = std::make_unique<KvTiers>(n_blocks, tier.n_host_blocks, tier.max_promotions, n_staging_blocks_);
+        tier_options_ = tier;
         blocks_.set_hooks(
             [this](int32_t b) {
+                if (log_events_) events_.push_back({TierEvent::Kind::Place, b});
                 apply(tiers_->place(b));
                 dirty_ = true;  // b's location is new
             },
-            [this](int32_t b) { tiers_->drop(b); });
+            [this](int32_t b) {
+                if (log_events_) events_.push_back({TierEvent::Kind::Drop, b});
+                tiers_->drop(b);
+            });
         loc_ = ops.alloc(DType::I32, {n_all});
         hits_ = ops.alloc(DType::I32, {n_all});
         const std::vector<int32_t> zeros(static_cast<size_t>(n_all), 0);
@@ -159,11 +164,31 @@ void KvCache::flush_tiers() {
 
 void KvCache::end_step() {
     if (!tiers_) return;
+    if (log_events_) events_.push_back({TierEvent::Kind::EndStep});
     std::vector<int32_t> hits(static_cast<size_t>(n_blocks()));
     ops_->download(hits_, hits.data());
     const std::vector<int32_t> zeros(hits.size(), 0);
     ops_->upload(zeros.data(), hits_);
     apply(tiers_->end_step(hits));
+}
+
+void KvCache::replay_tier_events(const std::vector<TierEvent>& events) {
+    MEGACTX_CHECK(tiers_ != nullptr || events.empty(), "KV cache: tier events for a cache without a host tier");
+    for (const TierEvent& e : events) {
+        switch (e.kind) {
+            case TierEvent::Kind::Place:
+                apply(tiers_->place(e.block));
+                dirty_ = true;
+                break;
+            case TierEvent::Kind::Drop:
+                tiers_->drop(e.block);
+                break;
+            case TierEvent::Kind::EndStep:
+                end_step();
+                break;
+        }
+    }
+    flush_tiers();
 }
 
 // Moves run in order; consecutive moves that touch different frames go to the backend as one copy_blocks call

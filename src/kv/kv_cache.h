@@ -65,6 +65,20 @@ public:
     // After the forwards of a step: reads the selection counts back (a host sync), clears them and moves the
     // most selected host blocks to the device. No-op without a host tier.
     void end_step();
+    // Tensor parallelism: the followers' caches replay rank 0's tier events (kv_tiers.h), in order, before each
+    // forward, so that every rank places and drops the same blocks at the same points and ends its steps where
+    // rank 0 does; each rank then moves its own rows by its own selection counts (under LayerSplit each holds
+    // other layers). Rank 0 logs once a group asks for it; the group clears the log when every follower has
+    // replayed it.
+    struct TierEvent {
+        enum class Kind : uint8_t { Place, Drop, EndStep } kind;
+        int32_t block = -1;  // Place, Drop
+    };
+    void log_tier_events() { log_events_ = true; }
+    const std::vector<TierEvent>& tier_events() const { return events_; }
+    void clear_tier_events() { events_.clear(); }
+    void replay_tier_events(const std::vector<TierEvent>& events);
+    const KvTierOptions& tier_options() const { return tier_options_; }
     // Bytes of one layer's latent row (what a fetched row costs).
     int64_t latent_row_bytes() const { return latent_row_bytes_; }
     KvFormat format() const { return format_; }
@@ -81,6 +95,9 @@ private:
     Tensor loc_, hits_;
     int64_t staging_base_ = 0, rows_per_pass_ = 0, latent_row_bytes_ = 0, n_staging_blocks_ = 0;
     bool dirty_ = false;
+    KvTierOptions tier_options_;
+    bool log_events_ = false;
+    std::vector<TierEvent> events_;
     std::vector<Tensor> latent_;   // per layer (decoder then MTP)
     std::vector<Tensor> indexer_;  // per layer; empty on shared layers
     int64_t bytes_per_token_ = 0;

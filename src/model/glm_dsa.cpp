@@ -169,7 +169,6 @@ std::unique_ptr<GlmDsaModel::TierStep> GlmDsaModel::begin_tiers(Ops& ops, const 
                                                                 int64_t n) const {
     if (!kv.tiered()) return nullptr;
     MEGACTX_CHECK(!kv.tiers_dirty(), "tiered KV: blocks moved since the last KvCache::flush_tiers");
-    MEGACTX_CHECK(comm_ == nullptr, "tiered KV does not run under tensor parallelism yet");
     auto t = std::make_unique<TierStep>();
     t->write_device = ops.alloc(DType::I32, {n});
     t->write_host = ops.alloc(DType::I32, {n});
@@ -319,7 +318,11 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         tap(ops, ik_raw, "indexer_k_raw", i_layer);
         tap(ops, gates, "indexer_gates", i_layer);
     }
-    if (run_indexer && owner >= 0) comm_->broadcast(topk, owner);  // every rank keeps the IndexShare buffer
+    if (run_indexer && owner >= 0) {
+        comm_->broadcast(topk, owner);  // every rank keeps the IndexShare buffer
+        // Tiered KV: a rank holding later layers of this group resolves the new selection in its own tiers.
+        if (tier && !holds_kv) tier->resolved = false;
+    }
 
     // absorbed sparse MLA over exactly the selected slots
     Tensor q_lat = ops.alloc(DType::F32, {n, n_head, c.d_latent()});  // [n, n_head, kv_lora_rank + rope]
@@ -341,7 +344,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         if (holds_kv) {
             sp.q = &q_all;
             sp.out = &lat_all;
-            ops.sparse_mla(sp);
+            sparse_attention(ops, i_layer, kv, topk, tier, sp);
         }
         comm_->broadcast(lat_all, owner);
         Tensor all_2d = lat_all, mine_2d = lat;  // [n, heads · r] views: this rank's heads are a column range

@@ -65,7 +65,8 @@ class RankFollowers {
     virtual ~RankFollowers() = default;
     // Makes every follower's KV cache like kv0 now (so a pool that does not fit fails at startup, not at the
     // first request).
-    virtual void prepare(const KvCache& kv0) = 0;
+    // With a host tier, kv0 logs its tier events from now on for the followers to replay (KvCache::TierEvent).
+    virtual void prepare(KvCache& kv0) = 0;
     virtual void begin_forward(const Batch& batch, const KvCache& kv0) = 0;
     // The MTP layer's inputs from rank 0's backend, in host memory: each follower uploads them to its own.
     struct MtpInputs {
@@ -95,7 +96,7 @@ class GlmDsaModel {
     // Rank 0 of a group drives the other ranks through `f` (nullptr: none).
     void set_followers(RankFollowers* f) { followers_ = f; }
     // Allocates the followers' KV caches like `kv` (no-op without a group); engines call it once they made theirs.
-    void prepare_kv(const KvCache& kv) const {
+    void prepare_kv(KvCache& kv) const {
         if (followers_) followers_->prepare(kv);
     }
     // One device, no collectives: the whole forward can be recorded as one graph (graphed_forward.h).

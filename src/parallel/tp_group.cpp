@@ -50,7 +50,10 @@ void TensorParallelGroup::start(const KvCache& kv0, FollowerJob job) {
         std::lock_guard<std::mutex> lock(mu_);
         job_fn_ = std::move(job);
         n_blocks_ = kv0.n_blocks();
+        n_device_blocks_ = kv0.tiered() ? kv0.tiers().n_device() : kv0.n_blocks();
+        tier_ = kv0.tiered() ? kv0.tier_options() : KvTierOptions{};
         format_ = kv0.format();
+        started_kv0_ = &kv0;
         running_ = size() - 1;
         error_ = nullptr;
         ++job_;
@@ -58,7 +61,11 @@ void TensorParallelGroup::start(const KvCache& kv0, FollowerJob job) {
     cv_.notify_all();
 }
 
-void TensorParallelGroup::prepare(const KvCache& kv0) {
+void TensorParallelGroup::prepare(KvCache& kv0) {
+    if (kv0.tiered()) {
+        kv0.log_tier_events();
+        kv0_ = &kv0;
+    }
     run_on_followers(kv0, [](int, Ops&, KvCache&) {});  // each follower makes its cache before running a job
 }
 
@@ -89,6 +96,7 @@ void TensorParallelGroup::end_forward() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return running_ == 0; });
     job_fn_ = nullptr;
+    if (kv0_ != nullptr && kv0_ == started_kv0_) kv0_->clear_tier_events();  // every follower replayed them
     if (error_) std::rethrow_exception(error_);
 }
 
@@ -113,8 +121,10 @@ void TensorParallelGroup::follower_loop(int rank) {
     uint64_t seen = 0;
     for (;;) {
         FollowerJob job;
-        int64_t n_blocks = 0;
+        int64_t n_blocks = 0, n_device = 0;
         KvFormat format = KvFormat::F32;
+        KvTierOptions tier;
+        const KvCache* kv0 = nullptr;
         {
             std::unique_lock<std::mutex> lock(mu_);
             cv_.wait(lock, [&] { return stop_ || job_ != seen; });
@@ -122,15 +132,22 @@ void TensorParallelGroup::follower_loop(int rank) {
             seen = job_;
             job = job_fn_;
             n_blocks = n_blocks_;
+            n_device = n_device_blocks_;
+            tier = tier_;
             format = format_;
+            kv0 = started_kv0_;
         }
         std::exception_ptr err;
         try {
-            if (!kv_[r] || kv_[r]->n_blocks() != n_blocks || kv_[r]->format() != format) {
+            const bool tiered = tier.n_host_blocks > 0;
+            if (!kv_[r] || kv_[r]->n_blocks() != n_blocks || kv_[r]->format() != format ||
+                kv_[r]->tiered() != tiered) {
                 kv_[r].reset();
-                kv_[r] = std::make_unique<KvCache>(*ops_[r], models_[r]->config(), n_blocks, format,
-                                                   models_[r]->kv_layers());
+                kv_[r] = std::make_unique<KvCache>(*ops_[r], models_[r]->config(), n_device, format,
+                                                   models_[r]->kv_layers(), tier);
             }
+            // Rank 0 changes its log only between jobs (allocation, end of step), never while followers run.
+            if (tiered) kv_[r]->replay_tier_events(kv0->tier_events());
             job(rank, *ops_[r], *kv_[r]);
         } catch (...) {
             err = std::current_exception();

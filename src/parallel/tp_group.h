@@ -3,7 +3,9 @@
 // engine or the runner drives, with rank 0's Ops and KV cache; each of its forwards runs the same forward on
 // every follower thread at once (the Batch is shared read-only: same tokens, positions and block ids, so every
 // rank's cache has the same layout), and the collectives inside the model meet. Followers make their KV cache
-// with rank 0's block count and format when the engine or runner makes rank 0's (GlmDsaModel::prepare_kv).
+// with rank 0's block counts, format and host tier when the engine or runner makes rank 0's
+// (GlmDsaModel::prepare_kv); with a host tier they replay rank 0's tier events before each forward
+// (KvCache::TierEvent), so every rank's blocks are placed and dropped alike while each moves its own rows.
 #pragma once
 
 #include <condition_variable>
@@ -37,7 +39,7 @@ public:
     int size() const { return static_cast<int>(ops_.size()); }
     const ShardPlan& plan() const { return plan_; }
 
-    void prepare(const KvCache& kv0) override;
+    void prepare(KvCache& kv0) override;
     void begin_forward(const Batch& batch, const KvCache& kv0) override;
     void begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) override;
     void end_forward() override;
@@ -64,8 +66,13 @@ private:
     uint64_t job_ = 0;     // forwards started
     int running_ = 0;      // followers still in the current forward
     FollowerJob job_fn_;   // the current job (a forward, or run_on_followers' function)
-    int64_t n_blocks_ = 0;
+    int64_t n_blocks_ = 0, n_device_blocks_ = 0;  // both tiers; the device tier's
     KvFormat format_ = KvFormat::F32;
+    KvTierOptions tier_;  // n_host_blocks 0: no host tier
+    // The host tier: rank 0's cache (prepare) and its tier events, replayed by each follower before its job and
+    // cleared once every follower has run it.
+    KvCache* kv0_ = nullptr;
+    const KvCache* started_kv0_ = nullptr;
     bool stop_ = false;
     std::exception_ptr error_;
 };

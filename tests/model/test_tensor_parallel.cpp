@@ -288,68 +288,110 @@ TEST(TensorParallel, ARankFailingMidForwardReportsItsErrorWithoutHanging) {
 namespace megactx {
 namespace {
 
+struct EngineRun {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<float>> logprobs;
+    int64_t cached_last = 0;  // the last request's prompt tokens served by the prefix cache
+    EngineStats mid;          // after the first three requests
+};
+
+// Three requests with chunked prefill interleaved with decodes, then request 0's prompt again (a prefix hit).
+EngineRun run_engine(const GlmDsaModel& model, Ops& ops, EngineConfig cfg) {
+    const std::vector<int32_t> base = test::fixture_tokens("pattern_bf16");
+    cfg.scheduler.max_num_batched_tokens = 40;
+    Engine e(model, ops, cfg);
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    std::map<int64_t, std::vector<float>> logprobs;
+    std::map<int64_t, int64_t> cached;
+    auto sink = [&](const TokenEvent& ev) {
+        if (ev.token >= 0) {
+            tokens[ev.request_id].push_back(ev.token);
+            if (ev.has_logprobs) logprobs[ev.request_id].push_back(ev.logprobs.logprob);
+        }
+        cached[ev.request_id] = ev.n_cached_prompt;
+        return true;
+    };
+    GenerationParams g;
+    g.max_tokens = 6;
+    g.ignore_eos = true;
+    g.top_logprobs = 1;
+    std::vector<int64_t> ids;
+    auto prompt = [&](int64_t n, int32_t salt) {  // fixture tokens, varied, longer than the fixture
+        std::vector<int32_t> p;
+        for (int64_t i = 0; i < n; ++i)
+            p.push_back((base[static_cast<size_t>(i) % base.size()] + salt * static_cast<int32_t>(i / 7)) % 250 + 2);
+        return p;
+    };
+    for (int i = 0; i < 3; ++i) ids.push_back(e.submit(prompt(70 + 9 * i, i + 1), g, sink));
+    while (e.step()) {
+    }
+    EngineRun out;
+    out.mid = e.stats();
+    ids.push_back(e.submit(prompt(70, 1), g, sink));  // request 0's prompt again: a prefix hit
+    while (e.step()) {
+    }
+    for (int64_t id : ids) {
+        out.tokens.push_back(tokens[id]);
+        out.logprobs.push_back(logprobs[id]);
+    }
+    out.cached_last = cached[ids.back()];
+    return out;
+}
+
+void expect_same_run(const EngineRun& got, const EngineRun& want) {
+    EXPECT_EQ(got.cached_last, want.cached_last);
+    EXPECT_EQ(got.tokens, want.tokens);
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    for (size_t i = 0; i < want.logprobs.size(); ++i) {
+        ASSERT_EQ(got.logprobs[i].size(), want.logprobs[i].size());
+        for (size_t j = 0; j < want.logprobs[i].size(); ++j)
+            EXPECT_NEAR(got.logprobs[i][j], want.logprobs[i][j], 1e-4) << i << " " << j;
+    }
+}
+
 // The serving engine drives rank 0 unchanged: continuous batching with chunked prefill, and a prefix-cache hit,
 // under TP2 + EP + LayerSplit give the tokens and log-probabilities of one device.
 TEST(TensorParallel, EngineWithPrefixCacheMatchesOneDevice) {
     const std::string dir = test::fixture_dir("pattern_bf16");
-    const std::vector<int32_t> base = test::fixture_tokens("pattern_bf16");
-    auto run = [&](const GlmDsaModel& model, Ops& ops) {
-        EngineConfig cfg;
-        cfg.n_kv_blocks = 32;
-        cfg.scheduler.max_num_batched_tokens = 40;  // chunked prefill interleaved with decodes
-        Engine e(model, ops, cfg);
-        std::map<int64_t, std::vector<int32_t>> tokens;
-        std::map<int64_t, std::vector<float>> logprobs;
-        std::map<int64_t, int64_t> cached;
-        auto sink = [&](const TokenEvent& ev) {
-            if (ev.token >= 0) {
-                tokens[ev.request_id].push_back(ev.token);
-                if (ev.has_logprobs) logprobs[ev.request_id].push_back(ev.logprobs.logprob);
-            }
-            cached[ev.request_id] = ev.n_cached_prompt;
-            return true;
-        };
-        GenerationParams g;
-        g.max_tokens = 6;
-        g.ignore_eos = true;
-        g.top_logprobs = 1;
-        std::vector<int64_t> ids;
-        auto prompt = [&](int64_t n, int32_t salt) {  // fixture tokens, varied, longer than the fixture
-            std::vector<int32_t> p;
-            for (int64_t i = 0; i < n; ++i)
-                p.push_back((base[static_cast<size_t>(i) % base.size()] + salt * static_cast<int32_t>(i / 7)) % 250 + 2);
-            return p;
-        };
-        for (int i = 0; i < 3; ++i) ids.push_back(e.submit(prompt(70 + 9 * i, i + 1), g, sink));
-        while (e.step()) {
-        }
-        ids.push_back(e.submit(prompt(70, 1), g, sink));  // request 0's prompt again: a prefix hit
-        while (e.step()) {
-        }
-        std::vector<std::vector<int32_t>> t;
-        std::vector<std::vector<float>> l;
-        for (int64_t id : ids) {
-            t.push_back(tokens[id]);
-            l.push_back(logprobs[id]);
-        }
-        return std::make_tuple(t, l, cached[ids.back()]);
-    };
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 32;
     const GlmDsaModel single(dir);
     CpuOps ops1;
-    const auto [want_t, want_l, want_cached] = run(single, ops1);
+    const EngineRun want = run_engine(single, ops1, cfg);
     ParallelOptions o;
     o.n_gpus = 2;
     o.expert_parallel = true;
     o.layer_split = true;
     auto group = cpu_group(dir, o);
-    const auto [got_t, got_l, got_cached] = run(group->model(), group->ops());
-    EXPECT_EQ(want_cached, 64);
-    EXPECT_EQ(got_cached, want_cached);
-    EXPECT_EQ(got_t, want_t);
-    ASSERT_EQ(got_l.size(), want_l.size());
-    for (size_t i = 0; i < want_l.size(); ++i) {
-        ASSERT_EQ(got_l[i].size(), want_l[i].size());
-        for (size_t j = 0; j < want_l[i].size(); ++j) EXPECT_NEAR(got_l[i][j], want_l[i][j], 1e-4) << i << " " << j;
+    EXPECT_EQ(want.cached_last, 64);
+    expect_same_run(run_engine(group->model(), group->ops(), cfg), want);
+}
+
+// The host KV tier under tensor parallelism: with 2 device blocks and 30 host blocks, TP2 + EP (every rank holds
+// every layer) and TP2 + EP + LayerSplit (each rank its own layers, so each moves its blocks by its own
+// layers' selections) give one untiered device's tokens and log-probabilities, the prefix hit included, while
+// blocks live on the host and selected rows are fetched from there.
+TEST(TensorParallel, EngineWithHostTierMatchesOneDevice) {
+    const std::string dir = test::fixture_dir("pattern_bf16");
+    EngineConfig flat;
+    flat.n_kv_blocks = 32;
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    const EngineRun want = run_engine(single, ops1, flat);
+    EngineConfig tiered;
+    tiered.n_kv_blocks = 2;
+    tiered.n_kv_host_blocks = 30;
+    for (const bool layer_split : {false, true}) {
+        SCOPED_TRACE(layer_split ? "TP2 + EP + LayerSplit" : "TP2 + EP");
+        ParallelOptions o;
+        o.n_gpus = 2;
+        o.expert_parallel = true;
+        o.layer_split = layer_split;
+        auto group = cpu_group(dir, o);
+        const EngineRun got = run_engine(group->model(), group->ops(), tiered);
+        EXPECT_GT(got.mid.kv_host_blocks_used, 0);
+        EXPECT_GT(got.mid.kv_fetched_rows, 0);
+        expect_same_run(got, want);
     }
 }
 
