@@ -13,7 +13,11 @@ cheap to train there:
   - the KL of train.py's --kl-all-keys (the main attention over all causal keys, summed over heads and over the
     layers that share the indexer's selection, as the target of the indexer's softmax) is taken only at a few
     hundred query rows: every row that predicts an answer token (weighted up, as --indexer-answer-weight) and a
-    random sample of the others, each against all of its causal keys ([rows, T] scores instead of [T, T]).
+    random sample of the others, each against all of its causal keys ([rows, T] scores instead of [T, T]);
+  - with --retrieval-weight (the shipped model's recipe), the last full layer's indexer is also fitted to the
+    answer's source in the prompt (answer_source: the needle sentence) at the answer rows. At 128K-512K the main
+    attention over all keys does not favour the needle either, so the KL alone changed nothing there
+    (docs/demo-model.md, "Beyond the training length").
 The MTP layer's indexer is left as it is (it serves drafting, not retrieval).
 
 --probe measures what matters before and after: on seeded passkey prompts at each probe length, the share of the
