@@ -36,7 +36,6 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
 import time
 
@@ -47,16 +46,10 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export  # noqa: E402
 import tasks  # noqa: E402
+import train  # noqa: E402
 from model import MoE, apply_rope, rope_tables  # noqa: E402
 
 DEV = "cuda"
-
-
-def autocast():
-    if DEV != "cuda":
-        import contextlib
-        return contextlib.nullcontext()
-    return torch.autocast("cuda", dtype=torch.bfloat16)
 
 
 @torch.no_grad()
@@ -218,7 +211,7 @@ def probe(model, sampler_seed, text, pieces, lengths, n, topk, say=None):
             ids = torch.tensor([toks], device=DEV)
             pos = torch.arange(len(toks), device=DEV)
             rws = torch.tensor(rows, device=DEV)
-            with autocast():
+            with train.autocast():
                 groups, logits, cos, sin = capture(model, ids, pos, rws, topk)
                 for g in groups:
                     top = g["sel"].masked_fill(~g["valid"], -1)                         # [R, k]
@@ -293,7 +286,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
     global DEV
-    DEV = a.device
+    DEV = train.DEV = a.device
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "train.log"), "a")
     t0 = time.time()
@@ -345,7 +338,7 @@ def main():
             rws = torch.tensor(rows, device=DEV)
             wts = torch.tensor(weights, device=DEV)
             ans = wts > 1.0
-            with autocast():
+            with train.autocast():
                 groups, _, cos, sin = capture(model, ids, pos, rws, topk)
                 loss = 0.0
                 for g in groups:
@@ -388,24 +381,15 @@ def main():
             say(rec)
             sums, last_log = {}, time.time()
         if time.time() - last_ckpt > a.ckpt_minutes * 60:
-            save_export(model, a.out)
+            train.save_export(model, a.out)
             last_ckpt = time.time()
             say({"event": "ckpt", "step": step})
-    save_export(model, a.out)
+    train.save_export(model, a.out)
     say({"event": "done", "step": step, "seqs": seqs, "tokens": tokens})
     if probe_lengths:
         say({"event": "probe", "when": "after",
              "results": probe(model, 9000, text, pieces, probe_lengths, a.probe_samples, topk, say)})
     say({"event": "exit"})
-
-
-def save_export(model, out):
-    """out/export, replaced whole (gpu.sh follow copies it back)."""
-    tmp, final = os.path.join(out, "export.tmp"), os.path.join(out, "export")
-    shutil.rmtree(tmp, ignore_errors=True)
-    export.save(model, tmp, dtype="bf16")
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
 
 
 if __name__ == "__main__":
