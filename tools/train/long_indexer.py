@@ -32,7 +32,6 @@ end), as train.py does.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -287,23 +286,11 @@ def main():
     a = ap.parse_args()
     global DEV
     DEV = train.DEV = a.device
-    os.makedirs(a.out, exist_ok=True)
-    log = open(os.path.join(a.out, "train.log"), "a")
-    t0 = time.time()
-
-    def say(d):
-        d["t"] = round(time.time() - t0, 1)
-        line = json.dumps(d)
-        print(line, flush=True)
-        log.write(line + "\n")
-        log.flush()
-
+    say = train.run_log(a.out, time.time())
     torch.manual_seed(a.seed)
     if DEV == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    data = np.load(os.path.join(a.data, "data.npz"))
-    pieces = tasks.Pieces(os.path.join(a.data, "pieces.json"))
-    text = tasks.Split(data["train_tokens"], data["train_offsets"])
+    pieces, text, _ = train.load_data(a.data)
     model = export.load(a.model, DEV).eval()
     for n, p in model.named_parameters():
         p.requires_grad_(".indexer." in n and not n.startswith(f"model.layers.{model.cfg.num_hidden_layers}."))

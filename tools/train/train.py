@@ -201,6 +201,28 @@ def evaluate(model, heldout: tasks.Split, pieces: tasks.Pieces, T=2048, n_seq=16
     return res
 
 
+def run_log(out: str, t_start: float):
+    """say(d): d with the seconds since t_start, as a JSON line on stdout and appended to out/train.log."""
+    os.makedirs(out, exist_ok=True)
+    log = open(os.path.join(out, "train.log"), "a")
+
+    def say(d):
+        d["t"] = round(time.time() - t_start, 1)
+        line = json.dumps(d)
+        print(line, flush=True)
+        log.write(line + "\n")
+        log.flush()
+    return say
+
+
+def load_data(data_dir: str):
+    """prepare.py's output → (pieces, train split, heldout split)."""
+    data = np.load(os.path.join(data_dir, "data.npz"))
+    pieces = tasks.Pieces(os.path.join(data_dir, "pieces.json"))
+    return (pieces, tasks.Split(data["train_tokens"], data["train_offsets"]),
+            tasks.Split(data["heldout_tokens"], data["heldout_offsets"]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -242,23 +264,11 @@ def main():
     DEV = a.device
     t_start = time.time()
     budget = a.minutes * 60
-    os.makedirs(a.out, exist_ok=True)
-    log = open(os.path.join(a.out, "train.log"), "a")
-
-    def say(d):
-        d["t"] = round(time.time() - t_start, 1)
-        line = json.dumps(d)
-        print(line, flush=True)
-        log.write(line + "\n")
-        log.flush()
-
+    say = run_log(a.out, t_start)
     torch.manual_seed(a.seed)
     if DEV == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    data = np.load(os.path.join(a.data, "data.npz"))
-    pieces = tasks.Pieces(os.path.join(a.data, "pieces.json"))
-    train = tasks.Split(data["train_tokens"], data["train_offsets"])
-    heldout = tasks.Split(data["heldout_tokens"], data["heldout_offsets"])
+    pieces, train, heldout = load_data(a.data)
     vocab = pieces.vocab_size
     cfg = SIZES[a.size](vocab, pieces.special)
     if a.index_topk:
