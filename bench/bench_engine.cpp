@@ -169,6 +169,7 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
         reqs.back()->prompt = static_cast<int>(k % static_cast<int64_t>(prompts.size()));
     }
     Runner runner(engine, o);
+    const EngineStats st0 = engine.stats();
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     int64_t next = 0, done = 0;
@@ -192,6 +193,7 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
     }
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     const double cpu = process_cpu_seconds() - cpu0;
+    const EngineStats st1 = engine.stats();
 
     std::vector<double> ttft, itl, ttft_tok, itl_tok, e2e;
     int64_t out_tokens = 0, prompt_tokens = 0, chunks = 0;
@@ -248,6 +250,8 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
               {"e2e_ms", {{"p50", percentile(e2e, 0.5)}, {"p99", percentile(e2e, 0.99)}, {"mean", mean(e2e)}}},
               {"text_chunks", chunks},
               {"tokens_per_text_chunk", static_cast<double>(out_tokens) / static_cast<double>(chunks)},
+              {"step_s", st1.step_s - st0.step_s},
+              {"kv_fetch_stall_s", st1.kv_fetch_stall_s - st0.kv_fetch_stall_s},
               {"cpu_s", cpu},
               {"cpu_ms_per_token", 1e3 * cpu / static_cast<double>(out_tokens)},
               {"output_hashes", hashes},

@@ -150,6 +150,7 @@ class ProfilingOps final : public Ops {
         return inner_.kv_fetch_rows_async(src, rows, dst);
     }
     void kv_fetch_wait(int64_t ticket) override { inner_.kv_fetch_wait(ticket); }
+    int64_t kv_fetch_stall_ns() override { return inner_.kv_fetch_stall_ns(); }
     void copy_blocks(const std::vector<BlockCopy>& copies) override {
         const Timer timer(stats_[kGatherRows]);
         inner_.copy_blocks(copies);

@@ -239,9 +239,13 @@ int main(int argc, char** argv) {
                         for (int i = 0; i < 3; ++i) time_forward(model, *ops, batch(), kv, host, &graphs);
                         kv.end_step();
                         const TierStats before = kv.tiered() ? kv.tiers().stats() : TierStats{};
+                        const int64_t stall_before = ops->kv_fetch_stall_ns();
                         for (int64_t i = 0; i < steps; ++i)
                             gms.push_back(time_forward(model, *ops, batch(), kv, host, &graphs));
                         kv.end_step();
+                        // The fetch stall per graphed step (the compute stream waiting for the copy stream's rows).
+                        const double stall_ms = static_cast<double>(ops->kv_fetch_stall_ns() - stall_before) / 1e6 /
+                                                static_cast<double>(steps);
                         TierStats per_step = kv.tiered() ? kv.tiers().stats() : TierStats{};
                         per_step.device_rows -= before.device_rows;
                         per_step.host_rows -= before.host_rows;
@@ -260,11 +264,13 @@ int main(int argc, char** argv) {
                         if (kv.tiered())
                             std::printf(
                                 "%-28s   host tier: %.0f rows fetched per token (%.2f MB, %.2f MB per layer), "
-                                "%.0f selected rows resident, %.1f promotions per step\n",
+                                "%.0f selected rows resident, %.1f promotions per step, fetch stall %.3f ms "
+                                "a step (%.1f%% of it)\n",
                                 "", static_cast<double>(per_step.host_rows) / static_cast<double>(steps * B),
                                 fetched_per_token / 1e6, fetched_per_token / 1e6 / static_cast<double>(c.n_layers),
                                 static_cast<double>(per_step.device_rows) / static_cast<double>(steps * B),
-                                static_cast<double>(per_step.promotions) / static_cast<double>(steps));
+                                static_cast<double>(per_step.promotions) / static_cast<double>(steps), stall_ms,
+                                100.0 * stall_ms / gdec);
                         std::fflush(stdout);
                         out["results"].push_back(
                             {{"model", dir},
@@ -292,7 +298,8 @@ int main(int argc, char** argv) {
                               static_cast<double>(per_step.device_rows) / static_cast<double>(steps * B)},
                              {"fetched_bytes_per_token", fetched_per_token},
                              {"promotions_per_step",
-                              static_cast<double>(per_step.promotions) / static_cast<double>(steps)}});
+                              static_cast<double>(per_step.promotions) / static_cast<double>(steps)},
+                             {"fetch_stall_ms_per_step", stall_ms}});
                     }
                     seq.free(kv.blocks());
                 }

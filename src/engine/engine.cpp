@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -73,7 +74,8 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
       tier_blocks_(resolve_blocks(model.config(), config, model.kv_bytes_per_token_max(config.kv_format))),
       kv_(ops, model.config(), tier_blocks_.device, config.kv_format, model.kv_layers(),
           KvTierOptions{tier_blocks_.host}),
-      graphs_(model, ops, kv_) {
+      graphs_(model, ops, kv_),
+      stall_ns0_(ops.kv_fetch_stall_ns()) {
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
     MEGACTX_CHECK(config.scheduler.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be at least 1");
     MEGACTX_CHECK(config.speculative_tokens >= 0 && config.speculative_tokens <= 7,
@@ -258,6 +260,7 @@ void Engine::update_snapshot() {
         snap.kv_demotions = t.stats().demotions;
         snap.kv_promotions_unread = t.stats().promotions_unread;
         snap.kv_promotion_limit = t.promotion_limit();
+        snap.kv_fetch_stall_s = static_cast<double>(ops_.kv_fetch_stall_ns() - stall_ns0_) * 1e-9;
     }
     snap.graph_replays = graphs_.stats().replayed;
     snap.graphs = graphs_.stats().graphs;
@@ -281,7 +284,9 @@ std::string Engine::kv_capacity_line() const {
 }
 
 bool Engine::step() {
+    const auto start = std::chrono::steady_clock::now();
     const bool worked = step_once();
+    counters_.step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     update_snapshot();
     return worked;
 }

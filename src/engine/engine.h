@@ -55,8 +55,10 @@ struct EngineStats {
     int64_t kv_selected_device_rows = 0, kv_fetched_rows = 0, kv_fetched_bytes = 0;
     int64_t kv_promotions = 0, kv_demotions = 0;
     int64_t kv_promotions_unread = 0, kv_promotion_limit = 0;  // promoted blocks not read the step after; the limit
+    double kv_fetch_stall_s = 0;  // time the compute waited for host-tier rows (Ops::kv_fetch_stall_ns)
     int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // prompt tokens looked up / found in the cache
     int64_t steps = 0, preemptions = 0;
+    double step_s = 0;  // wall time of the steps (with kv_fetch_stall_s: the share of a step spent waiting)
     int64_t prompt_tokens = 0, generation_tokens = 0;
     // Decode steps replayed from recorded CUDA graphs, and the graphs kept with their reserved memory
     // (GraphedForward; 0 on backends without graphs).
@@ -124,6 +126,7 @@ class Engine {
     KvTierBlocks tier_blocks_;
     KvCache kv_;
     GraphedForward graphs_;  // all-decode steps of <= 32 sequences replay recorded graphs on the GPU
+    int64_t stall_ns0_ = 0;  // Ops::kv_fetch_stall_ns when the engine was made
 
     // Engine-thread state
     std::map<int64_t, std::unique_ptr<Sequence>> seqs_;

@@ -126,6 +126,8 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
     metrics_.counter("megactx_preemptions_total", "Running requests preempted for KV blocks (recomputed later)",
                      [e] { return e->stats().preemptions; });
     metrics_.counter("megactx_engine_steps_total", "Engine steps run", [e] { return e->stats().steps; });
+    metrics_.counter("megactx_engine_step_seconds_total", "Wall time of the engine steps",
+                     [e] { return e->stats().step_s; });
     metrics_.gauge("megactx_requests_running", "Requests in the running batch", [e] { return e->stats().running; });
     metrics_.gauge("megactx_requests_waiting", "Requests waiting for admission", [e] { return e->stats().waiting; });
     metrics_.gauge("megactx_kv_blocks_used", "KV cache blocks in use (64 tokens each)",
@@ -146,6 +148,9 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
     metrics_.counter("megactx_kv_host_rows_fetched_total",
                      "Latent rows (x layers) sparse attention selected that were fetched from the host tier",
                      [e] { return e->stats().kv_fetched_rows; });
+    metrics_.counter("megactx_kv_fetch_stall_seconds_total",
+                     "Time the compute waited for latent rows fetched from the host tier (the fetch stall)",
+                     [e] { return e->stats().kv_fetch_stall_s; });
     metrics_.counter("megactx_kv_promotions_total", "KV blocks moved from the host tier to the device",
                      [e] { return e->stats().kv_promotions; });
     metrics_.counter("megactx_kv_demotions_total", "KV blocks moved from the device to the host tier",

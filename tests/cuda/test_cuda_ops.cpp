@@ -1096,9 +1096,18 @@ TEST_F(CudaOpsTest, HostTierOps) {
         Tensor dst = gpu_->alloc(DType::F8_E4M3, {m + 3, rb});
         const std::vector<uint8_t> fill(static_cast<size_t>((m + 3) * rb), 0xA5);
         gpu_->upload(fill.data(), dst);
+        const int64_t stall0 = gpu_->kv_fetch_stall_ns();
         gpu_->kv_fetch_rows(src, rt, dst);
         std::vector<uint8_t> got(fill.size());
         gpu_->download(dst, got.data());
+        // The fetch stall: a gather on the compute stream is all stall; a wait for the copy stream adds its own.
+        const int64_t stall1 = gpu_->kv_fetch_stall_ns();
+        EXPECT_GT(stall1, stall0) << "row bytes " << rb;
+        gpu_->kv_fetch_wait(gpu_->kv_fetch_rows_async(src, rt, dst));
+        std::vector<uint8_t> again(fill.size());
+        gpu_->download(dst, again.data());
+        EXPECT_GE(gpu_->kv_fetch_stall_ns(), stall1);
+        EXPECT_EQ(again, got);
         for (int64_t t = 0; t < m; ++t) {
             const int32_t r = rows[static_cast<size_t>(t)];
             for (int64_t c = 0; c < rb; ++c) {

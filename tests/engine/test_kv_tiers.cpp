@@ -397,6 +397,29 @@ TEST(TieredKvEngine, BatchedRequestsAndAHostTierPrefixHitEqualTheUntieredEngine)
     EXPECT_EQ(h.tokens[ids[4]], h.tokens[ids[5]]);
 }
 
+TEST(TieredKvEngine, TheFetchStallIsTheTimeSpentGatheringHostRows) {
+    Harness h;
+    const auto run = [&](int64_t device_blocks, int64_t host_blocks) {
+        EngineConfig cfg;
+        cfg.n_kv_blocks = device_blocks;
+        cfg.n_kv_host_blocks = host_blocks;
+        cfg.scheduler.max_num_batched_tokens = 96;
+        Engine e(h.model, h.ops, cfg);
+        for (uint32_t i = 0; i < 3; ++i) e.submit(h.prompt(150, 20 + i), greedy(16), h.sink());
+        while (e.step()) {
+        }
+        return e.stats();
+    };
+    const EngineStats flat = run(32, 0);
+    EXPECT_EQ(flat.kv_fetch_stall_s, 0.0);
+    EXPECT_EQ(h.ops.kv_fetch_stall_ns(), 0);  // no host tier: nothing is gathered
+    EXPECT_GT(flat.step_s, 0.0);
+    const EngineStats tiered = run(2, 30);
+    ASSERT_GT(tiered.kv_fetched_rows, 0);
+    EXPECT_GT(tiered.kv_fetch_stall_s, 0.0);
+    EXPECT_LT(tiered.kv_fetch_stall_s, tiered.step_s);  // the gathers are a part of the steps
+}
+
 TEST(TieredKvEngine, ARequestBeyondBothTiersIsAClearError) {
     Harness h;
     EngineConfig cfg;

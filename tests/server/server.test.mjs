@@ -175,6 +175,9 @@ test('metrics parse and counters move', async () => {
   // The CPU backend records no graphs: the decode-graph counter and gauges exist and stay 0.
   assert.equal(b.megactx_decode_graph_replays_total, 0);
   assert.equal(b.megactx_decode_graphs, 0);
+  assert.ok(b.megactx_engine_step_seconds_total > (a.megactx_engine_step_seconds_total ?? 0));
+  // No host tier here: nothing is fetched, so nothing stalls.
+  assert.equal(b.megactx_kv_fetch_stall_seconds_total, 0);
 });
 
 test('a repeated long prompt hits the prefix cache and gives the same output', async () => {

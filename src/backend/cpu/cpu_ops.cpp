@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -584,6 +585,7 @@ void CpuOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
     const int64_t rb = row_bytes(dst), m = rows.numel(), n_src = src.dim(0);
     MEGACTX_CHECK(row_bytes(src) == rb && dst.dim(0) >= m, "kv_fetch_rows: {} rows of {} B into {} rows of {} B", m,
                   row_bytes(src), dst.dim(0), rb);
+    const auto start = std::chrono::steady_clock::now();
     const auto* from = static_cast<const uint8_t*>(src.data);
     auto* to = static_cast<uint8_t*>(dst.data);
     for (int64_t t = 0; t < m; ++t) {
@@ -592,6 +594,7 @@ void CpuOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
         MEGACTX_CHECK(r < n_src, "kv_fetch_rows: row {} outside [0, {})", r, n_src);
         std::memcpy(to + t * rb, from + r * rb, static_cast<size_t>(rb));
     }
+    fetch_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
 }
 
 void CpuOps::copy_blocks(const std::vector<BlockCopy>& copies) {

@@ -40,6 +40,7 @@ public:
     void kv_resolve(const KvResolveParams& p) override;
     void kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& device, Tensor& host) override;
     void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override;
+    int64_t kv_fetch_stall_ns() override { return fetch_ns_; }
     void copy_blocks(const std::vector<BlockCopy>& copies) override;
     Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override { return alloc(dtype, std::move(shape)); }
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
@@ -47,6 +48,9 @@ public:
     void add(Tensor& y, const Tensor& x) override;
     void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;
     void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;
+
+private:
+    int64_t fetch_ns_ = 0;  // time in kv_fetch_rows (kv_fetch_stall_ns)
 };
 
 // Top-k of scores[0..n) by (score descending, index ascending); writes the chosen indices in ascending order.

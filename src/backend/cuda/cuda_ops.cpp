@@ -237,6 +237,8 @@ CudaOps::~CudaOps() {
     if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
     if (fork_ != nullptr) cudaEventDestroy(fork_);
     for (cudaEvent_t e : fetched_) cudaEventDestroy(e);
+    if (stall_clock_ != nullptr) cudaFree(stall_clock_);
+    if (stall_host_ != nullptr) cudaFreeHost(stall_host_);
     cudaStreamDestroy(stream_);
 }
 
@@ -1428,9 +1430,22 @@ void CudaOps::kv_split_slots(const Tensor& slots, const Tensor& loc, Tensor& dev
     after_op("kv_split_slots");
 }
 
+void CudaOps::stall_stamp(bool begin) {
+    if (stall_clock_ == nullptr) return;  // no host tier
+    MEGACTX_CUDA_CHECK(begin ? launch_stall_begin(stall_clock_, stream_)
+                             : launch_stall_end(stall_clock_, stall_host_, stream_));
+}
+
+int64_t CudaOps::kv_fetch_stall_ns() {
+    if (stall_host_ == nullptr) return 0;
+    return static_cast<int64_t>(*static_cast<volatile uint64_t*>(stall_host_));
+}
+
 void CudaOps::kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
     const int64_t rb = fetch_row_bytes(src, rows, dst), m = rows.numel();
+    stall_stamp(true);  // on the compute stream: all of it is stall
     MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, stream_));
+    stall_stamp(false);
     after_op("kv_fetch_rows");
 }
 
@@ -1451,8 +1466,10 @@ int64_t CudaOps::kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tens
         MEGACTX_CUDA_CHECK(cudaEventRecord(fork_, stream_));
         MEGACTX_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, fork_, 0));
     }
+    if (!tier_overlap_) stall_stamp(true);
     MEGACTX_CUDA_CHECK(launch_kv_fetch_rows(dst.data, src.data, rows.i32(), m, src.dim(0), rb, s,
                                             tier_overlap_ ? tier_fetch_blocks_ : 0));
+    if (!tier_overlap_) stall_stamp(false);
     MEGACTX_CUDA_CHECK(cudaEventRecord(done, s));
     return ticket;
 }
@@ -1460,7 +1477,9 @@ int64_t CudaOps::kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tens
 void CudaOps::kv_fetch_wait(int64_t ticket) {
     MEGACTX_CHECK(ticket >= 0 && ticket < n_fetches_ && n_fetches_ - ticket <= static_cast<int64_t>(fetched_.size()),
                   "kv_fetch_wait: ticket {} is not a recent kv_fetch_rows_async", ticket);
+    stall_stamp(true);
     MEGACTX_CUDA_CHECK(cudaStreamWaitEvent(stream_, fetched_[static_cast<size_t>(ticket) % fetched_.size()], 0));
+    stall_stamp(false);
     after_op("kv_fetch_rows_async");
 }
 
@@ -1498,6 +1517,12 @@ Tensor CudaOps::alloc_host(DType dtype, std::vector<int64_t> shape) {
     void* dev = nullptr;
     MEGACTX_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
     MEGACTX_CHECK(dev == p, "host KV tier: the device sees pinned memory at another address (no unified addressing)");
+    if (stall_clock_ == nullptr) {
+        MEGACTX_CUDA_CHECK(cudaMalloc(&stall_clock_, 2 * sizeof(uint64_t)));
+        MEGACTX_CUDA_CHECK(cudaMemsetAsync(stall_clock_, 0, 2 * sizeof(uint64_t), stream_));
+        MEGACTX_CUDA_CHECK(cudaHostAlloc(&stall_host_, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));
+        *stall_host_ = 0;
+    }
     t.storage = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
     t.data = p;
     return t;

@@ -114,6 +114,7 @@ class CudaOps final : public Ops {
     void kv_fetch_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override;
     int64_t kv_fetch_rows_async(const Tensor& src, const Tensor& rows, Tensor& dst) override;
     void kv_fetch_wait(int64_t ticket) override;
+    int64_t kv_fetch_stall_ns() override;
     void copy_blocks(const std::vector<BlockCopy>& copies) override;
     Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override;
     void argmax_rows(const Tensor& x, Tensor& out) override;
@@ -203,6 +204,11 @@ class CudaOps final : public Ops {
     // The copy stream's gather grid (MEGACTX_TIER_FETCH_BLOCKS; 0: a warp per row). A full grid of a batch-8
     // gather (16K rows, 2,048 CTAs) crowds out the GEMMs beside it: bench_model host-tier overlap A/B.
     int tier_fetch_blocks_ = 64;
+    // The fetch stall (kv_fetch_stall_ns): the device's stamp and running sum, and the sum's mapped host copy;
+    // made by the first alloc_host (a host tier), before any graph records a gather.
+    uint64_t* stall_clock_ = nullptr;
+    uint64_t* stall_host_ = nullptr;
+    void stall_stamp(bool begin);
     Graph* recording_ = nullptr;  // the graph being recorded, if any
     cublasLtHandle_t lt_ = nullptr;
     std::shared_ptr<DeviceAllocator> alloc_;

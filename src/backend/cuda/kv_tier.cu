@@ -50,6 +50,21 @@ __global__ void kv_split_kernel(const int32_t* slots, const int32_t* loc, int64_
     host[i] = h;
 }
 
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void stall_begin_kernel(uint64_t* clock) { clock[0] = global_ns(); }
+
+__global__ void stall_end_kernel(uint64_t* clock, uint64_t* host_sum) {
+    const uint64_t now = global_ns(), t0 = clock[0];
+    const uint64_t sum = clock[1] + (now > t0 ? now - t0 : 0);
+    clock[1] = sum;
+    *reinterpret_cast<volatile uint64_t*>(host_sum) = sum;
+}
+
 // A warp per row, striding over the rows when the grid is capped; Vec = uint4 (16 B) when every row start is 16-B
 // aligned, else bytes.
 template <typename Vec>
@@ -126,6 +141,16 @@ cudaError_t launch_copy_blocks(const DeviceBlockCopy* copies, int64_t n, int64_t
     } else {
         copy_blocks_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(copies);
     }
+    return cudaGetLastError();
+}
+
+cudaError_t launch_stall_begin(uint64_t* clock, cudaStream_t stream) {
+    stall_begin_kernel<<<1, 1, 0, stream>>>(clock);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_stall_end(uint64_t* clock, uint64_t* host_sum, cudaStream_t stream) {
+    stall_end_kernel<<<1, 1, 0, stream>>>(clock, host_sum);
     return cudaGetLastError();
 }
 

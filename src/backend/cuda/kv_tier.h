@@ -44,4 +44,10 @@ struct DeviceBlockCopy {
 cudaError_t launch_copy_blocks(const DeviceBlockCopy* copies, int64_t n, int64_t max_bytes, bool vec16,
                                cudaStream_t stream);
 
+// The fetch stall (Ops::kv_fetch_stall_ns), one thread each on the compute stream: stall_begin stamps
+// %globaltimer (ns) into clock[0]; stall_end adds the time since then to clock[1] and stores the sum into
+// *host_sum (mapped host memory, which the host reads without a sync).
+cudaError_t launch_stall_begin(uint64_t* clock, cudaStream_t stream);
+cudaError_t launch_stall_end(uint64_t* clock, uint64_t* host_sum, cudaStream_t stream);
+
 }  // namespace megactx::cuda
