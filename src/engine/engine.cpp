@@ -43,7 +43,8 @@ KvTierBlocks resolve_blocks(const ModelConfig& c, const EngineConfig& e, int64_t
     MEGACTX_CHECK(e.kv_offload_bytes >= 0 && e.n_kv_host_blocks >= 0, "--kv-offload-memory must not be negative");
     const int64_t bytes = e.kv_cache_bytes > 0 ? e.kv_cache_bytes : (int64_t{2} << 30);  // CPU default: 2 GiB
     if (e.n_kv_host_blocks > 0 || e.kv_offload_bytes > 0) {
-        t = kv_tier_blocks(c, e.kv_format, {}, bytes, e.kv_offload_bytes);
+        t = kv_tier_blocks(c, e.kv_format, {}, bytes, e.kv_offload_bytes, e.kv_staging_rows,
+                           e.scheduler.max_num_batched_tokens);
         if (e.n_kv_host_blocks > 0) t.host = e.n_kv_host_blocks;
     }
     if (e.n_kv_blocks > 0) {
@@ -73,7 +74,7 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
       max_model_len_(resolve_max_model_len(model.config(), config)),
       tier_blocks_(resolve_blocks(model.config(), config, model.kv_bytes_per_token_max(config.kv_format))),
       kv_(ops, model.config(), tier_blocks_.device, config.kv_format, model.kv_layers(),
-          KvTierOptions{tier_blocks_.host}),
+          KvTierOptions{tier_blocks_.host, tier_blocks_.rows_per_pass}),
       graphs_(model, ops, kv_),
       stall_ns0_(ops.kv_fetch_stall_ns()) {
     MEGACTX_CHECK(config.scheduler.max_num_seqs >= 1, "--max-num-seqs must be at least 1");
@@ -278,9 +279,9 @@ std::string Engine::kv_capacity_line() const {
                            fit);
     const KvTiers& t = kv_.tiers();
     return fmt::format("KV cache: {} device blocks = {} tokens + {} host blocks = {} tokens (latent rows offloaded) "
-                       "= {} tokens; {}",
+                       "= {} tokens; {}; staging rows for {} query rows a pass",
                        t.n_device(), t.n_device() * kBlockSize, t.n_host(), t.n_host() * kBlockSize,
-                       kv_capacity_tokens(), fit);
+                       kv_capacity_tokens(), fit, kv_.rows_per_pass());
 }
 
 bool Engine::step() {

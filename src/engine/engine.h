@@ -32,6 +32,9 @@ struct EngineConfig {
     // the staging rows) and n_kv_blocks, when given, its block count.
     int64_t kv_offload_bytes = 0;
     int64_t n_kv_host_blocks = 0;
+    // Query rows whose selections the staging rows hold (kv_tier_blocks); 0: sized by the device budget for
+    // max_num_batched_tokens rows.
+    int64_t kv_staging_rows = 0;
     int64_t max_model_len = 0;   // 0: the model's max_position_embeddings
     bool prefix_caching = true;
     KvFormat kv_format = KvFormat::F32;  // the backend must support it (CpuOps: F32 only)

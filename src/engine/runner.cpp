@@ -26,7 +26,7 @@ KvTierBlocks runner_blocks(const GlmDsaModel& m, int64_t max_tokens, KvFormat f,
     KvTierBlocks t{need, 0};
     if (host_bytes > 0) {
         t = kv_tier_blocks(m.config(), f, m.kv_layers(), device_bytes > 0 ? device_bytes : int64_t{2} << 30,
-                           host_bytes);
+                           host_bytes, 0, max_tokens);
         t.device = std::min(t.device, need);
         t.host = std::min(t.host, need - t.device);
         MEGACTX_CHECK(t.device + t.host >= need,
@@ -53,7 +53,8 @@ SequenceRunner::SequenceRunner(const GlmDsaModel& model, Ops& ops, int64_t max_t
 SequenceRunner::SequenceRunner(const GlmDsaModel& model, Ops& ops, KvFormat kv_format, KvTierBlocks blocks)
     : model_(model),
       ops_(ops),
-      kv_(ops, model.config(), blocks.device, kv_format, model.kv_layers(), KvTierOptions{blocks.host}),
+      kv_(ops, model.config(), blocks.device, kv_format, model.kv_layers(),
+          KvTierOptions{blocks.host, blocks.rows_per_pass}),
       graphs_(model, ops, kv_) {
     model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
 }

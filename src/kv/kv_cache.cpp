@@ -48,14 +48,22 @@ int64_t kv_bytes_per_token(const ModelConfig& c, KvFormat f, Range layers) {
 }
 
 KvTierBlocks kv_tier_blocks(const ModelConfig& c, KvFormat f, Range layers, int64_t device_bytes, int64_t host_bytes,
-                            int64_t rows_per_pass) {
+                            int64_t rows_per_pass, int64_t max_rows) {
     layers = all_if_empty(c, layers);
     int64_t latent = 0, indexer = 0;  // bytes per token over the layers
     for (int64_t l = layers.begin; l < layers.end; ++l) {
         latent += latent_row_bytes(c, f);
         indexer += c.is_full(l) ? indexer_token_bytes(c, f) : 0;
     }
+    MEGACTX_CHECK(rows_per_pass >= 0 && max_rows >= 0, "KV tiers: {} staging rows per pass for {} rows a step",
+                  rows_per_pass, max_rows);
+    if (rows_per_pass == 0) {
+        constexpr int64_t kMinRows = 8;
+        const int64_t eighth = device_bytes / 8 / std::max<int64_t>(1, c.index_topk * latent);
+        rows_per_pass = std::max(kMinRows, std::min(std::max(max_rows, kMinRows), eighth));
+    }
     KvTierBlocks t;
+    t.rows_per_pass = rows_per_pass;
     t.host = host_bytes / (kBlockSize * latent);
     const int64_t staging = t.host > 0 ? std::max(kBlockSize, rows_per_pass * c.index_topk) * latent : 0;
     const int64_t left = device_bytes - staging - t.host * kBlockSize * indexer;

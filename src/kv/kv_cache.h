@@ -111,11 +111,18 @@ int64_t kv_bytes_per_token(const ModelConfig& config, KvFormat format, Range lay
 // Block counts of the two tiers for byte budgets: the host tier holds latent rows only, the device tier the
 // latent rows of its blocks, the indexer keys of all blocks and the staging rows. Throws when the device budget
 // holds no block.
+//
+// The staging rows hold the selections of rows_per_pass query rows: a step whose rows fit attends in one pass,
+// its gathers overlapped with compute; a larger one (a prefill chunk, a wide decode batch) in passes of that many
+// rows, each gathering and then attending. rows_per_pass > 0 fixes it; 0 sizes it: enough for max_rows query rows
+// (the most a step holds), but at most what an eighth of the device budget stages, and at least 8.
 struct KvTierBlocks {
     int64_t device = 0, host = 0;
+    int64_t rows_per_pass = 0;  // the staging rows' query rows (KvTierOptions::rows_per_pass)
 };
 KvTierBlocks kv_tier_blocks(const ModelConfig& config, KvFormat format, Range layers, int64_t device_bytes,
-                            int64_t host_bytes, int64_t rows_per_pass = KvTierOptions{}.rows_per_pass);
+                            int64_t host_bytes, int64_t rows_per_pass = KvTierOptions{}.rows_per_pass,
+                            int64_t max_rows = 0);
 
 // One sequence's view of the cache.
 struct SeqKv {

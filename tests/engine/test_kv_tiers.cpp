@@ -351,7 +351,10 @@ GenerationParams greedy(int64_t max_tokens, int64_t top_logprobs = 0) {
     return g;
 }
 
-TEST(TieredKvEngine, BatchedRequestsAndAHostTierPrefixHitEqualTheUntieredEngine) {
+// staging_rows 0: sized by the budget (here one pass a step); 3: decode batches and prefill chunks in passes.
+class TieredKvEngine : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(TieredKvEngine, BatchedRequestsAndAHostTierPrefixHitEqualTheUntieredEngine) {
     Harness h;
     const int64_t V = h.model.config().vocab_size;
     const std::vector<int32_t> shared = h.prompt(200, 1);
@@ -376,6 +379,7 @@ TEST(TieredKvEngine, BatchedRequestsAndAHostTierPrefixHitEqualTheUntieredEngine)
     EngineConfig tiered;
     tiered.n_kv_blocks = 2;
     tiered.n_kv_host_blocks = 30;
+    tiered.kv_staging_rows = GetParam();
     const auto [ids, mid] = serve(tiered);
     EXPECT_GT(mid.kv_host_blocks_used, 0);  // the shared prompt's cached blocks are (partly) on the host
     EXPECT_EQ(h.cached[ids.back()], 192);   // three full blocks served from the cache
@@ -397,7 +401,27 @@ TEST(TieredKvEngine, BatchedRequestsAndAHostTierPrefixHitEqualTheUntieredEngine)
     EXPECT_EQ(h.tokens[ids[4]], h.tokens[ids[5]]);
 }
 
-TEST(TieredKvEngine, TheFetchStallIsTheTimeSpentGatheringHostRows) {
+INSTANTIATE_TEST_SUITE_P(StagingRows, TieredKvEngine, ::testing::Values(int64_t{0}, int64_t{3}));
+
+TEST(KvTierBlocks, StagingRowsFollowTheStepUpToAnEighthOfTheDeviceBudget) {
+    const GlmDsaModel model(test::fixture_dir("freq_offset_f32"));
+    const ModelConfig& c = model.config();
+    const int64_t latent = c.d_latent() * 4 * c.n_layers_total();  // a token's f32 latent rows, all layers
+    const int64_t per_query_row = c.index_topk * latent;  // staging bytes of one query row's selection
+    const int64_t big = int64_t{1} << 30, host = 4 * kBlockSize * latent;  // four host blocks
+    EXPECT_EQ(kv_tier_blocks(c, KvFormat::F32, {}, big, host, 0, 2048).rows_per_pass,
+              std::min<int64_t>(2048, big / 8 / per_query_row));
+    EXPECT_EQ(kv_tier_blocks(c, KvFormat::F32, {}, big, host, 0, 20).rows_per_pass, 20);  // the step's rows
+    EXPECT_EQ(kv_tier_blocks(c, KvFormat::F32, {}, big, host, 0, 3).rows_per_pass, 8);    // at least 8
+    EXPECT_EQ(kv_tier_blocks(c, KvFormat::F32, {}, 40 * per_query_row, host, 0, 2048).rows_per_pass, 8);
+    EXPECT_EQ(kv_tier_blocks(c, KvFormat::F32, {}, 160 * per_query_row, host, 0, 2048).rows_per_pass, 20);
+    EXPECT_EQ(kv_tier_blocks(c, KvFormat::F32, {}, big, host, 5, 2048).rows_per_pass, 5);  // as given
+    // The staging rows are paid from the device budget.
+    EXPECT_GT(kv_tier_blocks(c, KvFormat::F32, {}, big, host, 8, 2048).device,
+              kv_tier_blocks(c, KvFormat::F32, {}, big, host, 0, 2048).device);
+}
+
+TEST(TieredKvEngineStats, TheFetchStallIsTheTimeSpentGatheringHostRows) {
     Harness h;
     const auto run = [&](int64_t device_blocks, int64_t host_blocks) {
         EngineConfig cfg;
@@ -420,7 +444,7 @@ TEST(TieredKvEngine, TheFetchStallIsTheTimeSpentGatheringHostRows) {
     EXPECT_LT(tiered.kv_fetch_stall_s, tiered.step_s);  // the gathers are a part of the steps
 }
 
-TEST(TieredKvEngine, ARequestBeyondBothTiersIsAClearError) {
+TEST(TieredKvAdmission, ARequestBeyondBothTiersIsAClearError) {
     Harness h;
     EngineConfig cfg;
     cfg.n_kv_blocks = 2;
