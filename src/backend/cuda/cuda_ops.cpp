@@ -199,6 +199,8 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     const char* overlap = std::getenv("MEGACTX_TIER_OVERLAP");
     tier_overlap_ = overlap == nullptr || std::strcmp(overlap, "0") != 0;
     if (const char* b = std::getenv("MEGACTX_TIER_FETCH_BLOCKS")) tier_fetch_blocks_ = std::atoi(b);
+    const char* stall = std::getenv("MEGACTX_TIER_STALL");
+    tier_stall_ = stall == nullptr || std::strcmp(stall, "0") != 0;
     alloc_ = std::make_shared<DeviceAllocator>(options.device, options.memory_budget_bytes, stream_);
     workspace_ = alloc(DType::F32, {kWorkspaceBytes / 4});
     const char* fp8_gemm = std::getenv("MEGACTX_FP8_GEMM");
@@ -1517,7 +1519,7 @@ Tensor CudaOps::alloc_host(DType dtype, std::vector<int64_t> shape) {
     void* dev = nullptr;
     MEGACTX_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
     MEGACTX_CHECK(dev == p, "host KV tier: the device sees pinned memory at another address (no unified addressing)");
-    if (stall_clock_ == nullptr) {
+    if (stall_clock_ == nullptr && tier_stall_) {
         MEGACTX_CUDA_CHECK(cudaMalloc(&stall_clock_, 2 * sizeof(uint64_t)));
         MEGACTX_CUDA_CHECK(cudaMemsetAsync(stall_clock_, 0, 2 * sizeof(uint64_t), stream_));
         MEGACTX_CUDA_CHECK(cudaHostAlloc(&stall_host_, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));

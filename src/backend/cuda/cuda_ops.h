@@ -205,7 +205,9 @@ class CudaOps final : public Ops {
     // gather (16K rows, 2,048 CTAs) crowds out the GEMMs beside it: bench_model host-tier overlap A/B.
     int tier_fetch_blocks_ = 64;
     // The fetch stall (kv_fetch_stall_ns): the device's stamp and running sum, and the sum's mapped host copy;
-    // made by the first alloc_host (a host tier), before any graph records a gather.
+    // made by the first alloc_host (a host tier), before any graph records a gather. MEGACTX_TIER_STALL=0 leaves
+    // the stamps out (their cost: two one-thread kernels per gather wait).
+    bool tier_stall_ = true;
     uint64_t* stall_clock_ = nullptr;
     uint64_t* stall_host_ = nullptr;
     void stall_stamp(bool begin);
