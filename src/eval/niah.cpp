@@ -269,6 +269,7 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
         FinishReason finish = FinishReason::kNone;
         std::string error;
         int64_t n_cached = 0;
+        SpecStats spec;
     };
     std::vector<Slot> slots(samples.size());
     std::mutex mu;
@@ -288,6 +289,7 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
             Slot& s = slots[i];
             if (ev.token >= 0) {
                 s.output.push_back(ev.token);
+                s.spec = ev.spec;  // the request's drafts so far
                 return true;
             }
             s.finish = ev.finish;
@@ -327,6 +329,8 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
         for (int32_t t : slot.output) res.output += text.push(t, &matched);
         res.output += text.finish();
         res.correct = is_correct(res.output, s.passkey);
+        res.spec = slot.spec;
+        r.spec.add(slot.spec);
         Cell& c = r.cells[i / static_cast<size_t>(grid.samples)];
         c.length = s.length;
         c.depth = s.depth;
@@ -363,14 +367,17 @@ nlohmann::json report_json(const Report& r, const std::string& model, const std:
                               {"total", total},
                               {"accuracy", r.length_accuracy(i)}});
     }
+    const bool speculative = r.spec.verifications > 0;
     for (const SampleResult& s : r.results) {
-        results.push_back({{"length", s.length},
-                           {"depth", s.depth},
-                           {"index", s.index},
-                           {"passkey", s.passkey},
-                           {"prompt_tokens", s.prompt_tokens},
-                           {"output", s.output},
-                           {"correct", s.correct}});
+        Json j = {{"length", s.length},
+                  {"depth", s.depth},
+                  {"index", s.index},
+                  {"passkey", s.passkey},
+                  {"prompt_tokens", s.prompt_tokens},
+                  {"output", s.output},
+                  {"correct", s.correct}};
+        if (speculative) j["speculative"] = {{"drafted", s.spec.drafted}, {"accepted", s.spec.accepted}};
+        results.push_back(std::move(j));
     }
     return Json{{"task", "niah"},
                 {"model", model},
@@ -389,7 +396,20 @@ nlohmann::json report_json(const Report& r, const std::string& model, const std:
                 {"cached_prompt_tokens", r.cached_prompt_tokens},
                 {"generated_tokens", r.generated_tokens},
                 {"prefill_tokens_per_s", r.prefill_tokens_per_s()},
+                {"speculative", speculative ? spec_json(r.spec) : Json()},
                 {"results", results}};
+}
+
+nlohmann::json spec_json(const SpecStats& s) {
+    nlohmann::json at = nlohmann::json::array();
+    for (size_t i = 0; i < s.drafted_at.size(); ++i)
+        at.push_back({{"drafted", s.drafted_at[i]}, {"accepted", s.accepted_at[i]}});
+    return {{"verifications", s.verifications},
+            {"drafted", s.drafted},
+            {"accepted", s.accepted},
+            {"mean_acceptance_length", s.mean_acceptance_length()},
+            {"by_position", at},
+            {"acceptance_lengths", s.accept_length}};
 }
 
 std::string report_table(const Report& r) {

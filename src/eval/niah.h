@@ -90,6 +90,7 @@ struct SampleResult {
     int64_t prompt_tokens = 0;
     std::string output;  // the decoded answer (special tokens skipped)
     bool correct = false;
+    SpecStats spec;  // MTP speculative decoding (--speculative-tokens): this answer's drafts
 };
 
 struct Cell {
@@ -107,6 +108,7 @@ struct Report {
     double prepare_s = 0;               // building and encoding the prompts
     double elapsed_s = 0;               // the engine: first submit to last answer
     int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+    SpecStats spec;  // over all answers (verifications 0: no speculative decoding)
 
     const Cell& cell(size_t i_length, size_t i_depth) const { return cells[i_length * grid.depths.size() + i_depth]; }
     double accuracy() const;
@@ -125,6 +127,9 @@ int64_t prompt_cap(int64_t max_model_len);
 // {model, device, seed, samples, lengths, depths, cells, accuracy, per_length, elapsed_s, prefill_tokens_per_s,
 // ...}: docs/demo-model.md lists the fields.
 nlohmann::json report_json(const Report& r, const std::string& model, const std::string& device);
+// {verifications, drafted, accepted, mean_acceptance_length, by_position: [{drafted, accepted}],
+// acceptance_lengths: [verifications that accepted a drafts]}: the report's "speculative" field.
+nlohmann::json spec_json(const SpecStats& s);
 // Rows = depths, columns = lengths, percentages; a last row with each length's accuracy.
 std::string report_table(const Report& r);
 Heatmap report_heatmap(const Report& r, const std::string& title);

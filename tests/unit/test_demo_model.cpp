@@ -155,6 +155,36 @@ TEST_F(DemoModelCli, NiahGridGivesTheCommittedAnswers) {
     EXPECT_EQ(got["accuracy"].get<double>(), 1.0) << r.out;
 }
 
+// The same grid with MTP drafts: the same answers, and the acceptance in the JSON (per answer and by draft
+// position) and on stderr.
+TEST_F(DemoModelCli, NiahGridWithSpeculationGivesTheSameAnswersAndTheirAcceptance) {
+    const std::string out = dir_ / "niah.json";
+    const CliResult r = run("eval niah --lengths 1K,2K --depths 0,0.5,1 --samples 1 --seed 0 --speculative-tokens 3 "
+                            "--out " + shell_quoted(out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("MTP drafts accepted"), std::string::npos) << r.err;
+    const json got = read_json(out);
+    const json want = read_json(std::string(MEGACTX_TEST_DATA) + "/glm_demo_niah.json");
+    ASSERT_EQ(got["results"].size(), want["results"].size());
+    int64_t drafted = 0, accepted = 0;
+    for (size_t i = 0; i < want["results"].size(); ++i) {
+        const json& g = got["results"][i];
+        EXPECT_EQ(g["output"], want["results"][i]["output"]) << i;
+        drafted += g["speculative"]["drafted"].get<int64_t>();
+        accepted += g["speculative"]["accepted"].get<int64_t>();
+    }
+    const json& sp = got["speculative"];
+    EXPECT_GT(sp["drafted"].get<int64_t>(), 0);
+    EXPECT_EQ(sp["drafted"].get<int64_t>(), drafted);
+    EXPECT_EQ(sp["accepted"].get<int64_t>(), accepted);
+    ASSERT_EQ(sp["by_position"].size(), 3u);
+    int64_t by_position = 0;
+    for (const json& p : sp["by_position"]) by_position += p["accepted"].get<int64_t>();
+    EXPECT_EQ(by_position, accepted);
+    EXPECT_NEAR(sp["mean_acceptance_length"].get<double>(),
+                1.0 + static_cast<double>(accepted) / sp["verifications"].get<double>(), 1e-9);
+}
+
 // --speculative-tokens on generate and run: the same greedy tokens and text, and the acceptance on stderr.
 TEST_F(DemoModelCli, SpeculationOnGenerateAndRunChangesNoToken) {
     const json t = read_json(kRef + "/tokens.json");
