@@ -1,6 +1,5 @@
 #include "eval_cmd.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -117,18 +116,8 @@ int niah_main(EvalOptions& o) {
                      report.results.size(), 100.0 * report.accuracy(), report.prepare_s, report.elapsed_s,
                      report.prefill_tokens_per_s(), static_cast<long long>(report.prompt_tokens),
                      static_cast<long long>(report.cached_prompt_tokens));
-        const SpecStats& sp = report.spec;
-        if (sp.verifications > 0) {
-            std::string at;
-            for (size_t i = 0; i < sp.drafted_at.size(); ++i)
-                at += fmt::format(" {:.0f}%", 100.0 * static_cast<double>(sp.accepted_at[i]) /
-                                                  static_cast<double>(std::max<int64_t>(sp.drafted_at[i], 1)));
-            std::fprintf(stderr,
-                         "megactx eval niah: MTP drafts accepted %lld of %lld, mean acceptance length %.2f tokens per "
-                         "step, by draft position%s\n",
-                         static_cast<long long>(sp.accepted), static_cast<long long>(sp.drafted),
-                         sp.mean_acceptance_length(), at.c_str());
-        }
+        if (report.spec.verifications > 0)
+            std::fprintf(stderr, "megactx eval niah: %s\n", report.spec.summary().c_str());
     }
     return 0;
 }

@@ -407,10 +407,7 @@ int main(int argc, char** argv) {
                     while (engine.step()) {
                     }
                     MEGACTX_CHECK(error.empty(), "generation failed: {}", error);
-                    std::fprintf(stderr,
-                                 "megactx generate: MTP drafts accepted %lld of %lld, mean acceptance length %.2f\n",
-                                 static_cast<long long>(spec.accepted), static_cast<long long>(spec.drafted),
-                                 spec.mean_acceptance_length());
+                    std::fprintf(stderr, "megactx generate: %s\n", spec.summary().c_str());
                 }
                 std::printf("%s\n", join(out_ids).c_str());
             }

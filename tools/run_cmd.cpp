@@ -184,19 +184,8 @@ class Runner {
                          static_cast<long long>(st.n_generated),
                          prefill_s > 0 ? static_cast<double>(st.n_prompt - st.n_cached) / prefill_s : 0.0,
                          st.n_generated > 1 && decode_s > 0 ? static_cast<double>(st.n_generated - 1) / decode_s : 0.0);
-            if (st.spec.verifications > 0) {
-                std::string at;
-                for (size_t i = 0; i < st.spec.drafted_at.size(); ++i) {
-                    at += fmt::format("{}{:.0f}%", i ? " " : "",
-                                      100.0 * static_cast<double>(st.spec.accepted_at[i]) /
-                                          static_cast<double>(std::max<int64_t>(st.spec.drafted_at[i], 1)));
-                }
-                std::fprintf(stderr,
-                             "megactx run: MTP drafts accepted %lld of %lld, mean acceptance length %.2f tokens per "
-                             "step, by draft position %s\n",
-                             static_cast<long long>(st.spec.accepted), static_cast<long long>(st.spec.drafted),
-                             st.spec.mean_acceptance_length(), at.c_str());
-            }
+            if (st.spec.verifications > 0)
+                std::fprintf(stderr, "megactx run: %s\n", st.spec.summary().c_str());
         }
     }
 

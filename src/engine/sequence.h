@@ -38,6 +38,9 @@ struct SpecStats {
     }
     void add(const SpecStats& o);
     void record(int64_t n_drafts, int64_t n_accepted);
+    // "MTP drafts accepted A of D, mean acceptance length L tokens per step, by draft position p0% p1% …" (the
+    // line run, generate and eval niah print).
+    std::string summary() const;
 };
 
 // What the engine reports per generated token (on the engine thread).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace megactx {
@@ -72,6 +74,15 @@ void SpecStats::record(int64_t n_drafts, int64_t n_accepted) {
     for (int64_t i = 0; i < n_drafts; ++i) ++drafted_at[static_cast<size_t>(i)];
     for (int64_t i = 0; i < n_accepted; ++i) ++accepted_at[static_cast<size_t>(i)];
     ++accept_length[static_cast<size_t>(n_accepted)];
+}
+
+std::string SpecStats::summary() const {
+    std::string at;
+    for (size_t i = 0; i < drafted_at.size(); ++i)
+        at += fmt::format(" {:.0f}%", 100.0 * static_cast<double>(accepted_at[i]) /
+                                          static_cast<double>(std::max<int64_t>(drafted_at[i], 1)));
+    return fmt::format("MTP drafts accepted {} of {}, mean acceptance length {:.2f} tokens per step, by draft position{}",
+                       accepted, drafted, mean_acceptance_length(), at);
 }
 
 void SpecStats::add(const SpecStats& o) {
