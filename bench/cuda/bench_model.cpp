@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     app.add_option("--decode-batch", decode_batch_arg,
                    "sequences decoding together, a list (they share the context's KV blocks), e.g. 1,32");
     app.add_option("--json", json_path, "write the results as JSON");
-    int64_t device_blocks = 0, promotions = 32;
+    int64_t device_blocks = 0, promotions = 32, staging_rows = 8;
     bool vary_tokens = false;
     app.add_flag("--vary-tokens", vary_tokens,
                  "decode a different token each step (a selection that moves) instead of repeating one");
@@ -112,6 +112,9 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
     app.add_option("--promotions", promotions, "host tier: blocks promoted into the hot set per step (0: no hot set)")
         ->check(CLI::Range(0, 4096));
+    app.add_option("--staging-rows", staging_rows,
+                   "host tier: query rows whose selections the staging rows hold (a larger step runs in passes)")
+        ->check(CLI::Range(1, 65536));
     ParallelOptions po;
     std::string transport = "nccl";
     app.add_option("--tp", po.n_gpus, "tensor-parallel ranks (one per GPU with NCCL)")->check(CLI::Range(1, 64));
@@ -182,7 +185,7 @@ int main(int argc, char** argv) {
                 std::unique_ptr<KvCache> kv_owner =
                     n_dev == 0 ? std::make_unique<KvCache>(*ops, c, n_need, fmt, model.kv_layers())
                                : std::make_unique<KvCache>(*ops, c, n_dev, fmt, model.kv_layers(),
-                                                           KvTierOptions{n_need - n_dev, 8, promotions});
+                                                           KvTierOptions{n_need - n_dev, staging_rows, promotions});
                 KvCache& kv = *kv_owner;
                 fill_pools(kv, c, fmt);
                 if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
@@ -292,6 +295,7 @@ int main(int argc, char** argv) {
                              {"kv_device_blocks", n_dev == 0 ? n_need : n_dev},
                              {"kv_host_blocks", n_dev == 0 ? 0 : n_need - n_dev},
                              {"hot_set_promotions_max", n_dev == 0 ? 0 : promotions},
+                             {"staging_rows", n_dev == 0 ? 0 : staging_rows},
                              {"host_rows_per_token",
                               static_cast<double>(per_step.host_rows) / static_cast<double>(steps * B)},
                              {"resident_rows_per_token",
