@@ -204,7 +204,8 @@ class Ops {
     // compute reaching a kv_fetch_rows or a kv_fetch_wait and the rows being there (the fetch stall). CPU: the
     // gathers themselves (nothing runs beside them). CUDA: measured on the device (%globaltimer stamps around
     // each gather or wait on the compute stream, graphs included), read without a host sync, so it may lag the
-    // last step; each wait adds the stamp kernels' own ~1-2 µs (MEGACTX_TIER_STALL=0 leaves them out: 0 then).
+    // last step; each gather or wait adds two one-thread kernels to the stream (MEGACTX_TIER_STALL=0 leaves them
+    // out: 0 then).
     virtual int64_t kv_fetch_stall_ns() { return 0; }
     // Byte ranges copied between host memory (alloc_host) and backend memory: KV blocks moving between tiers,
     // every layer's at once. The ranges of one call do not overlap, so the copies may run in any order.
