@@ -166,6 +166,7 @@ struct HttpServer::Impl {
     httplib::Server svr;
     std::function<std::string(int, const std::string&)> error_body;
     std::function<void(int, const std::string&)> access_log;
+    std::function<void(int)> status_hook;
     std::map<std::string, std::vector<std::string>> methods;  // path -> methods routed
     std::atomic<int> state{0};                                // 0 before serve(), 1 in serve(), 2 after
     std::atomic<bool> stop_requested{false};
@@ -218,6 +219,9 @@ HttpServer::HttpServer(const HttpServerConfig& config) : impl_(std::make_unique<
                                                         : "request failed";
         if (impl_->error_body) res.set_content(impl_->error_body(res.status, message), "application/json");
     });
+    impl_->svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+        if (impl_->status_hook) impl_->status_hook(res.status);
+    });
     impl_->svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         std::string note = t_note ? t_note() : "";
         t_note = nullptr;
@@ -235,6 +239,8 @@ HttpServer::~HttpServer() { stop(); }
 void HttpServer::set_error_body(std::function<std::string(int, const std::string&)> make) {
     impl_->error_body = std::move(make);
 }
+
+void HttpServer::set_status_hook(std::function<void(int)> hook) { impl_->status_hook = std::move(hook); }
 
 void HttpServer::set_access_log(std::function<void(int, const std::string&)> log) {
     impl_->access_log = std::move(log);

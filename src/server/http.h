@@ -63,6 +63,9 @@ public:
     void set_error_body(std::function<std::string(int status, const std::string& message)> make);
     // Gets each response's status and access line (default: nowhere).
     void set_access_log(std::function<void(int status, const std::string& line)> log);
+    // Gets each response's status before its first byte is written, so whatever it counts is visible to the next
+    // request of a client that has read this response (the access log runs after the write).
+    void set_status_hook(std::function<void(int status)> hook);
     // Binds; returns false (with the reason, errno's text included, in error) when the address cannot be bound.
     bool bind(std::string* error);
     int bound_port() const { return port_; }

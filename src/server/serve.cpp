@@ -248,12 +248,14 @@ int serve_main(const ServeOptions& o) {
     HttpServer http(hc);
     http.set_error_body([](int status, const std::string& message) { return api_error_body(status, message); });
     const bool access_log = o.access_log;
-    http.set_access_log([&api, access_log](int status, const std::string& line) {
+    http.set_status_hook([&api](int status) {
         if (status >= 400 && status < 500) {
             if (OpenAiApi* a = api.load()) {
                 a->metrics_registry().inc("megactx_http_client_errors_total", 1, fmt::format("status=\"{}\"", status));
             }
         }
+    });
+    http.set_access_log([access_log](int, const std::string& line) {
         if (access_log) std::fprintf(stderr, "megactx serve: %s\n", line.c_str());
     });
     const auto loading = [] {
