@@ -35,6 +35,9 @@ void add_backend_flags(CLI::App* sub, BackendFlags& f) {
         ->capture_default_str();
     sub->add_option("--kv-cache-dtype", f.kv_dtype, "auto | f32 | bf16 | fp8 (auto: f32 on cpu, bf16 on cuda)")
         ->capture_default_str();
+    sub->add_flag("--batch-invariant", f.batch_invariant,
+                  "cuda: every row's result independent of the rest of the batch, so speculative = plain and a "
+                  "prefix-cache hit = a cold run, token for token (slower; the CPU backend is so already)");
 }
 
 void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
@@ -92,7 +95,7 @@ KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtyp
     return f;
 }
 
-std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fraction) {
+std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fraction, bool batch_invariant) {
     if (device == "cpu") return std::make_unique<CpuOps>();
     MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
 #ifdef MEGACTX_WITH_CUDA
@@ -100,19 +103,21 @@ std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fract
     const cuda::DeviceInfo info = cuda::device_info(0);
     CudaOptions o;
     o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction);
+    o.batch_invariant = batch_invariant;
     std::fprintf(stderr, "megactx: CUDA device 0: %s (sm_%d%d, %d SMs), %.1f GiB free, budget %.1f GiB\n",
                  info.name.c_str(), info.major, info.minor, info.n_sm, static_cast<double>(info.free_bytes) / (1 << 30),
                  static_cast<double>(o.memory_budget_bytes) / (1 << 30));
     return make_cuda_ops(o);
 #else
     (void)budget_fraction;
+    (void)batch_invariant;
     MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
 #endif
 }
 
 std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
                                                    const ParallelOptions& po, const std::string& transport,
-                                                   double budget_fraction) {
+                                                   double budget_fraction, bool batch_invariant) {
     MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
                   "--tp-transport must be auto, nccl or thread, got '{}'", transport);
     std::vector<std::unique_ptr<Ops>> ops;
@@ -125,6 +130,10 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
 #ifdef MEGACTX_WITH_CUDA
     const int n_dev = cuda::device_count();
     const bool nccl = transport != "thread";
+    MEGACTX_CHECK(!(nccl && batch_invariant),
+                  "--batch-invariant with --tensor-parallel-size {}: NCCL orders its sums by message size, so a row's "
+                  "result would still depend on the batch (--tp-transport thread keeps the order fixed)",
+                  po.n_gpus);
     MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
     MEGACTX_CHECK(!nccl || po.n_gpus <= n_dev,
                   "--tensor-parallel-size {} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread puts "
@@ -136,6 +145,7 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
         const cuda::DeviceInfo info = cuda::device_info(dev);
         CudaOptions o;
         o.device = dev;
+        o.batch_invariant = batch_invariant;
         o.memory_budget_bytes =
             static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction / static_cast<double>(sharing));
         std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n", static_cast<long long>(r),
@@ -147,6 +157,7 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
         nccl ? TensorParallelGroup::CommFactory(make_nccl_comms) : TensorParallelGroup::CommFactory(make_thread_comms));
 #else
     (void)budget_fraction;
+    (void)batch_invariant;
     MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
 #endif
 }
@@ -171,7 +182,8 @@ void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
     const KvFormat kv_format = resolve_kv_format(f.device, f.kv_dtype);
     if (f.tp.n_gpus > 1) {
         so.make_group = [&so, &f, kv_format](EngineConfig& ec) {
-            auto g = make_tp_group(so.model_dir, f.device, f.tp, f.tp_transport, f.gpu_memory_utilization);
+            auto g = make_tp_group(so.model_dir, f.device, f.tp, f.tp_transport, f.gpu_memory_utilization,
+                                   f.batch_invariant);
 #ifdef MEGACTX_WITH_CUDA
             if (f.device != "cpu" && so.kv_cache_memory.empty()) {
                 // rank 0's budget less its shard of the weights (about 1/N of the checkpoint) and a reserve
@@ -188,7 +200,7 @@ void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
         };
     } else if (f.device != "cpu") {
         so.make_backend = [&so, &f, kv_format]([[maybe_unused]] const GlmDsaModel& m, EngineConfig& ec) {
-            std::unique_ptr<Ops> ops = make_backend(f.device, f.gpu_memory_utilization);
+            std::unique_ptr<Ops> ops = make_backend(f.device, f.gpu_memory_utilization, f.batch_invariant);
 #ifdef MEGACTX_WITH_CUDA
             const CudaMemoryStats st = cuda_memory_stats(*ops);
             const int64_t weights = weight_device_bytes(so.model_dir);

@@ -350,10 +350,11 @@ int main(int argc, char** argv) {
             std::unique_ptr<GlmDsaModel> single;
             std::unique_ptr<Ops> backend;
             if (bf.tp.n_gpus > 1) {
-                group = make_tp_group(model_dir_or_default(model), bf.device, bf.tp, bf.tp_transport, 0.9);
+                group = make_tp_group(model_dir_or_default(model), bf.device, bf.tp, bf.tp_transport, 0.9,
+                                      bf.batch_invariant);
             } else {
                 single = std::make_unique<GlmDsaModel>(model_dir_or_default(model));
-                backend = make_backend(bf.device, 0.9);
+                backend = make_backend(bf.device, 0.9, bf.batch_invariant);
             }
             const GlmDsaModel& m = group ? group->model() : *single;
             Ops& ops = group ? group->ops() : *backend;

@@ -504,6 +504,123 @@ TEST(CudaTieredKv, LogitsEqualUntieredBitForBit) {
 // slot, top-k row or hidden input would change the drafts (acceptance) or the tokens. Printed as information:
 // how far the speculative tokens agree with plain decoding's (K = 0), which on the GPU is not guaranteed, since
 // a verification step's rows run in other GEMM shapes than a decode step's.
+// --batch-invariant on the GPU (CudaOptions::batch_invariant). (1) Logits of one pass = chunks of 7 = token by
+// token (through the decode graphs), bit for bit, on glm52-mini (the FP8 indexer, wgmma sparse MLA, FP8 KV; 2,200
+// tokens so that top-2048 selects) and on the demo model (bf16 KV). (2) Through the engine on the demo model: MTP
+// speculation with K = 1, 3 and 7 gives plain decoding's tokens and log-probabilities for two requests decoded
+// together, and a prefix-cache hit gives the cold run's. The default mode's deviation on the same requests is
+// printed (tokens equal before the first divergence), not asserted.
+TEST(CudaBatchInvariant, ChunkingSpeculationAndPrefixHitsChangeNoBit) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    CudaOptions o;
+    o.batch_invariant = true;
+    const std::unique_ptr<Ops> inv = make_cuda_ops(o);
+    struct M {
+        std::string dir;
+        KvFormat format;
+        int64_t n;
+    };
+    for (const M& m : {M{glm52_mini_dir(), KvFormat::FP8, 2200}, M{demo_model_dir(), KvFormat::BF16, 600}}) {
+        const GlmDsaModel model(m.dir);
+        const int64_t vocab = model.config().vocab_size;
+        std::vector<int32_t> toks(static_cast<size_t>(m.n));
+        for (int64_t i = 0; i < m.n; ++i) toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % (vocab - 8));
+        auto feed = [&](int64_t chunk) {
+            SequenceRunner run(model, *inv, m.n, m.format);
+            return run.feed(toks, chunk, true);
+        };
+        const std::vector<float> one = feed(0), sevens = feed(7), single = feed(1);
+        ASSERT_EQ(one.size(), static_cast<size_t>(m.n * vocab));
+        EXPECT_TRUE(one == sevens) << m.dir << ": chunks of 7 differ from one pass, max |Δ| "
+                                   << test::max_abs_diff(one.data(), sevens.data(), one.size());
+        EXPECT_TRUE(one == single) << m.dir << ": token by token differs from one pass, max |Δ| "
+                                   << test::max_abs_diff(one.data(), single.data(), one.size());
+    }
+
+    const GlmDsaModel model(demo_model_dir());
+    const std::unique_ptr<Ops> plain_ops = make_cuda_ops(CudaOptions{});
+    const std::vector<int32_t> base = fixture_tokens("freq_offset_f32");
+    std::vector<std::vector<int32_t>> prompts(2);
+    for (int64_t i = 0; i < 300; ++i) prompts[0].push_back((base[i % base.size()] * 31 + i) % 8000 + 10);
+    for (int64_t i = 0; i < 120; ++i) prompts[1].push_back((base[i % base.size()] * 17 + 3 * i) % 8000 + 10);
+    struct Run {
+        std::vector<std::vector<int32_t>> tokens;
+        std::vector<std::vector<float>> logprobs;
+        std::vector<int64_t> cached;
+        SpecStats spec;
+    };
+    // The prompts decoded together; `repeat`: then each prompt again on the same engine (a prefix-cache hit).
+    const auto serve = [&](Ops& ops, int64_t k, bool repeat) {
+        EngineConfig cfg;
+        cfg.kv_format = KvFormat::BF16;
+        cfg.max_model_len = 1024;
+        cfg.n_kv_blocks = 64;
+        cfg.speculative_tokens = k;
+        Engine e(model, ops, cfg);
+        Run r;
+        const size_t n_req = prompts.size() * (repeat ? 2 : 1);
+        r.tokens.resize(n_req);
+        r.logprobs.resize(n_req);
+        r.cached.assign(n_req, 0);
+        auto submit = [&](size_t i) {
+            GenerationParams g;
+            g.max_tokens = 96;
+            g.ignore_eos = true;
+            g.top_logprobs = 0;
+            e.submit(prompts[i % prompts.size()], g, [&r, i](const TokenEvent& ev) {
+                if (ev.token >= 0) {
+                    r.tokens[i].push_back(ev.token);
+                    r.logprobs[i].push_back(ev.logprobs.logprob);
+                    r.cached[i] = ev.n_cached_prompt;
+                }
+                return true;
+            });
+        };
+        for (size_t i = 0; i < prompts.size(); ++i) submit(i);
+        while (e.step()) {
+        }
+        if (repeat) {
+            for (size_t i = prompts.size(); i < n_req; ++i) {
+                submit(i);
+                while (e.step()) {
+                }
+            }
+        }
+        r.spec = e.stats().spec;
+        return r;
+    };
+    const Run plain = serve(*inv, 0, true);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_GT(plain.cached[prompts.size() + i], 0) << "request " << i << " again: no prefix-cache hit";
+        EXPECT_EQ(plain.tokens[prompts.size() + i], plain.tokens[i]) << "prefix-cache hit, request " << i;
+        EXPECT_EQ(plain.logprobs[prompts.size() + i], plain.logprobs[i]) << "prefix-cache hit, request " << i;
+    }
+    for (const int64_t k : {int64_t{1}, int64_t{3}, int64_t{7}}) {
+        const Run spec = serve(*inv, k, false);
+        EXPECT_GT(spec.spec.accepted, 0) << "K = " << k;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << "K = " << k << ", request " << i;
+            EXPECT_EQ(spec.logprobs[i], plain.logprobs[i]) << "K = " << k << ", request " << i;
+        }
+        std::printf("batch-invariant, K = %lld: %lld of %lld drafts accepted, tokens and log-probabilities = plain\n",
+                    static_cast<long long>(k), static_cast<long long>(spec.spec.accepted),
+                    static_cast<long long>(spec.spec.drafted));
+    }
+    // The default mode on the same requests, for the record.
+    const Run d_plain = serve(*plain_ops, 0, true), d_spec = serve(*plain_ops, 3, false);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        auto same = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+            size_t s = 0;
+            while (s < a.size() && s < b.size() && a[s] == b[s]) ++s;
+            return s;
+        };
+        std::printf("default mode, request %zu: K = 3 = plain for %zu of %zu tokens; prefix hit = cold for %zu; "
+                    "batch-invariant = default for %zu\n",
+                    i, same(d_spec.tokens[i], d_plain.tokens[i]), d_plain.tokens[i].size(),
+                    same(d_plain.tokens[prompts.size() + i], d_plain.tokens[i]), same(plain.tokens[i], d_plain.tokens[i]));
+    }
+}
+
 TEST(CudaGraphs, SpeculativeStepsReplayMatchEager) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const GlmDsaModel model(demo_model_dir());

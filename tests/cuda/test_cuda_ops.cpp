@@ -682,6 +682,114 @@ std::vector<float> roundtrip_key(const std::vector<float>& key, KvFormat f) {
     return out;
 }
 
+// The batch-invariant mode (CudaOptions::batch_invariant): a row's result is the same bits whatever rows share the
+// call. Each op runs on a batch of N rows, then on parts of it — one row alone, 4, 17 and 67 rows: counts at which
+// the default paths change kernel, tiling, split or pass — whose rows must equal the whole batch's bit for bit. The
+// whole batch is also within fp32 rounding of the CPU: the mode keeps activations fp32 and widens the weights as the
+// CPU does (linears and MLA's per-head products: invariant_gemm.h; routed experts: per choice, in passes of 32).
+TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
+    CudaOptions o;
+    o.batch_invariant = true;
+    const auto inv = make_cuda_ops(o);
+    struct Part {
+        int64_t r0, n;
+    };
+    const std::vector<Part> parts = {{0, 1}, {37, 1}, {69, 1}, {3, 4}, {10, 17}, {2, 67}};
+    auto slice = [](const std::vector<float>& v, int64_t r0, int64_t n, int64_t width) {
+        return std::vector<float>(v.begin() + r0 * width, v.begin() + (r0 + n) * width);
+    };
+    const DType types[] = {DType::F32, DType::BF16, DType::F8_E4M3};
+    {  // linear: partial k steps, partial output tiles, one output, GLM-5.2's q_a width
+        const int64_t N = 150;
+        struct S {
+            int64_t in, out;
+        };
+        for (const DType t : types)
+            for (const S sh : {S{1000, 300}, S{256, 64}, S{129, 1}, S{6144, 96}}) {
+                const Weight w = make_weight(t, sh.out, sh.in);
+                const auto x = randv(N * sh.in);
+                auto run = [&](Ops& ops, int64_t r0, int64_t n) {
+                    Tensor tx = put(ops, slice(x, r0, n, sh.in), {n, sh.in});
+                    Tensor ty = ops.alloc(DType::F32, {n, sh.out});
+                    ops.linear(tx, w, ty);
+                    return get(ops, ty);
+                };
+                const std::string tag = std::string("invariant linear ") + dtype_name(t) + " " + std::to_string(sh.in) +
+                                        "->" + std::to_string(sh.out);
+                const auto full = run(*inv, 0, N);
+                expect_close(full, run(cpu_, 0, N), 1e-5, tag);
+                for (const Part pt : parts)
+                    EXPECT_EQ(run(*inv, pt.r0, pt.n), slice(full, pt.r0, pt.n, sh.out))
+                        << tag << ", rows " << pt.r0 << " + " << pt.n;
+            }
+    }
+    {  // mla_absorb_q / mla_expand_v: GLM-5.2's head geometry and a ragged one
+        const int64_t N = 80;
+        for (const MlaGeom g : {MlaGeom{512, 64, 16, 192, 256}, MlaGeom{512, 3, 8, 40, 72}, MlaGeom{32, 16, 4, 24, 32}})
+            for (const DType t : types) {
+                const int64_t d_qk = g.d_nope + g.rope;
+                const Weight kv_b = make_weight(t, g.n_head * (g.d_nope + g.d_v), g.rank);
+                const auto q = randv(N * g.n_head * d_qk), lat = randv(N * g.n_head * g.rank);
+                auto run = [&](Ops& ops, int64_t r0, int64_t n) {
+                    Tensor tq = put(ops, slice(q, r0, n, g.n_head * d_qk), {n, g.n_head, d_qk});
+                    Tensor to = ops.alloc(DType::F32, {n, g.n_head, g.rank + g.rope});
+                    ops.mla_absorb_q(tq, kv_b, g.d_nope, g.d_v, to);
+                    Tensor tl = put(ops, slice(lat, r0, n, g.n_head * g.rank), {n, g.n_head, g.rank});
+                    Tensor tv = ops.alloc(DType::F32, {n, g.n_head * g.d_v});
+                    ops.mla_expand_v(tl, kv_b, g.d_nope, g.d_v, tv);
+                    return std::make_pair(get(ops, to), get(ops, tv));
+                };
+                const std::string tag = std::string(dtype_name(t)) + " H" + std::to_string(g.n_head) + " r" +
+                                        std::to_string(g.rank) + " d_nope " + std::to_string(g.d_nope);
+                const auto full = run(*inv, 0, N), ref = run(cpu_, 0, N);
+                expect_close(full.first, ref.first, 1e-5, "invariant mla_absorb_q " + tag);
+                expect_close(full.second, ref.second, 1e-5, "invariant mla_expand_v " + tag);
+                for (const Part pt : parts) {
+                    const auto part = run(*inv, pt.r0, pt.n);
+                    EXPECT_EQ(part.first, slice(full.first, pt.r0, pt.n, g.n_head * (g.rank + g.rope)))
+                        << "mla_absorb_q " << tag << ", rows " << pt.r0 << " + " << pt.n;
+                    EXPECT_EQ(part.second, slice(full.second, pt.r0, pt.n, g.n_head * g.d_v))
+                        << "mla_expand_v " << tag << ", rows " << pt.r0 << " + " << pt.n;
+                }
+            }
+    }
+    {  // moe_experts: 70 tokens = passes of 32, 32 and 6; the CPU's routing for both backends
+        const int64_t N = 70, d = 256, ff = 128, n_exp = 16, top_k = 4;
+        for (const DType t : types) {
+            std::vector<MlpWeights> experts;
+            for (int64_t e = 0; e < n_exp; ++e)
+                experts.push_back({make_weight(t, ff, d), make_weight(t, ff, d), make_weight(t, d, ff)});
+            const auto x = randv(N * d);
+            std::vector<int32_t> ids(static_cast<size_t>(N * top_k));
+            std::vector<float> w(ids.size());
+            std::uniform_int_distribution<int32_t> pick(0, n_exp - 1);
+            std::uniform_real_distribution<float> weight(0.1f, 1.0f);
+            for (int64_t i = 0; i < N; ++i)
+                for (int64_t j = 0; j < top_k; ++j) {  // distinct experts per token
+                    int32_t e = pick(rng_);
+                    while (std::find(ids.begin() + i * top_k, ids.begin() + i * top_k + j, e) != ids.begin() + i * top_k + j)
+                        e = pick(rng_);
+                    ids[static_cast<size_t>(i * top_k + j)] = e;
+                    w[static_cast<size_t>(i * top_k + j)] = weight(rng_);
+                }
+            auto run = [&](Ops& ops, int64_t r0, int64_t n) {
+                Tensor tx = put(ops, slice(x, r0, n, d), {n, d});
+                Tensor ti = put_i32(ops, std::vector<int32_t>(ids.begin() + r0 * top_k, ids.begin() + (r0 + n) * top_k),
+                                    {n, top_k});
+                Tensor tw = put(ops, slice(w, r0, n, top_k), {n, top_k});
+                Tensor ty = ops.alloc(DType::F32, {n, d});
+                ops.moe_experts(tx, ti, tw, experts, ty);
+                return get(ops, ty);
+            };
+            const std::string tag = std::string("invariant moe_experts ") + dtype_name(t);
+            const auto full = run(*inv, 0, N);
+            expect_close(full, run(cpu_, 0, N), t == DType::BF16 ? 1e-4 : 1e-5, tag);
+            for (const Part pt : parts)
+                EXPECT_EQ(run(*inv, pt.r0, pt.n), slice(full, pt.r0, pt.n, d)) << tag << ", rows " << pt.r0 << " + " << pt.n;
+        }
+    }
+}
+
 TEST_F(CudaOpsTest, FusedCacheWrites) {
     const int64_t n_blocks = 4, n_slots = n_blocks * 64, n = 70;
     std::vector<int32_t> slots(static_cast<size_t>(n_slots));

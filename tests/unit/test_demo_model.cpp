@@ -209,5 +209,32 @@ TEST_F(DemoModelCli, SpeculationOnGenerateAndRunChangesNoToken) {
     EXPECT_NE(b.err.find("mean acceptance length"), std::string::npos) << b.err;
 }
 
+// --batch-invariant: the CPU backend is batch-invariant as it is (plain loops, one sum order per output), so the flag
+// changes no token there, on generate, run and eval niah alike. With NCCL tensor parallelism it is refused before
+// anything loads (NCCL orders its sums by message size); a build without CUDA refuses --device cuda first.
+TEST_F(DemoModelCli, BatchInvariantChangesNoTokenOnTheCpuAndIsRefusedWithNccl) {
+    const json t = read_json(kRef + "/tokens.json");
+    const auto ids = t["token_ids"].get<std::vector<int32_t>>();
+    std::string list;
+    for (size_t i = 0; i < 80; ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+    const std::string gen = "generate --tokens " + list + " --max-new-tokens 24 --ignore-eos --speculative-tokens 3";
+    const CliResult plain = run(gen);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    const CliResult inv = run(gen + " --batch-invariant");
+    ASSERT_EQ(inv.exit_code, 0) << inv.err;
+    EXPECT_EQ(inv.out, plain.out);
+    const std::string doc = dir_ / "doc.txt";
+    ASSERT_EQ(run("eval niah --lengths 1K --depths 0.5 --write-document " + shell_quoted(doc)).exit_code, 0);
+    const CliResult a = run("run -f " + shell_quoted(doc) + " --no-think");
+    const CliResult b = run("run -f " + shell_quoted(doc) + " --no-think --batch-invariant");
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_EQ(a.out, b.out);
+    const CliResult tp = run("generate --tokens " + list + " --device cuda --tp 2 --batch-invariant");
+    EXPECT_NE(tp.exit_code, 0);
+    EXPECT_TRUE(tp.err.find("--batch-invariant with --tensor-parallel-size 2") != std::string::npos ||
+                tp.err.find("built without CUDA") != std::string::npos)
+        << tp.err;
+}
+
 }  // namespace
 }  // namespace megactx

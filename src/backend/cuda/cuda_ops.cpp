@@ -12,6 +12,7 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/fp8_gemm_small.h"
 #include "backend/cuda/fp8_gemv.h"
+#include "backend/cuda/invariant_gemm.h"
 #include "backend/cuda/indexer_cache_write.h"
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/indexer_scores.h"
@@ -219,6 +220,8 @@ CudaOps::CudaOps(const CudaOptions& options) : options_(options) {
     if (const char* t = std::getenv("MEGACTX_MLA_HEADS_MAX_TOKENS")) options_.mla_heads_max_tokens = std::atoi(t);
     MEGACTX_CHECK(options_.mla_heads_max_tokens >= 0 && options_.mla_heads_max_tokens <= kMlaHeadsMaxTokens,
                   "mla_heads_max_tokens must be 0..{} (got {})", kMlaHeadsMaxTokens, options_.mla_heads_max_tokens);
+    const char* invariant = std::getenv("MEGACTX_BATCH_INVARIANT");
+    if (invariant != nullptr && *invariant != '\0') options_.batch_invariant = std::strcmp(invariant, "0") != 0;
     const char* sync = std::getenv("MEGACTX_CUDA_SYNC");
     sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0;
 }
@@ -461,7 +464,32 @@ CudaOps::Gemm CudaOps::linear_gemm(int64_t out, int64_t n, int64_t in) {
     return g;
 }
 
+void CudaOps::invariant_linear(const Tensor& x, DeviceWeight& dw, Tensor& y) {
+    InvariantGemmParams p;
+    p.x = x.f32();
+    p.ldx = dw.cols;
+    p.w = dw.data.data;
+    p.wtype = dw.dtype == DType::F32 ? 0 : dw.dtype == DType::BF16 ? 1 : 2;
+    if (p.wtype == 2) {
+        p.scales = dw.scales.f32();
+        p.block = dw.block;
+        p.scale_ld = (dw.cols + dw.block - 1) / dw.block;
+    }
+    p.w_ld = dw.cols;
+    p.o_rows = true;
+    p.y = y.f32();
+    p.ldy = dw.rows;
+    p.n = rows_of(x);
+    p.out = dw.rows;
+    p.in = dw.cols;
+    MEGACTX_CUDA_CHECK(launch_invariant_gemm(p, stream_));
+}
+
 void CudaOps::linear_f32(const Tensor& x, const Weight& w, Tensor& y) {
+    if (options_.batch_invariant) {
+        invariant_linear(x, weight(w), y);
+        return;
+    }
     const Tensor* wt = &f32_operand(weight(w));
     Gemm g = linear_gemm(w.rows, rows_of(x), w.cols);
     g.a = wt->data;
@@ -700,6 +728,11 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
     MEGACTX_CHECK(x.shape.back() == in, "linear {}: input has {} columns, weight expects {}", w.name, x.shape.back(),
                   in);
     DeviceWeight& dw = weight(w);
+    if (options_.batch_invariant) {
+        invariant_linear(x, dw, y);
+        after_op("linear");
+        return;
+    }
     // A few rows against FP8 weights (decode): read the FP8 weights as they are, half the bytes of the bf16 copy.
     if (dw.dtype == DType::F8_E4M3 && !options_.gemm_f32 && n <= options_.fp8_gemv_max_rows &&
         fp8_gemv_supported(n, in, dw.block) && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
@@ -891,14 +924,16 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         f.out_slots = p.out_slots->i32();
         f.scratch = scratch.data;
         f.scratch_bytes = bytes;
+        if (options_.batch_invariant) f.logits_kernel = 3;  // one scoring kernel for every shape
         if (p.reduce_scores) {
             f.reduce_ctx = const_cast<std::function<void(float*, int64_t)>*>(&p.reduce_scores);
             f.reduce_scores = [](void* ctx, float* scores, int64_t count) {
                 (*static_cast<std::function<void(float*, int64_t)>*>(ctx))(scores, count);
             };
         }
-        MEGACTX_CHECK(launch_indexer_topk(f, stream_), "indexer_topk: the FP8 kernel refused {} rows × {} keys", n,
-                      ctx);
+        MEGACTX_CHECK(launch_indexer_topk(f, stream_),
+                      "indexer_topk: the FP8 kernel refused {} rows × {} keys{}", n, ctx,
+                      options_.batch_invariant ? " (--batch-invariant: scoring kernel 3 could not run here)" : "");
         MEGACTX_CUDA_CHECK(cudaGetLastError());
         after_op("indexer_topk");
         return;
@@ -988,6 +1023,25 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     after_op("indexer_topk");
 }
 
+// The batch-invariant mode's per-head products read kv_b [n_head · (d_nope + d_v), r] as stored: the fields
+// every head shares (the caller sets x, y, the orientation and the first row).
+InvariantGemmParams CudaOps::invariant_heads(const DeviceWeight& dw, int64_t n, int64_t n_head) const {
+    MEGACTX_CHECK(dw.rows % n_head == 0, "kv_b: {} rows for {} heads", dw.rows, n_head);
+    InvariantGemmParams g;
+    g.w = dw.data.data;
+    g.wtype = dw.dtype == DType::F32 ? 0 : dw.dtype == DType::BF16 ? 1 : 2;
+    if (g.wtype == 2) {
+        g.scales = dw.scales.f32();
+        g.block = dw.block;
+        g.scale_ld = (dw.cols + dw.block - 1) / dw.block;
+    }
+    g.w_ld = dw.cols;
+    g.w_batch_rows = dw.rows / n_head;
+    g.n = n;
+    g.batch = n_head;
+    return g;
+}
+
 // Decode (a few tokens): kv_b read as stored, FP8 or BF16 (mla_heads.h); else cuBLAS's batched GEMM over its bf16
 // (or fp32) copy.
 bool CudaOps::mla_heads(const Tensor& x, DeviceWeight& dw, int64_t d_nope, int64_t d_v, Tensor& y, bool absorb) {
@@ -1014,6 +1068,27 @@ bool CudaOps::mla_heads(const Tensor& x, DeviceWeight& dw, int64_t d_nope, int64
 void CudaOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) {
     const int64_t n = q.dim(0), n_head = q.dim(1), d_qk = q.dim(2), r = kv_b.cols, d_out = q_out.dim(2);
     DeviceWeight& dw = weight(kv_b);
+    if (options_.batch_invariant) {
+        // Per head h: q_out[:, h, :r] = q[:, h, :d_nope] · W_UK_h, W_UK_h the rows h · (d_nope + d_v) + i of kv_b.
+        MEGACTX_CHECK(d_out == r + d_qk - d_nope, "mla_absorb_q: output rows of {}, expected {}", d_out,
+                      r + d_qk - d_nope);
+        InvariantGemmParams g = invariant_heads(dw, n, n_head);
+        g.x = q.f32();
+        g.ldx = n_head * d_qk;
+        g.x_bstride = d_qk;
+        g.o_rows = false;
+        g.w_row0 = 0;
+        g.y = q_out.f32();
+        g.ldy = n_head * d_out;
+        g.y_bstride = d_out;
+        g.out = r;
+        g.in = d_nope;
+        MEGACTX_CUDA_CHECK(launch_invariant_gemm(g, stream_));
+        MEGACTX_CUDA_CHECK(
+            launch_copy_2d(q_out.f32() + r, d_out, q.f32() + d_nope, d_qk, n * n_head, d_qk - d_nope, stream_));
+        after_op("mla_absorb_q");
+        return;
+    }
     if (d_out == r + d_qk - d_nope && mla_heads(q, dw, d_nope, d_v, q_out, true)) {
         after_op("mla_absorb_q");
         return;
@@ -1085,7 +1160,10 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
         f.n_head = static_cast<int>(n_head);
         f.topk = static_cast<int>(topk);
         f.scale = p.scale;
-        f.plan = sparse_mla_plan(p.plan_rows > 0 ? p.plan_rows : n, f.n_head, f.topk, n_sm_);
+        // Batch-invariant: one CTA per (token, head group), the plan of any n >= 67 here, so no split's partial
+        // and no combine order depends on how many tokens share the call.
+        f.plan = options_.batch_invariant ? SparseMlaPlan{}
+                                          : sparse_mla_plan(p.plan_rows > 0 ? p.plan_rows : n, f.n_head, f.topk, n_sm_);
         Tensor scratch;
         const size_t bytes = sparse_mla_scratch_bytes(n, f.n_head, f.plan);
         if (bytes > 0) {
@@ -1118,6 +1196,24 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
 void CudaOps::mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& out) {
     const int64_t n = lat.dim(0), n_head = lat.dim(1), r = lat.dim(2);
     DeviceWeight& dw = weight(kv_b);
+    if (options_.batch_invariant) {
+        // Per head h: out[:, h] = lat[:, h] · W_UV_hᵀ, W_UV_h the rows h · (d_nope + d_v) + d_nope + j of kv_b.
+        MEGACTX_CHECK(r == kv_b.cols, "mla_expand_v: latent rows of {}, kv_b has {} columns", r, kv_b.cols);
+        InvariantGemmParams g = invariant_heads(dw, n, n_head);
+        g.x = lat.f32();
+        g.ldx = n_head * r;
+        g.x_bstride = r;
+        g.o_rows = true;
+        g.w_row0 = d_nope;
+        g.y = out.f32();
+        g.ldy = n_head * d_v;
+        g.y_bstride = d_v;
+        g.out = d_v;
+        g.in = r;
+        MEGACTX_CUDA_CHECK(launch_invariant_gemm(g, stream_));
+        after_op("mla_expand_v");
+        return;
+    }
     if (r == kv_b.cols && mla_heads(lat, dw, d_nope, d_v, out, false)) {
         after_op("mla_expand_v");
         return;
@@ -1277,6 +1373,36 @@ void CudaOps::moe_device_choice(const MoeFp8Params& gp, const MoeSmallParams& sp
 void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                           const std::vector<MlpWeights>& experts, Tensor& y) {
     const int64_t n = rows_of(x), d = x.shape.back(), k = ids.dim(1);
+    if (options_.batch_invariant) {
+        // Per (token, choice) whatever the tokens, in passes of at most kMoeSmallMaxTokens: nothing a token computes
+        // depends on which other tokens chose its experts. Experts too wide for it take the sorted path below, whose
+        // linears are invariant in this mode.
+        const ExpertTable& t = expert_table(experts);
+        if (t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow) {
+            const int64_t pass = std::min(n, kMoeSmallMaxTokens);
+            Tensor h = alloc(DType::F32, {pass, k, t.ff});
+            Tensor yk = alloc(DType::F32, {pass, k, d});
+            for (int64_t t0 = 0; t0 < n; t0 += pass) {
+                MoeSmallParams sp;
+                sp.x = x.f32() + t0 * d;
+                sp.ids = ids.i32() + t0 * k;
+                sp.w = weights.f32() + t0 * k;
+                sp.experts = static_cast<const void* const*>(t.ptrs.data);
+                sp.h = h.f32();
+                sp.yk = yk.f32();
+                sp.y = y.f32() + t0 * d;
+                sp.n = std::min(pass, n - t0);
+                sp.k = k;
+                sp.d = d;
+                sp.ff = t.ff;
+                sp.n_exp = static_cast<int64_t>(experts.size());
+                sp.wtype = t.wtype;
+                MEGACTX_CUDA_CHECK(launch_moe_small(sp, stream_));
+            }
+            after_op("moe_experts");
+            return;
+        }
+    }
     // Few tokens (decode): the experts run from device-side ids, no host round trip (capturable).
     if (n <= kMoeSmallMaxTokens) {
         const ExpertTable& t = expert_table(experts);

@@ -27,6 +27,7 @@ namespace megactx::cuda {
 
 struct MoeFp8Params;    // moe_fp8.h
 struct MoeSmallParams;  // moe.h
+struct InvariantGemmParams;  // invariant_gemm.h
 
 // Size-class caching allocator: freed blocks go to free lists and are reused; cudaMalloc only on a miss.
 // Small requests round up to powers of two (≥ 512 B) and reuse exact classes; requests above 1 MiB round up to
@@ -185,6 +186,9 @@ class CudaOps final : public Ops {
     bool gemm(const Gemm& g);
     // y = x · Wᵀ through the W8A8 FP8 GEMM; false (nothing launched) when cuBLASLt refuses the shape.
     bool linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y);
+    // The batch-invariant mode's linear (invariant_gemm.h), y = x · Wᵀ for any weight type.
+    void invariant_linear(const Tensor& x, DeviceWeight& dw, Tensor& y);
+    InvariantGemmParams invariant_heads(const DeviceWeight& dw, int64_t n, int64_t n_head) const;
     Tensor to_bf16(const Tensor& x);
     void after_op(const char* name);
     void moe_device_choice(const MoeFp8Params& gp, const MoeSmallParams& sp);

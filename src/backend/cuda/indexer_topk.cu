@@ -141,9 +141,11 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         lp.out = scores;
         lp.out_stride = stride;
         lp.plan = plan;
+        lp.kernel = p.logits_kernel;
         const IndexerLogitsHist hist{gc.hist0, gc.row_stride};
         bool hist_done = false;
-        launch_indexer_logits(lp, stream, gc.ctl != nullptr ? &hist : nullptr, &hist_done);
+        const int ran = launch_indexer_logits(lp, stream, gc.ctl != nullptr ? &hist : nullptr, &hist_done);
+        if (p.logits_kernel == 3 && ran == 2) return false;  // kernel 3 refused: no silent change of sum order
         if (p.reduce_scores) p.reduce_scores(p.reduce_ctx, scores, rows * stride);
         tp.grid_prepared = gc.ctl == nullptr ? 0 : hist_done ? 2 : 1;
         launch_topk(tp, stream);

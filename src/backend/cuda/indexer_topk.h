@@ -37,6 +37,10 @@ struct IndexerTopkCudaParams {
     int32_t* out_slots = nullptr;    // [n, topk]
     void* scratch = nullptr;
     size_t scratch_bytes = 0;
+    // 0: the scoring kernel by shape (indexer_logits.h); 3: kernel 3 for every row group, failing (false) where it
+    // cannot run instead of falling back to kernel 2, whose sums over heads are ordered differently (the
+    // batch-invariant mode).
+    int logits_kernel = 0;
     // Optional: called on each row group's scores [rows, stride] fp32 (device) between scoring and selection,
     // e.g. to all-reduce partial scores of a head-split indexer on the same stream. Host function.
     void (*reduce_scores)(void* ctx, float* scores, int64_t count) = nullptr;
