@@ -34,7 +34,7 @@ void GraphedForward::evict_lru() {
 
 int64_t GraphedForward::bucket(const Batch& b) const {
     const int64_t n = b.n_tokens();
-    if (!enabled_ || n == 0 || n > kMaxSequences || !model_.single_device() || Tap::instance().enabled()) return 0;
+    if (!enabled_ || n == 0 || n > kMaxTokens || !model_.single_device() || Tap::instance().enabled()) return 0;
     if (b.pad_blocks != 0 || b.seq.size() != static_cast<size_t>(n) || b.pos.size() != static_cast<size_t>(n))
         return 0;
     // Each sequence's tokens together and consecutive, the sequences in order, every table used.
@@ -95,9 +95,9 @@ ForwardResult GraphedForward::mtp_forward(const Batch& batch, const Tensor& hidd
 
 Tensor GraphedForward::stage_hidden(const Tensor& hidden_in) {
     const int64_t H = model_.config().hidden_size;
-    if (mtp_hidden_.data == nullptr) mtp_hidden_ = ops_.alloc(DType::F32, {kMaxSequences, H});
-    MEGACTX_CHECK(hidden_in.dim(0) <= kMaxSequences, "GraphedForward: {} hidden rows for a staging buffer of {}",
-                  hidden_in.dim(0), kMaxSequences);
+    if (mtp_hidden_.data == nullptr) mtp_hidden_ = ops_.alloc(DType::F32, {kMaxTokens, H});
+    MEGACTX_CHECK(hidden_in.dim(0) <= kMaxTokens, "GraphedForward: {} hidden rows for a staging buffer of {}",
+                  hidden_in.dim(0), kMaxTokens);
     Tensor h = mtp_hidden_;  // the graph reads its hidden input here, at a fixed address
     h.shape = {hidden_in.dim(0), H};
     ops_.slice_cols(hidden_in, 0, h);

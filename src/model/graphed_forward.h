@@ -13,7 +13,8 @@
 // kernels. An MTP step's hidden input is copied into a buffer the graph reads, and a reused top-k is one more
 // host input.
 //
-// Eligible: at most 32 tokens (the MoE's few-token path keeps the step free of host syncs), each sequence's
+// Eligible: at most kMaxTokens tokens (the MoE's few-token paths, in passes of 32 beyond 32 tokens, keep the step
+// free of host syncs; a batch of 32 sequences verifying 3 drafts each is 128 rows), each sequence's
 // tokens consecutive; target steps only where every row wants logits (decode and verification, not prefill
 // chunks); a model on one device, no tap. Anything else, or a backend without graphs, or MEGACTX_GRAPHS=0,
 // runs GlmDsaModel::forward / mtp_forward. A shape that cannot be recorded runs eagerly from then on (with a
@@ -66,7 +67,7 @@ class GraphedForward {
     const Stats& stats() const { return stats_; }
     bool enabled() const { return enabled_; }
 
-    static constexpr int64_t kMaxSequences = 32;
+    static constexpr int64_t kMaxTokens = 128;
     static constexpr size_t kMaxGraphs = 32;
     static constexpr int64_t kMaxBytes = int64_t{2} << 30;
 
@@ -106,7 +107,7 @@ class GraphedForward {
     std::map<Key, Entry> graphs_;
     std::list<Key> lru_;  // most recent first
     Stats stats_;
-    Tensor mtp_hidden_;  // [kMaxSequences, hidden]: the MTP graphs' hidden input
+    Tensor mtp_hidden_;  // [kMaxTokens, hidden]: the MTP graphs' hidden input
 };
 
 }  // namespace megactx

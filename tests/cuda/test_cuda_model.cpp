@@ -692,4 +692,68 @@ TEST(CudaGraphs, SpeculativeStepsReplayMatchEager) {
     }
 }
 
+// Twelve requests decoding together with K = 3 verify 48 rows a step, beyond the 32 at which the routed experts
+// used to sync with the host: the few-token expert paths now run in passes of 32 up to 128 tokens, so these
+// verification steps and the MTP step 0 over them replay graphs too. Graphed = eager (MEGACTX_GRAPHS=0) in tokens,
+// log-probabilities and acceptance, bf16 KV, demo model; and the step count that replayed is printed.
+TEST(CudaGraphs, VerificationBeyond32RowsReplays) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const GlmDsaModel model(demo_model_dir());
+    const std::unique_ptr<Ops> gpu = make_cuda_ops(CudaOptions{});
+    const std::vector<int32_t> base = fixture_tokens("freq_offset_f32");
+    std::vector<std::vector<int32_t>> prompts(12);
+    for (size_t r = 0; r < prompts.size(); ++r)
+        for (int64_t i = 0; i < 90 + 7 * static_cast<int64_t>(r); ++i)
+            prompts[r].push_back((base[(i + r) % base.size()] * 29 + 5 * i + static_cast<int64_t>(r)) % 8000 + 10);
+    struct Run {
+        std::vector<std::vector<int32_t>> tokens;
+        std::vector<std::vector<float>> logprobs;
+        EngineStats stats;
+    };
+    const auto serve = [&](bool graphs) {
+        if (graphs)
+            unsetenv("MEGACTX_GRAPHS");
+        else
+            setenv("MEGACTX_GRAPHS", "0", 1);
+        EngineConfig cfg;
+        cfg.kv_format = KvFormat::BF16;
+        cfg.max_model_len = 512;
+        cfg.n_kv_blocks = 128;
+        cfg.speculative_tokens = 3;
+        Engine e(model, *gpu, cfg);
+        Run r;
+        r.tokens.resize(prompts.size());
+        r.logprobs.resize(prompts.size());
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            GenerationParams g;
+            g.max_tokens = 64;
+            g.ignore_eos = true;
+            g.top_logprobs = 0;
+            e.submit(prompts[i], g, [&r, i](const TokenEvent& ev) {
+                if (ev.token >= 0) {
+                    r.tokens[i].push_back(ev.token);
+                    r.logprobs[i].push_back(ev.logprobs.logprob);
+                }
+                return true;
+            });
+        }
+        while (e.step()) {
+        }
+        r.stats = e.stats();
+        unsetenv("MEGACTX_GRAPHS");
+        return r;
+    };
+    const Run eager = serve(false), graphed = serve(true);
+    EXPECT_EQ(eager.stats.graph_replays, 0);
+    EXPECT_GT(graphed.stats.graph_replays, 50);
+    EXPECT_EQ(graphed.stats.spec.accepted, eager.stats.spec.accepted);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(graphed.tokens[i], eager.tokens[i]) << "request " << i;
+        EXPECT_EQ(graphed.logprobs[i], eager.logprobs[i]) << "request " << i;
+    }
+    std::printf("12 requests, K = 3: %lld steps replayed from graphs; %lld of %lld drafts accepted\n",
+                static_cast<long long>(graphed.stats.graph_replays), static_cast<long long>(graphed.stats.spec.accepted),
+                static_cast<long long>(graphed.stats.spec.drafted));
+}
+
 }  // namespace megactx

@@ -70,14 +70,18 @@ TEST(GraphedForward, EagerThenRecordThenReplayAndEviction) {
         EXPECT_TRUE(gf.enabled());
     }
     // Not eligible: a prefill chunk (logits for its last row only) runs plain forward, counted nowhere; so do
-    // batches over 32 tokens and sequences whose tokens are not consecutive.
+    // batches over GraphedForward::kMaxTokens tokens and sequences whose tokens are not consecutive.
     const GraphedForward::Stats before = gf.stats();
     Batch chunk;
     chunk.add_sequence(&seqs[0].blocks, tokens.data(), 4, 8, false);
     chunk.want_logits.back() = true;
     gf.forward(chunk);
+    SeqKv long_seq;
+    long_seq.reserve(kv.blocks(), GraphedForward::kMaxTokens + 1);
+    std::vector<int32_t> many(static_cast<size_t>(GraphedForward::kMaxTokens + 1));
+    for (size_t i = 0; i < many.size(); ++i) many[i] = tokens[i % tokens.size()];
     Batch big;
-    big.add_sequence(&seqs[0].blocks, tokens.data(), 33, 0);
+    big.add_sequence(&long_seq.blocks, many.data(), static_cast<int64_t>(many.size()), 0);
     gf.forward(big);
     Batch gap;
     gap.add_sequence(&seqs[0].blocks, tokens.data(), 1, 3);
@@ -87,6 +91,13 @@ TEST(GraphedForward, EagerThenRecordThenReplayAndEviction) {
     gf.forward(gap);
     EXPECT_EQ(gf.stats().eager, before.eager);
     EXPECT_EQ(gf.stats().replayed, before.replayed);
+    // Beyond 32 and up to kMaxTokens scored tokens qualify (a batch of verification rows): eager, recorded, replayed.
+    Batch mid;
+    mid.add_sequence(&long_seq.blocks, many.data(), 40, 0);
+    for (int i = 0; i < 3; ++i) gf.forward(mid);
+    EXPECT_EQ(gf.stats().eager - before.eager, 1);
+    EXPECT_EQ(gf.stats().recorded - before.recorded, 1);
+    EXPECT_EQ(gf.stats().replayed - before.replayed, 2);
 }
 
 // Verification steps (several scored tokens of one sequence, beside one-token decodes) and the MTP layer's draft

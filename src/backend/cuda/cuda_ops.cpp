@@ -1403,15 +1403,21 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
             return;
         }
     }
-    // Few tokens (decode): the experts run from device-side ids, no host round trip (capturable).
-    if (n <= kMoeSmallMaxTokens) {
-        const ExpertTable& t = expert_table(experts);
+    // Few tokens (decode): the experts run from device-side ids, no host round trip (capturable). Up to
+    // kMoeGraphMaxTokens (a batch of verification rows) the same paths run in passes of kMoeSmallMaxTokens, so such
+    // steps stay free of host syncs and replay as CUDA graphs too. few(t0, m, run): whether the few-token paths take
+    // the m tokens from t0 on, and with run, launches them.
+    const ExpertTable* table = n <= kMoeGraphMaxTokens ? &expert_table(experts) : nullptr;
+    auto few = [&](int64_t t0, int64_t m, bool run) {
+        const ExpertTable& t = *table;
         const int64_t n_exp = static_cast<int64_t>(experts.size());
         using moe_plan::MoePath;
-        const MoePath path = t.usable && t.wtype == 2 && t.d == d && moe_fp8_supported(n, k, d, t.ff, n_exp)
-                                 ? moe_plan::moe_path(n, k, n_exp, options_.moe_fp8_min_tokens)
+        const MoePath path = t.usable && t.wtype == 2 && t.d == d && moe_fp8_supported(m, k, d, t.ff, n_exp)
+                                 ? moe_plan::moe_path(m, k, n_exp, options_.moe_fp8_min_tokens)
                                  : MoePath::kPerChoice;
         const bool small_ok = t.usable && t.d == d && d <= kMoeSmallMaxRow && t.ff <= kMoeSmallMaxRow;
+        const bool grouped_ok = path == MoePath::kGrouped || path == MoePath::kOnDevice;
+        if (!run || !(grouped_ok || small_ok)) return grouped_ok || small_ok;
         // The device choice (moe_device_choice) only inside a CUDA graph, and with a driver that has IF/ELSE
         // conditional nodes (CUDA 12.8); otherwise grouped.
         static const bool if_else_nodes = [] {
@@ -1421,44 +1427,49 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         if (path == MoePath::kOnDevice && if_else_nodes) MEGACTX_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
         const bool on_device = path == MoePath::kOnDevice && small_ok && capture == cudaStreamCaptureStatusActive;
-        const bool grouped = path == MoePath::kGrouped || path == MoePath::kOnDevice;
-        if (grouped || small_ok) {
-            Tensor scratch, h, yk;
-            auto common = [&](auto& p) {  // the fields both paths' parameters share
-                p.x = x.f32();
-                p.ids = ids.i32();
-                p.w = weights.f32();
-                p.experts = static_cast<const void* const*>(t.ptrs.data);
-                p.y = y.f32();
-                p.n = n;
-                p.k = k;
-                p.d = d;
-                p.ff = t.ff;
-                p.n_exp = n_exp;
-            };
-            MoeFp8Params gp;  // grouped by expert, each chosen expert read once (moe_fp8.h)
-            if (grouped) {
-                const size_t bytes = moe_fp8_scratch_bytes(n, k, d, t.ff, n_exp);
-                scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
-                common(gp);
-                gp.scratch = scratch.data;
-                gp.scratch_bytes = bytes;
-                if (on_device) gp.grouped_max_active = moe_plan::grouped_max_active(n, k);
-            }
-            MoeSmallParams sp;  // per (token, choice) (moe.h)
-            if (!grouped || on_device) {
-                h = alloc(DType::F32, {n, k, t.ff});
-                yk = alloc(DType::F32, {n, k, d});
-                common(sp);
-                sp.h = h.f32();
-                sp.yk = yk.f32();
-                sp.wtype = t.wtype;
-            }
-            if (!on_device) {
-                MEGACTX_CUDA_CHECK(grouped ? launch_moe_fp8(gp, n_sm_, stream_) : launch_moe_small(sp, stream_));
-            } else {
-                moe_device_choice(gp, sp);
-            }
+        const bool grouped = grouped_ok;
+        Tensor scratch, h, yk;
+        auto common = [&](auto& p) {  // the fields both paths' parameters share
+            p.x = x.f32() + t0 * d;
+            p.ids = ids.i32() + t0 * k;
+            p.w = weights.f32() + t0 * k;
+            p.experts = static_cast<const void* const*>(t.ptrs.data);
+            p.y = y.f32() + t0 * d;
+            p.n = m;
+            p.k = k;
+            p.d = d;
+            p.ff = t.ff;
+            p.n_exp = n_exp;
+        };
+        MoeFp8Params gp;  // grouped by expert, each chosen expert read once (moe_fp8.h)
+        if (grouped) {
+            const size_t bytes = moe_fp8_scratch_bytes(m, k, d, t.ff, n_exp);
+            scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+            common(gp);
+            gp.scratch = scratch.data;
+            gp.scratch_bytes = bytes;
+            if (on_device) gp.grouped_max_active = moe_plan::grouped_max_active(m, k);
+        }
+        MoeSmallParams sp;  // per (token, choice) (moe.h)
+        if (!grouped || on_device) {
+            h = alloc(DType::F32, {m, k, t.ff});
+            yk = alloc(DType::F32, {m, k, d});
+            common(sp);
+            sp.h = h.f32();
+            sp.yk = yk.f32();
+            sp.wtype = t.wtype;
+        }
+        if (!on_device) {
+            MEGACTX_CUDA_CHECK(grouped ? launch_moe_fp8(gp, n_sm_, stream_) : launch_moe_small(sp, stream_));
+        } else {
+            moe_device_choice(gp, sp);
+        }
+        return true;
+    };
+    if (table != nullptr) {
+        const int64_t pass = std::min(n, kMoeSmallMaxTokens), last = n - (n - 1) / pass * pass;
+        if (few(0, pass, false) && few(0, last, false)) {
+            for (int64_t t0 = 0; t0 < n; t0 += pass) few(t0, std::min(pass, n - t0), true);
             after_op("moe_experts");
             return;
         }

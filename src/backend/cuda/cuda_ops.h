@@ -164,6 +164,9 @@ class CudaOps final : public Ops {
     };
     // Decode batches up to this many tokens take the few-token expert kernels (no host sync).
     static constexpr int64_t kMoeSmallMaxTokens = 32;
+    // Up to this many tokens the few-token expert paths run in passes of kMoeSmallMaxTokens (no host sync, so the
+    // step can be a CUDA graph: GraphedForward::kMaxTokens); more take the host-sorted path of per-expert GEMMs.
+    static constexpr int64_t kMoeGraphMaxTokens = 128;
 
     DeviceWeight& weight(const Weight& w);
     const ExpertTable& expert_table(const std::vector<MlpWeights>& experts);
