@@ -3,7 +3,8 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve]   (default: tests bench); TESTS="a b" narrows tests
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve] [invariant] [tier]
+#   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
 # to point at the repo root here.
@@ -129,6 +130,50 @@ if has tp; then
     for ls in "" --layer-split; do
         build-cuda/megactx plan --config tests/data/glm52_config.json --tensor-parallel-size 8 --expert-parallel $ls \
             --context 1048576 >>"$out/plan.txt" 2>&1
+    done
+fi
+glm52_share() {  # the 4-layer glm52-shape model of the `model` stage (IndexShare FSSS, FP8)
+    [ -f /tmp/glm52-share/config.json ] || build-cuda/megactx gen-model --preset glm52-shape --layers 4 --dtype fp8 \
+        --index-pattern FSSS --out /tmp/glm52-share >/dev/null
+}
+if has invariant; then
+    # --batch-invariant: its tests, its cost on glm52-shape (bench_model with MEGACTX_BATCH_INVARIANT=1 against the
+    # default), and on the demo model speculative (K = 3) against plain text on a 4K document, in both modes.
+    build-cuda/tests/cuda/test_cuda_ops --gtest_filter='CudaOpsTest.BatchInvariant*' >"$out/invariant-ops.log" 2>&1
+    summary+=("invariant op test: exit $?")
+    build-cuda/tests/cuda/test_cuda_model --gtest_filter='CudaBatchInvariant.*:CudaGraphs.*' >"$out/invariant-model.log" 2>&1
+    summary+=("invariant + graph model tests: exit $?")
+    glm52_share
+    for mode in default invariant; do
+        inv=0; [ "$mode" = invariant ] && inv=1
+        MEGACTX_BATCH_INVARIANT=$inv build-cuda/bench/cuda/bench_model --model /tmp/glm52-share \
+            --contexts "${INVARIANT_CONTEXTS:-8192,131072}" --kv fp8 --decode-batch 1,8 \
+            --json "$out/bench_model-$mode.json" >"$out/bench_model-$mode.log" 2>&1
+        summary+=("bench_model $mode: exit $?")
+    done
+    doc=/tmp/niah-4k.txt
+    build-cuda/megactx eval niah --lengths 4K --depths 0.5 --seed 7 --write-document "$doc" >/dev/null 2>&1
+    for flag in "" --batch-invariant; do
+        for k in 0 3; do
+            tag=run-k$k${flag:+-invariant}
+            build-cuda/megactx run --device cuda -f "$doc" --no-think -n 256 --ignore-eos --speculative-tokens $k $flag \
+                >"$out/$tag.txt" 2>"$out/$tag.err"
+        done
+        cmp -s "$out/run-k0${flag:+-invariant}.txt" "$out/run-k3${flag:+-invariant}.txt" && r=same || r=different
+        summary+=("4K document ${flag:-default}: K = 3 text vs plain: $r; $(grep -ho '[0-9.]* tok/s' "$out"/run-k*${flag:+-invariant}.err | tr '\n' ' ')")
+    done
+fi
+if has tier; then
+    # Host KV tier (glm52-shape, 1M, device tier of 2048 blocks): the staging rows at 8 (the recorded runs) against
+    # the size kv_tier_blocks picks for a decode batch of 8, and the fetch-stall stamps on and off.
+    glm52_share
+    for cfg in "rows8:--staging-rows 8" "rows64:--staging-rows 64" "nostall:--staging-rows 8"; do
+        tag=${cfg%%:*}
+        stall=1; [ "$tag" = nostall ] && stall=0
+        MEGACTX_TIER_STALL=$stall build-cuda/bench/cuda/bench_model --model /tmp/glm52-share --contexts 1048575 --kv fp8 \
+            --device-blocks 2048 --promotions 64 --decode-batch 1,8,32 --vary-tokens ${cfg#*:} \
+            --json "$out/bench_model-tier-$tag.json" >"$out/bench_model-tier-$tag.log" 2>&1
+        summary+=("bench_model tier $tag: exit $?")
     done
 fi
 if has cli; then
