@@ -284,6 +284,63 @@ std::vector<float> run_logits(const GlmDsaModel& model, bool reference, KvFormat
     return run.feed(toks, chunk, true);
 }
 
+// Greedy requests (ignore_eos, log-probabilities on) through an Engine on `ops`: all submitted at once and stepped
+// to the end; with `repeat`, then each prompt again alone on the same engine (a prefix-cache hit), its results at
+// index prompts.size() + i. Without `graphs`, MEGACTX_GRAPHS=0 while it runs.
+struct Served {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<float>> logprobs;
+    std::vector<int64_t> cached;  // prompt tokens served from the prefix cache
+    EngineStats stats;
+};
+
+Served serve_greedy(const GlmDsaModel& model, Ops& ops, const EngineConfig& cfg,
+                    const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens, bool graphs = true,
+                    bool repeat = false) {
+    if (graphs)
+        unsetenv("MEGACTX_GRAPHS");
+    else
+        setenv("MEGACTX_GRAPHS", "0", 1);
+    Engine e(model, ops, cfg);
+    Served r;
+    const size_t n_req = prompts.size() * (repeat ? 2 : 1);
+    r.tokens.resize(n_req);
+    r.logprobs.resize(n_req);
+    r.cached.assign(n_req, 0);
+    auto submit = [&](size_t i) {
+        GenerationParams g;
+        g.max_tokens = max_tokens;
+        g.ignore_eos = true;
+        g.top_logprobs = 0;
+        e.submit(prompts[i % prompts.size()], g, [&r, i](const TokenEvent& ev) {
+            if (ev.token >= 0) {
+                r.tokens[i].push_back(ev.token);
+                r.logprobs[i].push_back(ev.logprobs.logprob);
+                r.cached[i] = ev.n_cached_prompt;
+            }
+            return true;
+        });
+    };
+    for (size_t i = 0; i < prompts.size(); ++i) submit(i);
+    while (e.step()) {
+    }
+    for (size_t i = prompts.size(); i < n_req; ++i) {
+        submit(i);
+        while (e.step()) {
+        }
+    }
+    r.stats = e.stats();
+    unsetenv("MEGACTX_GRAPHS");
+    return r;
+}
+
+// The tokens two runs share before the first difference.
+size_t same_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    size_t s = 0;
+    while (s < a.size() && s < b.size() && a[s] == b[s]) ++s;
+    return s;
+}
+
 }  // namespace
 
 TEST(CudaFastKernels, ModelMatchesReferenceKernelsOnGlm52Geometry) {
@@ -497,13 +554,6 @@ TEST(CudaTieredKv, LogitsEqualUntieredBitForBit) {
     }
 }
 
-// MTP speculative decoding through CUDA graphs (verification steps and draft steps, GraphedForward) against the
-// same engine run eagerly (MEGACTX_GRAPHS=0), on the shipped demo model with bf16 and FP8 KV: two greedy requests with
-// different prompts decoding together, K = 3. Each graph replays the kernels its eager step ran, on the step's
-// inputs, so tokens, acceptance and every log-probability must be identical; a replay reading a stale position,
-// slot, top-k row or hidden input would change the drafts (acceptance) or the tokens. Printed as information:
-// how far the speculative tokens agree with plain decoding's (K = 0), which on the GPU is not guaranteed, since
-// a verification step's rows run in other GEMM shapes than a decode step's.
 // --batch-invariant on the GPU (CudaOptions::batch_invariant). (1) Logits of one pass = chunks of 7 = token by
 // token (through the decode graphs), bit for bit, on glm52-mini (the FP8 indexer, wgmma sparse MLA, FP8 KV; 2,200
 // tokens so that top-2048 selects) and on the demo model (bf16 KV). (2) Through the engine on the demo model: MTP
@@ -543,133 +593,66 @@ TEST(CudaBatchInvariant, ChunkingSpeculationAndPrefixHitsChangeNoBit) {
     std::vector<std::vector<int32_t>> prompts(2);
     for (int64_t i = 0; i < 300; ++i) prompts[0].push_back((base[i % base.size()] * 31 + i) % 8000 + 10);
     for (int64_t i = 0; i < 120; ++i) prompts[1].push_back((base[i % base.size()] * 17 + 3 * i) % 8000 + 10);
-    struct Run {
-        std::vector<std::vector<int32_t>> tokens;
-        std::vector<std::vector<float>> logprobs;
-        std::vector<int64_t> cached;
-        SpecStats spec;
-    };
-    // The prompts decoded together; `repeat`: then each prompt again on the same engine (a prefix-cache hit).
     const auto serve = [&](Ops& ops, int64_t k, bool repeat) {
         EngineConfig cfg;
         cfg.kv_format = KvFormat::BF16;
         cfg.max_model_len = 1024;
         cfg.n_kv_blocks = 64;
         cfg.speculative_tokens = k;
-        Engine e(model, ops, cfg);
-        Run r;
-        const size_t n_req = prompts.size() * (repeat ? 2 : 1);
-        r.tokens.resize(n_req);
-        r.logprobs.resize(n_req);
-        r.cached.assign(n_req, 0);
-        auto submit = [&](size_t i) {
-            GenerationParams g;
-            g.max_tokens = 96;
-            g.ignore_eos = true;
-            g.top_logprobs = 0;
-            e.submit(prompts[i % prompts.size()], g, [&r, i](const TokenEvent& ev) {
-                if (ev.token >= 0) {
-                    r.tokens[i].push_back(ev.token);
-                    r.logprobs[i].push_back(ev.logprobs.logprob);
-                    r.cached[i] = ev.n_cached_prompt;
-                }
-                return true;
-            });
-        };
-        for (size_t i = 0; i < prompts.size(); ++i) submit(i);
-        while (e.step()) {
-        }
-        if (repeat) {
-            for (size_t i = prompts.size(); i < n_req; ++i) {
-                submit(i);
-                while (e.step()) {
-                }
-            }
-        }
-        r.spec = e.stats().spec;
-        return r;
+        return serve_greedy(model, ops, cfg, prompts, 96, true, repeat);
     };
-    const Run plain = serve(*inv, 0, true);
+    const Served plain = serve(*inv, 0, true);
     for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_GT(plain.cached[prompts.size() + i], 0) << "request " << i << " again: no prefix-cache hit";
         EXPECT_EQ(plain.tokens[prompts.size() + i], plain.tokens[i]) << "prefix-cache hit, request " << i;
         EXPECT_EQ(plain.logprobs[prompts.size() + i], plain.logprobs[i]) << "prefix-cache hit, request " << i;
     }
     for (const int64_t k : {int64_t{1}, int64_t{3}, int64_t{7}}) {
-        const Run spec = serve(*inv, k, false);
-        EXPECT_GT(spec.spec.accepted, 0) << "K = " << k;
+        const Served spec = serve(*inv, k, false);
+        EXPECT_GT(spec.stats.spec.accepted, 0) << "K = " << k;
         for (size_t i = 0; i < prompts.size(); ++i) {
             EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << "K = " << k << ", request " << i;
             EXPECT_EQ(spec.logprobs[i], plain.logprobs[i]) << "K = " << k << ", request " << i;
         }
         std::printf("batch-invariant, K = %lld: %lld of %lld drafts accepted, tokens and log-probabilities = plain\n",
-                    static_cast<long long>(k), static_cast<long long>(spec.spec.accepted),
-                    static_cast<long long>(spec.spec.drafted));
+                    static_cast<long long>(k), static_cast<long long>(spec.stats.spec.accepted),
+                    static_cast<long long>(spec.stats.spec.drafted));
     }
     // The default mode on the same requests, for the record.
-    const Run d_plain = serve(*plain_ops, 0, true), d_spec = serve(*plain_ops, 3, false);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        auto same = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-            size_t s = 0;
-            while (s < a.size() && s < b.size() && a[s] == b[s]) ++s;
-            return s;
-        };
+    const Served d_plain = serve(*plain_ops, 0, true), d_spec = serve(*plain_ops, 3, false);
+    for (size_t i = 0; i < prompts.size(); ++i)
         std::printf("default mode, request %zu: K = 3 = plain for %zu of %zu tokens; prefix hit = cold for %zu; "
                     "batch-invariant = default for %zu\n",
-                    i, same(d_spec.tokens[i], d_plain.tokens[i]), d_plain.tokens[i].size(),
-                    same(d_plain.tokens[prompts.size() + i], d_plain.tokens[i]), same(plain.tokens[i], d_plain.tokens[i]));
-    }
+                    i, same_prefix(d_spec.tokens[i], d_plain.tokens[i]), d_plain.tokens[i].size(),
+                    same_prefix(d_plain.tokens[prompts.size() + i], d_plain.tokens[i]),
+                    same_prefix(plain.tokens[i], d_plain.tokens[i]));
 }
 
+// MTP speculative decoding through CUDA graphs (verification steps and draft steps, GraphedForward) against the
+// same engine run eagerly (MEGACTX_GRAPHS=0), on the shipped demo model with bf16 and FP8 KV: two greedy requests with
+// different prompts decoding together, K = 3. Each graph replays the kernels its eager step ran, on the step's
+// inputs, so tokens, acceptance and every log-probability must be identical; a replay reading a stale position,
+// slot, top-k row or hidden input would change the drafts (acceptance) or the tokens. Printed as information:
+// how far the speculative tokens agree with plain decoding's (K = 0), which on the GPU is not guaranteed, since
+// a verification step's rows run in other GEMM shapes than a decode step's.
 TEST(CudaGraphs, SpeculativeStepsReplayMatchEager) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const GlmDsaModel model(demo_model_dir());
     const std::unique_ptr<Ops> gpu = make_cuda_ops(CudaOptions{});
-    struct Run {
-        std::vector<std::vector<int32_t>> tokens;
-        std::vector<std::vector<float>> logprobs;
-        SpecStats spec;
-        EngineStats stats;
-    };
     const std::vector<int32_t> base = fixture_tokens("freq_offset_f32");
     std::vector<std::vector<int32_t>> prompts(2);
     for (int64_t i = 0; i < 300; ++i) prompts[0].push_back((base[i % base.size()] * 31 + i) % 8000 + 10);
     for (int64_t i = 0; i < 120; ++i) prompts[1].push_back((base[i % base.size()] * 17 + 3 * i) % 8000 + 10);
     for (KvFormat format : {KvFormat::BF16, KvFormat::FP8}) {
     const auto serve = [&](int64_t k, bool graphs) {
-        if (graphs)
-            unsetenv("MEGACTX_GRAPHS");
-        else
-            setenv("MEGACTX_GRAPHS", "0", 1);
         EngineConfig cfg;
         cfg.kv_format = format;
         cfg.max_model_len = 1024;
         cfg.n_kv_blocks = 64;
         cfg.speculative_tokens = k;
-        Engine e(model, *gpu, cfg);
-        Run r;
-        r.tokens.resize(prompts.size());
-        r.logprobs.resize(prompts.size());
-        for (size_t i = 0; i < prompts.size(); ++i) {
-            GenerationParams g;
-            g.max_tokens = 96;
-            g.ignore_eos = true;
-            g.top_logprobs = 0;
-            e.submit(prompts[i], g, [&r, i](const TokenEvent& ev) {
-                if (ev.token >= 0) {
-                    r.tokens[i].push_back(ev.token);
-                    r.logprobs[i].push_back(ev.logprobs.logprob);
-                }
-                return true;
-            });
-        }
-        while (e.step()) {
-        }
-        r.stats = e.stats();
-        unsetenv("MEGACTX_GRAPHS");
-        return r;
+        return serve_greedy(model, *gpu, cfg, prompts, 96, graphs);
     };
-    const Run eager = serve(3, false), graphed = serve(3, true), plain = serve(0, true);
+    const Served eager = serve(3, false), graphed = serve(3, true), plain = serve(0, true);
     EXPECT_EQ(eager.stats.graph_replays, 0);
     EXPECT_GT(graphed.stats.graph_replays, 50);
     EXPECT_GT(graphed.stats.spec.accepted, 0);
@@ -678,10 +661,7 @@ TEST(CudaGraphs, SpeculativeStepsReplayMatchEager) {
     for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_EQ(graphed.tokens[i], eager.tokens[i]) << kv_format_name(format) << " request " << i;
         EXPECT_EQ(graphed.logprobs[i], eager.logprobs[i]) << kv_format_name(format) << " request " << i;
-        size_t same = 0;
-        while (same < plain.tokens[i].size() && same < graphed.tokens[i].size() &&
-               plain.tokens[i][same] == graphed.tokens[i][same])
-            ++same;
+        const size_t same = same_prefix(plain.tokens[i], graphed.tokens[i]);
         std::printf("%s KV, request %zu: %zu tokens, speculative (K = 3) = plain for the first %zu; %lld of %lld "
                     "drafts accepted; %lld steps replayed from graphs\n",
                     kv_format_name(format), i, graphed.tokens[i].size(), same,
@@ -705,45 +685,13 @@ TEST(CudaGraphs, VerificationBeyond32RowsReplays) {
     for (size_t r = 0; r < prompts.size(); ++r)
         for (int64_t i = 0; i < 90 + 7 * static_cast<int64_t>(r); ++i)
             prompts[r].push_back((base[(i + r) % base.size()] * 29 + 5 * i + static_cast<int64_t>(r)) % 8000 + 10);
-    struct Run {
-        std::vector<std::vector<int32_t>> tokens;
-        std::vector<std::vector<float>> logprobs;
-        EngineStats stats;
-    };
-    const auto serve = [&](bool graphs) {
-        if (graphs)
-            unsetenv("MEGACTX_GRAPHS");
-        else
-            setenv("MEGACTX_GRAPHS", "0", 1);
-        EngineConfig cfg;
-        cfg.kv_format = KvFormat::BF16;
-        cfg.max_model_len = 512;
-        cfg.n_kv_blocks = 128;
-        cfg.speculative_tokens = 3;
-        Engine e(model, *gpu, cfg);
-        Run r;
-        r.tokens.resize(prompts.size());
-        r.logprobs.resize(prompts.size());
-        for (size_t i = 0; i < prompts.size(); ++i) {
-            GenerationParams g;
-            g.max_tokens = 64;
-            g.ignore_eos = true;
-            g.top_logprobs = 0;
-            e.submit(prompts[i], g, [&r, i](const TokenEvent& ev) {
-                if (ev.token >= 0) {
-                    r.tokens[i].push_back(ev.token);
-                    r.logprobs[i].push_back(ev.logprobs.logprob);
-                }
-                return true;
-            });
-        }
-        while (e.step()) {
-        }
-        r.stats = e.stats();
-        unsetenv("MEGACTX_GRAPHS");
-        return r;
-    };
-    const Run eager = serve(false), graphed = serve(true);
+    EngineConfig cfg;
+    cfg.kv_format = KvFormat::BF16;
+    cfg.max_model_len = 512;
+    cfg.n_kv_blocks = 128;
+    cfg.speculative_tokens = 3;
+    const Served eager = serve_greedy(model, *gpu, cfg, prompts, 64, false),
+                 graphed = serve_greedy(model, *gpu, cfg, prompts, 64, true);
     EXPECT_EQ(eager.stats.graph_replays, 0);
     EXPECT_GT(graphed.stats.graph_replays, 50);
     EXPECT_EQ(graphed.stats.spec.accepted, eager.stats.spec.accepted);

@@ -465,21 +465,12 @@ CudaOps::Gemm CudaOps::linear_gemm(int64_t out, int64_t n, int64_t in) {
 }
 
 void CudaOps::invariant_linear(const Tensor& x, DeviceWeight& dw, Tensor& y) {
-    InvariantGemmParams p;
+    InvariantGemmParams p = invariant_weight(dw, rows_of(x), 1);
     p.x = x.f32();
     p.ldx = dw.cols;
-    p.w = dw.data.data;
-    p.wtype = dw.dtype == DType::F32 ? 0 : dw.dtype == DType::BF16 ? 1 : 2;
-    if (p.wtype == 2) {
-        p.scales = dw.scales.f32();
-        p.block = dw.block;
-        p.scale_ld = (dw.cols + dw.block - 1) / dw.block;
-    }
-    p.w_ld = dw.cols;
     p.o_rows = true;
     p.y = y.f32();
     p.ldy = dw.rows;
-    p.n = rows_of(x);
     p.out = dw.rows;
     p.in = dw.cols;
     MEGACTX_CUDA_CHECK(launch_invariant_gemm(p, stream_));
@@ -1023,10 +1014,10 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     after_op("indexer_topk");
 }
 
-// The batch-invariant mode's per-head products read kv_b [n_head · (d_nope + d_v), r] as stored: the fields
-// every head shares (the caller sets x, y, the orientation and the first row).
-InvariantGemmParams CudaOps::invariant_heads(const DeviceWeight& dw, int64_t n, int64_t n_head) const {
-    MEGACTX_CHECK(dw.rows % n_head == 0, "kv_b: {} rows for {} heads", dw.rows, n_head);
+// The batch-invariant mode's GEMM over a weight as stored, split into `batch` equal groups of rows (MLA's heads of
+// kv_b [n_head · (d_nope + d_v), r]; 1 for a linear): the caller sets x, y, the orientation and the first row.
+InvariantGemmParams CudaOps::invariant_weight(const DeviceWeight& dw, int64_t n, int64_t batch) const {
+    MEGACTX_CHECK(dw.rows % batch == 0, "invariant GEMM: {} weight rows in {} groups", dw.rows, batch);
     InvariantGemmParams g;
     g.w = dw.data.data;
     g.wtype = dw.dtype == DType::F32 ? 0 : dw.dtype == DType::BF16 ? 1 : 2;
@@ -1036,9 +1027,9 @@ InvariantGemmParams CudaOps::invariant_heads(const DeviceWeight& dw, int64_t n, 
         g.scale_ld = (dw.cols + dw.block - 1) / dw.block;
     }
     g.w_ld = dw.cols;
-    g.w_batch_rows = dw.rows / n_head;
+    g.w_batch_rows = dw.rows / batch;
     g.n = n;
-    g.batch = n_head;
+    g.batch = batch;
     return g;
 }
 
@@ -1072,7 +1063,7 @@ void CudaOps::mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, 
         // Per head h: q_out[:, h, :r] = q[:, h, :d_nope] · W_UK_h, W_UK_h the rows h · (d_nope + d_v) + i of kv_b.
         MEGACTX_CHECK(d_out == r + d_qk - d_nope, "mla_absorb_q: output rows of {}, expected {}", d_out,
                       r + d_qk - d_nope);
-        InvariantGemmParams g = invariant_heads(dw, n, n_head);
+        InvariantGemmParams g = invariant_weight(dw, n, n_head);
         g.x = q.f32();
         g.ldx = n_head * d_qk;
         g.x_bstride = d_qk;
@@ -1199,7 +1190,7 @@ void CudaOps::mla_expand_v(const Tensor& lat, const Weight& kv_b, int64_t d_nope
     if (options_.batch_invariant) {
         // Per head h: out[:, h] = lat[:, h] · W_UV_hᵀ, W_UV_h the rows h · (d_nope + d_v) + d_nope + j of kv_b.
         MEGACTX_CHECK(r == kv_b.cols, "mla_expand_v: latent rows of {}, kv_b has {} columns", r, kv_b.cols);
-        InvariantGemmParams g = invariant_heads(dw, n, n_head);
+        InvariantGemmParams g = invariant_weight(dw, n, n_head);
         g.x = lat.f32();
         g.ldx = n_head * r;
         g.x_bstride = r;

@@ -191,7 +191,7 @@ class CudaOps final : public Ops {
     bool linear_fp8(const Tensor& x, DeviceWeight& dw, Tensor& y);
     // The batch-invariant mode's linear (invariant_gemm.h), y = x · Wᵀ for any weight type.
     void invariant_linear(const Tensor& x, DeviceWeight& dw, Tensor& y);
-    InvariantGemmParams invariant_heads(const DeviceWeight& dw, int64_t n, int64_t n_head) const;
+    InvariantGemmParams invariant_weight(const DeviceWeight& dw, int64_t n, int64_t batch) const;
     Tensor to_bf16(const Tensor& x);
     void after_op(const char* name);
     void moe_device_choice(const MoeFp8Params& gp, const MoeSmallParams& sp);
