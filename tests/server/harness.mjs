@@ -138,3 +138,13 @@ export async function waitMetrics(base, pred, ms = 5000) {
   }
   return m;
 }
+
+// Polls the server's log until a line matches `re` (or `ms` pass): the access line of a request is written after its
+// response, and the child's stderr reaches this process later still. Returns whether one matched.
+export async function waitLog(server, re, ms = 5000) {
+  for (const t0 = Date.now(); Date.now() - t0 < ms;) {
+    if (server.log().split('\n').some((l) => re.test(l))) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return server.log().split('\n').some((l) => re.test(l));
+}
