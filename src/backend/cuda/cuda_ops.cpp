@@ -1457,7 +1457,7 @@ void CudaOps::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weig
         }
         return true;
     };
-    if (table != nullptr) {
+    if (table != nullptr && n > 0) {
         const int64_t pass = std::min(n, kMoeSmallMaxTokens), last = n - (n - 1) / pass * pass;
         if (few(0, pass, false) && few(0, last, false)) {
             for (int64_t t0 = 0; t0 < n; t0 += pass) few(t0, std::min(pass, n - t0), true);
