@@ -176,7 +176,6 @@ int main(int argc, char** argv) {
             const int64_t n_need = (max_l + kBlockSize - 1) / kBlockSize + 2 + max_batch;
             std::vector<int64_t> device_tiers = {0};  // 0: every block on the device
             if (device_blocks > 0) {
-                MEGACTX_CHECK(!group, "--device-blocks: the host tier does not run under tensor parallelism yet");
                 MEGACTX_CHECK(device_blocks < n_need, "--device-blocks {}: the longest context needs only {} blocks",
                               device_blocks, n_need);
                 device_tiers.push_back(device_blocks);
@@ -187,6 +186,7 @@ int main(int argc, char** argv) {
                                : std::make_unique<KvCache>(*ops, c, n_dev, fmt, model.kv_layers(),
                                                            KvTierOptions{n_need - n_dev, staging_rows, promotions});
                 KvCache& kv = *kv_owner;
+                model.prepare_kv(kv);  // tensor parallel: the followers' caches (and tiers, replaying rank 0's events)
                 fill_pools(kv, c, fmt);
                 if (group) group->run_on_followers(kv, [&](int, Ops&, KvCache& k) { fill_pools(k, c, fmt); });
                 std::vector<float> host;

@@ -114,6 +114,15 @@ if has tp; then
             tee "$out/bench_model_$tag.log"
         summary+=("bench_model $tag: exit ${PIPESTATUS[0]}")
     done
+    # The host KV tier under TP + EP (and + LayerSplit): every rank with a device tier of 2048 blocks and the rest of
+    # the 1M context in its pinned host tier, against all on the device (eager steps: graphs need one device).
+    for cfg in "$ngpu --expert-parallel" "$ngpu --expert-parallel --layer-split"; do
+        tag=4e-tier-tp$(echo "$cfg" | tr -d ' -' | sed 's/expertparallel/ep/; s/layersplit/ls/')
+        build-cuda/bench/cuda/bench_model --model "$d4" --tp $cfg --contexts 1048575 --kv fp8 --decode-batch 1,8 \
+            --device-blocks 2048 --steps "${TP_STEPS:-10}" --json "$out/bench_model_$tag.json" 2>&1 |
+            tee "$out/bench_model_$tag.log"
+        summary+=("bench_model $tag: exit ${PIPESTATUS[0]}")
+    done
     # serve under --tp (with and without LayerSplit): capacity line, one completion, clean exit
     for ls in "" --layer-split; do
         log="$out/serve_tp$ls.log"
