@@ -104,9 +104,10 @@ std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fract
     CudaOptions o;
     o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction);
     o.batch_invariant = batch_invariant;
-    std::fprintf(stderr, "megactx: CUDA device 0: %s (sm_%d%d, %d SMs), %.1f GiB free, budget %.1f GiB\n",
+    std::fprintf(stderr, "megactx: CUDA device 0: %s (sm_%d%d, %d SMs), %.1f GiB free, budget %.1f GiB%s\n",
                  info.name.c_str(), info.major, info.minor, info.n_sm, static_cast<double>(info.free_bytes) / (1 << 30),
-                 static_cast<double>(o.memory_budget_bytes) / (1 << 30));
+                 static_cast<double>(o.memory_budget_bytes) / (1 << 30),
+                 batch_invariant ? "; batch-invariant kernels" : "");
     return make_cuda_ops(o);
 #else
     (void)budget_fraction;
