@@ -1,13 +1,31 @@
+// The batch-invariant mode's GEMM (contract: invariant_gemm.h): a plain shared-memory tiled GEMM on the CUDA cores,
+// one fp32 accumulator per output, k in ascending order; no split of k, no atomics, nothing chosen by the row count.
+// Not measured yet (written without a GPU); its cost against the default paths is cuda.sh's `invariant` stage.
 #include "backend/cuda/invariant_gemm.h"
 
 #include "backend/cuda/cuda_common.cuh"
+
+#include <cstdint>
 
 namespace megactx::cuda {
 namespace {
 
 constexpr int kBm = 32, kBn = 64, kBk = 32, kThreads = 256;
 
-__device__ __forceinline__ float load_w(const InvariantGemmParams& p, int64_t r, int64_t c) {
+// InvariantGemmParams as the kernel takes it: 32-bit sizes, 96 bytes (design.md §6: parameter structs passed by value
+// stay within 128 bytes). Offsets are formed in 64 bits in the kernel.
+struct Args {
+    const float* x;
+    const void* w;
+    const float* scales;
+    float* y;
+    int32_t ldx, x_bstride, scale_ld, block, w_ld, w_row0, w_batch_rows, ldy, y_bstride, n, out, in;
+    int32_t wtype;
+    bool o_rows;
+};
+static_assert(sizeof(Args) <= 128, "kernel parameters within 128 bytes");
+
+__device__ __forceinline__ float load_w(const Args& p, int64_t r, int64_t c) {
     const int64_t i = r * p.w_ld + c;
     if (p.wtype == 0) return static_cast<const float*>(p.w)[i];
     if (p.wtype == 1) return bf16_bits_to_f32(static_cast<const uint16_t*>(p.w)[i]);
@@ -17,7 +35,7 @@ __device__ __forceinline__ float load_w(const InvariantGemmParams& p, int64_t r,
 // Block (o tile, row tile, batch). Thread (ty, tx) = (tid / 16, tid % 16) owns rows ty · 2 + {0, 1} and outputs
 // tx + 16 · {0..3} of the tile; every output's sum runs over k = 0, 1, ..., in - 1 in that order (the tail of the
 // last k step adds exact zeros).
-__global__ void __launch_bounds__(kThreads) invariant_gemm_kernel(InvariantGemmParams p) {
+__global__ void __launch_bounds__(kThreads) invariant_gemm_kernel(Args p) {
     __shared__ float xs[kBk][kBm + 1];
     __shared__ float ws[kBk][kBn + 1];
     const int tid = static_cast<int>(threadIdx.x), tx = tid % 16, ty = tid / 16;
@@ -76,14 +94,35 @@ __global__ void __launch_bounds__(kThreads) invariant_gemm_kernel(InvariantGemmP
 
 cudaError_t launch_invariant_gemm(const InvariantGemmParams& p, cudaStream_t stream) {
     if (p.n == 0 || p.out == 0 || p.batch == 0) return cudaSuccess;
-    if (p.n < 0 || p.out < 0 || p.in < 0 || p.batch < 0 || p.wtype < 0 || p.wtype > 2 ||
-        (p.wtype == 2 && (p.scales == nullptr || p.block <= 0)))
+    const int64_t sizes[] = {p.ldx, p.x_bstride, p.scale_ld, p.block, p.w_ld, p.w_row0, p.w_batch_rows,
+                             p.ldy, p.y_bstride, p.n, p.out, p.in, p.batch};
+    for (const int64_t v : sizes)
+        if (v < 0 || v > INT32_MAX) return cudaErrorInvalidValue;
+    if (p.wtype < 0 || p.wtype > 2 || (p.wtype == 2 && (p.scales == nullptr || p.block <= 0)))
         return cudaErrorInvalidValue;
     const int64_t gy = (p.n + kBm - 1) / kBm;
     if (gy > 65535 || p.batch > 65535) return cudaErrorInvalidValue;
+    Args a{p.x,
+           p.w,
+           p.scales,
+           p.y,
+           static_cast<int32_t>(p.ldx),
+           static_cast<int32_t>(p.x_bstride),
+           static_cast<int32_t>(p.scale_ld),
+           static_cast<int32_t>(p.block),
+           static_cast<int32_t>(p.w_ld),
+           static_cast<int32_t>(p.w_row0),
+           static_cast<int32_t>(p.w_batch_rows),
+           static_cast<int32_t>(p.ldy),
+           static_cast<int32_t>(p.y_bstride),
+           static_cast<int32_t>(p.n),
+           static_cast<int32_t>(p.out),
+           static_cast<int32_t>(p.in),
+           p.wtype,
+           p.o_rows};
     const dim3 grid(static_cast<unsigned>((p.out + kBn - 1) / kBn), static_cast<unsigned>(gy),
                     static_cast<unsigned>(p.batch));
-    invariant_gemm_kernel<<<grid, kThreads, 0, stream>>>(p);
+    invariant_gemm_kernel<<<grid, kThreads, 0, stream>>>(a);
     return cudaGetLastError();
 }
 
