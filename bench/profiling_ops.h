@@ -58,6 +58,10 @@ class ProfilingOps final : public Ops {
         const Timer timer(stats_[kDownload]);  // host transfers share one row
         inner_.upload(host, t);
     }
+    void zero(Tensor& t) override {
+        const Timer timer(stats_[kDownload]);
+        inner_.zero(t);
+    }
     void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override {
         const Timer timer(stats_[kEmbedding]);
         inner_.embedding(tokens, table, out);

@@ -142,8 +142,7 @@ KvCache::KvCache(Ops& ops, const ModelConfig& c, int64_t n_blocks, KvFormat form
             });
         loc_ = ops.alloc(DType::I32, {n_all});
         hits_ = ops.alloc(DType::I32, {n_all});
-        const std::vector<int32_t> zeros(static_cast<size_t>(n_all), 0);
-        ops.upload(zeros.data(), hits_);
+        ops.zero(hits_);
         dirty_ = true;
         flush_tiers();
     }
@@ -175,8 +174,7 @@ void KvCache::end_step() {
     if (log_events_) events_.push_back({TierEvent::Kind::EndStep});
     std::vector<int32_t> hits(static_cast<size_t>(n_blocks()));
     ops_->download(hits_, hits.data());
-    const std::vector<int32_t> zeros(hits.size(), 0);
-    ops_->upload(zeros.data(), hits_);
+    ops_->zero(hits_);  // on the stream: no second synchronisation and no host buffer of zeros
     apply(tiers_->end_step(hits));
 }
 

@@ -124,6 +124,8 @@ class Ops {
     virtual void download(const Tensor& t, void* host) = 0;
     // Host bytes (t.numel() elements of t.dtype) → t's memory.
     virtual void upload(const void* host, Tensor& t) = 0;
+    // t's bytes set to 0 in backend memory, ordered like an op (no host buffer, no synchronisation).
+    virtual void zero(Tensor& t) = 0;
 
     // out[i] = table[tokens[i]]                                 out [n, d]
     virtual void embedding(const Tensor& tokens, const Weight& table, Tensor& out) = 0;

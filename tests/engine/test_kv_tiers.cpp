@@ -202,6 +202,10 @@ struct Feeder {
         for (int64_t i0 = 0; i0 < static_cast<int64_t>(tokens.size()); i0 += chunk) {
             const int64_t m = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - i0);
             kv.end_step();
+            if (kv.tiered()) {  // the step's counts were read and cleared for the next step
+                const Tensor& hits = kv.tier_hits();
+                EXPECT_EQ(std::count(hits.i32(), hits.i32() + hits.numel(), 0), hits.numel());
+            }
             seq.reserve(kv.blocks(), seq.n_tokens + m);
             kv.flush_tiers();
             Batch b;

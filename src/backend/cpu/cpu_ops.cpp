@@ -72,6 +72,8 @@ void CpuOps::upload(const void* host, Tensor& t) {
     std::memcpy(t.data, host, static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
 }
 
+void CpuOps::zero(Tensor& t) { std::memset(t.data, 0, static_cast<size_t>(t.numel()) * dtype_size(t.dtype)); }
+
 void CpuOps::embedding(const Tensor& tokens, const Weight& table, Tensor& out) {
     const int64_t n = tokens.numel();
     const int32_t* ids = tokens.i32();

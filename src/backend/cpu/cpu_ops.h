@@ -14,6 +14,7 @@ public:
     Tensor upload_i32(const std::vector<int32_t>& v) override;
     void download(const Tensor& t, void* host) override;
     void upload(const void* host, Tensor& t) override;
+    void zero(Tensor& t) override;
 
     void embedding(const Tensor& tokens, const Weight& table, Tensor& out) override;
     void rms_norm(const Tensor& x, const std::vector<float>& w, float eps, Tensor& y) override;

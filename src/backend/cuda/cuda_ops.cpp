@@ -379,6 +379,12 @@ void CudaOps::download(const Tensor& t, void* host) {
     MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaOps::zero(Tensor& t) {
+    bind_thread();
+    const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
+    if (bytes > 0) MEGACTX_CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, stream_));
+}
+
 void CudaOps::upload(const void* host, Tensor& t) {
     bind_thread();
     const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
