@@ -58,6 +58,17 @@ std::vector<double> sorted_row_errors(const std::vector<float>& got, const std::
     return rel;
 }
 
+// GLM-5.2's attention geometry at test size (gen-model's glm52-mini preset), generated once per machine.
+std::string glm52_mini_dir() {
+    const std::string dir = (std::filesystem::temp_directory_path() / "megactx-test-glm52-mini-seed0").string();
+    if (!std::filesystem::exists(dir + "/config.json")) {
+        GenModelOptions gm;
+        gm.preset = "glm52-mini";
+        generate_model(dir, gm);
+    }
+    return dir;
+}
+
 std::vector<Transport> transports() {
     std::vector<Transport> t = {Transport::kThreadOneGpu};
     if (cuda::device_count() >= 2) t.push_back(Transport::kNccl);
@@ -160,12 +171,7 @@ TEST(CudaTensorParallel, FixturesMatchOneGpu) {
 
 TEST(CudaTensorParallel, Glm52GeometryMatchesOneGpu) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    const std::string dir = (std::filesystem::temp_directory_path() / "megactx-test-glm52-mini-seed0").string();
-    if (!std::filesystem::exists(dir + "/config.json")) {
-        GenModelOptions gm;
-        gm.preset = "glm52-mini";
-        generate_model(dir, gm);
-    }
+    const std::string dir = glm52_mini_dir();
     const GlmDsaModel single(dir);
     const int64_t vocab = single.config().vocab_size, n = 2600;
     std::vector<int32_t> toks(static_cast<size_t>(n));
@@ -211,12 +217,7 @@ TEST(CudaTensorParallel, Glm52GeometryMatchesOneGpu) {
 // the thread transport and on two through NCCL when there are two.
 TEST(CudaTensorParallel, HostTierMatchesAllOnTheDevice) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    const std::string dir = (std::filesystem::temp_directory_path() / "megactx-test-glm52-mini-seed0").string();
-    if (!std::filesystem::exists(dir + "/config.json")) {
-        GenModelOptions gm;
-        gm.preset = "glm52-mini";
-        generate_model(dir, gm);
-    }
+    const std::string dir = glm52_mini_dir();
     struct Run {
         std::vector<std::vector<int32_t>> tokens;
         std::vector<std::vector<float>> logprobs;
