@@ -77,6 +77,18 @@ void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
                   "(default: as config.json's index_share_for_mtp_iteration)");
 }
 
+namespace {
+
+// --batch-invariant over NCCL: refused, since NCCL orders its sums by message size.
+void check_invariant_transport(bool batch_invariant, bool nccl, int64_t ranks) {
+    MEGACTX_CHECK(!(nccl && batch_invariant),
+                  "--batch-invariant with --tensor-parallel-size {}: NCCL orders its sums by message size, so a row's "
+                  "result would still depend on the batch (--tp-transport thread keeps the order fixed)",
+                  ranks);
+}
+
+}  // namespace
+
 KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtype) {
     KvFormat f = KvFormat::F32;
     if (kv_dtype == "auto") {
@@ -131,10 +143,7 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
 #ifdef MEGACTX_WITH_CUDA
     const int n_dev = cuda::device_count();
     const bool nccl = transport != "thread";
-    MEGACTX_CHECK(!(nccl && batch_invariant),
-                  "--batch-invariant with --tensor-parallel-size {}: NCCL orders its sums by message size, so a row's "
-                  "result would still depend on the batch (--tp-transport thread keeps the order fixed)",
-                  po.n_gpus);
+    check_invariant_transport(batch_invariant, nccl, po.n_gpus);
     MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
     MEGACTX_CHECK(!nccl || po.n_gpus <= n_dev,
                   "--tensor-parallel-size {} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread puts "
@@ -181,6 +190,9 @@ int64_t weight_device_bytes(const std::string& dir) {
 
 void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
     const KvFormat kv_format = resolve_kv_format(f.device, f.kv_dtype);
+    // Before a server listens: what make_tp_group would refuse at load time.
+    if (f.tp.n_gpus > 1 && f.device == "cuda")
+        check_invariant_transport(f.batch_invariant, f.tp_transport != "thread", f.tp.n_gpus);
     if (f.tp.n_gpus > 1) {
         so.make_group = [&so, &f, kv_format](EngineConfig& ec) {
             auto g = make_tp_group(so.model_dir, f.device, f.tp, f.tp_transport, f.gpu_memory_utilization,

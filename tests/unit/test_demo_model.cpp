@@ -229,11 +229,13 @@ TEST_F(DemoModelCli, BatchInvariantChangesNoTokenOnTheCpuAndIsRefusedWithNccl) {
     const CliResult b = run("run -f " + shell_quoted(doc) + " --no-think --batch-invariant");
     ASSERT_EQ(b.exit_code, 0) << b.err;
     EXPECT_EQ(a.out, b.out);
-    const CliResult tp = run("generate --tokens " + list + " --device cuda --tp 2 --batch-invariant");
-    EXPECT_NE(tp.exit_code, 0);
-    EXPECT_TRUE(tp.err.find("--batch-invariant with --tensor-parallel-size 2") != std::string::npos ||
-                tp.err.find("built without CUDA") != std::string::npos)
-        << tp.err;
+    for (const std::string& cmd : {"generate --tokens " + list, std::string("serve --port 0")}) {
+        const CliResult tp = run(cmd + " --device cuda --tp 2 --batch-invariant");
+        EXPECT_NE(tp.exit_code, 0) << cmd;
+        EXPECT_TRUE(tp.err.find("--batch-invariant with --tensor-parallel-size 2") != std::string::npos ||
+                    tp.err.find("built without CUDA") != std::string::npos)
+            << cmd << ": " << tp.err;
+    }
 }
 
 }  // namespace
