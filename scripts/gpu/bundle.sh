@@ -2,7 +2,7 @@
 # Run HERE (the Debian dev machine): builds the CUDA build (build-cuda: MEGACTX_CUDA=ON, no -march=native so it
 # runs on the GPU host's CPU) and packs what the GPU machine needs into .stage/gpu.tar.xz (git-ignored; name
 # `.stage` in the device tool's carry): stripped binaries (megactx, the cuda tests and benchmarks, bench_engine,
-# bench_cpu) at their build-cuda paths, the random tiny model, and the Debian shared libraries the GPU machine
+# bench_cpu) at their build-cuda paths, and the Debian shared libraries the GPU machine
 # lacks (fmt 9, xxhash, pcre2, ICU 72, cpp-httplib). scripts/gpu/cuda.sh unpacks and runs it there.
 # Building here instead of there saves device time (the lease is short; nvcc on 2 cores is not).
 set -euo pipefail
@@ -18,17 +18,31 @@ bins=(megactx bench/bench_engine bench/bench_cpu)
 for f in build-cuda/tests/cuda/* build-cuda/bench/cuda/*; do
     [ -f "$f" ] && [ -x "$f" ] && bins+=("${f#build-cuda/}")
 done
+# BINS="megactx tests/cuda/* bench/cuda/bench_model" packs only those (paths under build-cuda, globs): the working
+# tree (53 MB, the demo model included) and the bundle travel within the device tool's 64 MiB together.
+if [ -n "${BINS:-}" ]; then
+    bins=()
+    read -ra pats <<< "$BINS"
+    for pat in "${pats[@]}"; do
+        for f in build-cuda/$pat; do [ -f "$f" ] && [ -x "$f" ] && bins+=("${f#build-cuda/}"); done
+    done
+fi
 for b in "${bins[@]}"; do
     [ -f "build-cuda/$b" ] || continue
     mkdir -p "$stage/build-cuda/$(dirname "$b")"
     strip --strip-unneeded -o "$stage/build-cuda/$b" "build-cuda/$b"
 done
-cp -r build-cuda/models "$stage/build-cuda/"
+# models/tiny is not packed (random weights do not compress): cuda.sh regenerates it there, bit for bit (seed 0).
 # The serving benchmark's prompts (scripts/gpu/serve-overhead.sh), made by the same generator as bench-serve.sh.
 node bench/bench_serve.mjs --write-prompts "$stage/prompts.json" --count 128 --words 45 --seed 1
 for l in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libicuuc.so.72 libicudata.so.72 libcpp-httplib.so.0.11; do
     cp -L "/lib/x86_64-linux-gnu/$l" "$stage/lib/"
 done
-tar -C .stage -cf - gpu | xz -T"$jobs" -6 > .stage/gpu.tar.xz
+# One xz thread and a dictionary larger than the binaries: they share most of their CUDA kernels, which then
+# compress to almost nothing (half the size of -6's default 8 MiB window).
+tar -C .stage -cf - gpu | xz -T1 --lzma2=preset=6,dict=256MiB > .stage/gpu.tar.xz
 rm -rf "$stage"
-echo "bundle: .stage/gpu.tar.xz $(du -h .stage/gpu.tar.xz | cut -f1) (${#bins[@]} binaries)"
+tracked=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+bundle=$(stat -c %s .stage/gpu.tar.xz)
+echo "bundle: .stage/gpu.tar.xz $(( bundle / 1000000 )) MB (${#bins[@]} binaries); with the tracked files" \
+    "$(( (tracked + bundle) / 1048576 )) MiB of the device tool's 64"

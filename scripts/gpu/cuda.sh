@@ -24,6 +24,9 @@ if ! ls /usr/local/cuda/lib64/libnccl.so.2 >/dev/null 2>&1; then
     [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
     echo "NCCL: ${nccl_dir:-not found}"
 fi
+# The random tiny model the tests run on (bundle.sh leaves it out): generated as the build does.
+[ -f build-cuda/models/tiny/config.json ] ||
+    build-cuda/megactx gen-model --preset tiny --seed 0 --out build-cuda/models/tiny >/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "commit $commit, $(date -u +%FT%TZ)" | tee -a "$out/gpu.txt"
@@ -36,8 +39,9 @@ if has tests; then
         # TESTS="test_a test_b" runs only those
         [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $name "* ]] && continue
         # line-buffered so a hang still leaves the log; TEST_TIMEOUT seconds per binary (default 600)
+        t0=$SECONDS
         if timeout "${TEST_TIMEOUT:-600}" stdbuf -oL "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then r=PASS; else r="FAIL (exit $?)"; fi
-        summary+=("$name: $r ($(grep -cE '^\[       OK|^\[  FAILED  \] [A-Z]' "$out/$name.log") lines)")
+        summary+=("$name: $r ($(grep -cE '^\[       OK|^\[  FAILED  \] [A-Z]' "$out/$name.log") lines, $((SECONDS - t0)) s)")
         [ "$r" != PASS ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
     done
 fi
@@ -196,6 +200,7 @@ fi
 if has serve; then
     bash scripts/gpu/serve-overhead.sh "$out" 2>&1 | tee "$out/serve.log" | tail -20
 fi
+summary+=("total: $SECONDS s")
 echo "== summary =="
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 [ -n "${OUT:-}" ] && tar -C "$out" -czf "$OUT/gpu-results.tar.gz" .

@@ -18,11 +18,13 @@
 #                                           shipped tokenizer, haystack and greedy generation config), then
 #                                           megactx eval niah --device cuda on each GRID = LENGTHS:DEPTHS:SAMPLES
 #                                           (seed 0), JSON into $OUT; needs scripts/gpu/bundle.sh's .stage carried
+# TRAIN_RUN=DIR puts the run in DIR instead of /root/train-run, so that two runs can share the GPU (the IndexShare
+# ablation pair: `start` each with FOLLOW_S 0, then follow and niah each with its TRAIN_RUN).
 # The machine is given back 30 s after a call ends, so the follow calls must come back to back: prepare anything
 # local (bundles, data) before `start`, never between two calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-run=/root/train-run
+run=${TRAIN_RUN:-/root/train-run}
 cmd=${1:?start, follow or collect}
 shift
 
@@ -108,7 +110,7 @@ niah)
     for g in "$@"; do
         IFS=: read -r lengths depths samples <<< "$g"
         build-cuda/megactx eval niah --model "$m" --device cuda --lengths "$lengths" --depths "$depths" \
-            --samples "$samples" --seed 0 --max-num-batched-tokens 16384 --out "$OUT/niah-${lengths//,/-}.json" 2>&1 |
+            --samples "$samples" --seed 0 --max-num-batched-tokens 16384 --out "$OUT/niah-$(basename "$run")-${lengths//,/-}.json" 2>&1 |
             tail -3
     done
     ;;
