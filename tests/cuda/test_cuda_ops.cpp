@@ -783,7 +783,9 @@ TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
             };
             const std::string tag = std::string("invariant moe_experts ") + dtype_name(t);
             const auto full = run(*inv, 0, N);
-            expect_close(full, run(cpu_, 0, N), t == DType::BF16 ? 1e-4 : 1e-5, tag);
+            // bf16 experts: the per-choice kernels round x and h to bf16, as the grouped bf16 GEMMs do (the
+            // default-mode check above allows 1e-2 for the same reason); batch invariance is the EXPECT_EQ below.
+            expect_close(full, run(cpu_, 0, N), t == DType::BF16 ? 1e-2 : 1e-5, tag);
             for (const Part pt : parts)
                 EXPECT_EQ(run(*inv, pt.r0, pt.n), slice(full, pt.r0, pt.n, d)) << tag << ", rows " << pt.r0 << " + " << pt.n;
         }

@@ -4,7 +4,8 @@
 // rows x has or on what the other rows hold, so a token's row gives the same bits alone, as one of a verification
 // step's K + 1 rows, or inside a prefill chunk: the property the default paths give up (cuBLASLt picks its kernel,
 // tiling and split-K per row count; fp8_gemv, fp8_gemm_small and cuBLASLt round activations differently).
-// CUDA cores, not tensor cores: a 32-row × 64-output tile per CTA, k in steps of 32 through shared memory.
+// CUDA cores, not tensor cores: a 32-row × 32-output tile per CTA, k in steps of 128 through shared memory with the
+// next step's tiles loading meanwhile; rows past n cost no arithmetic, so a decode row pays for one row.
 //
 // Layout: W is stored row-major with `w_ld` values a row; element (o, k) of batch b sits at stored row
 // w_row0 + b · w_batch_rows + (o_rows ? o : k) and column (o_rows ? k : o). o_rows = true is a linear layer
