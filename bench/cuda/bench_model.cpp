@@ -22,9 +22,13 @@
 // when every selected host row is fetched each step, the default how a hot set absorbs a stable selection, and
 // --vary-tokens (a new token each step: on random weights and keys, a new selection each step) how it does not.
 //
+// With --op-split S (one GPU) each decode case also runs S eager steps through a ProfilingOps with every op
+// synchronised (cuda_sync_each_op) and prints the ms per step of each op, largest first: where a step's time goes
+// (the launch and synchronisation of each op included, so the parts add up to more than the step).
+//
 //   bench_model --model DIR [--model DIR2 ...] [--contexts 8192,131072,1048576] [--kv fp8|bf16]
 //               [--steps 20] [--chunk 4096] [--prefill-reps 2] [--tp N [--expert-parallel]]
-//               [--device-blocks N [--promotions P]] [--vary-tokens] [--json PATH]
+//               [--device-blocks N [--promotions P]] [--vary-tokens] [--op-split S] [--json PATH]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +43,7 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/kv_fill.h"
 #include "bench_util.h"
+#include "profiling_ops.h"
 #include "kv/kv_cache.h"
 #include "model/batch.h"
 #include "model/glm_dsa.h"
@@ -103,7 +108,9 @@ int main(int argc, char** argv) {
     app.add_option("--decode-batch", decode_batch_arg,
                    "sequences decoding together, a list (they share the context's KV blocks), e.g. 1,32");
     app.add_option("--json", json_path, "write the results as JSON");
-    int64_t device_blocks = 0, promotions = 32, staging_rows = 8;
+    int64_t device_blocks = 0, promotions = 32, staging_rows = 8, op_split = 0;
+    app.add_option("--op-split", op_split, "eager decode steps timed op by op, each op synchronised (0: none)")
+        ->check(CLI::Range(0, 1000));
     bool vary_tokens = false;
     app.add_flag("--vary-tokens", vary_tokens,
                  "decode a different token each step (a selection that moves) instead of repeating one");
@@ -129,6 +136,7 @@ int main(int argc, char** argv) {
         const int64_t max_batch = *std::max_element(decode_batches.begin(), decode_batches.end());
         MEGACTX_CHECK(kv_arg == "fp8" || kv_arg == "bf16", "--kv must be fp8 or bf16, got '{}'", kv_arg);
         const KvFormat fmt = kv_arg == "fp8" ? KvFormat::FP8 : KvFormat::BF16;
+        MEGACTX_CHECK(op_split == 0 || po.n_gpus == 1, "--op-split times one GPU's ops: not with --tp");
         const cuda::DeviceInfo dev = cuda::device_info(0);
         nlohmann::json out = {{"bench", "bench_model"},
                               {"device", dev.name},
@@ -256,6 +264,26 @@ int main(int argc, char** argv) {
                         const double fetched_per_token = static_cast<double>(per_step.host_rows) *
                                                          static_cast<double>(kv.latent_row_bytes()) /
                                                          static_cast<double>(steps * B);
+                        // Op by op (--op-split): eager steps, each op waiting for its kernels.
+                        nlohmann::json split = nlohmann::json::object();
+                        if (op_split > 0) {
+                            ProfilingOps prof(*ops);
+                            cuda_sync_each_op(*ops, true);
+                            for (int64_t i = 0; i < op_split; ++i) time_forward(model, prof, batch(), kv, host);
+                            cuda_sync_each_op(*ops, false);
+                            auto stats = prof.stats();
+                            std::sort(stats.begin(), stats.end(),
+                                      [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+                            std::string line;
+                            for (const auto& [name, st] : stats) {
+                                const double op_ms = 1e3 * st.seconds / static_cast<double>(op_split);
+                                split[name] = {{"ms_per_step", op_ms},
+                                               {"calls_per_step", static_cast<double>(st.calls) /
+                                                                      static_cast<double>(op_split)}};
+                                line += fmt::format(" {} {:.3f}", name, op_ms);
+                            }
+                            std::printf("%-28s   op split, ms a step (each op synchronised):%s\n", "", line.c_str());
+                        }
                         for (int32_t b : own) kv.blocks().release(b);
                         const double dec = median(ms), gdec = median(gms);
                         const bool graphed = graphs.stats().replayed > 0 && graphs.enabled();
@@ -303,7 +331,8 @@ int main(int argc, char** argv) {
                              {"fetched_bytes_per_token", fetched_per_token},
                              {"promotions_per_step",
                               static_cast<double>(per_step.promotions) / static_cast<double>(steps)},
-                             {"fetch_stall_ms_per_step", stall_ms}});
+                             {"fetch_stall_ms_per_step", stall_ms},
+                             {"op_split", split}});
                     }
                     seq.free(kv.blocks());
                 }

@@ -160,7 +160,7 @@ if has invariant; then
     for mode in default invariant; do
         inv=0; [ "$mode" = invariant ] && inv=1
         MEGACTX_BATCH_INVARIANT=$inv build-cuda/bench/cuda/bench_model --model /tmp/glm52-share \
-            --contexts "${INVARIANT_CONTEXTS:-8192,131072}" --kv fp8 --decode-batch 1,8 \
+            --contexts "${INVARIANT_CONTEXTS:-8192,131072}" --kv fp8 --decode-batch 1,8 --op-split 3 \
             --json "$out/bench_model-$mode.json" >"$out/bench_model-$mode.log" 2>&1
         summary+=("bench_model $mode: exit $?")
     done

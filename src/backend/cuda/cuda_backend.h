@@ -59,6 +59,10 @@ struct CudaMemoryStats {
 std::unique_ptr<Ops> make_cuda_ops(const CudaOptions& options);
 // Memory of an Ops made by make_cuda_ops (Error for any other backend).
 CudaMemoryStats cuda_memory_stats(const Ops& ops);
+// Per-op stream synchronisation (MEGACTX_CUDA_SYNC=1 at construction), switched at run time: while on, every op
+// returns when its kernels have finished, so a ProfilingOps around it times each op's device work (bench_model
+// --op-split). Error for any other backend.
+void cuda_sync_each_op(Ops& ops, bool on);
 // One NCCL communicator per rank (tensor parallel, parallel/comm.h) over CudaOps on distinct devices; the
 // collectives run on each rank's CudaOps stream.
 std::vector<std::unique_ptr<Comm>> make_nccl_comms(const std::vector<Ops*>& ops);

@@ -1698,4 +1698,10 @@ CudaMemoryStats cuda_memory_stats(const Ops& ops) {
     return c->memory_stats();
 }
 
+void cuda_sync_each_op(Ops& ops, bool on) {
+    auto* c = dynamic_cast<cuda::CudaOps*>(&ops);
+    MEGACTX_CHECK(c != nullptr, "cuda_sync_each_op: not a CUDA backend");
+    c->set_sync_each_op(on);
+}
+
 }  // namespace megactx

@@ -71,6 +71,7 @@ class CudaOps final : public Ops {
     ~CudaOps() override;
 
     CudaMemoryStats memory_stats() const { return alloc_->stats(); }
+    void set_sync_each_op(bool on) { sync_each_op_ = on; }
     cudaStream_t stream() const { return stream_; }
     int device() const { return options_.device; }
     void bind_thread();  // makes this device current on the calling thread
