@@ -265,6 +265,7 @@ void Engine::update_snapshot() {
     }
     snap.graph_replays = graphs_.stats().replayed;
     snap.graphs = graphs_.stats().graphs;
+    snap.graph_shapes = graphs_.stats().shapes;
     snap.graph_bytes = graphs_.stats().bytes;
     std::lock_guard<std::mutex> lock(mu_);
     snapshot_ = snap;
@@ -398,7 +399,7 @@ bool Engine::step_once() {
             continue;
         }
         publish_full_blocks(s);
-        valid_rows.push_back({s, first_row[c], valid});
+        valid_rows.push_back({s, first_row[c], valid, verify ? ch.n_tokens : 0});
     }
     if (config_.speculative_tokens > 0) draft(batch, out, valid_rows);
     for (auto& [s, r] : done) finish(s, r);
@@ -467,34 +468,61 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     std::vector<std::vector<int32_t>> next(valid.size());
     std::vector<Sequence*> drafting;  // sequences that decode next: they get drafts
     std::vector<int64_t> n_draft;     // how many each
-    std::vector<int32_t> last_rows;   // their last row in step 0
+    std::vector<int32_t> last_rows;   // their last valid row in step 0
     int64_t n_decoding = 0;
     for (const DraftRows& v : valid) n_decoding += v.seq->n_remaining() == 1;
     const bool too_many = config_.speculative_disable_by_batch_size > 0 &&
                           n_decoding > config_.speculative_disable_by_batch_size;
+    std::vector<int64_t> kds(valid.size(), 0);  // drafts per sequence
     for (size_t k = 0; k < valid.size(); ++k) {
         Sequence* s = valid[k].seq;
-        const int64_t first = valid[k].first_row, n = valid[k].n_rows;
+        if (s->n_remaining() != 1 || too_many) continue;
+        int64_t kd = std::min({K, s->params.max_tokens - s->n_generated() - 1,
+                               max_model_len_ - static_cast<int64_t>(s->tokens.size())});
+        // The draft steps and the verification write KV up to position tokens.size() - 1 + kd.
+        const int64_t total = static_cast<int64_t>(s->tokens.size()) + kd;
+        if (kd > 0 && blocks_needed(*s, total) > kv_.blocks().n_available()) kd = 0;
+        if (kd > 0) s->kv.reserve(kv_.blocks(), total);
+        kds[k] = kd;
+    }
+    // Every drafting sequence greedy on raw logits (no penalties or bias) with the same number of drafts: the
+    // whole chain runs on the device as one step (one graph on the GPU) and only the drafts come back.
+    const auto raw_greedy = [](const Sequence* s) {
+        const SamplingParams& sp = s->params.sampling;
+        return s->sampler->greedy() && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
+               sp.repetition_penalty == 1.0f && sp.logit_bias.empty();
+    };
+    int64_t kd_chain = 0;  // the drafts of the first drafting sequence: all must have as many
+    bool chain = true;
+    for (size_t k = 0; k < valid.size(); ++k) {
+        if (kds[k] == 0) continue;
+        if (kd_chain == 0) kd_chain = kds[k];
+        chain = chain && raw_greedy(valid[k].seq) && kds[k] == kd_chain;
+    }
+    chain = chain && kd_chain > 0;
+    // With graphs, when every sequence of the step drafts after a verification, step 0 covers each one's whole
+    // verification (its K + 1 rows, the rejected ones too) with every row scored, so the chain's shape does not
+    // follow the step's acceptance pattern (with a dozen sequences one pattern seldom repeats: no replay). The rows
+    // past the accepted ones keep nothing: their MTP KV lies at positions the next verification and step 0 write
+    // again before any kept row reads them, and their logits are not taken.
+    const bool pad = chain && graphs_.enabled() && std::all_of(valid.begin(), valid.end(), [](const DraftRows& v) {
+                         return v.n_verified > 0;
+                     }) && std::all_of(kds.begin(), kds.end(), [](int64_t kd) { return kd > 0; });
+    for (size_t k = 0; k < valid.size(); ++k) {
+        Sequence* s = valid[k].seq;
+        const int64_t first = valid[k].first_row, n = valid[k].n_rows, kd = kds[k];
+        const int64_t n0 = pad ? valid[k].n_verified : n;  // rows in step 0
         const int64_t pos0 = batch.pos[static_cast<size_t>(first)];
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = 0; j < n0; ++j) {
             rows.push_back(static_cast<int32_t>(first + j));
-            next[k].push_back(s->tokens[static_cast<size_t>(pos0 + j + 1)]);
+            next[k].push_back(j < n ? s->tokens[static_cast<size_t>(pos0 + j + 1)] : 0);  // 0: a padding row's
         }
-        int64_t kd = 0;
-        if (s->n_remaining() == 1 && !too_many) {
-            kd = std::min({K, s->params.max_tokens - s->n_generated() - 1,
-                           max_model_len_ - static_cast<int64_t>(s->tokens.size())});
-            // The draft steps and the verification write KV up to position tokens.size() - 1 + kd.
-            const int64_t total = static_cast<int64_t>(s->tokens.size()) + kd;
-            if (kd > 0 && blocks_needed(*s, total) > kv_.blocks().n_available()) kd = 0;
-            if (kd > 0) s->kv.reserve(kv_.blocks(), total);
-        }
-        b0.add_sequence(&s->kv.blocks, next[k].data(), n, pos0, false);
-        b0.want_logits.back() = kd > 0;
+        b0.add_sequence(&s->kv.blocks, next[k].data(), n0, pos0, pad);
+        if (!pad) b0.want_logits.back() = kd > 0;
         if (kd > 0) {
             drafting.push_back(s);
             n_draft.push_back(kd);
-            last_rows.push_back(static_cast<int32_t>(b0.n_tokens() - 1));
+            last_rows.push_back(static_cast<int32_t>(b0.n_tokens() - n0 + n - 1));
         }
     }
     if (b0.n_tokens() == 0) return;
@@ -503,13 +531,6 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     ops_.gather_rows(out.hidden, idx, h0);
     const bool share = model_.config().mtp_index_share && !config_.no_mtp_index_share;
 
-    // Every drafting sequence greedy on raw logits (no penalties or bias) with the same number of drafts: the
-    // whole chain runs on the device as one step (one graph on the GPU) and only the drafts come back.
-    const bool chain = !drafting.empty() && std::all_of(drafting.begin(), drafting.end(), [&](const Sequence* s) {
-        const SamplingParams& sp = s->params.sampling;
-        return s->sampler->greedy() && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
-               sp.repetition_penalty == 1.0f && sp.logit_bias.empty();
-    }) && std::all_of(n_draft.begin(), n_draft.end(), [&](int64_t k) { return k == n_draft[0]; });
     if (chain) {
         static const int32_t kPlaceholder = 0;  // step j's tokens come from step j - 1's argmax on the device
         std::vector<Batch> steps(static_cast<size_t>(n_draft[0] - 1));

@@ -66,6 +66,7 @@ struct EngineStats {
     // Decode steps replayed from recorded CUDA graphs, and the graphs kept with their reserved memory
     // (GraphedForward; 0 on backends without graphs).
     int64_t graph_replays = 0, graphs = 0, graph_bytes = 0;
+    int64_t graph_shapes = 0;  // distinct step shapes met (each recorded on its second step; MEGACTX_GRAPHS=pad too)
     SpecStats spec;  // speculative decoding, over all requests
     bool alive = true;
 };
@@ -118,6 +119,7 @@ class Engine {
     struct DraftRows {
         Sequence* seq;
         int64_t first_row, n_rows;  // its rows of the target batch whose KV is valid
+        int64_t n_verified = 0;     // a verification: its rows in the target batch (the rejected ones too); else 0
     };
     void draft(const Batch& batch, const ForwardResult& out, const std::vector<DraftRows>& valid);
     void update_snapshot();

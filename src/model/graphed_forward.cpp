@@ -114,8 +114,12 @@ std::vector<int32_t> GraphedForward::mtp_greedy_chain(const Batch& b0, const Ten
                   "mtp_greedy_chain: hidden_in must be [{}, {}]", b0.n_tokens(), H);
     const auto n_rows = b0.want_logits.empty() ? b0.n_tokens()
                                                : std::count(b0.want_logits.begin(), b0.want_logits.end(), true);
-    MEGACTX_CHECK(n_rows == n_seq && n_seq > 0, "mtp_greedy_chain: {} logit rows for {} drafting sequences", n_rows,
-                  n_seq);
+    // One logit row per drafting sequence, or (step 0 padded to whole verifications) every row scored and each
+    // sequence's row picked by last_rows.
+    const bool select = n_rows != n_seq;
+    MEGACTX_CHECK(n_seq > 0 && (n_rows == n_seq || n_rows == b0.n_tokens()),
+                  "mtp_greedy_chain: {} logit rows for {} drafting sequences in {} rows", n_rows, n_seq,
+                  b0.n_tokens());
     for (const Batch& s : steps)
         MEGACTX_CHECK(s.n_tokens() == n_seq, "mtp_greedy_chain: a draft step of {} tokens for {} sequences",
                       s.n_tokens(), n_seq);
@@ -131,9 +135,16 @@ std::vector<int32_t> GraphedForward::mtp_greedy_chain(const Batch& b0, const Ten
             return t;
         };
         Tensor tok = row(0);
-        ops_.argmax_rows(m.logits, tok);
+        Tensor idx;
+        if (select || k > 1) idx = ops_.upload_i32(last_rows);
+        if (select) {
+            Tensor picked = ops_.alloc(DType::F32, {n_seq, m.logits.dim(1)});
+            ops_.gather_rows(m.logits, idx, picked);
+            ops_.argmax_rows(picked, tok);
+        } else {
+            ops_.argmax_rows(m.logits, tok);
+        }
         if (k == 1) return out;
-        const Tensor idx = ops_.upload_i32(last_rows);
         Tensor hidden = ops_.alloc(DType::F32, {n_seq, H}), top;
         ops_.gather_rows(m.hidden, idx, hidden);
         if (share) {
@@ -169,7 +180,7 @@ std::vector<int32_t> GraphedForward::mtp_greedy_chain(const Batch& b0, const Ten
     for (const Batch& s : rest) model_.check_batch(s);  // run() checks the first; a replay checks nothing
     auto inputs = [&] {  // in upload order: step 0's plan, its drafting rows, then each step's plan
         std::vector<std::vector<int32_t>> in = BatchPlan::host_inputs(first);
-        if (k > 1) in.push_back(last_rows);
+        if (select || k > 1) in.push_back(last_rows);
         for (const Batch& s : rest)
             for (auto& v : BatchPlan::host_inputs(s)) in.push_back(std::move(v));
         return in;
@@ -190,6 +201,7 @@ GraphedForward::Result GraphedForward::run(int kind, const Batch& b, const std::
         if (graphs_.size() >= kMaxGraphs) evict_lru();
         lru_.push_front(key);
         it = graphs_.emplace(key, Entry{}).first;
+        ++stats_.shapes;
         it->second.lru = lru_.begin();
     } else {
         lru_.splice(lru_.begin(), lru_, it->second.lru);

@@ -51,7 +51,8 @@ class GraphedForward {
     ForwardResult mtp_forward(const Batch& batch, const Tensor& hidden_in, const std::vector<int32_t>* reuse_topk);
     // The greedy MTP draft chain as one step (one graph; eager where graphs are off or the batches do not qualify):
     // step 0 over `b0` from `hidden_in` [b0 tokens, hidden] with the MTP indexer, asking logits for one row per
-    // drafting sequence (`last_rows`: those rows of b0); then step j = 1 .. steps.size() over `steps[j - 1]`
+    // drafting sequence (`last_rows`: those rows of b0) or for every row of b0 (step 0 over whole verifications,
+    // Engine::draft: last_rows picks each sequence's row); then step j = 1 .. steps.size() over `steps[j - 1]`
     // (one token per drafting sequence, in the same order, one position further each step), each embedding the
     // previous step's argmax from backend memory and reading its hidden state, over step 0's top-k rows when
     // `share`. The tokens in `steps` are placeholders. Returns the drafts on the host: [k][sequence],
@@ -62,6 +63,7 @@ class GraphedForward {
     struct Stats {
         int64_t eager = 0, recorded = 0, replayed = 0, evicted = 0;
         int64_t unrecordable = 0;       // shapes whose recording failed (they run eagerly)
+        int64_t shapes = 0;             // distinct step shapes seen (a shape evicted and seen again counts twice)
         int64_t graphs = 0, bytes = 0;  // kept now
     };
     const Stats& stats() const { return stats_; }

@@ -169,6 +169,34 @@ TEST(Speculative, PaddedGraphPlansKeepDraftsAndTokens) {
     EXPECT_GT(padded.spec.accepted, 0);
 }
 
+// Twelve greedy requests decoding together with K = 3 and graphs (MEGACTX_GRAPHS=pad: the padded plans, eagerly,
+// on the CPU): step 0 of the draft chain covers each request's whole verification, so the steps take a handful
+// of shapes (they change as requests finish), not one per acceptance pattern; the tokens stay plain decoding's.
+TEST(Speculative, BatchedDraftChainKeepsItsShape) {
+    const GlmDsaModel model(MEGACTX_DEFAULT_MODEL_DIR);
+    const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
+    std::vector<std::pair<std::vector<int32_t>, GenerationParams>> reqs;
+    for (int i = 0; i < 12; ++i)
+        reqs.push_back({std::vector<int32_t>(text.begin() + 3 * i, text.begin() + 40 + 5 * i), greedy(300)});
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 128;
+    cfg.scheduler.max_num_batched_tokens = 1024;  // the prompts in one step
+    const std::vector<Out> plain = serve(model, cfg, reqs);
+    cfg.speculative_tokens = 3;
+    EngineStats st;
+    setenv("MEGACTX_GRAPHS", "pad", 1);
+    const std::vector<Out> spec = serve(model, cfg, reqs, &st);
+    unsetenv("MEGACTX_GRAPHS");
+    expect_same(plain, spec, "12 requests, K=3, padded plans");
+    std::printf("12 requests, K = 3: %lld steps, %lld step shapes, %lld of %lld drafts accepted\n",
+                static_cast<long long>(st.steps), static_cast<long long>(st.graph_shapes),
+                static_cast<long long>(st.spec.accepted), static_cast<long long>(st.spec.drafted));
+    EXPECT_GT(st.spec.accepted, 0);
+    // A verification shape and a chain shape, new only when the requests or their draft counts change (as they
+    // finish); with step 0 over the accepted rows only, nearly every step was a new chain shape.
+    EXPECT_LT(2 * st.graph_shapes, st.steps);
+}
+
 // The shipped model drafts well: greedy output unchanged, most first drafts accepted, several tokens per step,
 // and with IndexShare across draft steps turned off the tokens are still the same.
 TEST(Speculative, ShippedModelAcceptsDraftsAndStaysExact) {
