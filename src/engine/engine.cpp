@@ -500,15 +500,17 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
         chain = chain && raw_greedy(valid[k].seq) && kds[k] == kd_chain;
     }
     chain = chain && kd_chain > 0;
-    // With graphs (one device: under tensor parallelism the draft steps run eagerly), when every sequence of the
-    // step drafts after a verification, step 0 covers each one's whole
-    // verification (its K + 1 rows, the rejected ones too) with every row scored, so the chain's shape does not
-    // follow the step's acceptance pattern (with a dozen sequences one pattern seldom repeats: no replay). The rows
-    // past the accepted ones keep nothing: their MTP KV lies at positions the next verification and step 0 write
-    // again before any kept row reads them, and their logits are not taken.
-    const bool pad = chain && graphs_.enabled() && model_.single_device() && std::all_of(valid.begin(), valid.end(), [](const DraftRows& v) {
-                         return v.n_verified > 0;
-                     }) && std::all_of(kds.begin(), kds.end(), [](int64_t kd) { return kd > 0; });
+    // On a backend with graphs and one device, when every sequence of the step drafts after a verification, step 0
+    // covers each one's whole verification (its K + 1 rows, the rejected ones too) with every row scored, so the
+    // chain's shape does not follow the step's acceptance pattern (with a dozen sequences one pattern seldom
+    // repeats: no replay). The rows past the accepted ones keep nothing: their MTP KV lies at positions the next
+    // verification and step 0 write again before any kept row reads them, and their logits are not taken. Also
+    // with MEGACTX_GRAPHS=0, so that eager runs do the same arithmetic; not under tensor parallelism, whose draft
+    // steps run eagerly.
+    const bool all_verified = std::all_of(valid.begin(), valid.end(), [](const DraftRows& v) {
+        return v.n_verified > 0;
+    }) && std::all_of(kds.begin(), kds.end(), [](int64_t kd) { return kd > 0; });
+    const bool pad = chain && all_verified && (ops_.can_record() || graphs_.enabled()) && model_.single_device();
     for (size_t k = 0; k < valid.size(); ++k) {
         Sequence* s = valid[k].seq;
         const int64_t first = valid[k].first_row, n = valid[k].n_rows, kd = kds[k];
