@@ -173,11 +173,19 @@ TEST(Speculative, PaddedGraphPlansKeepDraftsAndTokens) {
 // on the CPU): step 0 of the draft chain covers each request's whole verification, so the steps take a handful
 // of shapes (they change as requests finish), not one per acceptance pattern; the tokens stay plain decoding's.
 TEST(Speculative, BatchedDraftChainKeepsItsShape) {
+    // Under the sanitizers (tens of times slower) a short run, for memory errors and exactness only: the shape
+    // count needs the long run, whose steady state outweighs the steps where requests finish.
+#if defined(__SANITIZE_ADDRESS__)
+    const bool sanitized = true;
+#else
+    const bool sanitized = false;
+#endif
     const GlmDsaModel model(MEGACTX_DEFAULT_MODEL_DIR);
     const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
     std::vector<std::pair<std::vector<int32_t>, GenerationParams>> reqs;
     for (int i = 0; i < 12; ++i)
-        reqs.push_back({std::vector<int32_t>(text.begin() + 3 * i, text.begin() + 40 + 5 * i), greedy(300)});
+        reqs.push_back({std::vector<int32_t>(text.begin() + 3 * i, text.begin() + 40 + 5 * i),
+                        greedy(sanitized ? 16 : 300)});
     EngineConfig cfg;
     cfg.n_kv_blocks = 128;
     cfg.scheduler.max_num_batched_tokens = 1024;  // the prompts in one step
@@ -194,7 +202,9 @@ TEST(Speculative, BatchedDraftChainKeepsItsShape) {
     EXPECT_GT(st.spec.accepted, 0);
     // A verification shape and a chain shape, new only when the requests or their draft counts change (as they
     // finish); with step 0 over the accepted rows only, nearly every step was a new chain shape.
-    EXPECT_LT(2 * st.graph_shapes, st.steps);
+    if (!sanitized) {
+        EXPECT_LT(2 * st.graph_shapes, st.steps);
+    }
 }
 
 // The shipped model drafts well: greedy output unchanged, most first drafts accepted, several tokens per step,
