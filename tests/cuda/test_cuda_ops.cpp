@@ -683,10 +683,11 @@ std::vector<float> roundtrip_key(const std::vector<float>& key, KvFormat f) {
 }
 
 // The batch-invariant mode (CudaOptions::batch_invariant): a row's result is the same bits whatever rows share the
-// call. Each op runs on a batch of N rows, then on parts of it — one row alone, 4, 17 and 67 rows: counts at which
-// the default paths change kernel, tiling, split or pass — whose rows must equal the whole batch's bit for bit. The
-// whole batch is also within fp32 rounding of the CPU: the mode keeps activations fp32 and widens the weights as the
-// CPU does (linears and MLA's per-head products: invariant_gemm.h; routed experts: per choice, in passes of 32).
+// call. Each op runs on a batch of N rows, then on parts of it — one row alone, 3, 4, 17 and 67 rows: counts at which
+// the default paths (and the invariant GEMM's launch shape, the invariant sparse MLA's passes) change kernel, tiling,
+// split or pass — whose rows must equal the whole batch's bit for bit. The whole batch is also within fp32 rounding
+// of the CPU: the mode keeps activations fp32 and widens the weights as the CPU does (linears and MLA's per-head
+// products: invariant_gemm.h; routed experts: per choice, in passes of 32); sparse MLA within its bf16-query bound.
 TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
     CudaOptions o;
     o.batch_invariant = true;
@@ -694,7 +695,7 @@ TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
     struct Part {
         int64_t r0, n;
     };
-    const std::vector<Part> parts = {{0, 1}, {37, 1}, {69, 1}, {3, 4}, {10, 17}, {2, 67}};
+    const std::vector<Part> parts = {{0, 1}, {37, 1}, {69, 1}, {5, 3}, {3, 4}, {10, 17}, {2, 67}};
     auto slice = [](const std::vector<float>& v, int64_t r0, int64_t n, int64_t width) {
         return std::vector<float>(v.begin() + r0 * width, v.begin() + (r0 + n) * width);
     };
@@ -789,6 +790,55 @@ TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
             for (const Part pt : parts)
                 EXPECT_EQ(run(*inv, pt.r0, pt.n), slice(full, pt.r0, pt.n, d)) << tag << ", rows " << pt.r0 << " + " << pt.n;
         }
+    }
+    {  // sparse_mla: GLM-5.2's geometry over FP8 rows, 70 rows = launches of 64 and 6 (kInvariantSplits splits each)
+        const int64_t N = 70, n_head = 64, rank = 512, rope = 64, d = rank + rope, topk = 2048, n_slots = 3000;
+        const int64_t rb = fp8_latent_row_bytes(rank, rope);
+        const auto rows = randv(n_slots * d), q = randv(N * n_head * d, 0.3f);
+        std::vector<float> rows_rt(rows.size());
+        std::vector<int32_t> packed(static_cast<size_t>(n_slots * rb + 3) / 4);
+        for (int64_t i = 0; i < n_slots; ++i) {
+            const std::vector<float> r(rows.begin() + i * d, rows.begin() + (i + 1) * d);
+            const auto rt = roundtrip_latent(r, rank, rope, KvFormat::FP8);
+            std::copy(rt.begin(), rt.end(), rows_rt.begin() + i * d);
+            fp8_latent_pack(r.data(), rank, rope, reinterpret_cast<uint8_t*>(packed.data()) + i * rb);
+        }
+        std::vector<int32_t> sel(static_cast<size_t>(N * topk), -1);  // distinct slots, some rows short of topk
+        std::vector<int32_t> all(static_cast<size_t>(n_slots));
+        std::iota(all.begin(), all.end(), 0);
+        for (int64_t t = 0; t < N; ++t) {
+            std::shuffle(all.begin(), all.end(), rng_);
+            const int64_t m = t % 5 == 0 ? 700 + t : topk;
+            std::copy(all.begin(), all.begin() + m, sel.begin() + t * topk);
+        }
+        auto run = [&](Ops& ops, int64_t r0, int64_t n) {
+            Tensor tq = put(ops, slice(q, r0, n, n_head * d), {n, n_head, d});
+            Tensor ts = put_i32(ops, std::vector<int32_t>(sel.begin() + r0 * topk, sel.begin() + (r0 + n) * topk),
+                                {n, topk});
+            Tensor tc;
+            if (&ops == &cpu_) {
+                tc = put(ops, rows_rt, {n_slots, d});
+            } else {
+                tc = ops.upload_i32(packed);
+                tc.dtype = DType::F8_E4M3;
+                tc.shape = {n_slots, rb};
+            }
+            Tensor to = ops.alloc(DType::F32, {n, n_head, rank});
+            SparseMlaParams p;
+            p.q = &tq;
+            p.cache = &tc;
+            p.slots = &ts;
+            p.d_v = rank;
+            p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+            p.out = &to;
+            ops.sparse_mla(p);
+            return get(ops, to);
+        };
+        const auto full = run(*inv, 0, N);
+        expect_close(full, run(cpu_, 0, N), 3e-3, "invariant sparse_mla");  // bf16 queries, as in SparseMla tests
+        for (const Part pt : parts)
+            EXPECT_EQ(run(*inv, pt.r0, pt.n), slice(full, pt.r0, pt.n, n_head * rank))
+                << "invariant sparse_mla, rows " << pt.r0 << " + " << pt.n;
     }
 }
 

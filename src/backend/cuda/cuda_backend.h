@@ -41,8 +41,8 @@ struct CudaOptions {
     // a token's logits are the same bits alone, as a row of a speculative verification, or inside a prefill chunk of
     // any size, so speculative = plain and a prefix-cache hit = a cold run hold token for token. Linears and MLA's
     // per-head products run invariant_gemm.h (fp32 activations, one fixed sum order per output); routed experts run
-    // per (token, choice) (moe.h) in passes of at most 32 tokens; sparse MLA runs one split per token (no split-KV,
-    // no combine); the FP8 indexer scores every row with one kernel (3, which fails rather than fall back). The
+    // per (token, choice) (moe.h) in passes of at most 32 tokens; sparse MLA splits every token's selection in 8,
+    // merged in split order, whatever the row count; the FP8 indexer scores every row with one kernel (3, which fails rather than fall back). The
     // default paths pick kernels, tilings and splits by the row count instead. Not with NCCL tensor parallelism,
     // whose sums are ordered by message size.
     bool batch_invariant = false;

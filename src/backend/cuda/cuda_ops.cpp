@@ -1157,10 +1157,28 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
         f.n_head = static_cast<int>(n_head);
         f.topk = static_cast<int>(topk);
         f.scale = p.scale;
-        // Batch-invariant: one CTA per (token, head group), the plan of any n >= 67 here, so no split's partial
-        // and no combine order depends on how many tokens share the call.
-        f.plan = options_.batch_invariant ? SparseMlaPlan{}
-                                          : sparse_mla_plan(p.plan_rows > 0 ? p.plan_rows : n, f.n_head, f.topk, n_sm_);
+        if (options_.batch_invariant) {
+            // Batch-invariant: every token's selection in kInvariantSplits splits merged in split order, no cluster
+            // or value split (whose use depends on the grid), whatever the row count: a decode row spreads over
+            // that many CTAs instead of one. The splits' partials are bounded by passes of kInvariantPassRows rows
+            // (the pass changes no token's arithmetic).
+            f.plan = SparseMlaPlan{};
+            f.plan.n_split = static_cast<int>(std::min<int64_t>(kInvariantSplits, topk / 64));
+            const size_t bytes = sparse_mla_scratch_bytes(std::min(n, kInvariantPassRows), f.n_head, f.plan);
+            Tensor scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+            for (int64_t r0 = 0; r0 < n; r0 += kInvariantPassRows) {
+                SparseMlaRunParams pass = f;
+                pass.n = std::min(kInvariantPassRows, n - r0);
+                pass.q = f.q + r0 * n_head * 576;
+                pass.slots = f.slots + r0 * topk;
+                pass.out = f.out + r0 * n_head * 512;
+                pass.scratch = scratch.data;
+                MEGACTX_CUDA_CHECK(launch_sparse_mla(pass, stream_));
+            }
+            after_op("sparse_mla");
+            return;
+        }
+        f.plan = sparse_mla_plan(p.plan_rows > 0 ? p.plan_rows : n, f.n_head, f.topk, n_sm_);
         Tensor scratch;
         const size_t bytes = sparse_mla_scratch_bytes(n, f.n_head, f.plan);
         if (bytes > 0) {

@@ -169,6 +169,10 @@ class CudaOps final : public Ops {
     // Up to this many tokens the few-token expert paths run in passes of kMoeSmallMaxTokens (no host sync, so the
     // step can be a CUDA graph: GraphedForward::kMaxTokens); more take the host-sorted path of per-expert GEMMs.
     static constexpr int64_t kMoeGraphMaxTokens = 128;
+    // --batch-invariant sparse MLA: splits of every token's selection (a decode row's CTAs per 64-head group), and
+    // the rows of a launch (its partials: 8 splits × 64 heads × 513 floats, 1 MiB a row).
+    static constexpr int64_t kInvariantSplits = 8;
+    static constexpr int64_t kInvariantPassRows = 64;
 
     DeviceWeight& weight(const Weight& w);
     const ExpertTable& expert_table(const std::vector<MlpWeights>& experts);

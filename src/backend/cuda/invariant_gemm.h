@@ -1,11 +1,17 @@
-// invariant_gemm: the GEMM of the batch-invariant mode (CudaOptions::batch_invariant). Each output y[t, o] is one
-// thread's fp32 sum over k in ascending order of x[t, k] · W(o, k), with W widened exactly from its stored type
-// (fp32, bf16, or e4m3 times its block scale, as the CPU backend widens it). Nothing in that sum depends on how many
-// rows x has or on what the other rows hold, so a token's row gives the same bits alone, as one of a verification
-// step's K + 1 rows, or inside a prefill chunk: the property the default paths give up (cuBLASLt picks its kernel,
-// tiling and split-K per row count; fp8_gemv, fp8_gemm_small and cuBLASLt round activations differently).
-// CUDA cores, not tensor cores: a 32-row × 32-output tile per CTA, k in steps of 128 through shared memory with the
-// next step's tiles loading meanwhile; rows past n cost no arithmetic, so a decode row pays for one row.
+// invariant_gemm: the GEMM of the batch-invariant mode (CudaOptions::batch_invariant). Each output y[t, o] is an
+// fp32 sum of x[t, k] · W(o, k), with W widened exactly from its stored type (fp32, bf16, or e4m3 and its block
+// scale), in an order fixed by the weight alone. Nothing in that sum depends on how many rows x has or on what the
+// other rows hold, so a token's row gives the same bits alone, as one of a verification step's K + 1 rows, or inside
+// a prefill chunk: the property the default paths give up (cuBLASLt picks its kernel, tiling and split-K per row
+// count; fp8_gemv, fp8_gemm_small and cuBLASLt round activations differently). CUDA cores, not tensor cores.
+//
+// The order. o_rows = true (a linear): W's row o is read in 16-B pieces (P = 4 fp32, 8 bf16 or 16 e4m3 values) when
+// W's rows allow it (16-B aligned, `in` a multiple of P, an e4m3 block a multiple of P); lane l of 32 takes the pieces
+// at k = P · (l + 32 j), j = 0, 1, ... in order; a piece's P products are summed on their own (fmaf, k ascending)
+// and then added to the lane's sum (e4m3: the piece's sum times its block scale, by fmaf); the 32 lane sums are added
+// by a butterfly (exchange with lane l ^ 16, ^ 8, ^ 4, ^ 2, ^ 1). Otherwise lane l sums k = l + 32 j one product at a
+// time, then the same butterfly. o_rows = false: one fp32 accumulator per output, k ascending.
+// Within 1e-5 of the CPU's plain sum (relative to the largest output; CudaOpsTest.BatchInvariantRowsDoNotDependOnTheBatch).
 //
 // Layout: W is stored row-major with `w_ld` values a row; element (o, k) of batch b sits at stored row
 // w_row0 + b · w_batch_rows + (o_rows ? o : k) and column (o_rows ? k : o). o_rows = true is a linear layer

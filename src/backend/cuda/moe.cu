@@ -92,21 +92,6 @@ constexpr int kSmallSmem = kMoeSmallMaxRow * 4;  // the activation row staged: d
 // bench/results/cuda-h200-2026-12-01-d3e8f6e-moe-small-nostage-ab.txt).
 template <class W>
 constexpr bool kSmallStaged = std::is_same_v<W, __nv_bfloat16>;
-// A 16-B piece of a weight row, read once: through the non-coherent path without allocating in L1 (the staged
-// activation row shares L1's storage). With plain loads the per-choice kernels streamed 2.55 TB/s at one token
-// (256 experts, 8 per token; 118.5 µs per layer), with these 3.08 TB/s (98.1 µs; bench_gemm --moe-tokens, H200,
-// bench/results/cuda-h200-2026-12-01-950c0b7-moe-small-loads-ab.txt). That needs the kernels' explicit launch
-// bounds: with them ptxas gives the FP8 kernels 121 (gate/up) and 128 (down) registers, 2 CTAs per SM, and keeps
-// every row's steps of loads in flight; with its default heuristic it picks 70 registers (3 CTAs per SM) and runs
-// 113 µs. Capping the grid at 32 or 64 CTAs per choice, each looping over its rows, measured 105 / 115 µs.
-__device__ __forceinline__ uint4 load_weights16(const void* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 // Dots of the shared-memory row a[len] (already rounded like the weights) with R weight rows, by one warp: each
