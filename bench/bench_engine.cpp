@@ -14,6 +14,11 @@
 // through the same StreamDecoder the server uses (after the run, untimed; ids the tokenizer lacks give no text)
 // — with --logprobs every token has a chunk — and the per-token ITL is reported too.
 // The decoded text's FNV-1a hash is written per prompt so the server's outputs can be checked against it.
+//
+// The engine's own CPU cost: every op goes through ProfilingOps, so a level's step time splits into the ops (the
+// backend's compute and transfers) and the host's work around them — scheduling, building the batch, sampling,
+// verifying drafts, streaming — reported per step and per output token (`host_us_per_step`); with
+// --speculative-tokens K the steps verify and draft (issue 32's CPU cost of a speculative step).
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -32,6 +37,7 @@
 #include <thread>
 
 #include "bench_util.h"
+#include "profiling_ops.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -89,6 +95,7 @@ struct Options {
     std::string kv_cache_memory = "256MiB";
     std::string kv_offload_memory;  // the host KV tier (empty: none)
     bool prefix_caching = false;
+    int64_t speculative_tokens = 0;
 };
 
 // One request: written by the sink on the engine thread until `done`, read by the main thread after.
@@ -160,8 +167,8 @@ std::vector<bool> decodable_ids(const Tokenizer& tok, int64_t vocab_size) {
     return ok;
 }
 
-json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std::vector<bool>& decodable,
-               const std::vector<std::vector<int32_t>>& prompts, int64_t C) {
+json run_level(Engine& engine, ProfilingOps& prof, const Options& o, const Tokenizer& tok,
+               const std::vector<bool>& decodable, const std::vector<std::vector<int32_t>>& prompts, int64_t C) {
     const int64_t N = std::max(o.per_stream * C, o.min_requests);
     std::vector<std::unique_ptr<Request>> reqs;
     for (int64_t k = 0; k < N; ++k) {
@@ -169,6 +176,7 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
         reqs.back()->prompt = static_cast<int>(k % static_cast<int64_t>(prompts.size()));
     }
     Runner runner(engine, o);
+    prof.reset();  // (the engine is idle between levels: see the end of the level)
     const EngineStats st0 = engine.stats();
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
@@ -193,7 +201,20 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
     }
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     const double cpu = process_cpu_seconds() - cpu0;
-    const EngineStats st1 = engine.stats();
+    // The last request finishes inside its step; the step's time joins the stats after it returns, with the
+    // snapshot that shows nothing running. Only then is the level's step time complete (and the engine idle, so
+    // that the profile can be read and the next level's reset).
+    EngineStats st1 = engine.stats();
+    while (st1.running > 0 || st1.waiting > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        st1 = engine.stats();
+    }
+    const double op_s = prof.total_seconds(), step_s = st1.step_s - st0.step_s;
+    const int64_t steps = st1.steps - st0.steps;
+    SpecStats spec = st1.spec;
+    spec.verifications -= st0.spec.verifications;
+    spec.drafted -= st0.spec.drafted;
+    spec.accepted -= st0.spec.accepted;
 
     std::vector<double> ttft, itl, ttft_tok, itl_tok, e2e;
     int64_t out_tokens = 0, prompt_tokens = 0, chunks = 0;
@@ -250,7 +271,19 @@ json run_level(Engine& engine, const Options& o, const Tokenizer& tok, const std
               {"e2e_ms", {{"p50", percentile(e2e, 0.5)}, {"p99", percentile(e2e, 0.99)}, {"mean", mean(e2e)}}},
               {"text_chunks", chunks},
               {"tokens_per_text_chunk", static_cast<double>(out_tokens) / static_cast<double>(chunks)},
-              {"step_s", st1.step_s - st0.step_s},
+              {"step_s", step_s},
+              {"steps", steps},
+              {"op_s", op_s},
+              {"host_s", step_s - op_s},
+              {"host_us_per_step", 1e6 * (step_s - op_s) / static_cast<double>(std::max<int64_t>(steps, 1))},
+              {"host_us_per_token", 1e6 * (step_s - op_s) / static_cast<double>(out_tokens)},
+              {"speculative",
+               o.speculative_tokens == 0
+                   ? json(nullptr)
+                   : json{{"verifications", spec.verifications},
+                          {"drafted", spec.drafted},
+                          {"accepted", spec.accepted},
+                          {"mean_acceptance_length", spec.mean_acceptance_length()}}},
               {"kv_fetch_stall_s", st1.kv_fetch_stall_s - st0.kv_fetch_stall_s},
               {"cpu_s", cpu},
               {"cpu_ms_per_token", 1e3 * cpu / static_cast<double>(out_tokens)},
@@ -274,7 +307,8 @@ int run(const Options& o, const std::string& command) {
     }
     MEGACTX_CHECK(!prompts.empty(), "{} has no prompts", o.prompts_file);
 
-    CpuOps ops;
+    CpuOps cpu;
+    ProfilingOps ops(cpu);
     ServeOptions so;  // the same engine settings `megactx serve` would use
     so.max_model_len = o.max_model_len;
     so.max_num_seqs = o.max_num_seqs;
@@ -282,6 +316,7 @@ int run(const Options& o, const std::string& command) {
     so.prefix_caching = o.prefix_caching;
     so.kv_cache_memory = o.kv_cache_memory;
     so.kv_offload_memory = o.kv_offload_memory;
+    so.speculative_tokens = o.speculative_tokens;
     Engine engine(model, ops, engine_config(so));
     const std::vector<bool> decodable = decodable_ids(tok, model.config().vocab_size);
     int64_t n_decodable = 0;
@@ -308,7 +343,8 @@ int run(const Options& o, const std::string& command) {
                   {"kv_cache_memory", o.kv_cache_memory},
                   {"kv_offload_memory", o.kv_offload_memory.empty() ? json(nullptr) : json(o.kv_offload_memory)},
                   {"kv_capacity_tokens", engine.kv_capacity_tokens()},
-                  {"prefix_caching", o.prefix_caching}}},
+                  {"prefix_caching", o.prefix_caching},
+                  {"speculative_tokens", o.speculative_tokens}}},
                 {"workload",
                  {{"prompts_file", o.prompts_file},
                   {"n_prompts", prompts.size()},
@@ -329,11 +365,11 @@ int run(const Options& o, const std::string& command) {
         Options one = o;
         one.min_requests = 1;
         one.per_stream = 1;
-        run_level(engine, one, tok, decodable, prompts, 1);
+        run_level(engine, ops, one, tok, decodable, prompts, 1);
     }
     for (int64_t C : o.levels) {
         std::cerr << fmt::format("bench_engine: C={} ... ", C) << std::flush;
-        json l = run_level(engine, o, tok, decodable, prompts, C);
+        json l = run_level(engine, ops, o, tok, decodable, prompts, C);
         std::cerr << fmt::format("{:.1f} tok/s, {:.1f} s\n", l["output_tok_s"].get<double>(), l["wall_s"].get<double>());
         out["levels"].push_back(l);
         if (!o.out.empty()) std::ofstream(o.out) << out.dump(2) << "\n";
@@ -346,12 +382,14 @@ int run(const Options& o, const std::string& command) {
     std::cout << fmt::format("\nengine direct — commit {}{}; prompts {}–{} tokens, max_tokens {}\n",
                              out["commit"].get<std::string>(), out["dirty"].get<bool>() ? " (dirty)" : "", min_len,
                              max_len, o.max_tokens);
-    std::cout << "    C  requests   tok/s   req/s  TTFT p50 ms  TTFT p99 ms  ITL p50 ms  ITL p99 ms  ITL mean ms\n";
+    std::cout << "    C  requests   tok/s   req/s  TTFT p50 ms  TTFT p99 ms  ITL p50 ms  ITL p99 ms  ITL mean ms"
+                 "  steps  host us/step  host us/token\n";
     for (const json& l : out["levels"]) {
-        std::cout << fmt::format("{:>5} {:>9} {:>7} {:>7} {:>12} {:>12} {:>11} {:>11} {:>12}\n",
+        std::cout << fmt::format("{:>5} {:>9} {:>7} {:>7} {:>12} {:>12} {:>11} {:>11} {:>12} {:>6} {:>13} {:>14}\n",
                                  l["concurrency"].get<int64_t>(), l["requests"].get<int64_t>(), num(l["output_tok_s"], 1),
                                  num(l["req_s"], 2), num(l["ttft_ms"]["p50"], 1), num(l["ttft_ms"]["p99"], 1),
-                                 num(l["itl_ms"]["p50"], 2), num(l["itl_ms"]["p99"], 2), num(l["itl_ms"]["mean"], 2));
+                                 num(l["itl_ms"]["p50"], 2), num(l["itl_ms"]["p99"], 2), num(l["itl_ms"]["mean"], 2),
+                                 l["steps"].get<int64_t>(), num(l["host_us_per_step"], 1), num(l["host_us_per_token"], 2));
     }
     return 0;
 }
@@ -381,6 +419,9 @@ int main(int argc, char** argv) {
     app.add_option("--kv-offload-memory", o.kv_offload_memory,
                    "host KV tier, e.g. 64MiB (latent rows beyond the device's; default: none)");
     app.add_option("--prefix-caching", prefix, "on | off")->capture_default_str();
+    app.add_option("--speculative-tokens", o.speculative_tokens, "MTP draft tokens per step (0: off)")
+        ->check(CLI::Range(0, 7))
+        ->capture_default_str();
     app.add_option("--out", o.out, "write the results as JSON to this file");
     CLI11_PARSE(app, argc, argv);
     try {
