@@ -29,6 +29,13 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
+// A request whose next token is the argmax of the raw logits: greedy, no penalties, no logit bias.
+bool raw_greedy(const Sequence& s) {
+    const SamplingParams& sp = s.params.sampling;
+    return s.sampler->greedy() && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
+           sp.repetition_penalty == 1.0f && sp.logit_bias.empty();
+}
+
 int64_t resolve_max_model_len(const ModelConfig& c, const EngineConfig& e) {
     const int64_t len = e.max_model_len > 0 ? e.max_model_len : c.max_position_embeddings;
     MEGACTX_CHECK(len <= c.max_position_embeddings,
@@ -327,6 +334,8 @@ bool Engine::step_once() {
     // decode computes them for the last token and for each draft it verifies.
     std::vector<std::vector<int32_t>> feeds(plan.chunks.size());
     std::vector<int64_t> first_row(plan.chunks.size());
+    bool host_logits = false;  // a scored row's token needs its logits on the host (below)
+    const auto needs_logits = [](const Sequence& s) { return !raw_greedy(s) || s.params.top_logprobs >= 0; };
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
         const ScheduledChunk& ch = plan.chunks[c];
         Sequence* s = ch.seq;
@@ -337,16 +346,32 @@ bool Engine::step_once() {
             feeds[c].push_back(s->tokens.back());
             feeds[c].insert(feeds[c].end(), s->drafts.begin(), s->drafts.begin() + (ch.n_tokens - 1));
             batch.add_sequence(&s->kv.blocks, feeds[c].data(), ch.n_tokens, s->n_computed, true);
+            host_logits = host_logits || needs_logits(*s);
             continue;
         }
         const bool last = s->n_computed + ch.n_tokens == static_cast<int64_t>(s->tokens.size());
+        host_logits = host_logits || (last && needs_logits(*s));
         batch.add_sequence(&s->kv.blocks, s->tokens.data() + s->n_computed, ch.n_tokens, s->n_computed, false);
         batch.want_logits.back() = last;
     }
     const ForwardResult out = graphs_.forward(batch);
     const int64_t vocab = model_.config().vocab_size;
-    std::vector<float> logits(static_cast<size_t>(out.logits.numel()));
-    if (!logits.empty()) ops_.download(out.logits, logits.data());
+    // Every scored row's argmax is taken on the device and comes back as an id; the logits themselves come back
+    // only when a row's token needs them (sampling, penalties or bias, log-probabilities). A greedy batch then moves
+    // 4 bytes a row instead of a vocabulary of floats, and the host scans no row (GLM-5.2: 154,880 logits a row,
+    // (K + 1) rows a verifying request).
+    const int64_t n_scored = out.logits.numel() / std::max<int64_t>(vocab, 1);
+    std::vector<int32_t> ids(static_cast<size_t>(n_scored));
+    std::vector<float> logits;
+    if (n_scored > 0) {
+        Tensor t = ops_.alloc(DType::I32, {n_scored});
+        ops_.argmax_rows(out.logits, t);
+        ops_.download(t, ids.data());
+        if (host_logits) {
+            logits.resize(static_cast<size_t>(out.logits.numel()));
+            ops_.download(out.logits, logits.data());
+        }
+    }
 
     std::vector<std::pair<Sequence*, FinishReason>> done;
     // For the drafter: the batch rows whose KV is now valid, per sequence (a prefix of its chunk).
@@ -365,24 +390,33 @@ bool Engine::step_once() {
             continue;
         }
         const int64_t n_rows = verify ? ch.n_tokens : 1;
-        const float* rows = logits.data() + row * vocab;
+        const float* rows = host_logits ? logits.data() + row * vocab : nullptr;
+        const int32_t* best = ids.data() + row;  // the rows' argmaxes
         row += n_rows;
+        const bool argmax = raw_greedy(*s);  // the token is the device's argmax
         std::vector<int32_t> toks;
         if (verify) {
             const std::vector<int32_t> drafts(feeds[c].begin() + 1, feeds[c].end());
-            std::vector<std::vector<float>> p, q;
-            std::vector<int32_t> extra;
-            for (int64_t i = 0; i < n_rows; ++i) {
-                p.push_back(target_probs(*s, rows + i * vocab, extra));
-                if (i + 1 < n_rows) {
-                    extra.push_back(drafts[static_cast<size_t>(i)]);
-                    q.push_back(s->sampler->greedy() ? std::vector<float>{} : s->draft_q[static_cast<size_t>(i)]);
+            Verified v;
+            if (argmax) {
+                v = verify_greedy(drafts, best);
+            } else {
+                std::vector<std::vector<float>> p, q;
+                std::vector<int32_t> extra;
+                for (int64_t i = 0; i < n_rows; ++i) {
+                    p.push_back(target_probs(*s, rows + i * vocab, extra));
+                    if (i + 1 < n_rows) {
+                        extra.push_back(drafts[static_cast<size_t>(i)]);
+                        q.push_back(s->sampler->greedy() ? std::vector<float>{} : s->draft_q[static_cast<size_t>(i)]);
+                    }
                 }
+                v = verify_drafts(*s->sampler, drafts, q, p);
             }
-            const Verified v = verify_drafts(*s->sampler, drafts, q, p);
             s->spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
             counters_.spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
             toks = v.tokens;
+        } else if (argmax) {
+            toks.push_back(best[0]);
         } else {
             std::vector<float> l = penalized(*s, rows, {});
             toks.push_back(s->sampler->sample(l.data(), vocab));
@@ -487,17 +521,12 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     }
     // Every drafting sequence greedy on raw logits (no penalties or bias) with the same number of drafts: the
     // whole chain runs on the device as one step (one graph on the GPU) and only the drafts come back.
-    const auto raw_greedy = [](const Sequence* s) {
-        const SamplingParams& sp = s->params.sampling;
-        return s->sampler->greedy() && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
-               sp.repetition_penalty == 1.0f && sp.logit_bias.empty();
-    };
     int64_t kd_chain = 0;  // the drafts of the first drafting sequence: all must have as many
     bool chain = true;
     for (size_t k = 0; k < valid.size(); ++k) {
         if (kds[k] == 0) continue;
         if (kd_chain == 0) kd_chain = kds[k];
-        chain = chain && raw_greedy(valid[k].seq) && kds[k] == kd_chain;
+        chain = chain && raw_greedy(*valid[k].seq) && kds[k] == kd_chain;
     }
     chain = chain && kd_chain > 0;
     // On a backend with graphs and one device, when every sequence of the step drafts after a verification, step 0

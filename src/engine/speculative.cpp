@@ -57,6 +57,17 @@ Verified verify_drafts(Sampler& sampler, const std::vector<int32_t>& drafts, con
     return v;
 }
 
+Verified verify_greedy(const std::vector<int32_t>& drafts, const int32_t* best) {
+    Verified v;
+    for (size_t i = 0; i < drafts.size(); ++i) {
+        v.tokens.push_back(best[i]);
+        if (best[i] != drafts[i]) return v;
+        ++v.n_accepted;
+    }
+    v.tokens.push_back(best[drafts.size()]);
+    return v;
+}
+
 }  // namespace megactx
 
 namespace megactx {

@@ -25,4 +25,8 @@ struct Verified {
 Verified verify_drafts(Sampler& sampler, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
                        const std::vector<std::vector<float>>& p);
 
+// Greedy verification from the target's choices alone: best[i] is p_i's argmax (drafts.size() + 1 of them), as the
+// device's argmax_rows gives it without the logits leaving the device. The same tokens as verify_drafts' greedy case.
+Verified verify_greedy(const std::vector<int32_t>& drafts, const int32_t* best);
+
 }  // namespace megactx

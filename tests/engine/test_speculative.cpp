@@ -337,6 +337,21 @@ TEST(Speculative, RejectionSamplingGivesTheTargetDistribution) {
     v = verify_drafts(g, {2, 3}, {{}, {}}, {one_hot, one_hot, one_hot});
     EXPECT_EQ(v.tokens, (std::vector<int32_t>{2, 2}));
     EXPECT_EQ(v.n_accepted, 1);
+    // The same from the argmaxes alone (the engine's device-argmax path), at every place of the first mismatch.
+    for (int32_t miss = 0; miss <= 3; ++miss) {
+        const std::vector<int32_t> drafts = {5, 6, 7};
+        std::vector<int32_t> best = {5, 6, 7, 8};
+        if (miss < 3) best[static_cast<size_t>(miss)] = 9;
+        std::vector<std::vector<float>> p;
+        for (int32_t b : best) {
+            p.emplace_back(10, 0.0f);
+            p.back()[static_cast<size_t>(b)] = 1.0f;
+        }
+        const Verified a = verify_drafts(g, drafts, {{}, {}, {}}, p), b = verify_greedy(drafts, best.data());
+        EXPECT_EQ(b.tokens, a.tokens) << "first mismatch at " << miss;
+        EXPECT_EQ(b.n_accepted, a.n_accepted) << "first mismatch at " << miss;
+        EXPECT_EQ(b.n_accepted, miss);
+    }
 }
 
 // P(X >= stat) for X chi-square distributed with df degrees of freedom: the regularized upper incomplete gamma
@@ -604,7 +619,9 @@ TEST(Speculative, EngineSamplingMatchesPlainInDistribution) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     EXPECT_GT(st.accepted, 0);
     EXPECT_LT(st.accepted, st.drafted);
-    if (!sanitized) EXPECT_GT(p, 0.001);
+    if (!sanitized) {
+        EXPECT_GT(p, 0.001);
+    }
 }
 
 }  // namespace
