@@ -594,21 +594,40 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     }
     Tensor hidden = ops_.alloc(DType::F32, {static_cast<int64_t>(drafting.size()), model_.config().hidden_size});
     ops_.gather_rows(m.hidden, ops_.upload_i32(last_rows), hidden);  // step 0's rows in graph memory: copied out
-    std::vector<float> lg(static_cast<size_t>(m.logits.numel()));
-    ops_.download(m.logits, lg.data());
     std::vector<size_t> active(drafting.size());
     for (size_t d = 0; d < drafting.size(); ++d) active[d] = d;
+    // One row per active sequence: the logits of its next draft on the host (lg) when a sequence samples or
+    // processes them, else only their argmaxes (best), as for the target's rows.
+    std::vector<float> lg;
+    std::vector<int32_t> best;
+    const auto take = [&](const Tensor& logits) {
+        const bool host = std::any_of(active.begin(), active.end(), [&](size_t d) { return !raw_greedy(*drafting[d]); });
+        if (host) {
+            lg.assign(static_cast<size_t>(logits.numel()), 0.0f);
+            ops_.download(logits, lg.data());
+            best.clear();
+        } else {
+            Tensor t = ops_.alloc(DType::I32, {static_cast<int64_t>(active.size())});
+            ops_.argmax_rows(logits, t);
+            best.assign(active.size(), 0);
+            ops_.download(t, best.data());
+        }
+    };
+    take(m.logits);
     while (true) {
-        // lg holds one row per active sequence: the distribution of its next draft.
         std::vector<size_t> still;
         for (size_t a = 0; a < active.size(); ++a) {
             Sequence* s = drafting[active[a]];
-            const std::vector<float> q = target_probs(*s, lg.data() + static_cast<int64_t>(a) * vocab, s->drafts);
-            const int32_t tok = s->sampler->greedy()
-                                    ? static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin())
-                                    : s->sampler->draw(q);
-            s->drafts.push_back(tok);
-            if (!s->sampler->greedy()) s->draft_q.push_back(q);
+            if (!best.empty()) {
+                s->drafts.push_back(best[a]);
+            } else {
+                const std::vector<float> q = target_probs(*s, lg.data() + static_cast<int64_t>(a) * vocab, s->drafts);
+                const int32_t tok = s->sampler->greedy()
+                                        ? static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin())
+                                        : s->sampler->draw(q);
+                s->drafts.push_back(tok);
+                if (!s->sampler->greedy()) s->draft_q.push_back(q);
+            }
             if (static_cast<int64_t>(s->drafts.size()) < n_draft[active[a]]) still.push_back(a);
         }
         if (still.empty()) break;
@@ -633,11 +652,10 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
         }
         ForwardResult mj = graphs_.mtp_forward(bj, h, share ? &reuse : nullptr);
         hidden = mj.hidden;
-        lg.assign(static_cast<size_t>(mj.logits.numel()), 0.0f);
-        ops_.download(mj.logits, lg.data());
         std::vector<size_t> next_active;
         for (size_t a : still) next_active.push_back(active[a]);
         active = next_active;
+        take(mj.logits);
     }
 }
 

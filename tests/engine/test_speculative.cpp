@@ -29,8 +29,9 @@ struct Out {
 // Runs the requests (prompt, params) through one engine to the end; outputs by submission order.
 std::vector<Out> serve(const GlmDsaModel& model, EngineConfig cfg,
                        const std::vector<std::pair<std::vector<int32_t>, GenerationParams>>& reqs,
-                       EngineStats* stats = nullptr) {
-    CpuOps ops;
+                       EngineStats* stats = nullptr, Ops* backend = nullptr) {
+    CpuOps cpu;
+    Ops& ops = backend ? *backend : cpu;
     Engine e(model, ops, cfg);
     std::map<int64_t, Out> by_id;
     std::vector<int64_t> ids;
@@ -229,6 +230,56 @@ TEST(Speculative, ShippedModelAcceptsDraftsAndStaysExact) {
     EXPECT_GT(st.spec.mean_acceptance_length(), 1.5);
     cfg.no_mtp_index_share = true;
     expect_same(plain, serve(model, cfg, reqs), "glm-demo K=3 without IndexShare across draft steps");
+}
+
+// Greedy rows whose requests want no log-probabilities take their tokens from the backend's argmax_rows, and no
+// logits leave the backend (Engine::step_once): the same tokens as the host's path (the same requests with
+// log-probabilities), with and without drafts; beside a sampled request the logits come back for it alone to use.
+class DownloadCountingOps final : public CpuOps {
+  public:
+    int64_t float_bytes = 0, int_bytes = 0;
+    void download(const Tensor& t, void* host) override {
+        (t.dtype == DType::I32 ? int_bytes : float_bytes) += t.numel() * static_cast<int64_t>(dtype_size(t.dtype));
+        CpuOps::download(t, host);
+    }
+};
+
+TEST(Speculative, GreedyRowsDownloadOnlyTheirArgmax) {
+    const GlmDsaModel model(MEGACTX_DEFAULT_MODEL_DIR);
+    const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
+    std::vector<std::pair<std::vector<int32_t>, GenerationParams>> ids, host;
+    for (int i = 0; i < 3; ++i) {
+        GenerationParams g = greedy(24 + 8 * i);
+        host.push_back({std::vector<int32_t>(text.begin() + 10 * i, text.begin() + 50 + 30 * i), g});
+        g.top_logprobs = -1;
+        ids.push_back({host.back().first, g});
+    }
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 32;
+    for (const int64_t k : {0, 3}) {
+        cfg.speculative_tokens = k;
+        const std::string tag = "K=" + std::to_string(k);
+        DownloadCountingOps a, b;
+        const std::vector<Out> by_ids = serve(model, cfg, ids, nullptr, &a);
+        const std::vector<Out> by_host = serve(model, cfg, host, nullptr, &b);
+        for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(by_ids[i].tokens, by_host[i].tokens) << tag << ", request " << i;
+        EXPECT_EQ(a.float_bytes, 0) << tag;
+        EXPECT_GT(a.int_bytes, 0) << tag;
+        EXPECT_GT(b.float_bytes, 0) << tag;
+        // Beside a sampled request: the greedy ones' tokens unchanged.
+        auto mixed = ids;
+        GenerationParams sampled = greedy(20);
+        sampled.top_logprobs = -1;
+        sampled.sampling.temperature = 1.0f;
+        sampled.sampling.seed = 5;
+        mixed.push_back({ids[0].first, sampled});
+        DownloadCountingOps c;
+        const std::vector<Out> with_sampled = serve(model, cfg, mixed, nullptr, &c);
+        for (size_t i = 0; i < ids.size(); ++i)
+            EXPECT_EQ(with_sampled[i].tokens, by_ids[i].tokens) << tag << " beside a sampled request, request " << i;
+        EXPECT_EQ(with_sampled.back().tokens.size(), 20u);
+        EXPECT_GT(c.float_bytes, 0) << tag;
+    }
 }
 
 // A prompt served twice (the second a prefix-cache hit), and requests preempted under KV pressure.
