@@ -493,25 +493,19 @@ FinishReason Engine::accept_tokens(Sequence* s, const std::vector<int32_t>& toks
     return FinishReason::kNone;
 }
 
-void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vector<DraftRows>& valid) {
-    const int64_t vocab = model_.config().vocab_size, K = config_.speculative_tokens;
-    // Step 0: the MTP layer over every row whose target KV is now valid, with the token after each, from the
-    // target's hidden states; it writes the MTP layer's KV there (KVShare: only target-derived entries).
-    Batch b0;
-    std::vector<int32_t> rows;  // target batch rows feeding step 0
-    std::vector<std::vector<int32_t>> next(valid.size());
-    std::vector<Sequence*> drafting;  // sequences that decode next: they get drafts
-    std::vector<int64_t> n_draft;     // how many each
-    std::vector<int32_t> last_rows;   // their last valid row in step 0
+// Drafts per sequence of the step's valid rows: K for a sequence that decodes next, fewer near max_tokens or the
+// model's length, 0 when drafting is off for the step or its KV does not fit (then the sequence's blocks are
+// reserved up to the last draft's position).
+std::vector<int64_t> Engine::draft_counts(const std::vector<DraftRows>& valid) {
     int64_t n_decoding = 0;
     for (const DraftRows& v : valid) n_decoding += v.seq->n_remaining() == 1;
     const bool too_many = config_.speculative_disable_by_batch_size > 0 &&
                           n_decoding > config_.speculative_disable_by_batch_size;
-    std::vector<int64_t> kds(valid.size(), 0);  // drafts per sequence
+    std::vector<int64_t> kds(valid.size(), 0);
     for (size_t k = 0; k < valid.size(); ++k) {
         Sequence* s = valid[k].seq;
         if (s->n_remaining() != 1 || too_many) continue;
-        int64_t kd = std::min({K, s->params.max_tokens - s->n_generated() - 1,
+        int64_t kd = std::min({config_.speculative_tokens, s->params.max_tokens - s->n_generated() - 1,
                                max_model_len_ - static_cast<int64_t>(s->tokens.size())});
         // The draft steps and the verification write KV up to position tokens.size() - 1 + kd.
         const int64_t total = static_cast<int64_t>(s->tokens.size()) + kd;
@@ -519,6 +513,11 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
         if (kd > 0) s->kv.reserve(kv_.blocks(), total);
         kds[k] = kd;
     }
+    return kds;
+}
+
+void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vector<DraftRows>& valid) {
+    const std::vector<int64_t> kds = draft_counts(valid);
     // Every drafting sequence greedy on raw logits (no penalties or bias) with the same number of drafts: the
     // whole chain runs on the device as one step (one graph on the GPU) and only the drafts come back.
     int64_t kd_chain = 0;  // the drafts of the first drafting sequence: all must have as many
@@ -540,6 +539,13 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
         return v.n_verified > 0;
     }) && std::all_of(kds.begin(), kds.end(), [](int64_t kd) { return kd > 0; });
     const bool pad = chain && all_verified && (ops_.can_record() || graphs_.enabled()) && model_.single_device();
+
+    // Step 0: the MTP layer over every row whose target KV is now valid, with the token after each, from the
+    // target's hidden states; it writes the MTP layer's KV there (KVShare: only target-derived entries).
+    Batch b0;
+    std::vector<int32_t> rows;                             // target batch rows feeding step 0
+    std::vector<std::vector<int32_t>> next(valid.size());  // their next tokens (b0 points into them)
+    Drafting d;
     for (size_t k = 0; k < valid.size(); ++k) {
         Sequence* s = valid[k].seq;
         const int64_t first = valid[k].first_row, n = valid[k].n_rows, kd = kds[k];
@@ -552,56 +558,64 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
         b0.add_sequence(&s->kv.blocks, next[k].data(), n0, pos0, pad);
         if (!pad) b0.want_logits.back() = kd > 0;
         if (kd > 0) {
-            drafting.push_back(s);
-            n_draft.push_back(kd);
-            last_rows.push_back(static_cast<int32_t>(b0.n_tokens() - n0 + n - 1));
+            d.seqs.push_back(s);
+            d.n_draft.push_back(kd);
+            d.last_rows.push_back(static_cast<int32_t>(b0.n_tokens() - n0 + n - 1));
         }
     }
     if (b0.n_tokens() == 0) return;
-    Tensor idx = ops_.upload_i32(rows);
     Tensor h0 = ops_.alloc(DType::F32, {b0.n_tokens(), model_.config().hidden_size});
-    ops_.gather_rows(out.hidden, idx, h0);
-    const bool share = model_.config().mtp_index_share && !config_.no_mtp_index_share;
-
+    ops_.gather_rows(out.hidden, ops_.upload_i32(rows), h0);
+    d.share = model_.config().mtp_index_share && !config_.no_mtp_index_share;
     if (chain) {
-        static const int32_t kPlaceholder = 0;  // step j's tokens come from step j - 1's argmax on the device
-        std::vector<Batch> steps(static_cast<size_t>(n_draft[0] - 1));
-        for (size_t j = 0; j < steps.size(); ++j) {
-            for (Sequence* s : drafting) {
-                // Step 0 ran at the last verified token's predecessor (position tokens.size() - 2, reading the
-                // last token); step j reads draft j one position further on, as the chain of MTP depths does.
-                const int64_t pos = static_cast<int64_t>(s->tokens.size()) - 2 + static_cast<int64_t>(j) + 1;
-                steps[j].add_sequence(&s->kv.blocks, &kPlaceholder, 1, pos, true);
-            }
-        }
-        const std::vector<int32_t> d = graphs_.mtp_greedy_chain(b0, h0, last_rows, steps, share);
-        for (size_t j = 0; j <= steps.size(); ++j)
-            for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->drafts.push_back(d[j * drafting.size() + i]);
+        draft_chain(b0, h0, d);
         return;
     }
-    ForwardResult m = graphs_.mtp_forward(b0, h0, nullptr);
-    if (drafting.empty()) return;
+    const ForwardResult m = graphs_.mtp_forward(b0, h0, nullptr);
+    if (!d.seqs.empty()) draft_steps(m, d);
+}
 
-    // Draft j from the MTP logits; steps j >= 1 feed it back at the next position, from the previous step's
-    // hidden state, over step 0's top-k row (index_share_for_mtp_iteration).
-    const int64_t topk = model_.config().index_topk;
+// Greedy drafts of equal count: step 0 and the K - 1 steps after it as one chain on the device (argmax fed to the
+// next step there), and only the drafts come back.
+void Engine::draft_chain(const Batch& b0, const Tensor& h0, const Drafting& d) {
+    static const int32_t kPlaceholder = 0;  // step j's tokens come from step j - 1's argmax on the device
+    std::vector<Batch> steps(static_cast<size_t>(d.n_draft[0] - 1));
+    for (size_t j = 0; j < steps.size(); ++j) {
+        for (Sequence* s : d.seqs) {
+            // Step 0 ran at the last verified token's predecessor (position tokens.size() - 2, reading the last
+            // token); step j reads draft j one position further on, as the chain of MTP depths does.
+            const int64_t pos = static_cast<int64_t>(s->tokens.size()) - 2 + static_cast<int64_t>(j) + 1;
+            steps[j].add_sequence(&s->kv.blocks, &kPlaceholder, 1, pos, true);
+        }
+    }
+    const std::vector<int32_t> drafts = graphs_.mtp_greedy_chain(b0, h0, d.last_rows, steps, d.share);
+    for (size_t j = 0; j <= steps.size(); ++j)
+        for (size_t i = 0; i < d.seqs.size(); ++i) d.seqs[i]->drafts.push_back(drafts[j * d.seqs.size() + i]);
+}
+
+// Any other drafting, one MTP step at a time from step 0's output m: draft j from the MTP logits (sampled from the
+// request's processed distribution, kept as q for the rejection sampling, or its argmax); steps j >= 1 feed it back
+// at the next position, from the previous step's hidden state, over step 0's top-k row
+// (index_share_for_mtp_iteration), for the sequences that still want drafts.
+void Engine::draft_steps(const ForwardResult& m, const Drafting& d) {
+    const int64_t vocab = model_.config().vocab_size, topk = model_.config().index_topk;
     std::vector<int32_t> topk_host;
-    if (share) {
+    if (d.share) {
         std::vector<int32_t> all(static_cast<size_t>(m.topk.numel()));
         ops_.download(m.topk, all.data());
-        for (int32_t r : last_rows)
+        for (int32_t r : d.last_rows)
             topk_host.insert(topk_host.end(), all.begin() + r * topk, all.begin() + (r + 1) * topk);
     }
-    Tensor hidden = ops_.alloc(DType::F32, {static_cast<int64_t>(drafting.size()), model_.config().hidden_size});
-    ops_.gather_rows(m.hidden, ops_.upload_i32(last_rows), hidden);  // step 0's rows in graph memory: copied out
-    std::vector<size_t> active(drafting.size());
-    for (size_t d = 0; d < drafting.size(); ++d) active[d] = d;
+    Tensor hidden = ops_.alloc(DType::F32, {static_cast<int64_t>(d.seqs.size()), model_.config().hidden_size});
+    ops_.gather_rows(m.hidden, ops_.upload_i32(d.last_rows), hidden);  // step 0's rows in graph memory: copied out
+    std::vector<size_t> active(d.seqs.size());
+    for (size_t i = 0; i < d.seqs.size(); ++i) active[i] = i;
     // One row per active sequence: the logits of its next draft on the host (lg) when a sequence samples or
     // processes them, else only their argmaxes (best), as for the target's rows.
     std::vector<float> lg;
     std::vector<int32_t> best;
     const auto take = [&](const Tensor& logits) {
-        const bool host = std::any_of(active.begin(), active.end(), [&](size_t d) { return !raw_greedy(*drafting[d]); });
+        const bool host = std::any_of(active.begin(), active.end(), [&](size_t i) { return !raw_greedy(*d.seqs[i]); });
         if (host) {
             lg.assign(static_cast<size_t>(logits.numel()), 0.0f);
             ops_.download(logits, lg.data());
@@ -617,7 +631,7 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
     while (true) {
         std::vector<size_t> still;
         for (size_t a = 0; a < active.size(); ++a) {
-            Sequence* s = drafting[active[a]];
+            Sequence* s = d.seqs[active[a]];
             if (!best.empty()) {
                 s->drafts.push_back(best[a]);
             } else {
@@ -628,19 +642,19 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
                 s->drafts.push_back(tok);
                 if (!s->sampler->greedy()) s->draft_q.push_back(q);
             }
-            if (static_cast<int64_t>(s->drafts.size()) < n_draft[active[a]]) still.push_back(a);
+            if (static_cast<int64_t>(s->drafts.size()) < d.n_draft[active[a]]) still.push_back(a);
         }
         if (still.empty()) break;
         Batch bj;
         std::vector<int32_t> keep_rows, reuse;
         for (size_t a : still) {
-            Sequence* s = drafting[active[a]];
+            Sequence* s = d.seqs[active[a]];
             // Step 0 ran at the last verified token's predecessor (position tokens.size() - 2, reading the last
             // token); step j reads draft j one position further on, as the chain of MTP depths does.
             const int64_t pos = static_cast<int64_t>(s->tokens.size()) - 2 + static_cast<int64_t>(s->drafts.size());
             bj.add_sequence(&s->kv.blocks, &s->drafts.back(), 1, pos, true);
             keep_rows.push_back(static_cast<int32_t>(a));
-            if (share) {
+            if (d.share) {
                 const auto* row = topk_host.data() + active[a] * static_cast<size_t>(topk);
                 reuse.insert(reuse.end(), row, row + topk);
             }
@@ -650,7 +664,7 @@ void Engine::draft(const Batch& batch, const ForwardResult& out, const std::vect
             h = ops_.alloc(DType::F32, {bj.n_tokens(), model_.config().hidden_size});
             ops_.gather_rows(hidden, ops_.upload_i32(keep_rows), h);
         }
-        ForwardResult mj = graphs_.mtp_forward(bj, h, share ? &reuse : nullptr);
+        ForwardResult mj = graphs_.mtp_forward(bj, h, d.share ? &reuse : nullptr);
         hidden = mj.hidden;
         std::vector<size_t> next_active;
         for (size_t a : still) next_active.push_back(active[a]);

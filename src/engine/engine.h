@@ -121,7 +121,18 @@ class Engine {
         int64_t first_row, n_rows;  // its rows of the target batch whose KV is valid
         int64_t n_verified = 0;     // a verification: its rows in the target batch (the rejected ones too); else 0
     };
+    // The sequences that get drafts this step, in step 0's order: how many each, its last valid row in step 0,
+    // and whether draft steps reuse step 0's top-k (index_share_for_mtp_iteration).
+    struct Drafting {
+        std::vector<Sequence*> seqs;
+        std::vector<int64_t> n_draft;
+        std::vector<int32_t> last_rows;
+        bool share = true;
+    };
     void draft(const Batch& batch, const ForwardResult& out, const std::vector<DraftRows>& valid);
+    std::vector<int64_t> draft_counts(const std::vector<DraftRows>& valid);
+    void draft_chain(const Batch& b0, const Tensor& h0, const Drafting& d);
+    void draft_steps(const ForwardResult& m, const Drafting& d);
     void update_snapshot();
 
     const GlmDsaModel& model_;
