@@ -3,16 +3,17 @@
 
 Same workload and the same JSON fields (levels[].output_tok_s, ttft_ms, itl_ms, server_cpu_ms_per_token,
 output_hashes ...): at each concurrency level C, C clients in a closed loop send streaming /v1/completions
-requests (temperature 0, ignore_eos, max_tokens M, logprobs 0 so every token is a chunk) until
-max(per_stream*C, min_requests) requests finished. Plain asyncio sockets, HTTP/1.1 chunked SSE parsing; a new
+requests (temperature 0, ignore_eos, max_tokens M, logprobs 0 so every token is a chunk; --logprobs -1 asks for
+none, so greedy tokens come from the device's argmax) until max(per_stream*C, min_requests) requests finished.
+After each level the server's engine counters (/metrics: steps, graph replays, speculative drafts) are recorded. Plain asyncio sockets, HTTP/1.1 chunked SSE parsing; a new
 connection per request. With --engine-json (bench_engine's output for the same workload) it prints the server's
 overhead per output token at each level.
 
   python3 bench/bench_serve.py --bin BIN --model DIR --prompts FILE [--levels 1,8,32,64] [--max-tokens 64]
-      [--min-requests 16] [--per-stream 1] [--server-arg=--flag ...] [--server-cpus 0,1] [--out FILE]
+      [--min-requests 16] [--per-stream 1] [--logprobs N] [--server-arg=--flag ...] [--server-cpus 0,1] [--out FILE]
       [--engine-json FILE]
 """
-import argparse, asyncio, json, os, re, subprocess, sys, time
+import argparse, asyncio, json, os, re, subprocess, sys, time, urllib.request
 
 
 def fnv1a64(s):
@@ -135,8 +136,22 @@ async def run_level(o, host, port, prompts, C, pid):
 
 
 def body(o, prompt):
-    return {"model": "bench", "prompt": prompt, "max_tokens": o.max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}, "logprobs": 0}
+    b = {"model": "bench", "prompt": prompt, "max_tokens": o.max_tokens, "temperature": 0, "ignore_eos": True,
+         "stream": True, "stream_options": {"include_usage": True}}
+    if o.logprobs >= 0:
+        b["logprobs"] = o.logprobs
+    return b
+
+
+def engine_counters(host, port):
+    """The server's megactx_* counters without labels (steps, graph replays, speculative drafts ...)."""
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"(megactx_[a-z_]+) ([0-9.e+-]+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
 
 
 async def main():
@@ -148,6 +163,7 @@ async def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--per-stream", type=int, default=1)
+    ap.add_argument("--logprobs", type=int, default=0, help="logprobs per token; -1: none")
     ap.add_argument("--server-arg", action="append", default=[])
     ap.add_argument("--server-cpus", default=None, help="taskset the server to these cores")
     ap.add_argument("--out")
@@ -174,12 +190,15 @@ async def main():
            "commit": os.environ.get("MEGACTX_COMMIT", ""), "server_command": " ".join(cmd),
            "server_startup_log": log,
            "server_cpus": o.server_cpus, "client_cpus": sorted(os.sched_getaffinity(0)),
-           "workload": {"max_tokens": o.max_tokens, "logprobs": 0, "min_requests": o.min_requests,
+           "workload": {"max_tokens": o.max_tokens, "logprobs": o.logprobs, "min_requests": o.min_requests,
                         "per_stream": o.per_stream, "n_prompts": len(prompts)}, "levels": []}
     try:
         await stream_completion(*url, body(o, prompts[0]))  # warm-up
         for C in map(int, o.levels.split(",")):
+            before = engine_counters(*url)
             lv = await run_level(o, *url, prompts, C, proc.pid)
+            after = engine_counters(*url)
+            lv["engine_counters"] = {k: after[k] - before.get(k, 0.0) for k in after}
             print(f"bench_serve.py: C={C} {lv['output_tok_s']:.1f} tok/s", file=sys.stderr)
             out["levels"].append(lv)
     finally:

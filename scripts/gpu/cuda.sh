@@ -3,7 +3,7 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve] [invariant] [tier]
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve] [invariant] [tier] [spec]
 #   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
@@ -187,6 +187,33 @@ if has tier; then
             --device-blocks 2048 --promotions 64 --decode-batch 1,8,32 --vary-tokens ${cfg#*:} \
             --json "$out/bench_model-tier-$tag.json" >"$out/bench_model-tier-$tag.log" 2>&1
         summary+=("bench_model tier $tag: exit $?")
+    done
+fi
+if has spec; then
+    # MTP speculation on the demo model (issue 32): batch 1 through `megactx run` (a 4-token raw prompt, 512 tokens,
+    # K = 0, 1, 3, 5, 7; a 4K NIAH document, 256 tokens, K = 0, 3), then batched through `serve` and
+    # bench_serve.py (128 tokens a request, no log-probabilities, C = 1, 8, 32 in flight, K = 0 and 3), with the
+    # engine's counters from /metrics per level (steps, graph replays: the draft chain's step 0 padded to whole
+    # verifications keeps its shape).
+    doc=/tmp/niah-4k.txt
+    build-cuda/megactx eval niah --lengths 4K --depths 0.5 --seed 7 --write-document "$doc" >/dev/null 2>&1
+    for k in 0 1 3 5 7; do
+        build-cuda/megactx run --device cuda -p 'The Python documentation describes' --raw -n 512 --ignore-eos \
+            --speculative-tokens $k >/dev/null 2>"$out/spec-short-k$k.err"
+        summary+=("short prompt, K = $k: $(grep -ho 'decode [0-9.]* tok/s' "$out/spec-short-k$k.err") $(grep -ho 'length [0-9.]*' "$out/spec-short-k$k.err")")
+    done
+    for k in 0 3; do
+        build-cuda/megactx run --device cuda -f "$doc" --no-think -n 256 --ignore-eos --speculative-tokens $k \
+            >/dev/null 2>"$out/spec-4k-k$k.err"
+        summary+=("4K document, K = $k: $(grep -ho 'decode [0-9.]* tok/s' "$out/spec-4k-k$k.err") $(grep -ho 'length [0-9.]*' "$out/spec-4k-k$k.err")")
+    done
+    for k in 0 3; do
+        taskset -c 2-15 python3 bench/bench_serve.py --bin build-cuda/megactx --model models/glm-demo \
+            --prompts .stage/gpu/prompts.json --levels 1,8,32 --max-tokens 128 --min-requests 16 --per-stream 2 --logprobs -1 \
+            --server-cpus 0,1 --server-arg=--device --server-arg=cuda --server-arg=--max-model-len \
+            --server-arg=4096 --server-arg=--speculative-tokens --server-arg=$k --out "$out/spec-serve-k$k.json" \
+            >"$out/spec-serve-k$k.log" 2>&1
+        summary+=("serve K = $k: exit $?, $(grep -ho 'C=[0-9]* [0-9.]* tok/s' "$out/spec-serve-k$k.log" | tr '\n' ' ')")
     done
 fi
 if has cli; then
