@@ -268,25 +268,23 @@ cudaError_t launch_invariant_gemm(const InvariantGemmParams& p, cudaStream_t str
            p.o_rows,
            false,
            false};
+    const auto by_type = [&](auto launch) {  // launch(std::integral_constant<int, wtype>)
+        if (p.wtype == 0)
+            launch(std::integral_constant<int, 0>{});
+        else if (p.wtype == 1)
+            launch(std::integral_constant<int, 1>{});
+        else
+            launch(std::integral_constant<int, 2>{});
+    };
     if (p.o_rows) {
         const int64_t size = p.wtype == 0 ? 4 : p.wtype == 1 ? 2 : 1, per = 16 / size;
         a.w_vec = (reinterpret_cast<uintptr_t>(p.w) & 15) == 0 && (p.w_ld * size) % 16 == 0 && p.in % per == 0 &&
                   (p.wtype != 2 || p.block % per == 0);
         a.x_vec = (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 && p.ldx % 4 == 0 && p.x_bstride % 4 == 0;
-        if (p.wtype == 0)
-            launch_rows_for<0>(a, p.n, p.batch, stream);
-        else if (p.wtype == 1)
-            launch_rows_for<1>(a, p.n, p.batch, stream);
-        else
-            launch_rows_for<2>(a, p.n, p.batch, stream);
-        return cudaGetLastError();
+        by_type([&](auto t) { launch_rows_for<decltype(t)::value>(a, p.n, p.batch, stream); });
+    } else {
+        by_type([&](auto t) { launch_cols_for<decltype(t)::value>(a, p.n, p.batch, stream); });
     }
-    if (p.wtype == 0)
-        launch_cols_for<0>(a, p.n, p.batch, stream);
-    else if (p.wtype == 1)
-        launch_cols_for<1>(a, p.n, p.batch, stream);
-    else
-        launch_cols_for<2>(a, p.n, p.batch, stream);
     return cudaGetLastError();
 }
 
