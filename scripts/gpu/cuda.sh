@@ -178,13 +178,14 @@ if has invariant; then
 fi
 if has tier; then
     # Host KV tier (glm52-shape, 1M, device tier of 2048 blocks): the staging rows at 8 (the recorded runs) against
-    # the size kv_tier_blocks picks for a decode batch of 8, and the fetch-stall stamps on and off.
+    # the size kv_tier_blocks picks for a decode batch of 8, and the fetch-stall stamps on and off; each case also
+    # op by op (--op-split 3: resident against tiered, where the tier's per-step work goes).
     glm52_share
     for cfg in "rows8:--staging-rows 8" "rows64:--staging-rows 64" "nostall:--staging-rows 8"; do
         tag=${cfg%%:*}
         stall=1; [ "$tag" = nostall ] && stall=0
         MEGACTX_TIER_STALL=$stall build-cuda/bench/cuda/bench_model --model /tmp/glm52-share --contexts 1048575 --kv fp8 \
-            --device-blocks 2048 --promotions 64 --decode-batch 1,8,32 --vary-tokens ${cfg#*:} \
+            --device-blocks 2048 --promotions 64 --decode-batch 1,8,32 --vary-tokens --op-split 3 ${cfg#*:} \
             --json "$out/bench_model-tier-$tag.json" >"$out/bench_model-tier-$tag.log" 2>&1
         summary+=("bench_model tier $tag: exit $?")
     done
