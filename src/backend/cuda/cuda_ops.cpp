@@ -1165,7 +1165,8 @@ void CudaOps::sparse_mla(const SparseMlaParams& p) {
             f.plan = SparseMlaPlan{};
             f.plan.n_split = static_cast<int>(std::min<int64_t>(kInvariantSplits, topk / 64));
             const size_t bytes = sparse_mla_scratch_bytes(std::min(n, kInvariantPassRows), f.n_head, f.plan);
-            Tensor scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
+            Tensor scratch;  // (none for a single split: a top-k of 64)
+            if (bytes > 0) scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
             for (int64_t r0 = 0; r0 < n; r0 += kInvariantPassRows) {
                 SparseMlaRunParams pass = f;
                 pass.n = std::min(kInvariantPassRows, n - r0);
