@@ -356,21 +356,21 @@ bool Engine::step_once() {
     }
     const ForwardResult out = graphs_.forward(batch);
     const int64_t vocab = model_.config().vocab_size;
-    // Every scored row's argmax is taken on the device and comes back as an id; the logits themselves come back
-    // only when a row's token needs them (sampling, penalties or bias, log-probabilities). A greedy batch then moves
-    // 4 bytes a row instead of a vocabulary of floats, and the host scans no row (GLM-5.2: 154,880 logits a row,
-    // (K + 1) rows a verifying request).
+    // The logits come back only when a scored row's token needs them (sampling, penalties or bias,
+    // log-probabilities); otherwise the device takes every row's argmax and only the ids come back. A greedy batch
+    // then moves 4 bytes a row instead of a vocabulary of floats, and the host scans no row (GLM-5.2: 154,880 logits
+    // a row, (K + 1) rows a verifying request). With the logits on the host, a greedy row's argmax is taken there.
     const int64_t n_scored = out.logits.numel() / std::max<int64_t>(vocab, 1);
-    std::vector<int32_t> ids(static_cast<size_t>(n_scored));
+    std::vector<int32_t> ids;
     std::vector<float> logits;
-    if (n_scored > 0) {
+    if (n_scored > 0 && host_logits) {
+        logits.resize(static_cast<size_t>(out.logits.numel()));
+        ops_.download(out.logits, logits.data());
+    } else if (n_scored > 0) {
         Tensor t = ops_.alloc(DType::I32, {n_scored});
         ops_.argmax_rows(out.logits, t);
+        ids.resize(static_cast<size_t>(n_scored));
         ops_.download(t, ids.data());
-        if (host_logits) {
-            logits.resize(static_cast<size_t>(out.logits.numel()));
-            ops_.download(out.logits, logits.data());
-        }
     }
 
     std::vector<std::pair<Sequence*, FinishReason>> done;
@@ -391,14 +391,17 @@ bool Engine::step_once() {
         }
         const int64_t n_rows = verify ? ch.n_tokens : 1;
         const float* rows = host_logits ? logits.data() + row * vocab : nullptr;
-        const int32_t* best = ids.data() + row;  // the rows' argmaxes
+        const bool by_argmax = raw_greedy(*s);  // the token is the row's argmax
+        std::vector<int32_t> host_best;
+        if (by_argmax && host_logits)
+            for (int64_t i = 0; i < n_rows; ++i) host_best.push_back(argmax(rows + i * vocab, vocab));
+        const int32_t* best = host_logits ? host_best.data() : ids.data() + row;  // the rows' argmaxes
         row += n_rows;
-        const bool argmax = raw_greedy(*s);  // the token is the device's argmax
         std::vector<int32_t> toks;
         if (verify) {
             const std::vector<int32_t> drafts(feeds[c].begin() + 1, feeds[c].end());
             Verified v;
-            if (argmax) {
+            if (by_argmax) {
                 v = verify_greedy(drafts, best);
             } else {
                 std::vector<std::vector<float>> p, q;
@@ -415,7 +418,7 @@ bool Engine::step_once() {
             s->spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
             counters_.spec.record(static_cast<int64_t>(drafts.size()), v.n_accepted);
             toks = v.tokens;
-        } else if (argmax) {
+        } else if (by_argmax) {
             toks.push_back(best[0]);
         } else {
             std::vector<float> l = penalized(*s, rows, {});

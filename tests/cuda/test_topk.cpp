@@ -114,7 +114,9 @@ std::vector<int32_t> run_gpu(const Batch& b, int64_t k, bool graph = false,
     }
     if (prepared > 0) {
         EXPECT_FALSE(graph);
-        if (d_scratch) EXPECT_EQ(cudaMemset(d_scratch, 0xff, scratch), cudaSuccess);  // no zero words by chance
+        if (d_scratch) {
+            EXPECT_EQ(cudaMemset(d_scratch, 0xff, scratch), cudaSuccess);  // no zero words by chance
+        }
         const TopkGridCtl gc = topk_grid_ctl(p);
         EXPECT_NE(gc.ctl, nullptr) << "the few-rows select does not run on this batch";
         if (gc.ctl != nullptr) {

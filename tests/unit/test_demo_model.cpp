@@ -190,7 +190,10 @@ TEST_F(DemoModelCli, SpeculationOnGenerateAndRunChangesNoToken) {
     const json t = read_json(kRef + "/tokens.json");
     const auto ids = t["token_ids"].get<std::vector<int32_t>>();
     std::string list;
-    for (size_t i = 0; i < 120; ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < 120; ++i) {
+        if (i > 0) list += ',';
+        list += std::to_string(ids[i]);
+    }
     const CliResult plain = run("generate --tokens " + list + " --max-new-tokens 40 --ignore-eos");
     ASSERT_EQ(plain.exit_code, 0) << plain.err;
     for (const char* k : {"1", "3", "7"}) {
