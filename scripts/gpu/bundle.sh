@@ -14,7 +14,7 @@ cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DMEGACTX_CUDA=ON -DMEGACTX_
 if [ -n "${TARGETS:-}" ]; then cmake --build build-cuda -j"$jobs" --target $TARGETS; else cmake --build build-cuda -j"$jobs"; fi
 stage=.stage/gpu
 rm -rf "$stage" && mkdir -p "$stage/build-cuda" "$stage/lib"
-bins=(megactx bench/bench_engine bench/bench_cpu)
+bins=(megactx bench/bench_engine bench/bench_cpu bench/bench_spec)
 for f in build-cuda/tests/cuda/* build-cuda/bench/cuda/*; do
     [ -f "$f" ] && [ -x "$f" ] && bins+=("${f#build-cuda/}")
 done

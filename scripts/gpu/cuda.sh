@@ -4,6 +4,7 @@
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
 #   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve] [invariant] [tier] [spec]
+#                       [specbench]
 #   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
@@ -215,6 +216,24 @@ if has spec; then
             --server-arg=4096 --server-arg=--speculative-tokens --server-arg=$k --out "$out/spec-serve-k$k.json" \
             >"$out/spec-serve-k$k.log" 2>&1
         summary+=("serve K = $k: exit $?, $(grep -ho 'C=[0-9]* [0-9.]* tok/s' "$out/spec-serve-k$k.log" | tr '\n' ' ')")
+    done
+fi
+if has specbench; then
+    # MTP speculation at a set acceptance through the engine (bench_spec, issue 49): K = 3 at A = 3.0 and K = 7 at
+    # A = 5.47 against plain decoding, with synthetic FP8 weights made in memory: one rank's shard of GLM-5.2 under
+    # TP 8 + EP 8 (78 layers + MTP, 8 heads, 32 of the 256 experts; collectives not run) at batch 1 (8K, 128K) and
+    # batch 8 / 32 (8K), and glm52-shape's 4 layers with all 256 experts at batch 1 / 8 / 32 (8K) and batch 1 (128K,
+    # 1M).
+    spec_pairs=${SPEC_PAIRS:-3:3.0,7:5.47}
+    for cfg in "rank-b1:--rank-of 8 --expert-parallel --contexts ${SPEC_CONTEXTS:-8192,131072} --batch 1" \
+        "rank-batched:--rank-of 8 --expert-parallel --contexts 8192 --batch 8,32" \
+        "4l256e-batched:--layers 4 --contexts 8192 --batch 1,8,32" \
+        "4l256e-long:--layers 4 --contexts ${SPEC_LONG:-131072,1048000} --batch 1"; do
+        tag=${cfg%%:*}
+        build-cuda/bench/bench_spec --synthetic tests/data/glm52_config.json ${cfg#*:} --spec "$spec_pairs" \
+            --json "$out/bench_spec-$tag.json" >"$out/bench_spec-$tag.log" 2>&1
+        summary+=("bench_spec $tag: exit $?")
+        grep -E "plain|K [0-9]" "$out/bench_spec-$tag.log" | head -20
     done
 fi
 if has cli; then

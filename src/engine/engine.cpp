@@ -95,6 +95,9 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
         MEGACTX_CHECK(model.has_mtp(), "--speculative-tokens {}: the checkpoint has no MTP layer (model.layers.{}.*)",
                       config.speculative_tokens, model.config().n_layers);
     }
+    if (config.forced_acceptance_length > 0.0)
+        forced_ = std::make_unique<ForcedAcceptance>(config.forced_acceptance_length, config.speculative_tokens,
+                                                     config.forced_acceptance_seed);
     snapshot_.kv_blocks_total = kv_.n_blocks();
     model_.prepare_kv(kv_);  // tensor parallel: the other ranks' pools, now
 }
@@ -354,6 +357,7 @@ bool Engine::step_once() {
         batch.add_sequence(&s->kv.blocks, s->tokens.data() + s->n_computed, ch.n_tokens, s->n_computed, false);
         batch.want_logits.back() = last;
     }
+    const auto t_forward = std::chrono::steady_clock::now();
     const ForwardResult out = graphs_.forward(batch);
     const int64_t vocab = model_.config().vocab_size;
     // The logits come back only when a scored row's token needs them (sampling, penalties or bias,
@@ -372,6 +376,8 @@ bool Engine::step_once() {
         ids.resize(static_cast<size_t>(n_scored));
         ops_.download(t, ids.data());
     }
+    const auto t_forwarded = std::chrono::steady_clock::now();
+    counters_.target_s += std::chrono::duration<double>(t_forwarded - t_forward).count();
 
     std::vector<std::pair<Sequence*, FinishReason>> done;
     // For the drafter: the batch rows whose KV is now valid, per sequence (a prefix of its chunk).
@@ -401,7 +407,19 @@ bool Engine::step_once() {
         if (verify) {
             const std::vector<int32_t> drafts(feeds[c].begin() + 1, feeds[c].end());
             Verified v;
-            if (by_argmax) {
+            if (forced_) {
+                // Benchmarks: a set share of the drafts accepted, then the target's token at the row after them.
+                v.n_accepted = forced_->draw(static_cast<int64_t>(drafts.size()));
+                v.tokens.assign(drafts.begin(), drafts.begin() + v.n_accepted);
+                const int64_t r = v.n_accepted;
+                if (by_argmax) {
+                    v.tokens.push_back(best[r]);
+                } else {
+                    const std::vector<int32_t> extra(drafts.begin(), drafts.begin() + r);
+                    std::vector<float> l = penalized(*s, rows + r * vocab, extra);
+                    v.tokens.push_back(s->sampler->sample(l.data(), vocab));
+                }
+            } else if (by_argmax) {
                 v = verify_greedy(drafts, best);
             } else {
                 std::vector<std::vector<float>> p, q;
@@ -438,7 +456,11 @@ bool Engine::step_once() {
         publish_full_blocks(s);
         valid_rows.push_back({s, first_row[c], valid, verify ? ch.n_tokens : 0});
     }
-    if (config_.speculative_tokens > 0) draft(batch, out, valid_rows);
+    if (config_.speculative_tokens > 0) {
+        const auto t_draft = std::chrono::steady_clock::now();
+        draft(batch, out, valid_rows);
+        counters_.draft_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
+    }
     for (auto& [s, r] : done) finish(s, r);
     ++counters_.steps;
     return true;

@@ -18,6 +18,7 @@
 
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "kv/kv_cache.h"
 #include "model/glm_dsa.h"
 #include "model/graphed_forward.h"
@@ -47,6 +48,10 @@ struct EngineConfig {
     // large batches are compute-bound and verification rows cost what decode rows cost. The MTP layer still runs
     // over the verified rows, so its KV stays complete for when the batch shrinks.
     int64_t speculative_disable_by_batch_size = 0;
+    // > 0, benchmarks only (ForcedAcceptance in speculative.h): verification accepts drafts at random so that the
+    // mean acceptance length is this many tokens per step, whatever the drafts are; the output is not the model's.
+    double forced_acceptance_length = 0.0;
+    uint64_t forced_acceptance_seed = 0;
 };
 
 struct EngineStats {
@@ -62,6 +67,9 @@ struct EngineStats {
     int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // prompt tokens looked up / found in the cache
     int64_t steps = 0, preemptions = 0;
     double step_s = 0;  // wall time of the steps (with kv_fetch_stall_s: the share of a step spent waiting)
+    // Of step_s: the target forward until its logits or ids are on the host, and the MTP draft steps until their
+    // drafts are (speculation's split: a verification's and the drafts' cost against a plain step's).
+    double target_s = 0, draft_s = 0;
     int64_t prompt_tokens = 0, generation_tokens = 0;
     // Decode steps replayed from recorded CUDA graphs, and the graphs kept with their reserved memory
     // (GraphedForward; 0 on backends without graphs).
@@ -141,6 +149,7 @@ class Engine {
     int64_t max_model_len_ = 0;
     KvTierBlocks tier_blocks_;
     KvCache kv_;
+    std::unique_ptr<ForcedAcceptance> forced_;  // config.forced_acceptance_length > 0
     GraphedForward graphs_;  // all-decode steps of <= 32 sequences replay recorded graphs on the GPU
     int64_t stall_ns0_ = 0;  // Ops::kv_fetch_stall_ns when the engine was made
 

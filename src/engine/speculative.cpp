@@ -68,6 +68,39 @@ Verified verify_greedy(const std::vector<int32_t>& drafts, const int32_t* best) 
     return v;
 }
 
+double acceptance_length(double alpha, int64_t k) {
+    double sum = 0.0, term = 1.0;
+    for (int64_t i = 0; i <= k; ++i, term *= alpha) sum += term;
+    return sum;
+}
+
+ForcedAcceptance::ForcedAcceptance(double length, int64_t k, uint64_t seed) : state_(seed) {
+    MEGACTX_CHECK(k >= 1, "a forced acceptance length needs speculative tokens (K >= 1), got K = {}", k);
+    MEGACTX_CHECK(length >= 1.0 && length <= static_cast<double>(k + 1),
+                  "forced acceptance length must be in [1, K + 1] = [1, {}] tokens per step, got {}", k + 1, length);
+    // acceptance_length grows with alpha on [0, 1]: bisection to double precision.
+    double lo = 0.0, hi = 1.0;
+    for (int i = 0; i < 100; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        (acceptance_length(mid, k) < length ? lo : hi) = mid;
+    }
+    alpha_ = 0.5 * (lo + hi);
+}
+
+int64_t ForcedAcceptance::draw(int64_t n_drafts) {
+    int64_t n = 0;
+    while (n < n_drafts) {
+        // splitmix64, top 53 bits as a uniform in [0, 1)
+        uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        if (static_cast<double>(z >> 11) * 0x1.0p-53 >= alpha_) break;
+        ++n;
+    }
+    return n;
+}
+
 }  // namespace megactx
 
 namespace megactx {

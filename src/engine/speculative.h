@@ -29,4 +29,26 @@ Verified verify_drafts(Sampler& sampler, const std::vector<int32_t>& drafts, con
 // device's argmax_rows gives it without the logits leaving the device. The same tokens as verify_drafts' greedy case.
 Verified verify_greedy(const std::vector<int32_t>& drafts, const int32_t* best);
 
+// Set acceptance, for benchmarks (EngineConfig::forced_acceptance_length): the speed of speculation at an
+// acceptance the model does not have. Every draft step and the verification run at their real cost; only the
+// verifier's decision is replaced: draft i is accepted with probability alpha once drafts 1..i-1 were, whatever
+// the target chose, and the token after the accepted run is the target's at that row. The sequence stays
+// consistent (each accepted draft is the input its row's KV was computed from), but it is not the model's output.
+class ForcedAcceptance {
+  public:
+    // alpha such that the mean acceptance length with k drafts, 1 + alpha + ... + alpha^k, equals `length`.
+    // Throws Error unless 1 <= length <= k + 1.
+    ForcedAcceptance(double length, int64_t k, uint64_t seed);
+    double alpha() const { return alpha_; }
+    // The number of drafts accepted out of n_drafts.
+    int64_t draw(int64_t n_drafts);
+
+  private:
+    double alpha_ = 0.0;
+    uint64_t state_ = 0;
+};
+
+// The mean acceptance length of k drafts accepted each with probability alpha in turn: sum of alpha^i, i = 0..k.
+double acceptance_length(double alpha, int64_t k);
+
 }  // namespace megactx

@@ -136,6 +136,11 @@ SafetensorsFile::~SafetensorsFile() {
     if (map_) ::munmap(map_, size_);
 }
 
+TensorStore::TensorStore(std::string label, std::map<std::string, TensorInfo> tensors, std::shared_ptr<const void> keep)
+    : dir_(std::move(label)), memory_(std::move(tensors)), keep_(std::move(keep)) {
+    for (const auto& [name, t] : memory_) index_[name] = &t;
+}
+
 TensorStore::TensorStore(const std::string& model_dir) : dir_(model_dir) {
     namespace fs = std::filesystem;
     MEGACTX_CHECK(fs::is_directory(model_dir), "{}: model directory does not exist", model_dir);

@@ -53,6 +53,9 @@ private:
 class TensorStore {
 public:
     explicit TensorStore(const std::string& model_dir);
+    // Tensors held in memory (synthetic weights, model/synthetic_weights.h): their data points into memory that
+    // `keep` owns. `label` stands for the directory in messages.
+    TensorStore(std::string label, std::map<std::string, TensorInfo> tensors, std::shared_ptr<const void> keep);
 
     bool has(const std::string& name) const { return index_.count(name) != 0; }
     // The tensor, checked to exist and to have a dtype megactx reads; errors name the tensor and file.
@@ -66,6 +69,8 @@ private:
     std::string dir_;
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, const TensorInfo*> index_;
+    std::map<std::string, TensorInfo> memory_;  // the in-memory constructor's tensors
+    std::shared_ptr<const void> keep_;
 };
 
 struct TensorToWrite {

@@ -44,6 +44,7 @@ struct Writer {
     uint64_t seed;
     DType linear_dtype;
     std::vector<TensorToWrite> tensors;
+    bool values = true;  // false: names, dtypes and shapes only (model_tensors' plan)
 
     static std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
         std::vector<uint8_t> out(v.size() * dtype_size(t));
@@ -74,14 +75,24 @@ struct Writer {
     // A vector (norm weight, bias) in bf16 unless the whole model is f32.
     void vec(const std::string& name, int64_t n, float mean, float std) {
         const DType t = linear_dtype == DType::F32 ? DType::F32 : DType::BF16;
-        tensors.push_back({name, t, {n}, encode(random(name, n, mean, std), t)});
+        tensors.push_back({name, t, {n}, values ? encode(random(name, n, mean, std), t) : std::vector<uint8_t>{}});
     }
     void vec_f32(const std::string& name, int64_t n, float mean, float std) {
-        tensors.push_back({name, DType::F32, {n}, encode(random(name, n, mean, std), DType::F32)});
+        tensors.push_back(
+            {name, DType::F32, {n}, values ? encode(random(name, n, mean, std), DType::F32) : std::vector<uint8_t>{}});
     }
     // A matrix; `quantize` = false keeps it out of FP8 (embeddings, router, indexer gates, MTP projections),
     // as in the GLM-5.2-FP8 checkpoint (model-spec §7.2).
     void mat(const std::string& name, int64_t rows, int64_t cols, bool quantize = true) {
+        if (!values) {
+            const bool fp8 = linear_dtype == DType::F8_E4M3 && quantize;
+            const DType t = fp8 ? DType::F8_E4M3 : linear_dtype == DType::F32 ? DType::F32 : DType::BF16;
+            tensors.push_back({name, t, {rows, cols}, {}});
+            if (fp8)
+                tensors.push_back({name.substr(0, name.size() - std::string(".weight").size()) + ".weight_scale_inv",
+                                   DType::F32, {(rows + 127) / 128, (cols + 127) / 128}, {}});
+            return;
+        }
         const float std = 1.0f / std::sqrt(static_cast<float>(cols));
         std::vector<float> v = random(name, rows * cols, 0.0f, std);
         if (linear_dtype != DType::F8_E4M3 || !quantize) {
@@ -198,43 +209,8 @@ json preset_config(const std::string& preset) {
     return c;
 }
 
-void generate_model(const std::string& out_dir, const GenModelOptions& o) {
-    namespace fs = std::filesystem;
-    json cj = preset_config(o.preset);
-    if (o.layers > 0) cj["num_hidden_layers"] = o.layers;
-    if (o.experts > 0) cj["n_routed_experts"] = o.experts;
-    if (o.experts_per_tok > 0) cj["num_experts_per_tok"] = o.experts_per_tok;
-    MEGACTX_CHECK(cj["num_experts_per_tok"].get<int64_t>() <= cj["n_routed_experts"].get<int64_t>(),
-                  "gen-model: {} experts per token but only {} experts", cj["num_experts_per_tok"].get<int64_t>(),
-                  cj["n_routed_experts"].get<int64_t>());
-    if (!o.index_pattern.empty()) {
-        const int64_t n = cj["num_hidden_layers"].get<int64_t>();
-        json types = json::array();
-        for (int64_t i = 0; i < n; ++i) {
-            const char ch = o.index_pattern[static_cast<size_t>(i) % o.index_pattern.size()];
-            MEGACTX_CHECK(ch == 'F' || ch == 'S', "gen-model: --index-pattern must be letters F and S, got '{}'",
-                          o.index_pattern);
-            types.push_back(ch == 'F' ? "full" : "shared");
-        }
-        MEGACTX_CHECK(types[0] == "full", "gen-model: --index-pattern must start with F (layer 0 runs the indexer)");
-        cj["indexer_types"] = types;
-    }
-    const ModelConfig c = parse_config_json(cj.dump(), "preset " + o.preset);
-    std::string dtype = o.dtype.empty() ? (o.preset == "tiny" ? "f32" : "bf16") : o.dtype;
-    DType lt;
-    if (dtype == "f32") {
-        lt = DType::F32;
-    } else if (dtype == "bf16") {
-        lt = DType::BF16;
-    } else if (dtype == "fp8") {
-        lt = DType::F8_E4M3;
-    } else {
-        MEGACTX_FAIL("gen-model: unknown dtype '{}' (expected f32, bf16 or fp8)", dtype);
-    }
-    MEGACTX_CHECK(o.shards >= 0, "gen-model: --shards must be >= 1, got {}", o.shards);
-    const int64_t shards = o.shards > 0 ? o.shards : (o.preset == "glm52-shape" ? 4 : 1);
-
-    Writer w{o.seed, lt, {}};
+std::vector<TensorToWrite> model_tensors(const ModelConfig& c, DType lt, uint64_t seed, bool values) {
+    Writer w{seed, lt, {}, values};
     const int64_t H = c.hidden_size;
     w.mat("model.embed_tokens.weight", c.vocab_size, H, false);
     w.vec("model.norm.weight", H, 1.0f, 0.1f);
@@ -282,6 +258,47 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
         }
     }
 
+    return std::move(w.tensors);
+}
+
+void generate_model(const std::string& out_dir, const GenModelOptions& o) {
+    namespace fs = std::filesystem;
+    json cj = preset_config(o.preset);
+    if (o.layers > 0) cj["num_hidden_layers"] = o.layers;
+    if (o.experts > 0) cj["n_routed_experts"] = o.experts;
+    if (o.experts_per_tok > 0) cj["num_experts_per_tok"] = o.experts_per_tok;
+    MEGACTX_CHECK(cj["num_experts_per_tok"].get<int64_t>() <= cj["n_routed_experts"].get<int64_t>(),
+                  "gen-model: {} experts per token but only {} experts", cj["num_experts_per_tok"].get<int64_t>(),
+                  cj["n_routed_experts"].get<int64_t>());
+    if (!o.index_pattern.empty()) {
+        const int64_t n = cj["num_hidden_layers"].get<int64_t>();
+        json types = json::array();
+        for (int64_t i = 0; i < n; ++i) {
+            const char ch = o.index_pattern[static_cast<size_t>(i) % o.index_pattern.size()];
+            MEGACTX_CHECK(ch == 'F' || ch == 'S', "gen-model: --index-pattern must be letters F and S, got '{}'",
+                          o.index_pattern);
+            types.push_back(ch == 'F' ? "full" : "shared");
+        }
+        MEGACTX_CHECK(types[0] == "full", "gen-model: --index-pattern must start with F (layer 0 runs the indexer)");
+        cj["indexer_types"] = types;
+    }
+    const ModelConfig c = parse_config_json(cj.dump(), "preset " + o.preset);
+    std::string dtype = o.dtype.empty() ? (o.preset == "tiny" ? "f32" : "bf16") : o.dtype;
+    DType lt;
+    if (dtype == "f32") {
+        lt = DType::F32;
+    } else if (dtype == "bf16") {
+        lt = DType::BF16;
+    } else if (dtype == "fp8") {
+        lt = DType::F8_E4M3;
+    } else {
+        MEGACTX_FAIL("gen-model: unknown dtype '{}' (expected f32, bf16 or fp8)", dtype);
+    }
+    MEGACTX_CHECK(o.shards >= 0, "gen-model: --shards must be >= 1, got {}", o.shards);
+    const int64_t shards = o.shards > 0 ? o.shards : (o.preset == "glm52-shape" ? 4 : 1);
+
+    std::vector<TensorToWrite> tensors = model_tensors(c, lt, o.seed, true);
+
     remove_earlier_model(out_dir);
     fs::create_directories(out_dir);
     json config = cj;
@@ -290,11 +307,11 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
                                          {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
     }
     if (shards <= 1) {
-        write_safetensors((fs::path(out_dir) / "model.safetensors").string(), w.tensors);
+        write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors);
     } else {
         // Split by bytes into `shards` files, HF naming.
         size_t total = 0;
-        for (const auto& t : w.tensors) total += t.bytes.size();
+        for (const auto& t : tensors) total += t.bytes.size();
         const size_t per = total / static_cast<size_t>(shards) + 1;
         json weight_map = json::object();
         std::vector<TensorToWrite> part;
@@ -308,7 +325,7 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
             part.clear();
             part_bytes = 0;
         };
-        for (auto& t : w.tensors) {
+        for (auto& t : tensors) {
             part_bytes += t.bytes.size();
             part.push_back(std::move(t));
             if (part_bytes >= per && k < shards - 1) flush();

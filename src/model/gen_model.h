@@ -6,6 +6,11 @@
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
+#include <vector>
+
+#include "core/dtype.h"
+#include "io/config.h"
+#include "io/safetensors.h"
 
 namespace megactx {
 
@@ -23,6 +28,10 @@ struct GenModelOptions {
 
 // The preset's config.json contents.
 nlohmann::json preset_config(const std::string& preset);
+// The checkpoint tensors of a config, as gen-model writes them: linears in `linear_dtype` (FP8 ones with their
+// weight_scale_inv; embeddings, router, indexer gates and MTP projections in bf16 then), norms and biases, the MTP
+// layers. values = false: names, dtypes and shapes only (empty bytes).
+std::vector<TensorToWrite> model_tensors(const ModelConfig& c, DType linear_dtype, uint64_t seed, bool values);
 // Writes config.json, the tokenizer and the weights into out_dir (created if missing), first removing the files of
 // those names an earlier run left there (shards and index included); other files stay.
 void generate_model(const std::string& out_dir, const GenModelOptions& options);

@@ -35,10 +35,29 @@ MlpWeights load_mlp(const TensorStore& s, const std::string& prefix, int64_t d_m
 
 }  // namespace
 
-GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) { load(dir); }
+GlmDsaModel::GlmDsaModel(const std::string& dir) : config_(load_config(dir)) {
+    load(std::make_unique<TensorStore>(dir));
+}
 
 GlmDsaModel::GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank, Comm& comm)
-    : config_(load_config(dir)), shard_plan_(std::make_unique<ShardPlan>(plan)), comm_(&comm) {
+    : config_(load_config(dir)) {
+    set_shard(plan, rank, comm);
+    load(std::make_unique<TensorStore>(dir));
+}
+
+GlmDsaModel::GlmDsaModel(const ModelConfig& config, std::unique_ptr<TensorStore> store, const ShardPlan* plan,
+                         int rank, Comm* comm)
+    : config_(config) {
+    if (plan) {
+        MEGACTX_CHECK(comm != nullptr, "tensor parallel: a shard plan needs a communicator");
+        set_shard(*plan, rank, *comm);
+    }
+    load(std::move(store));
+}
+
+void GlmDsaModel::set_shard(const ShardPlan& plan, int rank, Comm& comm) {
+    shard_plan_ = std::make_unique<ShardPlan>(plan);
+    comm_ = &comm;
     const int64_t g = static_cast<int64_t>(plan.ranks.size());
     MEGACTX_CHECK(rank >= 0 && rank < g && comm.size() == g && comm.rank() == rank,
                   "tensor parallel: rank {} of a {}-rank plan, communicator rank {} of {}", rank, g, comm.rank(),
@@ -47,11 +66,10 @@ GlmDsaModel::GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank
                   "tensor parallel: --indexer-split and --layer-split exclude each other (under LayerSplit only the "
                   "owner of a layer holds its indexer keys, and it runs the whole indexer)");
     shard_ = &shard_plan_->ranks[static_cast<size_t>(rank)];
-    load(dir);
 }
 
-void GlmDsaModel::load(const std::string& dir) {
-    store_ = std::make_unique<TensorStore>(dir);
+void GlmDsaModel::load(std::unique_ptr<TensorStore> store) {
+    store_ = std::move(store);
     const TensorStore& s = *store_;
     const ModelConfig& c = config_;
     const int64_t H = c.hidden_size;

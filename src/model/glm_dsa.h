@@ -90,6 +90,10 @@ class GlmDsaModel {
     // whole experts, LM-head vocabulary rows; the rest replicated) and meets the other ranks through `comm`:
     // an all-reduce after o_proj and after the FFN, an all-gather of the logits.
     GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank, Comm& comm);
+    // The same from a config and tensors already in hand (synthetic weights: model/synthetic_weights.h); `plan`
+    // nullptr: the whole model.
+    GlmDsaModel(const ModelConfig& config, std::unique_ptr<TensorStore> store, const ShardPlan* plan = nullptr,
+                int rank = 0, Comm* comm = nullptr);
 
     const ModelConfig& config() const { return config_; }
     bool has_mtp() const { return n_mtp_loaded_ > 0; }
@@ -100,7 +104,7 @@ class GlmDsaModel {
         if (followers_) followers_->prepare(kv);
     }
     // One device, no collectives: the whole forward can be recorded as one graph (graphed_forward.h).
-    bool single_device() const { return followers_ == nullptr && comm_ == nullptr; }
+    bool single_device() const { return followers_ == nullptr && (comm_ == nullptr || comm_->on_device_only()); }
     // The layers whose KV this model's KV cache holds: all, or this rank's group under LayerSplit.
     Range kv_layers() const;
     // KV bytes per token of the rank that holds the most (LayerSplit groups differ; every rank gets the same
@@ -154,7 +158,8 @@ class GlmDsaModel {
     // Rank 0 of a group: starts the followers (`start`), runs its own part (`local`) and waits for them; when
     // either side fails, releases the other from its collectives and rethrows the first cause.
     ForwardResult lead(const std::function<void()>& start, const std::function<ForwardResult()>& local) const;
-    void load(const std::string& dir);
+    void load(std::unique_ptr<TensorStore> store);
+    void set_shard(const ShardPlan& plan, int rank, Comm& comm);
     void all_reduce(Tensor& t) const;  // sums the ranks' partial results (no-op without a group)
     // LayerSplit: the rank holding layer l's KV, or -1 when every rank holds every layer.
     int kv_owner(int64_t i_layer) const;

@@ -24,6 +24,9 @@ public:
     // Called when a rank fails mid-forward: wakes the ranks waiting in a collective (their calls then throw) so
     // no thread hangs; the communicator is unusable afterwards. Any thread may call it.
     virtual void abort() = 0;
+    // True when the collectives are device ops alone (no host synchronisation, no other thread): a forward can
+    // then be recorded as one CUDA graph, as on one device (SoloRankComm).
+    virtual bool on_device_only() const { return false; }
 };
 
 }  // namespace megactx

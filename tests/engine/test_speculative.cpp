@@ -356,6 +356,57 @@ TEST(Speculative, BadSettingsAreClearErrors) {
     }
 }
 
+// Set acceptance for benchmarks (EngineConfig::forced_acceptance_length): alpha gives the asked mean length, the
+// engine reaches it, alpha = 0 is plain decoding, and with every draft accepted the target's own tokens (one after
+// each accepted run) are what a cold run of the same text picks: the forced path leaves a consistent KV cache.
+TEST(Speculative, ForcedAcceptanceSetsTheAcceptanceLength) {
+    for (auto [len, k] : std::vector<std::pair<double, int64_t>>{{3.0, 3}, {5.47, 7}, {1.0, 3}, {4.0, 3}}) {
+        const ForcedAcceptance f(len, k, 1);
+        EXPECT_NEAR(acceptance_length(f.alpha(), k), len, 1e-9) << len << " at K = " << k;
+    }
+    EXPECT_NEAR(ForcedAcceptance(3.0, 3, 1).alpha(), 0.5437, 1e-3);  // 1 + a + a^2 + a^3 = 3
+    EXPECT_THROW(ForcedAcceptance(4.5, 3, 1), Error);
+    EXPECT_THROW(ForcedAcceptance(0.5, 3, 1), Error);
+    EXPECT_THROW(ForcedAcceptance(2.0, 0, 1), Error);
+
+    const std::string fx = "freq_offset_f32";
+    const GlmDsaModel model(test::fixture_dir(fx));
+    const auto vocab = static_cast<int32_t>(model.config().vocab_size);
+    std::vector<std::pair<std::vector<int32_t>, GenerationParams>> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back({prompt_of(fx, 12 + 7 * i, i + 1, vocab), greedy(60)});
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 64;
+    cfg.speculative_tokens = 3;
+    cfg.forced_acceptance_length = 3.0;
+    EngineStats st;
+    serve(model, cfg, reqs, &st);
+    // about 120 verifications; the length of one has a standard deviation of about 1.1 tokens
+    EXPECT_NEAR(st.spec.mean_acceptance_length(), 3.0, 0.3) << st.spec.summary();
+    EXPECT_GT(st.spec.verifications, 80);
+
+    EngineConfig plain_cfg = cfg;
+    plain_cfg.speculative_tokens = 0;
+    plain_cfg.forced_acceptance_length = 0.0;
+    const std::vector<Out> plain = serve(model, plain_cfg, reqs);
+    cfg.forced_acceptance_length = 1.0;  // alpha = 0: every draft rejected, the target's tokens
+    expect_same(plain, serve(model, cfg, reqs), "forced length 1");
+
+    cfg.forced_acceptance_length = 4.0;  // alpha = 1: every draft accepted
+    const std::vector<std::pair<std::vector<int32_t>, GenerationParams>> one = {reqs[2]};
+    const std::vector<Out> forced = serve(model, cfg, one, &st);
+    EXPECT_EQ(st.spec.accepted, st.spec.drafted);
+    const std::vector<int32_t>& out = forced[0].tokens;
+    ASSERT_EQ(out.size(), 60u);
+    EXPECT_NE(out, plain[2].tokens);  // the drafts are not the target's greedy text on this random model
+    plain_cfg.n_kv_blocks = 16;
+    for (size_t j = 0; j + 4 <= out.size(); j += 4) {  // the first token, then one after each run of 3 drafts
+        std::vector<int32_t> text = reqs[2].first;
+        text.insert(text.end(), out.begin(), out.begin() + static_cast<long>(j));
+        const std::vector<Out> cold = serve(model, plain_cfg, {{text, greedy(1)}});
+        EXPECT_EQ(cold[0].tokens.at(0), out[j]) << "target token at output position " << j;
+    }
+}
+
 // Rejection sampling (one draft): the first token is distributed as p whatever q is. 200,000 trials on a
 // four-token vocabulary, seeded: each probability within 0.005 (about 4 standard deviations).
 TEST(Speculative, RejectionSamplingGivesTheTargetDistribution) {
