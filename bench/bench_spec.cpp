@@ -20,7 +20,10 @@
 //
 //   bench_spec (--model DIR | --synthetic CONFIG [--layers N] [--dtype fp8|bf16] [--rank-of N [--expert-parallel]])
 //              [--device cpu|cuda] [--kv fp8|bf16|f32] [--contexts 8192,131072] [--batch 1,8,32]
-//              [--spec 3:3.0,7:5.47] [--tokens 96] [--seed S] [--json PATH]
+//              [--spec 3:3.0,7:5.47] [--tokens 96] [--seed S] [--op-split] [--json PATH]
+// --op-split runs each case's window again eagerly with every op synchronised and prints each op's ms per step.
+// Before the first case, one untimed plain and one speculative run warm the process up (first-use weight
+// conversions); each run's window starts a few steps after its last request's first token (graph recording).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -36,6 +39,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "bench_util.h"
+#include "profiling_ops.h"
 #include "engine/engine.h"
 #include "io/config.h"
 #include "model/glm_dsa.h"
@@ -64,6 +68,7 @@ struct Options {
     std::vector<SpecPoint> spec;
     int64_t tokens = 96;
     uint64_t seed = 0;
+    bool op_split = false;
 };
 
 // "3:3.0,7:5.47" → {K, A} pairs.
@@ -93,12 +98,15 @@ std::vector<SpecPoint> parse_spec(const std::string& s) {
 struct RunResult {
     double tok_s = 0, step_ms = 0, target_ms = 0, draft_ms = 0, acceptance = 1.0;
     int64_t steps = 0, tokens = 0, graph_replays = 0;
+    std::vector<std::pair<std::string, ProfilingOps::Stat>> ops;  // with a ProfilingOps: the window's ops
 };
+
+constexpr int kSettleSteps = 3;
 
 // One engine: the prompt into the prefix cache, then B requests decoding together; the window is the steps in
 // which all B decode.
 RunResult run(const GlmDsaModel& model, Ops& ops, const Options& o, int64_t L, int64_t B, SpecPoint sp,
-              KvFormat kv_format) {
+              KvFormat kv_format, ProfilingOps* prof = nullptr) {
     const ModelConfig& c = model.config();
     EngineConfig ec;
     ec.kv_format = kv_format;
@@ -110,7 +118,7 @@ RunResult run(const GlmDsaModel& model, Ops& ops, const Options& o, int64_t L, i
     ec.speculative_tokens = sp.k;
     ec.forced_acceptance_length = sp.k > 0 ? sp.length : 0.0;
     ec.forced_acceptance_seed = o.seed + 17;
-    Engine e(model, ops, ec);
+    Engine e(model, prof ? static_cast<Ops&>(*prof) : ops, ec);
 
     uint64_t s = o.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(L);
     std::vector<int32_t> prompt(static_cast<size_t>(L));
@@ -147,6 +155,9 @@ RunResult run(const GlmDsaModel& model, Ops& ops, const Options& o, int64_t L, i
     };
     while (!all_started() && e.step()) {
     }
+    // A few steps more before the window: each new step shape is recorded as a CUDA graph on its second step.
+    for (int i = 0; i < kSettleSteps && !one_done(); ++i) e.step();
+    if (prof) prof->reset();
     const EngineStats s0 = e.stats();
     const int64_t emitted0 = emitted;
     const auto t0 = Clock::now();
@@ -165,10 +176,36 @@ RunResult run(const GlmDsaModel& model, Ops& ops, const Options& o, int64_t L, i
     r.target_ms = 1e3 * (s1.target_s - s0.target_s) / static_cast<double>(r.steps);
     r.draft_ms = 1e3 * (s1.draft_s - s0.draft_s) / static_cast<double>(r.steps);
     r.graph_replays = s1.graph_replays - s0.graph_replays;
+    if (prof) r.ops = prof->stats();
     const int64_t verifs = s1.spec.verifications - s0.spec.verifications;
     if (verifs > 0)
         r.acceptance = 1.0 + static_cast<double>(s1.spec.accepted - s0.spec.accepted) / static_cast<double>(verifs);
     return r;
+}
+
+// The window's steps again, eagerly, every op synchronised: ms per step of each op, largest first.
+std::string op_split(const GlmDsaModel& model, Ops& ops, const Options& o, int64_t L, int64_t B, SpecPoint sp,
+                     KvFormat kv_format, json* out) {
+#ifdef MEGACTX_WITH_CUDA
+    if (o.device == "cuda") cuda_sync_each_op(ops, true);
+#endif
+    ProfilingOps prof(ops);
+    Options short_run = o;
+    short_run.tokens = std::min<int64_t>(o.tokens, 64);
+    const RunResult r = run(model, ops, short_run, L, B, sp, kv_format, &prof);
+#ifdef MEGACTX_WITH_CUDA
+    if (o.device == "cuda") cuda_sync_each_op(ops, false);
+#endif
+    std::vector<std::pair<std::string, ProfilingOps::Stat>> v = r.ops;
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    std::string line = fmt::format("eager step {:.3f} ms, ops:", r.step_ms);
+    for (const auto& [name, st] : v) {
+        const double ms = 1e3 * st.seconds / static_cast<double>(r.steps);
+        line += fmt::format(" {} {:.3f}", name, ms);
+        (*out)[name] = {{"ms_per_step", ms}, {"calls_per_step", static_cast<double>(st.calls) / r.steps}};
+    }
+    (*out)["eager_step_ms"] = r.step_ms;
+    return line;
 }
 
 std::unique_ptr<Ops> make_ops(const std::string& device) {
@@ -207,6 +244,7 @@ int main(int argc, char** argv) {
     app.add_option("--spec", spec, "K:A pairs (draft tokens : set acceptance length)");
     app.add_option("--tokens", o.tokens, "output tokens per request")->check(CLI::Range(8, 100000));
     app.add_option("--seed", o.seed);
+    app.add_flag("--op-split", o.op_split, "also time each op of the window's steps (eager, every op synchronised)");
     app.add_option("--json", json_path, "write the results as JSON");
     CLI11_PARSE(app, argc, argv);
     try {
@@ -260,6 +298,16 @@ int main(int argc, char** argv) {
         std::printf("bench_spec: model ready in %.1f s\n",
                     std::chrono::duration<double>(Clock::now() - t_load).count());
 
+        // Warm-up, untimed: the first steps of a process convert weights for the kernels they pick (per row count).
+        {
+            Options w = o;
+            w.tokens = 24;
+            const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
+            SpecPoint max_k{0, 1.0};
+            for (const SpecPoint& sp : o.spec) max_k = sp.k > max_k.k ? sp : max_k;
+            run(*model, *ops, w, std::min<int64_t>(o.contexts[0], 4096), max_b, {0, 1.0}, kv_format);
+            run(*model, *ops, w, std::min<int64_t>(o.contexts[0], 4096), max_b, max_k, kv_format);
+        }
         json rows = json::array();
         for (int64_t L : o.contexts) {
             for (int64_t B : o.batches) {
@@ -273,6 +321,11 @@ int main(int argc, char** argv) {
                                        {"target_ms", plain.target_ms}, {"steps", plain.steps},
                                        {"graph_replays", plain.graph_replays}}},
                             {"spec", json::array()}};
+                if (o.op_split) {
+                    json split;
+                    std::printf("    plain %s\n", op_split(*model, *ops, o, L, B, {0, 1.0}, kv_format, &split).c_str());
+                    row["plain"]["op_split"] = split;
+                }
                 for (const SpecPoint& sp : o.spec) {
                     const RunResult r = run(*model, *ops, o, L, B, sp, kv_format);
                     const double t_plain = plain.step_ms;
@@ -296,6 +349,12 @@ int main(int argc, char** argv) {
                                            {"draft_ms_total", r.draft_ms}, {"ceiling", ceiling},
                                            {"share_of_ceiling", speedup / ceiling}, {"steps", r.steps},
                                            {"graph_replays", r.graph_replays}});
+                    if (o.op_split) {
+                        json split;
+                        std::printf("    K %lld %s\n", static_cast<long long>(sp.k),
+                                    op_split(*model, *ops, o, L, B, sp, kv_format, &split).c_str());
+                        row["spec"].back()["op_split"] = split;
+                    }
                 }
                 rows.push_back(row);
             }

@@ -197,21 +197,23 @@ if has spec; then
     # bench_serve.py (128 tokens a request, no log-probabilities, C = 1, 8, 32 in flight, K = 0 and 3), with the
     # engine's counters from /metrics per level (steps, graph replays: the draft chain's step 0 padded to whole
     # verifications keeps its shape).
+    # SPEC_RUNS=0 skips the batch-1 runs; SPEC_LEVELS and SPEC_SERVE_KS set the served levels and K values (the
+    # crossover where speculation stops paying: --speculative-disable-by-batch-size).
     doc=/tmp/niah-4k.txt
     build-cuda/megactx eval niah --lengths 4K --depths 0.5 --seed 7 --write-document "$doc" >/dev/null 2>&1
-    for k in 0 1 3 5 7; do
+    [ "${SPEC_RUNS:-1}" = 1 ] && for k in 0 1 3 5 7; do
         build-cuda/megactx run --device cuda -p 'The Python documentation describes' --raw -n 512 --ignore-eos \
             --speculative-tokens $k >/dev/null 2>"$out/spec-short-k$k.err"
         summary+=("short prompt, K = $k: $(grep -ho 'decode [0-9.]* tok/s' "$out/spec-short-k$k.err") $(grep -ho 'length [0-9.]*' "$out/spec-short-k$k.err")")
     done
-    for k in 0 3; do
+    [ "${SPEC_RUNS:-1}" = 1 ] && for k in 0 3; do
         build-cuda/megactx run --device cuda -f "$doc" --no-think -n 256 --ignore-eos --speculative-tokens $k \
             >/dev/null 2>"$out/spec-4k-k$k.err"
         summary+=("4K document, K = $k: $(grep -ho 'decode [0-9.]* tok/s' "$out/spec-4k-k$k.err") $(grep -ho 'length [0-9.]*' "$out/spec-4k-k$k.err")")
     done
-    for k in 0 3; do
+    for k in ${SPEC_SERVE_KS:-0 3}; do
         taskset -c 2-15 python3 bench/bench_serve.py --bin build-cuda/megactx --model models/glm-demo \
-            --prompts .stage/gpu/prompts.json --levels 1,8,32 --max-tokens 128 --min-requests 16 --per-stream 2 --logprobs -1 \
+            --prompts .stage/gpu/prompts.json --levels "${SPEC_LEVELS:-1,8,32}" --max-tokens 128 --min-requests 16 --per-stream 2 --logprobs -1 \
             --server-cpus 0,1 --server-arg=--device --server-arg=cuda --server-arg=--max-model-len \
             --server-arg=4096 --server-arg=--speculative-tokens --server-arg=$k --out "$out/spec-serve-k$k.json" \
             >"$out/spec-serve-k$k.log" 2>&1
@@ -225,10 +227,10 @@ if has specbench; then
     # batch 8 / 32 (8K), and glm52-shape's 4 layers with all 256 experts at batch 1 / 8 / 32 (8K) and batch 1 (128K,
     # 1M).
     spec_pairs=${SPEC_PAIRS:-3:3.0,7:5.47}
-    for cfg in "rank-b1:--rank-of 8 --expert-parallel --contexts ${SPEC_CONTEXTS:-8192,131072} --batch 1" \
-        "rank-batched:--rank-of 8 --expert-parallel --contexts 8192 --batch 8,32" \
-        "4l256e-batched:--layers 4 --contexts 8192 --batch 1,8,32" \
-        "4l256e-long:--layers 4 --contexts ${SPEC_LONG:-131072,1048000} --batch 1"; do
+    for cfg in "rank-b1:--rank-of 8 --expert-parallel --contexts ${SPEC_CONTEXTS:-8192,131072} --batch 1 --tokens 320 --op-split" \
+        "rank-batched:--rank-of 8 --expert-parallel --contexts 8192 --batch 8,32 --tokens 128" \
+        "4l256e-batched:--layers 4 --contexts 8192 --batch 1,8,32 --tokens 192" \
+        "4l256e-long:--layers 4 --contexts ${SPEC_LONG:-131072,1048000} --batch 1 --tokens 192"; do
         tag=${cfg%%:*}
         build-cuda/bench/bench_spec --synthetic tests/data/glm52_config.json ${cfg#*:} --spec "$spec_pairs" \
             --json "$out/bench_spec-$tag.json" >"$out/bench_spec-$tag.log" 2>&1
