@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
         // Warm-up, untimed: the first steps of a process convert weights for the kernels they pick (per row count).
         {
             Options w = o;
-            w.tokens = 24;
+            w.tokens = 64;
             const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
             SpecPoint max_k{0, 1.0};
             for (const SpecPoint& sp : o.spec) max_k = sp.k > max_k.k ? sp : max_k;
