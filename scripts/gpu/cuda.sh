@@ -226,10 +226,12 @@ if has specbench; then
     # TP 8 + EP 8 (78 layers + MTP, 8 heads, 32 of the 256 experts; collectives not run) at batch 1 (8K, 128K) and
     # batch 8 / 32 (8K), and glm52-shape's 4 layers with all 256 experts at batch 1 / 8 / 32 (8K) and batch 1 (128K,
     # 1M). The rank's shard needs an H200 (about 91 GiB of weights). SPEC_CONFIGS="rank-b1-8k ..." runs only those.
+    # On an 80 GB card the shard takes SPEC_RANK_LAYERS (e.g. 52) of the 78 layers.
     spec_pairs=${SPEC_PAIRS:-3:3.0,7:5.47}
-    for cfg in "rank-b1-8k:--rank-of 8 --expert-parallel --contexts 8192 --batch 1 --tokens 320 --op-split" \
-        "rank-b1-128k:--rank-of 8 --expert-parallel --contexts 131072 --batch 1 --tokens 320" \
-        "rank-batched:--rank-of 8 --expert-parallel --contexts 8192 --batch 8,32 --tokens 128" \
+    rl=${SPEC_RANK_LAYERS:+--layers $SPEC_RANK_LAYERS}
+    for cfg in "rank-b1-8k:$rl --rank-of 8 --expert-parallel --contexts 8192 --batch 1 --tokens 320 --op-split" \
+        "rank-b1-128k:$rl --rank-of 8 --expert-parallel --contexts 131072 --batch 1 --tokens 320" \
+        "rank-batched:$rl --rank-of 8 --expert-parallel --contexts 8192 --batch 8,32 --tokens 128" \
         "4l256e-batched:--layers 4 --contexts 8192 --batch 1,8,32 --tokens 192" \
         "4l256e-long:--layers 4 --contexts ${SPEC_LONG:-131072,1048000} --batch 1 --tokens 192"; do
         tag=${cfg%%:*}
