@@ -206,7 +206,7 @@ PrefixMatch Engine::match_prefix(const Sequence& s, std::vector<int32_t>* blocks
     uint64_t parent = 0;
     auto& alloc = const_cast<KvCache&>(kv_).blocks();
     for (int64_t i = 0; i < max_blocks; ++i) {
-        const uint64_t h = block_hash(parent, s.tokens.data() + i * kBlockSize, kBlockSize);
+        const uint64_t h = block_hash(parent, s.tokens.data() + i * kBlockSize, block_key_tokens());
         const auto b = alloc.lookup(h);
         if (!b) break;
         ++m.n_blocks;
@@ -245,7 +245,9 @@ void Engine::publish_full_blocks(Sequence* s) {
     while (static_cast<int64_t>(s->block_hashes.size()) < n_full) {
         const size_t i = s->block_hashes.size();
         const uint64_t parent = i == 0 ? 0 : s->block_hashes[i - 1];
-        const uint64_t h = block_hash(parent, s->tokens.data() + i * kBlockSize, kBlockSize);
+        MEGACTX_CHECK(static_cast<int64_t>(s->tokens.size()) >= static_cast<int64_t>(i) * kBlockSize + block_key_tokens(),
+                      "publish_full_blocks: block {} of request {} has no next token yet", i, s->id);
+        const uint64_t h = block_hash(parent, s->tokens.data() + i * kBlockSize, block_key_tokens());
         kv_.blocks().publish(s->kv.blocks[i], h);
         s->block_hashes.push_back(h);
     }

@@ -108,6 +108,10 @@ class Engine {
     void finish(Sequence* s, FinishReason r, const std::string& error = "");
     void free_kv(Sequence* s);
     PrefixMatch match_prefix(const Sequence& s, std::vector<int32_t>* blocks, std::vector<uint64_t>* hashes) const;
+    // Tokens a cached block's key covers: its own 64, and with speculation the one after it too, since the MTP KV
+    // at its last position was computed from that token (model-spec §5.1): a prompt that goes on differently right
+    // after the block must not reuse it.
+    int64_t block_key_tokens() const { return kBlockSize + (config_.speculative_tokens > 0 ? 1 : 0); }
     void admit(Sequence* s);
     void publish_full_blocks(Sequence* s);
     void drain_inbox();
