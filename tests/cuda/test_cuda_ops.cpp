@@ -446,7 +446,8 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
     // rank (expert parallel), they contribute 0 on both backends.
     for (const int64_t nt : {int64_t{11}, int64_t{40}})
         for (const DType wt : {DType::F32, DType::BF16, DType::F8_E4M3})
-            for (const R r : {R{8, 1, 1, 2, true}, R{16, 4, 2, 4, true}, R{32, 8, 3, 6, false}}) {
+            for (const R r : {R{8, 1, 1, 2, true}, R{16, 4, 2, 4, true}, R{32, 8, 3, 6, false},
+                              R{256, 1, 1, 8, true}, R{256, 8, 4, 8, true}}) {  // GLM-5.2, DeepSeek-V3 routing
                 const auto xt = randv(nt * d);
                 const Weight gate = make_weight(DType::F32, r.n_exp, d, 0.3f);
                 auto& bias = keep(randv(r.n_exp, 0.05f));

@@ -1,6 +1,7 @@
 // MoE router selection and the few-token expert MLPs (contract: moe.h; model-spec §1.2 MoE).
-// Router reference: one thread per token walks the CPU oracle's steps in the same order and fp32 operations, so
-// ids match exactly and weights to rounding.
+// Router: one CTA per token computes the scores in the CPU oracle's fp32 operations; one warp then makes the same
+// choices in the same order (group scores, masking, k argmaxes with the lowest index among equals), so ids match
+// exactly and weights to rounding.
 // Few-token experts: two warp-per-output GEMV kernels (gate/up with SwiGLU, then down with the weighted sum over
 // the token's choices) that read the expert ids on the device, so decode needs no host sync and can be captured.
 // Weights are streamed once per (token, choice) with 16-B loads; the activation row sits in shared memory.
@@ -23,7 +24,7 @@ namespace {
 __global__ void moe_route_kernel(MoeRouteKernelParams p) {
     extern __shared__ float smem[];
     float* s = smem;                     // [n_exp] sigmoid scores
-    float* choice = smem + p.n_exp;      // [n_exp] choice scores (then −inf once taken or masked)
+    float* choice = smem + p.n_exp;      // [n_exp] choice scores (then NaN once taken, −inf once masked)
     float* gscore = smem + 2 * p.n_exp;  // [n_group]
     const int64_t i = blockIdx.x, E = p.n_exp;
     for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
@@ -31,10 +32,13 @@ __global__ void moe_route_kernel(MoeRouteKernelParams p) {
         choice[e] = s[e] + p.bias[e];
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
+    // One warp from here on: the selection is a chain of k argmaxes (GLM-5.2: 8 of 256), each a lane-local scan
+    // and a butterfly reduction, instead of one thread scanning all experts k times.
+    if (threadIdx.x >= 32) return;
+    const unsigned lane = threadIdx.x;
     if (p.n_group > 1) {
         const int64_t per = E / p.n_group;
-        for (int64_t g = 0; g < p.n_group; ++g) {
+        for (int64_t g = lane; g < p.n_group; g += 32) {  // a group's score: the sum of its two best
             float m1 = -INFINITY, m2 = -INFINITY;
             for (int64_t e = g * per; e < (g + 1) * per; ++e) {
                 const float v = choice[e];
@@ -47,8 +51,9 @@ __global__ void moe_route_kernel(MoeRouteKernelParams p) {
             }
             gscore[g] = m1 + m2;
         }
+        __syncwarp();
         // keep the topk_group best groups by (score desc, index asc): a group with ≥ topk_group better ones is masked
-        for (int64_t g = 0; g < p.n_group; ++g) {
+        for (int64_t g = lane; g < p.n_group; g += 32) {
             int64_t better = 0;
             for (int64_t h = 0; h < p.n_group; ++h) {
                 if (gscore[h] > gscore[g] || (gscore[h] == gscore[g] && h < g)) ++better;
@@ -57,21 +62,41 @@ __global__ void moe_route_kernel(MoeRouteKernelParams p) {
                 for (int64_t e = g * per; e < (g + 1) * per; ++e) choice[e] = -INFINITY;
             }
         }
+        __syncwarp();
     }
+    // The oracle's order: the largest choice score not yet taken, the lowest index among equals (a strict total
+    // order, so every lane ends the butterfly with the same expert).
     const int64_t k = p.top_k;
     int32_t* ids = p.ids + i * k;
+    for (int64_t j = 0; j < k; ++j) {
+        float bv = 0.0f;
+        int be = -1;
+        for (int e = static_cast<int>(lane); e < E; e += 32) {
+            const float v = choice[e];
+            if (isnan(v)) continue;  // taken
+            if (be < 0 || v > bv) {
+                bv = v;
+                be = e;
+            }
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, off);
+            if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
+                bv = ov;
+                be = oe;
+            }
+        }
+        if (lane == 0) {
+            ids[j] = be;
+            choice[be] = NAN;
+        }
+        __syncwarp();
+    }
+    if (lane != 0) return;
     float* w = p.weights + i * k;
     float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < E; ++e) {
-            if (isnan(choice[e])) continue;  // taken
-            if (best < 0 || choice[e] > choice[best]) best = e;
-        }
-        ids[j] = static_cast<int32_t>(best);
-        choice[best] = NAN;
-        sum += s[best];
-    }
+    for (int64_t j = 0; j < k; ++j) sum += s[ids[j]];
     for (int64_t j = 0; j < k; ++j) {
         float wj = s[ids[j]];
         if (p.norm_topk_prob) wj /= (sum + 1e-20f);
