@@ -366,18 +366,9 @@ bool Engine::step_once() {
     // log-probabilities); otherwise the device takes every row's argmax and only the ids come back. A greedy batch
     // then moves 4 bytes a row instead of a vocabulary of floats, and the host scans no row (GLM-5.2: 154,880 logits
     // a row, (K + 1) rows a verifying request). With the logits on the host, a greedy row's argmax is taken there.
-    const int64_t n_scored = out.logits.numel() / std::max<int64_t>(vocab, 1);
     std::vector<int32_t> ids;
     std::vector<float> logits;
-    if (n_scored > 0 && host_logits) {
-        logits.resize(static_cast<size_t>(out.logits.numel()));
-        ops_.download(out.logits, logits.data());
-    } else if (n_scored > 0) {
-        Tensor t = ops_.alloc(DType::I32, {n_scored});
-        ops_.argmax_rows(out.logits, t);
-        ids.resize(static_cast<size_t>(n_scored));
-        ops_.download(t, ids.data());
-    }
+    fetch_scored(out.logits, host_logits, &logits, &ids);
     const auto t_forwarded = std::chrono::steady_clock::now();
     counters_.target_s += std::chrono::duration<double>(t_forwarded - t_forward).count();
 
@@ -466,6 +457,22 @@ bool Engine::step_once() {
     for (auto& [s, r] : done) finish(s, r);
     ++counters_.steps;
     return true;
+}
+
+void Engine::fetch_scored(const Tensor& logits, bool host, std::vector<float>* lg, std::vector<int32_t>* ids) {
+    const int64_t n = logits.numel() / std::max<int64_t>(model_.config().vocab_size, 1);
+    lg->clear();
+    ids->clear();
+    if (n == 0) return;
+    if (host) {
+        lg->resize(static_cast<size_t>(logits.numel()));
+        ops_.download(logits, lg->data());
+        return;
+    }
+    Tensor t = ops_.alloc(DType::I32, {n});
+    ops_.argmax_rows(logits, t);
+    ids->resize(static_cast<size_t>(n));
+    ops_.download(t, ids->data());
 }
 
 std::vector<float> Engine::penalized(const Sequence& s, const float* row, const std::vector<int32_t>& extra) const {
@@ -643,16 +650,7 @@ void Engine::draft_steps(const ForwardResult& m, const Drafting& d) {
     std::vector<int32_t> best;
     const auto take = [&](const Tensor& logits) {
         const bool host = std::any_of(active.begin(), active.end(), [&](size_t i) { return !raw_greedy(*d.seqs[i]); });
-        if (host) {
-            lg.assign(static_cast<size_t>(logits.numel()), 0.0f);
-            ops_.download(logits, lg.data());
-            best.clear();
-        } else {
-            Tensor t = ops_.alloc(DType::I32, {static_cast<int64_t>(active.size())});
-            ops_.argmax_rows(logits, t);
-            best.assign(active.size(), 0);
-            ops_.download(t, best.data());
-        }
+        fetch_scored(logits, host, &lg, &best);
     };
     take(m.logits);
     while (true) {

@@ -121,6 +121,10 @@ class Engine {
     // Sequence s's tokens decided by one target row (or, verifying drafts, by its rows): appends them, reports
     // each to the sink, and returns the finish reason, if any.
     FinishReason accept_tokens(Sequence* s, const std::vector<int32_t>& toks, const float* rows, int64_t n_rows);
+    // A forward's scored rows as the host needs them: with `host` (a row samples, processes its logits or reports
+    // log-probabilities) the logits in *lg, otherwise each row's argmax taken on the backend in *ids, so that only
+    // ids leave the device (GLM-5.2: 154,880 logits a row). The other vector is left empty.
+    void fetch_scored(const Tensor& logits, bool host, std::vector<float>* lg, std::vector<int32_t>* ids);
     // A row's logits after the request's penalties and logit bias, with `output_extra` (drafts) appended to its
     // output; and the distribution Sampler::probs makes of them.
     std::vector<float> penalized(const Sequence& s, const float* row, const std::vector<int32_t>& output_extra) const;

@@ -185,15 +185,20 @@ TEST_F(DemoModelCli, NiahGridWithSpeculationGivesTheSameAnswersAndTheirAcceptanc
                 1.0 + static_cast<double>(accepted) / sp["verifications"].get<double>(), 1e-9);
 }
 
-// --speculative-tokens on generate and run: the same greedy tokens and text, and the acceptance on stderr.
-TEST_F(DemoModelCli, SpeculationOnGenerateAndRunChangesNoToken) {
-    const json t = read_json(kRef + "/tokens.json");
-    const auto ids = t["token_ids"].get<std::vector<int32_t>>();
+// The first n token ids of the reference text (tests/data/glm_demo_ref/tokens.json), comma-separated for --tokens.
+std::string ref_token_list(size_t n) {
+    const auto ids = read_json(kRef + "/tokens.json")["token_ids"].get<std::vector<int32_t>>();
     std::string list;
-    for (size_t i = 0; i < 120; ++i) {
+    for (size_t i = 0; i < n && i < ids.size(); ++i) {
         if (i > 0) list += ',';
         list += std::to_string(ids[i]);
     }
+    return list;
+}
+
+// --speculative-tokens on generate and run: the same greedy tokens and text, and the acceptance on stderr.
+TEST_F(DemoModelCli, SpeculationOnGenerateAndRunChangesNoToken) {
+    const std::string list = ref_token_list(120);
     const CliResult plain = run("generate --tokens " + list + " --max-new-tokens 40 --ignore-eos");
     ASSERT_EQ(plain.exit_code, 0) << plain.err;
     for (const char* k : {"1", "3", "7"}) {
@@ -216,10 +221,7 @@ TEST_F(DemoModelCli, SpeculationOnGenerateAndRunChangesNoToken) {
 // changes no token there, on generate, run and eval niah alike. With NCCL tensor parallelism it is refused before
 // anything loads (NCCL orders its sums by message size); a build without CUDA refuses --device cuda first.
 TEST_F(DemoModelCli, BatchInvariantChangesNoTokenOnTheCpuAndIsRefusedWithNccl) {
-    const json t = read_json(kRef + "/tokens.json");
-    const auto ids = t["token_ids"].get<std::vector<int32_t>>();
-    std::string list;
-    for (size_t i = 0; i < 80; ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+    const std::string list = ref_token_list(80);
     const std::string gen = "generate --tokens " + list + " --max-new-tokens 24 --ignore-eos --speculative-tokens 3";
     const CliResult plain = run(gen);
     ASSERT_EQ(plain.exit_code, 0) << plain.err;
