@@ -148,6 +148,8 @@ Sample SampleGenerator::make(int64_t length, double depth, int64_t index, uint64
     const auto n_haystack = static_cast<uint64_t>(paragraphs_.size());
     s.start_paragraph = static_cast<int64_t>(rng() % n_haystack);
     const std::string needle = needle_sentence(s.passkey);
+    s.answer = std::to_string(s.passkey);
+    s.reference = needle;
 
     // The estimate: the frame (the prompt around an empty document) plus each part's tokens with its "\n".
     const auto part = [&](int64_t i) {
@@ -224,38 +226,60 @@ double Report::prefill_tokens_per_s() const {
     return elapsed_s > 0 ? static_cast<double>(prompt_tokens - cached_prompt_tokens) / elapsed_s : 0.0;
 }
 
+Task passkey_task(const SampleGenerator& gen) {
+    Task t;
+    t.name = "niah";
+    t.max_new_tokens = kMaxNewTokens;
+    t.make = [&gen](int64_t length, double depth, int64_t index, uint64_t seed, int64_t max_tokens, bool absent) {
+        MEGACTX_CHECK(!absent, "eval niah has no absent-fact samples");
+        return gen.make(length, depth, index, seed, max_tokens);
+    };
+    t.correct = [](std::string_view output, const Sample& s) { return is_correct(output, s.passkey); };
+    return t;
+}
+
 Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<std::string>& haystack,
                 const Grid& grid) {
+    const SampleGenerator gen(tokenizer, haystack);
+    return run_grid(engine, tokenizer, passkey_task(gen), grid);
+}
+
+Report run_grid(Engine& engine, const Tokenizer& tokenizer, const Task& task, const Grid& grid) {
     using Clock = std::chrono::steady_clock;
     MEGACTX_CHECK(!grid.lengths.empty() && !grid.depths.empty(), "the grid needs at least one length and one depth");
     MEGACTX_CHECK(grid.samples >= 1, "--samples must be at least 1, got {}", grid.samples);
-    const int64_t cap = prompt_cap(engine.max_model_len());
+    const int64_t new_tokens = task.max_new_tokens;
+    const int64_t cap = engine.max_model_len() - new_tokens;
     MEGACTX_CHECK(cap >= 1,
                   "the maximum context length {} (--max-model-len) leaves no room for a prompt and {} new "
                   "tokens",
-                  engine.max_model_len(), kMaxNewTokens);
-    const int64_t longest = std::min(*std::max_element(grid.lengths.begin(), grid.lengths.end()), cap) + kMaxNewTokens;
+                  engine.max_model_len(), new_tokens);
+    const int64_t longest = std::min(*std::max_element(grid.lengths.begin(), grid.lengths.end()), cap) + new_tokens;
     MEGACTX_CHECK(longest <= engine.kv_capacity_tokens(),
                   "--lengths: a sample takes up to {} tokens (prompt and {} new tokens), more than the KV cache holds "
                   "({} tokens; raise --kv-cache-memory)",
-                  longest, kMaxNewTokens, engine.kv_capacity_tokens());
+                  longest, new_tokens, engine.kv_capacity_tokens());
 
+    MEGACTX_CHECK(grid.absent >= 0, "absent samples must be >= 0, got {}", grid.absent);
     Report r;
+    r.task = task.name;
+    r.max_new_tokens = new_tokens;
     r.grid = grid;
     const auto t_prepare = Clock::now();
-    const SampleGenerator gen(tokenizer, haystack);
     const auto n_depths = static_cast<int64_t>(grid.depths.size());
-    const int64_t n_samples = static_cast<int64_t>(grid.lengths.size()) * n_depths * grid.samples;
+    const int64_t per_cell = grid.samples + grid.absent;
+    const int64_t n_samples = static_cast<int64_t>(grid.lengths.size()) * n_depths * per_cell;
     std::vector<Sample> samples(static_cast<size_t>(n_samples));
     std::vector<std::exception_ptr> failed(samples.size());  // the first one in grid order is reported
     // Each sample encodes its whole prompt (a million tokens at 1M): in parallel, the tokenizer is thread-safe.
 #pragma omp parallel for schedule(dynamic)
     for (int64_t i = 0; i < n_samples; ++i) {
         try {
-            const int64_t cell = i / grid.samples;
+            const int64_t cell = i / per_cell, index = i % per_cell;
             samples[static_cast<size_t>(i)] =
-                gen.make(grid.lengths[static_cast<size_t>(cell / n_depths)],
-                         grid.depths[static_cast<size_t>(cell % n_depths)], i % grid.samples, grid.seed, cap);
+                task.make(grid.lengths[static_cast<size_t>(cell / n_depths)],
+                          grid.depths[static_cast<size_t>(cell % n_depths)], index, grid.seed, cap,
+                          index >= grid.samples);
         } catch (...) {
             failed[static_cast<size_t>(i)] = std::current_exception();
         }
@@ -276,7 +300,7 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
     std::condition_variable cv;
     size_t n_done = 0;
     GenerationParams gp;  // greedy: SamplingParams' temperature 0
-    gp.max_tokens = kMaxNewTokens;
+    gp.max_tokens = new_tokens;
     const auto t0 = Clock::now();
     std::vector<int64_t> ids;
     const auto wait_for = [&](size_t n) {
@@ -311,7 +335,7 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
     r.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
     const std::vector<bool> decodable = decodable_ids(tokenizer, engine.model().config().vocab_size);
-    r.cells.resize(samples.size() / static_cast<size_t>(grid.samples));
+    r.cells.resize(samples.size() / static_cast<size_t>(per_cell));
     for (size_t i = 0; i < samples.size(); ++i) {
         const Sample& s = samples[i];
         const Slot& slot = slots[i];
@@ -323,20 +347,27 @@ Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<st
         res.depth = s.depth;
         res.index = s.index;
         res.passkey = s.passkey;
+        res.answer = s.answer;
+        res.absent = s.absent;
         res.prompt_tokens = static_cast<int64_t>(s.tokens.size());
         OutputText text(tokenizer, decodable, {});
         bool matched = false;
         for (int32_t t : slot.output) res.output += text.push(t, &matched);
         res.output += text.finish();
-        res.correct = is_correct(res.output, s.passkey);
+        res.correct = task.correct(res.output, s);
         res.spec = slot.spec;
         r.spec.add(slot.spec);
-        Cell& c = r.cells[i / static_cast<size_t>(grid.samples)];
+        Cell& c = r.cells[i / static_cast<size_t>(per_cell)];
         c.length = s.length;
         c.depth = s.depth;
-        c.correct += res.correct;
-        c.total += 1;
-        c.prompt_tokens += res.prompt_tokens;
+        if (s.absent) {
+            r.absent_correct += res.correct;
+            r.absent_total += 1;
+        } else {
+            c.correct += res.correct;
+            c.total += 1;
+            c.prompt_tokens += res.prompt_tokens;
+        }
         r.prompt_tokens += res.prompt_tokens;
         r.cached_prompt_tokens += slot.n_cached;
         r.generated_tokens += static_cast<int64_t>(slot.output.size());
@@ -372,24 +403,36 @@ nlohmann::json report_json(const Report& r, const std::string& model, const std:
         Json j = {{"length", s.length},
                   {"depth", s.depth},
                   {"index", s.index},
-                  {"passkey", s.passkey},
                   {"prompt_tokens", s.prompt_tokens},
                   {"output", s.output},
                   {"correct", s.correct}};
+        if (r.task == "niah") {
+            j["passkey"] = s.passkey;
+        } else {
+            j["answer"] = s.answer;
+            j["absent"] = s.absent;
+        }
         if (speculative) j["speculative"] = {{"drafted", s.spec.drafted}, {"accepted", s.spec.accepted}};
         results.push_back(std::move(j));
     }
-    return Json{{"task", "niah"},
+    const Json absent =
+        r.absent_total > 0 ? Json{{"correct", r.absent_correct},
+                                  {"total", r.absent_total},
+                                  {"accuracy", static_cast<double>(r.absent_correct) / static_cast<double>(r.absent_total)}}
+                           : Json();
+    return Json{{"task", r.task},
                 {"model", model},
                 {"device", device},
                 {"seed", r.grid.seed},
                 {"samples", r.grid.samples},
                 {"lengths", r.grid.lengths},
                 {"depths", r.grid.depths},
-                {"max_new_tokens", kMaxNewTokens},
+                {"max_new_tokens", r.max_new_tokens},
                 {"cells", cells},
                 {"accuracy", r.accuracy()},
                 {"per_length", per_length},
+                {"absent_samples", r.grid.absent},
+                {"absent", absent},
                 {"elapsed_s", r.elapsed_s},
                 {"prepare_s", r.prepare_s},
                 {"prompt_tokens", r.prompt_tokens},
@@ -429,7 +472,12 @@ std::string report_table(const Report& r) {
     out += fmt::format("{:<8}", "all");
     for (size_t i = 0; i < r.grid.lengths.size(); ++i)
         out += fmt::format("{:>{}}", pct(r.length_accuracy(i)), width[i]);
-    out += fmt::format("\naccuracy {} ({} samples)\n", pct(r.accuracy()), r.results.size());
+    const int64_t n_present = static_cast<int64_t>(r.results.size()) - r.absent_total;
+    out += fmt::format("\naccuracy {} ({} samples)\n", pct(r.accuracy()), n_present);
+    if (r.absent_total > 0)
+        out += fmt::format("absent facts refused {} ({} of {})\n",
+                           pct(static_cast<double>(r.absent_correct) / static_cast<double>(r.absent_total)),
+                           r.absent_correct, r.absent_total);
     return out;
 }
 

@@ -54,6 +54,9 @@ struct Sample {
     std::string content;          // the user message
     std::string prompt;           // render_prompt(content)
     std::vector<int32_t> tokens;  // prompt encoded (no special tokens added): size() <= length
+    std::string answer;           // what a right answer holds: the passkey's digits, a fact's value, the refusal
+    std::string reference;        // the answer the trained model writes ("The passkey is N.")
+    bool absent = false;          // (eval facts) the asked fact is not in the document: the refusal is right
 };
 
 class SampleGenerator {
@@ -79,14 +82,28 @@ struct Grid {
     std::vector<int64_t> lengths;
     std::vector<double> depths;
     int64_t samples = 5;  // per cell
+    int64_t absent = 0;   // per cell, after the samples: documents without the asked fact (eval facts)
     uint64_t seed = 0;
 };
+
+// What run_grid evaluates: how a sample is made (index counts the cell's samples, then its absent ones) and judged.
+struct Task {
+    std::string name;  // "niah", "facts"
+    std::function<Sample(int64_t length, double depth, int64_t index, uint64_t seed, int64_t max_tokens, bool absent)>
+        make;
+    std::function<bool(std::string_view output, const Sample& s)> correct;
+    int64_t max_new_tokens = kMaxNewTokens;  // greedy, stopping at EOS
+};
+// The passkey task over a SampleGenerator (which must outlive the task).
+Task passkey_task(const SampleGenerator& gen);
 
 struct SampleResult {
     int64_t length = 0;
     double depth = 0;
     int64_t index = 0;
     int64_t passkey = 0;
+    std::string answer;  // Sample::answer
+    bool absent = false;
     int64_t prompt_tokens = 0;
     std::string output;  // the decoded answer (special tokens skipped)
     bool correct = false;
@@ -102,9 +119,12 @@ struct Cell {
 };
 
 struct Report {
+    std::string task = "niah";
+    int64_t max_new_tokens = kMaxNewTokens;
     Grid grid;
-    std::vector<SampleResult> results;  // lengths × depths × samples, in that order
-    std::vector<Cell> cells;            // lengths × depths
+    std::vector<SampleResult> results;  // lengths × depths × (samples + absent), in that order
+    std::vector<Cell> cells;            // lengths × depths, the samples whose fact is in the document
+    int64_t absent_correct = 0, absent_total = 0;  // the others: refused or not
     double prepare_s = 0;               // building and encoding the prompts
     double elapsed_s = 0;               // the engine: first submit to last answer
     int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
@@ -121,16 +141,18 @@ struct Report {
 // above the engine's max_model_len − kMaxNewTokens gets prompts of at most that many tokens (prompt_cap below), so
 // `--lengths 1M` runs on a model whose context is 1M.
 Report run_grid(Engine& engine, const Tokenizer& tokenizer, const std::vector<std::string>& haystack, const Grid& grid);
+Report run_grid(Engine& engine, const Tokenizer& tokenizer, const Task& task, const Grid& grid);
 // The longest prompt a sample may have under max_model_len: max_model_len − kMaxNewTokens.
 int64_t prompt_cap(int64_t max_model_len);
 
-// {model, device, seed, samples, lengths, depths, cells, accuracy, per_length, elapsed_s, prefill_tokens_per_s,
-// ...}: docs/demo-model.md lists the fields.
+// {task, model, device, seed, samples, lengths, depths, cells, accuracy, per_length, absent, elapsed_s,
+// prefill_tokens_per_s, ...}: docs/demo-model.md lists the fields.
 nlohmann::json report_json(const Report& r, const std::string& model, const std::string& device);
 // {verifications, drafted, accepted, mean_acceptance_length, by_position: [{drafted, accepted}],
 // acceptance_lengths: [verifications that accepted a drafts]}: the report's "speculative" field.
 nlohmann::json spec_json(const SpecStats& s);
-// Rows = depths, columns = lengths, percentages; a last row with each length's accuracy.
+// Rows = depths, columns = lengths, percentages; a last row with each length's accuracy, then the absent facts'
+// refusals when there are any.
 std::string report_table(const Report& r);
 Heatmap report_heatmap(const Report& r, const std::string& title);
 
