@@ -80,10 +80,12 @@ void fill_pools(KvCache& kv, const ModelConfig& c, KvFormat fmt) {
 }
 
 // One step as the engine runs it: (host tier) the last step's block moves, then the forward and the logits.
+// end_step_ms (if given) adds the host tier's end of the last step: its hit counts downloaded and its promotions.
 double time_forward(const GlmDsaModel& model, Ops& ops, const Batch& b, KvCache& kv, std::vector<float>& host,
-                    GraphedForward* graphs = nullptr) {
+                    GraphedForward* graphs = nullptr, double* end_step_ms = nullptr) {
     const auto t0 = Clock::now();
     kv.end_step();
+    if (end_step_ms) *end_step_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (!graphs) kv.flush_tiers();  // (GraphedForward flushes itself)
     const ForwardResult r = graphs ? graphs->forward(b) : model.forward(ops, b, kv);
     host.resize(static_cast<size_t>(r.logits.numel()));
@@ -251,8 +253,10 @@ int main(int argc, char** argv) {
                         kv.end_step();
                         const TierStats before = kv.tiered() ? kv.tiers().stats() : TierStats{};
                         const int64_t stall_before = ops->kv_fetch_stall_ns();
+                        double end_step_ms = 0;
                         for (int64_t i = 0; i < steps; ++i)
-                            gms.push_back(time_forward(model, *ops, batch(), kv, host, &graphs));
+                            gms.push_back(time_forward(model, *ops, batch(), kv, host, &graphs, &end_step_ms));
+                        end_step_ms /= static_cast<double>(steps);
                         kv.end_step();
                         // The fetch stall per graphed step (the compute stream waiting for the copy stream's rows).
                         const double stall_ms = static_cast<double>(ops->kv_fetch_stall_ns() - stall_before) / 1e6 /
@@ -296,12 +300,12 @@ int main(int argc, char** argv) {
                             std::printf(
                                 "%-28s   host tier: %.0f rows fetched per token (%.2f MB, %.2f MB per layer), "
                                 "%.0f selected rows resident, %.1f promotions per step, fetch stall %.3f ms "
-                                "a step (%.1f%% of it)\n",
+                                "a step (%.1f%% of it), end of step on the host %.3f ms\n",
                                 "", static_cast<double>(per_step.host_rows) / static_cast<double>(steps * B),
                                 fetched_per_token / 1e6, fetched_per_token / 1e6 / static_cast<double>(c.n_layers),
                                 static_cast<double>(per_step.device_rows) / static_cast<double>(steps * B),
                                 static_cast<double>(per_step.promotions) / static_cast<double>(steps), stall_ms,
-                                100.0 * stall_ms / gdec);
+                                100.0 * stall_ms / gdec, end_step_ms);
                         std::fflush(stdout);
                         out["results"].push_back(
                             {{"model", dir},
@@ -332,6 +336,7 @@ int main(int argc, char** argv) {
                              {"promotions_per_step",
                               static_cast<double>(per_step.promotions) / static_cast<double>(steps)},
                              {"fetch_stall_ms_per_step", stall_ms},
+                             {"end_step_host_ms", end_step_ms},
                              {"op_split", split}});
                     }
                     seq.free(kv.blocks());

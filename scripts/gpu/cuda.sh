@@ -4,7 +4,7 @@
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
 #   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve] [invariant] [tier] [spec]
-#                       [specbench]
+#                       [specbench] [tierprofile]
 #   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
@@ -180,16 +180,30 @@ fi
 if has tier; then
     # Host KV tier (glm52-shape, 1M, device tier of 2048 blocks): the staging rows at 8 (the recorded runs) against
     # the size kv_tier_blocks picks for a decode batch of 8, and the fetch-stall stamps on and off; each case also
-    # op by op (--op-split 3: resident against tiered, where the tier's per-step work goes).
+    # op by op (--op-split 3: resident against tiered, where the tier's per-step work goes). TIER_CONFIGS="rows8"
+    # runs only those.
     glm52_share
     for cfg in "rows8:--staging-rows 8" "rows64:--staging-rows 64" "nostall:--staging-rows 8"; do
         tag=${cfg%%:*}
+        [ -n "${TIER_CONFIGS:-}" ] && [[ " $TIER_CONFIGS " != *" $tag "* ]] && continue
         stall=1; [ "$tag" = nostall ] && stall=0
         MEGACTX_TIER_STALL=$stall build-cuda/bench/cuda/bench_model --model /tmp/glm52-share --contexts 1048575 --kv fp8 \
             --device-blocks 2048 --promotions 64 --decode-batch 1,8,32 --vary-tokens --op-split 3 ${cfg#*:} \
             --json "$out/bench_model-tier-$tag.json" >"$out/bench_model-tier-$tag.log" 2>&1
         summary+=("bench_model tier $tag: exit $?")
     done
+fi
+if has tierprofile; then
+    # Where the host tier's per-step time goes inside the graph replay: Nsight Compute's duration of every kernel
+    # (graph nodes one by one, serialised) for glm52-shape at 1M, batch 1, resident then tiered (hot set; a stable
+    # selection, so nothing is gathered after the first steps). tools/ncu_steps.py splits the CSV into steps.
+    glm52_share
+    ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    $ncu_bin --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        build-cuda/bench/cuda/bench_model --model /tmp/glm52-share --contexts 1048575 --kv fp8 --device-blocks 2048 \
+        --promotions 64 --decode-batch ${TIER_PROFILE_BATCH:-1} --steps 4 --chunk 0 ${TIER_PROFILE_ARGS:-} \
+        >"$out/tier-ncu.csv" 2>"$out/tier-ncu.err"
+    summary+=("tierprofile (ncu): exit $?, $(grep -c '^"' "$out/tier-ncu.csv") lines")
 fi
 if has spec; then
     # MTP speculation on the demo model (issue 32): batch 1 through `megactx run` (a 4-token raw prompt, 512 tokens,
