@@ -1,0 +1,45 @@
+// The languages users write constraints in, each compiled to a Grammar (grammar/grammar.h). Every function throws
+// GrammarError naming what is wrong and where: a syntax error, an unsupported feature, a size limit. Nothing is
+// silently ignored: a JSON Schema keyword that cannot be enforced is an error.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace megactx::grammar {
+
+// GBNF, llama.cpp's grammar format: `name ::= alternatives`, "literals" with \n \t \\ \" \xHH \uHHHH \UHHHHHHHH
+// escapes, [classes] and [^negated], `.`, ( groups ), * + ? {m} {m,} {m,n}, # comments; rules referenced before
+// they are defined; the start rule is `root` unless named.
+Grammar parse_gbnf(std::string_view text, std::string_view root = "root");
+
+// A regular expression matched against the whole output (as vLLM's and SGLang's `regex`): literals, . (any code
+// point but \n), classes with ranges and negation, \d \w \s \D \W \S, escapes, groups (capturing, (?:...)),
+// alternation, * + ? {m} {m,} {m,n} (lazy forms accepted: for a recogniser they are the same language), ^ and $
+// at the ends. Backreferences and lookaround are errors.
+Grammar compile_regex(std::string_view pattern);
+// The same into a grammar under construction (JSON Schema's `pattern`); the result matches exactly the pattern's
+// strings, unanchored patterns included as written (the caller decides how to wrap them).
+Symbol add_regex(Builder& b, std::string_view pattern);
+
+// One of the strings, exactly (vLLM's `choice`).
+Grammar compile_choices(const std::vector<std::string>& choices);
+
+struct JsonSchemaOptions {
+    // Whitespace between tokens: at most this many bytes of [ \t\n] at each place JSON allows it (bounded, so a model
+    // cannot run on in whitespace forever); 0: the compact form with no whitespace at all.
+    int max_whitespace = 2;
+    // `additionalProperties` when a schema does not say: false (OpenAI's strict mode) or true (the JSON Schema
+    // default).
+    bool additional_properties_default = true;
+};
+
+// A JSON Schema (draft 2020-12, the subset issue 51 names) as text; `true`/`{}` is any JSON value.
+Grammar compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options = {});
+// Any JSON object (`response_format: {"type": "json_object"}`).
+Grammar json_object_grammar(const JsonSchemaOptions& options = {});
+
+}  // namespace megactx::grammar

@@ -1,0 +1,42 @@
+// Runs a Grammar over bytes (issue 51): an Earley recogniser, so any context-free grammar works (left recursion,
+// ambiguity, ε rules), one Earley set per byte read. Bytes are taken one at a time or as a string, all or none;
+// rollback() undoes the last bytes read (a rejected draft token, a jump-forward undone), since every set is kept.
+// allowed() is the set of bytes that may come next — the token masks (grammar/token_mask.h) walk the vocabulary's
+// byte trie with it, advancing and rolling back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace megactx::grammar {
+
+class Matcher {
+  public:
+    // `g` is validated and must outlive the matcher.
+    explicit Matcher(const Grammar& g);
+    ~Matcher();
+    Matcher(const Matcher&);
+    Matcher& operator=(const Matcher&);
+
+    bool advance(uint8_t b);            // false: `b` may not come next; nothing changes
+    bool advance(std::string_view s);   // all of `s` or, when some byte is refused, nothing
+    void rollback(size_t n_bytes);      // undo the last n bytes read (at most position())
+    void reset();                       // back to the start
+    size_t position() const;            // bytes read since the start
+    bool accepting() const;             // the bytes read form a whole sentence of the root rule
+    ByteSet allowed() const;            // the bytes advance() would take now
+    bool finished() const { return accepting() && allowed().empty(); }  // nothing may follow
+
+  private:
+    struct Impl;
+    Impl* impl_;
+};
+
+// The whole of `text` is a sentence of `g`.
+bool matches(const Grammar& g, std::string_view text);
+
+}  // namespace megactx::grammar
