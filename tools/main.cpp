@@ -17,6 +17,7 @@
 #include "engine/runner.h"
 #include "engine_setup.h"
 #include "eval_cmd.h"
+#include "grammar_cmd.h"
 #include "io/npy.h"
 #include "model/cost.h"
 #include "model/gen_model.h"
@@ -333,6 +334,8 @@ int main(int argc, char** argv) {
     CLI::App* run = add_run_command(app, run_opts);
     EvalOptions eval_opts;
     CLI::App* eval = add_eval_command(app, eval_opts);
+    GrammarOptions grammar_opts;
+    CLI::App* grammar_cmd = add_grammar_command(app, grammar_opts);
 
     try {
         app.parse(argc, argv);
@@ -448,6 +451,9 @@ int main(int argc, char** argv) {
         } else if (*run) {
             run_opts.engine.model_dir = model_dir_or_default(run_opts.engine.model_dir);
             return run_main(run_opts);
+        } else if (*grammar_cmd) {
+            grammar_opts.model = model_dir_or_default(grammar_opts.model);
+            return grammar_main(grammar_opts);
         } else if (*eval) {
             eval_opts.engine.model_dir = model_dir_or_default(eval_opts.engine.model_dir);
             return eval_main(eval_opts);

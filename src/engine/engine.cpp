@@ -29,10 +29,10 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-// A request whose next token is the argmax of the raw logits: greedy, no penalties, no logit bias.
+// A request whose next token is the argmax of the raw logits: greedy, no penalties, no logit bias, no grammar.
 bool raw_greedy(const Sequence& s) {
     const SamplingParams& sp = s.params.sampling;
-    return s.sampler->greedy() && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
+    return s.sampler->greedy() && !s.constraint && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
            sp.repetition_penalty == 1.0f && sp.logit_bias.empty();
 }
 
@@ -122,6 +122,12 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& para
                       c.vocab_size);
     }
     MEGACTX_CHECK(params.max_tokens >= 1, "max_tokens must be at least 1, got {}", params.max_tokens);
+    if (params.constraint) {
+        MEGACTX_CHECK(params.constraint->grammar && params.constraint->vocab, "the output constraint has no grammar");
+        MEGACTX_CHECK(static_cast<int64_t>(params.constraint->vocab->n_tokens()) <= c.vocab_size,
+                      "the output constraint's vocabulary ({} tokens) is larger than the model's ({})",
+                      params.constraint->vocab->n_tokens(), c.vocab_size);
+    }
     const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;
     MEGACTX_CHECK(total <= max_model_len_,
                   "the prompt ({} tokens) plus max_tokens ({}) is {} tokens, beyond the maximum context length of {}",
@@ -140,6 +146,7 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& para
     s->tokens = std::move(prompt);
     s->params = params;
     s->sampler = std::make_unique<Sampler>(params.sampling);
+    if (params.constraint) s->constraint = std::make_unique<ConstraintState>(params.constraint);
     s->sink = std::move(sink);
     s->t_arrival = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
@@ -454,7 +461,8 @@ bool Engine::step_once() {
         draft(batch, out, valid_rows);
         counters_.draft_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
     }
-    for (auto& [s, r] : done) finish(s, r);
+    for (auto& [s, r] : done)
+        finish(s, r, r == FinishReason::kError && s->constraint ? s->constraint->error() : std::string());
     ++counters_.steps;
     return true;
 }
@@ -488,6 +496,7 @@ std::vector<float> Engine::penalized(const Sequence& s, const float* row, const 
         output.insert(output.end(), extra.begin(), extra.end());
     }
     apply_penalties(sp, prompt, output, l.data(), vocab);
+    if (s.constraint) s.constraint->mask(l.data(), vocab, extra);  // the grammar's refusals at -inf, after the bias
     return l;
 }
 
@@ -501,6 +510,7 @@ FinishReason Engine::accept_tokens(Sequence* s, const std::vector<int32_t>& toks
     const auto& eos = model_.config().eos_token_ids;
     for (size_t i = 0; i < toks.size(); ++i) {
         const int32_t tok = toks[i];
+        if (s->constraint && !s->constraint->accept(tok)) return FinishReason::kError;  // (its message: finish)
         s->tokens.push_back(tok);
         ++counters_.generation_tokens;
         TokenEvent ev;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 
@@ -23,6 +24,7 @@ struct GenerationParams {
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
     int64_t top_logprobs = -1;  // -1: no logprobs; n >= 0: logprob of each token plus the n best
+    std::shared_ptr<const OutputConstraint> constraint;  // structured outputs: the grammar the output follows
 };
 
 // Speculative decoding's counts for one request (or, summed, for the engine).
@@ -70,6 +72,7 @@ struct Sequence {
     std::vector<uint64_t> block_hashes;  // chained hashes of the full blocks published so far
     GenerationParams params;
     std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<ConstraintState> constraint;  // params.constraint's progress (none: free text)
     TokenSink sink;
     int64_t arrival = 0;  // admission order, for preemption (newest first)
     bool cancelled = false;

@@ -480,6 +480,11 @@ std::string Tokenizer::token_str(int32_t id) const {
     return impl_->id_str[static_cast<size_t>(id)];
 }
 
+const std::string& Tokenizer::token_bytes(int32_t id) const {
+    impl_->check_id(id);
+    return impl_->id_bytes[static_cast<size_t>(id)];
+}
+
 bool Tokenizer::is_special(int32_t id) const {
     return id >= 0 && static_cast<size_t>(id) < impl_->kind.size() && impl_->kind[static_cast<size_t>(id)] == Impl::kSpecial;
 }

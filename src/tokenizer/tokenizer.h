@@ -43,6 +43,9 @@ public:
 
     int32_t token_id(std::string_view token) const;  // -1 when absent
     std::string token_str(int32_t id) const;         // the vocabulary string; Error when out of range
+    // The bytes the decoder turns this one token into, before any UTF-8 repair (a byte-level token may hold part
+    // of a character); an added token's content. For grammar masks, which match bytes.
+    const std::string& token_bytes(int32_t id) const;
     bool is_special(int32_t id) const;               // an added token marked special
     bool is_added(int32_t id) const;
     size_t vocab_size() const;                       // largest id + 1

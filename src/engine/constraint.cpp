@@ -1,0 +1,101 @@
+#include "engine/constraint.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace megactx {
+
+std::shared_ptr<const grammar::TokenVocab> make_token_vocab(const Tokenizer& tok, const std::vector<int32_t>& stop_ids) {
+    std::vector<std::string> bytes(tok.vocab_size());
+    for (size_t i = 0; i < bytes.size(); ++i) {
+        const auto id = static_cast<int32_t>(i);
+        if (!tok.is_special(id)) bytes[i] = tok.token_bytes(id);
+    }
+    std::vector<int32_t> stop;
+    for (const int32_t id : stop_ids)
+        if (id >= 0 && static_cast<size_t>(id) < bytes.size() && std::find(stop.begin(), stop.end(), id) == stop.end())
+            stop.push_back(id);
+    return std::make_shared<const grammar::TokenVocab>(bytes, stop);
+}
+
+namespace {
+
+const std::string& bytes_of(const grammar::TokenVocab& v, int32_t t) {
+    static const std::string kNone;
+    return t >= 0 && static_cast<size_t>(t) < v.n_tokens() ? v.bytes(t) : kNone;
+}
+
+}  // namespace
+
+ConstraintState::ConstraintState(std::shared_ptr<const OutputConstraint> c)
+    : c_(std::move(c)), matcher_(*c_->grammar), active_(c_->start_after < 0) {}
+
+bool ConstraintState::is_stop(int32_t token) const {
+    const auto& s = c_->vocab->stop_ids();
+    return std::find(s.begin(), s.end(), token) != s.end();
+}
+
+int64_t ConstraintState::mask(float* logits, int64_t vocab, const std::vector<int32_t>& extra) {
+    bool active = active_;
+    size_t read = 0;  // bytes of `extra` the matcher took, rolled back below
+    bool off_grammar = ended_;
+    for (const int32_t t : extra) {
+        if (off_grammar) break;
+        if (!active) {
+            active = t == c_->start_after;
+            continue;
+        }
+        const std::string& b = bytes_of(*c_->vocab, t);
+        if (is_stop(t) || b.empty() || !matcher_.advance(b)) {
+            off_grammar = true;
+            break;
+        }
+        read += b.size();
+    }
+    int64_t n = -1;
+    if (!off_grammar && !active) {
+        n = vocab;  // thinking: free
+    } else if (!off_grammar) {
+        c_->vocab->fill_mask(matcher_, mask_);
+        n = mask_.count();
+        if (n == 0 && extra.empty()) stuck_ = true;
+        if (n > 0) {
+            const int64_t limit = std::min<int64_t>(vocab, static_cast<int64_t>(c_->vocab->n_tokens()));
+            for (int64_t i = 0; i < limit; ++i)
+                if (!mask_.allowed(static_cast<int32_t>(i))) logits[i] = -std::numeric_limits<float>::infinity();
+            for (int64_t i = limit; i < vocab; ++i) logits[i] = -std::numeric_limits<float>::infinity();
+        }
+    }
+    matcher_.rollback(read);
+    return n;
+}
+
+std::string ConstraintState::error() const {
+    if (stuck_)
+        return fmt::format("structured output: no token of the vocabulary continues the output after {} bytes",
+                           matcher_.position());
+    return fmt::format("structured output: token {} leaves the grammar after {} bytes", refused_, matcher_.position());
+}
+
+bool ConstraintState::accept(int32_t token) {
+    refused_ = token;
+    if (stuck_) return false;
+    if (ended_) return false;
+    if (!active_) {
+        active_ = token == c_->start_after;
+        return true;
+    }
+    if (is_stop(token)) {
+        ended_ = true;
+        return matcher_.accepting();
+    }
+    const std::string& b = bytes_of(*c_->vocab, token);
+    return !b.empty() && matcher_.advance(b);
+}
+
+}  // namespace megactx

@@ -1,0 +1,60 @@
+// Token masks (issue 51): which tokens of the model's vocabulary a grammar allows next. The vocabulary becomes a byte
+// trie once, at load; a mask walks the trie from the matcher's state, entering only the children whose byte the
+// matcher allows (Matcher::allowed), so a state that allows few bytes costs little however large the vocabulary.
+// The walk advances the matcher and rolls it back: it is left as it was.
+//
+// Knows tokens as byte strings, not the tokenizer: the caller lists each id's bytes (Tokenizer::token_bytes) and
+// the ids that end the output (end of sequence, end of turn), allowed exactly when the matcher accepts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grammar/matcher.h"
+
+namespace megactx::grammar {
+
+// A bit per token id: allowed or not.
+struct TokenMask {
+    std::vector<uint64_t> words;
+
+    void reset(size_t n_tokens) { words.assign((n_tokens + 63) / 64, 0); }
+    void set(int32_t id) { words[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); }
+    bool allowed(int32_t id) const { return (words[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1; }
+    int64_t count() const;
+};
+
+class TokenVocab {
+  public:
+    // token_bytes[id]: the bytes of token id (empty: never allowed, e.g. an id the vocabulary lacks). stop_ids:
+    // the tokens that end the output; they are not matched as bytes.
+    TokenVocab(const std::vector<std::string>& token_bytes, std::vector<int32_t> stop_ids);
+
+    size_t n_tokens() const { return n_tokens_; }
+    const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+    const std::string& bytes(int32_t id) const { return bytes_.at(static_cast<size_t>(id)); }
+    size_t n_nodes() const { return nodes_.size(); }
+
+    // The tokens `m` may read next, and the stop tokens when `m` accepts. `m` is unchanged on return.
+    void fill_mask(Matcher& m, TokenMask& out) const;
+
+  private:
+    // Trie nodes in depth-first order: node i's subtree is nodes i .. end-1; its children follow it, each child's
+    // subtree before the next child.
+    struct Node {
+        uint8_t byte;           // the byte on the edge into this node
+        uint32_t end;           // one past the last node of this subtree
+        uint32_t first_token;   // tokens ending here: token_ids_[first_token .. first_token + n_tokens)
+        uint32_t n_tokens;
+    };
+    void walk(uint32_t node, Matcher& m, TokenMask& out) const;
+
+    size_t n_tokens_;
+    std::vector<std::string> bytes_;
+    std::vector<int32_t> stop_ids_;
+    std::vector<Node> nodes_;  // nodes_[0]: the root (no byte)
+    std::vector<int32_t> token_ids_;
+};
+
+}  // namespace megactx::grammar

@@ -1,0 +1,30 @@
+// `megactx grammar`: the structured-output grammar engine offline, so a user can debug a schema without a server.
+// `check`: does a text match a JSON Schema, regex, GBNF grammar or choice list, token by token through the engine's
+// own masks (exit 0 when it does, 1 when not, naming the first token refused, 2 for a grammar that does not
+// compile); `compile`: the grammar's size, its compile time and the first mask's.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace megactx {
+
+struct GrammarOptions {
+    CLI::App* check = nullptr;
+    CLI::App* compile = nullptr;
+    std::string model;  // tokenizer.json's directory (default: the embedded model)
+    std::string json_schema_file, regex, grammar_file;
+    std::vector<std::string> choices;
+    std::string text, text_file;
+    bool bytes_only = false;   // check the bytes alone, without the tokenizer
+    bool print_gbnf = false;   // compile: print the internal grammar as GBNF
+    int max_whitespace = 2;
+    bool strict = false;       // JSON Schema: additionalProperties false unless the schema says otherwise
+};
+
+CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o);
+// o.model must be set (main resolves the default model). Returns the exit code.
+int grammar_main(const GrammarOptions& o);
+
+}  // namespace megactx
