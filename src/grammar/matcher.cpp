@@ -1,1 +1,368 @@
+// The Earley recogniser behind Matcher. The token masks call advance()/allowed()/rollback() at every node of the
+// vocabulary trie, so the grammar is compiled once into flat arrays and the chart is a few flat vectors that only
+// grow at the end and shrink on rollback: no allocation per byte once the buffers have reached their working size.
+//
+// An item is (dotted position, origin). Every production owns len + 1 consecutive dotted positions, and for each
+// position the symbol after the dot is precomputed. ε is handled with Aycock & Horspool's predictor: predicting a
+// nullable rule also moves the dot over it, so completions of empty spans are never needed. Right recursion (a
+// JSON string's `chars ::= char chars | ε`, the chains of x{0,n}) would make every byte complete a chain as long as
+// the input; Leo's deterministic-reduction items cut each such chain to one step.
 #include "grammar/matcher.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+
+namespace megactx::grammar {
+
+namespace {
+
+constexpr int32_t kTerminal = -1;  // next_ codes below 0: the symbol after the dot is a terminal,
+constexpr int32_t kEnd = -2;       // or there is none (the item is complete)
+constexpr uint32_t kLeoNone = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t kLeoUnresolved = kLeoNone - 1;
+constexpr uint32_t kLeoBusy = kLeoNone - 2;
+
+// The grammar as flat arrays, shared by every copy of a matcher (it never changes after construction).
+struct Compiled {
+    std::vector<int32_t> next;         // per dotted position: the rule after the dot, kTerminal or kEnd
+    std::vector<int32_t> arg;          // per dotted position: the terminal's index (kTerminal) or the lhs (kEnd)
+    std::vector<ByteSet> terminals;    // one per terminal occurrence
+    std::vector<uint32_t> rule_begin;  // rule r's productions start at dotted positions starts[rule_begin[r]..]
+    std::vector<uint32_t> starts;
+    std::vector<uint8_t> nullable;  // per rule
+    uint32_t start_pos = 0;         // `start ::= root` (a rule of its own), dot before root
+    uint32_t accept_pos = 0;        // the same, dot after root
+    int32_t n_rules = 0;            // including `start`
+};
+
+std::shared_ptr<const Compiled> compile(const Grammar& g) {
+    auto c = std::make_shared<Compiled>();
+    const auto n = static_cast<int32_t>(g.rules.size());
+    c->n_rules = n + 1;
+    const auto add_production = [&](int32_t lhs, const Sequence& seq) {
+        c->starts.push_back(static_cast<uint32_t>(c->next.size()));
+        for (const Symbol& s : seq) {
+            if (s.is_rule()) {
+                c->next.push_back(s.rule);
+                c->arg.push_back(0);
+            } else {
+                c->next.push_back(kTerminal);
+                c->arg.push_back(static_cast<int32_t>(c->terminals.size()));
+                c->terminals.push_back(s.bytes);
+            }
+        }
+        c->next.push_back(kEnd);
+        c->arg.push_back(lhs);
+    };
+    for (int32_t r = 0; r < n; ++r) {
+        c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
+        for (const Sequence& seq : g.rules[static_cast<size_t>(r)].alternatives) add_production(r, seq);
+    }
+    // `start` is never referenced, so its completion is never folded into a Leo chain: accepting() looks for it.
+    c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
+    c->start_pos = static_cast<uint32_t>(c->next.size());
+    add_production(n, {Symbol::ref(g.root)});
+    c->accept_pos = c->start_pos + 1;
+    c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
+    if (c->next.size() >= (size_t{1} << 31)) throw GrammarError("grammar: too large for the matcher");
+
+    c->nullable.assign(static_cast<size_t>(n) + 1, 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t r = 0; r <= n; ++r) {
+            if (c->nullable[static_cast<size_t>(r)]) continue;
+            for (uint32_t p = c->rule_begin[static_cast<size_t>(r)]; p < c->rule_begin[static_cast<size_t>(r) + 1];
+                 ++p) {
+                uint32_t pos = c->starts[p];
+                while (c->next[pos] >= 0 && c->nullable[static_cast<size_t>(c->next[pos])]) ++pos;
+                if (c->next[pos] == kEnd) {
+                    c->nullable[static_cast<size_t>(r)] = 1;
+                    changed = true;
+                    break;
+                }
+            }
+        }
+    }
+    return c;
+}
+
+struct Item {
+    uint32_t pos;
+    uint32_t origin;
+};
+
+// An item of a set whose next symbol is a rule: completions of that rule from this set advance it.
+struct Waiter {
+    int32_t rule;
+    Item item;
+    // Where a completion of `rule` from this set leads after the chain of deterministic reductions above it (Leo):
+    // set only when this waiter is the set's one waiter on `rule` and the rule is its last symbol.
+    Item leo;
+};
+
+struct Set {
+    uint32_t item_end, scan_end, wait_end;  // ends in items_, scans_, waits_ (each set starts where the last ended)
+    bool accepting;
+    ByteSet allowed;
+};
+
+}  // namespace
+
+struct Matcher::Impl {
+    std::shared_ptr<const Compiled> g;
+    std::vector<Item> items;    // every set's items, set after set
+    std::vector<Item> scans;    // every set's items whose next symbol is a terminal
+    std::vector<Waiter> waits;  // every set's waiters, sorted by rule within a set
+    std::vector<Set> sets;
+
+    // Scratch for building one set. Items whose origin is the set being built are deduplicated by a stamp per
+    // dotted position, older ones (and completions already done) by an open-addressing table cleared after each set.
+    uint32_t stamp = 0;
+    std::vector<uint32_t> pos_stamp, rule_stamp;
+    std::vector<uint64_t> table;
+    std::vector<uint32_t> table_used;
+    std::vector<uint32_t> leo_path;
+
+    explicit Impl(std::shared_ptr<const Compiled> compiled) : g(std::move(compiled)) {
+        pos_stamp.assign(g->next.size(), 0);
+        rule_stamp.assign(static_cast<size_t>(g->n_rules), 0);
+        table.assign(64, 0);
+        start();
+    }
+
+    void start() {
+        items.clear();
+        scans.clear();
+        waits.clear();
+        sets.clear();
+        const uint32_t k = begin_set();
+        add({g->start_pos, 0}, k);
+        close(k);
+    }
+
+    uint32_t items_begin(uint32_t k) const { return k == 0 ? 0 : sets[k - 1].item_end; }
+    uint32_t scans_begin(uint32_t k) const { return k == 0 ? 0 : sets[k - 1].scan_end; }
+    uint32_t waits_begin(uint32_t k) const { return k == 0 ? 0 : sets[k - 1].wait_end; }
+
+    uint32_t begin_set() {
+        if (++stamp == 0) {  // wrapped: old stamps could look current
+            std::fill(pos_stamp.begin(), pos_stamp.end(), 0);
+            std::fill(rule_stamp.begin(), rule_stamp.end(), 0);
+            stamp = 1;
+        }
+        return static_cast<uint32_t>(sets.size());
+    }
+
+    // Inserts `key` (never 0) into the table; false when it was there already.
+    bool table_insert(uint64_t key) {
+        if (2 * (table_used.size() + 1) > table.size()) grow_table();
+        const size_t mask = table.size() - 1;
+        size_t h = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+        while (table[h] != 0) {
+            if (table[h] == key) return false;
+            h = (h + 1) & mask;
+        }
+        table[h] = key;
+        table_used.push_back(static_cast<uint32_t>(h));
+        return true;
+    }
+
+    void grow_table() {
+        std::vector<uint64_t> old;
+        old.swap(table);
+        table.assign(old.size() * 2, 0);
+        std::vector<uint32_t> used;
+        used.swap(table_used);
+        for (uint32_t h : used) table_insert(old[h]);
+    }
+
+    void clear_table() {
+        for (uint32_t h : table_used) table[h] = 0;
+        table_used.clear();
+    }
+
+    // Adds `it` to set k (the set being built) unless it is there.
+    void add(Item it, uint32_t k) {
+        if (it.origin == k) {
+            if (pos_stamp[it.pos] == stamp) return;
+            pos_stamp[it.pos] = stamp;
+        } else if (!table_insert((uint64_t{it.origin} + 1) << 32 | it.pos)) {
+            return;
+        }
+        items.push_back(it);
+    }
+
+    // The waiters on `rule` in set j (a finished set), as a range of waits.
+    std::pair<const Waiter*, const Waiter*> waiters(uint32_t j, int32_t rule) const {
+        const Waiter* b = waits.data() + waits_begin(j);
+        const Waiter* e = waits.data() + sets[j].wait_end;
+        b = std::lower_bound(b, e, rule, [](const Waiter& w, int32_t r) { return w.rule < r; });
+        const Waiter* f = b;
+        while (f != e && f->rule == rule) ++f;
+        return {b, f};
+    }
+
+    // Runs prediction and completion over set k's items until nothing new comes, then records the set.
+    void close(uint32_t k) {
+        const Compiled& c = *g;
+        const uint32_t wait_start = static_cast<uint32_t>(waits.size());
+        ByteSet allowed;
+        bool accepting = false;
+        for (size_t i = items_begin(k); i < items.size(); ++i) {
+            const Item it = items[i];
+            const int32_t sym = c.next[it.pos];
+            if (sym == kTerminal) {
+                scans.push_back(it);
+                allowed.add(c.terminals[static_cast<size_t>(c.arg[it.pos])]);
+            } else if (sym == kEnd) {
+                if (it.pos == c.accept_pos) accepting = true;
+                // Completions of empty spans (origin k) need nothing: the predictor already moved past nullables.
+                if (it.origin == k) continue;
+                const int32_t lhs = c.arg[it.pos];
+                if (!table_insert((uint64_t{it.origin} + 1) << 32 | (uint64_t{1} << 31) | static_cast<uint32_t>(lhs)))
+                    continue;  // this rule was completed from this origin already
+                const auto [b, e] = waiters(it.origin, lhs);
+                if (e - b == 1 && b->leo.pos != kLeoNone) {
+                    add(b->leo, k);
+                } else {
+                    for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin}, k);
+                }
+            } else {
+                waits.push_back({sym, it, {kLeoNone, 0}});
+                if (rule_stamp[static_cast<size_t>(sym)] != stamp) {
+                    rule_stamp[static_cast<size_t>(sym)] = stamp;
+                    for (uint32_t p = c.rule_begin[static_cast<size_t>(sym)];
+                         p < c.rule_begin[static_cast<size_t>(sym) + 1]; ++p)
+                        add({c.starts[p], k}, k);
+                }
+                if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin}, k);
+            }
+        }
+        clear_table();
+        std::sort(waits.begin() + wait_start, waits.end(),
+                  [](const Waiter& a, const Waiter& b) { return a.rule < b.rule; });
+        sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
+                        static_cast<uint32_t>(waits.size()), accepting, allowed});
+        resolve_leo(k);
+    }
+
+    // Fills the Leo items of set k's waiters (Leo 1991): a waiter that is alone on its rule and has the rule last
+    // completes as soon as the rule does, so a completion of the rule from this set may jump straight to the top of
+    // the chain of such waiters.
+    void resolve_leo(uint32_t k) {
+        const Compiled& c = *g;
+        Waiter* b = waits.data() + waits_begin(k);
+        Waiter* e = waits.data() + sets[k].wait_end;
+        for (Waiter* w = b; w != e;) {
+            Waiter* f = w + 1;
+            while (f != e && f->rule == w->rule) ++f;
+            if (f - w == 1 && c.next[w->item.pos + 1] == kEnd) w->leo.pos = kLeoUnresolved;
+            w = f;
+        }
+        for (Waiter* w = b; w != e; ++w) {
+            if (w->leo.pos != kLeoUnresolved) continue;
+            // Walk up the chain within this set (waiters whose origin is k), then take the top from an older set.
+            leo_path.clear();
+            Waiter* cur = w;
+            Item top{kLeoNone, 0};
+            for (;;) {
+                if (cur->leo.pos != kLeoUnresolved) {
+                    if (cur->leo.pos != kLeoBusy) top = cur->leo;  // resolved earlier; busy: a cycle, stop here
+                    break;
+                }
+                cur->leo.pos = kLeoBusy;
+                leo_path.push_back(static_cast<uint32_t>(cur - waits.data()));
+                const Item done{cur->item.pos + 1, cur->item.origin};
+                const int32_t lhs = c.arg[done.pos];
+                if (done.origin < k) {
+                    const auto [ob, oe] = waiters(done.origin, lhs);
+                    top = (oe - ob == 1 && ob->leo.pos != kLeoNone) ? ob->leo : done;
+                    break;
+                }
+                const auto [nb, ne] = waiters(k, lhs);
+                if (ne - nb != 1 || nb->leo.pos == kLeoNone) {
+                    top = done;
+                    break;
+                }
+                cur = &waits[static_cast<size_t>(nb - waits.data())];
+            }
+            if (top.pos == kLeoNone) {
+                const Waiter& last = waits[leo_path.back()];
+                top = {last.item.pos + 1, last.item.origin};
+            }
+            for (uint32_t idx : leo_path) waits[idx].leo = top;
+        }
+    }
+
+    bool advance(uint8_t byte) {
+        const uint32_t k = static_cast<uint32_t>(sets.size()) - 1;
+        if (!sets[k].allowed.has(byte)) return false;
+        const Compiled& c = *g;
+        const uint32_t n = begin_set();
+        for (uint32_t i = scans_begin(k); i < sets[k].scan_end; ++i) {
+            const Item it = scans[i];
+            if (c.terminals[static_cast<size_t>(c.arg[it.pos])].has(byte)) add({it.pos + 1, it.origin}, n);
+        }
+        close(n);
+        return true;
+    }
+
+    void rollback(size_t n) {
+        if (n >= sets.size()) throw std::out_of_range("Matcher::rollback: more bytes than were read");
+        sets.resize(sets.size() - n);
+        items.resize(sets.back().item_end);
+        scans.resize(sets.back().scan_end);
+        waits.resize(sets.back().wait_end);
+    }
+};
+
+Matcher::Matcher(const Grammar& g) {
+    g.validate();
+    impl_ = new Impl(compile(g));
+}
+
+Matcher::~Matcher() { delete impl_; }
+
+Matcher::Matcher(const Matcher& o) : impl_(new Impl(*o.impl_)) {}
+
+Matcher& Matcher::operator=(const Matcher& o) {
+    if (this != &o) {
+        Impl* copy = new Impl(*o.impl_);
+        delete impl_;
+        impl_ = copy;
+    }
+    return *this;
+}
+
+bool Matcher::advance(uint8_t b) { return impl_->advance(b); }
+
+bool Matcher::advance(std::string_view s) {
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (!impl_->advance(static_cast<uint8_t>(s[i]))) {
+            if (i > 0) impl_->rollback(i);
+            return false;
+        }
+    }
+    return true;
+}
+
+void Matcher::rollback(size_t n_bytes) {
+    if (n_bytes > 0) impl_->rollback(n_bytes);
+}
+
+void Matcher::reset() { impl_->rollback(impl_->sets.size() - 1); }
+
+size_t Matcher::position() const { return impl_->sets.size() - 1; }
+
+bool Matcher::accepting() const { return impl_->sets.back().accepting; }
+
+ByteSet Matcher::allowed() const { return impl_->sets.back().allowed; }
+
+bool matches(const Grammar& g, std::string_view text) {
+    Matcher m(g);
+    return m.advance(text) && m.accepting();
+}
+
+}  // namespace megactx::grammar
