@@ -124,6 +124,8 @@ int64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& para
     MEGACTX_CHECK(params.max_tokens >= 1, "max_tokens must be at least 1, got {}", params.max_tokens);
     if (params.constraint) {
         MEGACTX_CHECK(params.constraint->grammar && params.constraint->vocab, "the output constraint has no grammar");
+        MEGACTX_CHECK(!params.ignore_eos, "ignore_eos cannot be combined with a structured output: the grammar decides "
+                                          "where the output ends");
         MEGACTX_CHECK(static_cast<int64_t>(params.constraint->vocab->n_tokens()) <= c.vocab_size,
                       "the output constraint's vocabulary ({} tokens) is larger than the model's ({})",
                       params.constraint->vocab->n_tokens(), c.vocab_size);

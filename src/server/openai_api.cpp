@@ -105,6 +105,8 @@ OpenAiApi::OpenAiApi(Engine& engine, const Tokenizer* tokenizer, const ApiConfig
     : engine_(engine), tokenizer_(tokenizer), config_(config) {
     if (tokenizer_) {
         decodable_ = decodable_ids(*tokenizer_, engine_.model().config().vocab_size);
+        const auto& eos = engine_.model().config().eos_token_ids;
+        constraints_ = std::make_unique<ConstraintCompiler>(*tokenizer_, std::vector<int32_t>(eos.begin(), eos.end()));
     }
     metrics_.counter("megactx_requests_total", "Finished HTTP API requests by status code");
     metrics_.counter("megactx_requests_aborted_total", "Requests cancelled because the client went away");
@@ -284,7 +286,20 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
         ctx.max_model_len = engine_.max_model_len();
         ctx.served_model_name = config_.served_model_name;
         ctx.chat_format = config_.chat_format;
-        const ApiRequest p = parse_api_request(req.body, is_chat, ctx);
+        ApiRequest p = parse_api_request(req.body, is_chat, ctx);
+        if (p.constraint.kind != ConstraintSpec::Kind::kNone) {
+            if (!constraints_)
+                throw ApiError(400, "structured outputs need the model's tokenizer.json", p.constraint.param);
+            // Thinking: the reasoning is free; the constraint starts after the end-of-thinking token.
+            int32_t start_after = -1;
+            if (p.chat && p.parser.start_in_reasoning) {
+                start_after = tokenizer_->token_id("</think>");
+                if (start_after < 0)
+                    throw ApiError(400, "structured outputs with thinking need a '</think>' token in the vocabulary",
+                                   p.constraint.param);
+            }
+            p.gen.constraint = constraints_->compile(p.constraint, start_after);
+        }
         if (engine_.stats().waiting >= config_.max_waiting) {
             throw ApiError(429, fmt::format("too many requests are waiting ({}); retry later", config_.max_waiting));
         }

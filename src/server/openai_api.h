@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/structured_output.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -52,6 +53,7 @@ class OpenAiApi {
     // gen-model's small preset: 516 of 4096 ids); such ids decode to no text, as in Hugging Face's decode().
     std::vector<bool> decodable_;
     ApiConfig config_;
+    std::unique_ptr<ConstraintCompiler> constraints_;  // structured outputs (null without a tokenizer)
     Metrics metrics_;
     std::atomic<bool> closed_{false};
 };

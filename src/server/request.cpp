@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/structured_output.h"
 
 namespace megactx {
 
@@ -66,6 +67,126 @@ struct Fields {
     }
 };
 
+// messages (+ tools, thinking switches) rendered in the chat format and tokenized; the output parser's settings.
+void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p) {
+    if (!ctx.tokenizer)
+        throw ApiError(400, "this model has no tokenizer.json: use /v1/completions with token ids");
+    const Json* msgs = f.get("messages");
+    if (!msgs) throw ApiError(400, "'messages' is required", "messages");
+    if (!msgs->is_array() || msgs->empty())
+        throw ApiError(400, "'messages' must be a non-empty array", "messages");
+    std::vector<chat::Message> messages;
+    try {
+        messages = chat::messages_from_json(*msgs);
+    } catch (const Error& e) {
+        throw ApiError(400, e.what(), "messages");
+    }
+    Json tools = Json::array();
+    if (const Json* t = f.get("tools")) {
+        if (!t->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+        for (size_t i = 0; i < t->size(); ++i) {
+            const Json& tool = (*t)[i];
+            const std::string at = fmt::format("tools[{}]", i);
+            if (!tool.is_object()) throw ApiError(400, at + " must be an object", "tools");
+            const auto type = Fields{tool}.string("type");
+            if (type != "function") throw ApiError(400, at + ".type must be 'function'", "tools");
+            const Json* fn = Fields{tool}.get("function");
+            if (!fn || !fn->is_object()) throw ApiError(400, at + ".function must be an object", "tools");
+            const auto name = Fields{*fn}.string("name");
+            if (!name || name->empty()) throw ApiError(400, at + ".function.name must be a non-empty string", "tools");
+            if (const Json* params = Fields{*fn}.get("parameters"); params && !params->is_object()) {
+                throw ApiError(400, at + ".function.parameters must be an object", "tools");
+            }
+        }
+        tools = *t;
+    }
+    if (const Json* tc = f.get("tool_choice")) {
+        if (!tc->is_string() || (*tc != "auto" && *tc != "none")) {
+            throw ApiError(400, "only tool_choice 'auto' and 'none' are supported", "tool_choice");
+        }
+        if (*tc == "none") tools = Json::array();
+    }
+    chat::ChatOptions opt;
+    if (const auto effort = f.string("reasoning_effort")) {
+        const std::string& e = *effort;
+        if (e == "none" || e == "minimal") {
+            opt.enable_thinking = false;
+        } else if (e == "low" || e == "medium" || e == "high") {
+            opt.reasoning_effort = chat::ReasoningEffort::kHigh;
+        } else if (e == "max" || e == "xhigh") {
+            opt.reasoning_effort = chat::ReasoningEffort::kMax;
+        } else {
+            throw ApiError(400,
+                           "'reasoning_effort' must be one of max, high (or none, minimal, low, medium, xhigh)",
+                           "reasoning_effort");
+        }
+    }
+    if (const Json* th = f.get("thinking")) {  // GLM API: {"type": "enabled" | "disabled"}
+        const auto type = th->is_object() ? Fields{*th}.string("type") : std::nullopt;
+        if (!type || (*type != "enabled" && *type != "disabled")) {
+            throw ApiError(400, "'thinking.type' must be 'enabled' or 'disabled'", "thinking");
+        }
+        opt.enable_thinking = *type == "enabled";
+    }
+    if (const Json* kw = f.get("chat_template_kwargs")) {
+        if (!kw->is_object())
+            throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+        if (const auto et = Fields{*kw}.boolean("enable_thinking")) opt.enable_thinking = *et;
+        if (const auto ct = Fields{*kw}.boolean("clear_thinking")) opt.clear_thinking = *ct;
+    }
+    std::string prompt;
+    try {
+        prompt = chat::render_chat(ctx.chat_format, messages, tools, opt);
+    } catch (const Error& e) {
+        throw ApiError(400, e.what(), "messages");
+    }
+    p.prompt = ctx.tokenizer->encode(prompt, false);
+    p.parser = chat::parser_options_for(ctx.chat_format, opt, tools);
+    p.parser.id_prefix = "call_" + random_hex(24) + "_";
+    p.logprobs = f.boolean("logprobs").value_or(false);
+    const auto top = f.integer("top_logprobs", 0, 20);
+    if (top && !p.logprobs) throw ApiError(400, "'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    p.gen.top_logprobs = p.logprobs ? top.value_or(0) : -1;
+}
+
+// prompt: a string (tokenized with the special tokens) or token ids.
+void parse_completion_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p) {
+    const Json* pr = f.get("prompt");
+    if (!pr) throw ApiError(400, "'prompt' is required", "prompt");
+    const Json* one = pr;
+    if (pr->is_array() && !pr->empty() && !(*pr)[0].is_number()) {
+        if (pr->size() != 1)
+            throw ApiError(400, "batched prompts are not supported: send one prompt", "prompt");
+        one = &(*pr)[0];
+    }
+    if (one->is_string()) {
+        if (!ctx.tokenizer)
+            throw ApiError(400, "this model has no tokenizer.json: send the prompt as token ids", "prompt");
+        p.prompt = ctx.tokenizer->encode(one->get<std::string>(), true);
+    } else if (one->is_array()) {
+        for (const auto& t : *one) {
+            if (!t.is_number_integer()) throw ApiError(400, "'prompt' token ids must be integers", "prompt");
+            const int64_t v = t.get<int64_t>();
+            if (v < 0 || v >= ctx.vocab_size) {
+                throw ApiError(400,
+                               fmt::format("prompt token id {} is out of range (vocabulary size {})", v,
+                                           ctx.vocab_size),
+                               "prompt");
+            }
+            p.prompt.push_back(static_cast<int32_t>(v));
+        }
+    } else {
+        throw ApiError(400, "'prompt' must be a string or a list of token ids", "prompt");
+    }
+    if (f.boolean("echo").value_or(false)) throw ApiError(400, "'echo' is not supported", "echo");
+    if (const auto suffix = f.string("suffix"); suffix && !suffix->empty()) {
+        throw ApiError(400, "'suffix' (fill-in-the-middle) is not supported", "suffix");
+    }
+    const auto lp = f.integer("logprobs", 0, 20);
+    p.logprobs = lp.has_value();
+    p.gen.top_logprobs = lp ? *lp : -1;
+}
+
 }  // namespace
 
 ApiRequest parse_api_request(const std::string& text, bool chat, const RequestContext& ctx) {
@@ -101,142 +222,17 @@ ApiRequest parse_api_request(const std::string& text, bool chat, const RequestCo
             throw ApiError(400, "only the 'text' modality is supported", "modalities");
         }
     }
-    if (const Json* rf = f.get("response_format")) {
-        const auto type = rf->is_object() ? Fields{*rf}.string("type") : std::nullopt;
-        if (!type) throw ApiError(400, "'response_format' must be an object with a 'type'", "response_format");
-        if (*type == "json_object" || *type == "json_schema") {
-            throw ApiError(400,
-                           fmt::format("response_format '{}' is not supported yet (constrained decoding is planned); "
-                                       "omit it or send {{\"type\": \"text\"}}",
-                                       *type),
-                           "response_format");
-        }
-        if (*type != "text") {
-            throw ApiError(400, fmt::format("response_format type '{}' is unknown (text, json_object, json_schema)", *type),
-                           "response_format");
-        }
-    }
+    p.constraint = find_constraint(body);  // response_format and the peers' structured-output fields
     p.stream = f.boolean("stream").value_or(false);
     if (const Json* so = f.get("stream_options")) {
         if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
         p.include_usage = Fields{*so}.boolean("include_usage").value_or(false);
     }
 
-    // Prompt
     if (chat) {
-        if (!ctx.tokenizer)
-            throw ApiError(400, "this model has no tokenizer.json: use /v1/completions with token ids");
-        const Json* msgs = f.get("messages");
-        if (!msgs) throw ApiError(400, "'messages' is required", "messages");
-        if (!msgs->is_array() || msgs->empty())
-            throw ApiError(400, "'messages' must be a non-empty array", "messages");
-        std::vector<chat::Message> messages;
-        try {
-            messages = chat::messages_from_json(*msgs);
-        } catch (const Error& e) {
-            throw ApiError(400, e.what(), "messages");
-        }
-        Json tools = Json::array();
-        if (const Json* t = f.get("tools")) {
-            if (!t->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
-            for (size_t i = 0; i < t->size(); ++i) {
-                const Json& tool = (*t)[i];
-                const std::string at = fmt::format("tools[{}]", i);
-                if (!tool.is_object()) throw ApiError(400, at + " must be an object", "tools");
-                const auto type = Fields{tool}.string("type");
-                if (type != "function") throw ApiError(400, at + ".type must be 'function'", "tools");
-                const Json* fn = Fields{tool}.get("function");
-                if (!fn || !fn->is_object()) throw ApiError(400, at + ".function must be an object", "tools");
-                const auto name = Fields{*fn}.string("name");
-                if (!name || name->empty()) throw ApiError(400, at + ".function.name must be a non-empty string", "tools");
-                if (const Json* params = Fields{*fn}.get("parameters"); params && !params->is_object()) {
-                    throw ApiError(400, at + ".function.parameters must be an object", "tools");
-                }
-            }
-            tools = *t;
-        }
-        if (const Json* tc = f.get("tool_choice")) {
-            if (!tc->is_string() || (*tc != "auto" && *tc != "none")) {
-                throw ApiError(400, "only tool_choice 'auto' and 'none' are supported", "tool_choice");
-            }
-            if (*tc == "none") tools = Json::array();
-        }
-        chat::ChatOptions opt;
-        if (const auto effort = f.string("reasoning_effort")) {
-            const std::string& e = *effort;
-            if (e == "none" || e == "minimal") {
-                opt.enable_thinking = false;
-            } else if (e == "low" || e == "medium" || e == "high") {
-                opt.reasoning_effort = chat::ReasoningEffort::kHigh;
-            } else if (e == "max" || e == "xhigh") {
-                opt.reasoning_effort = chat::ReasoningEffort::kMax;
-            } else {
-                throw ApiError(400,
-                               "'reasoning_effort' must be one of max, high (or none, minimal, low, medium, xhigh)",
-                               "reasoning_effort");
-            }
-        }
-        if (const Json* th = f.get("thinking")) {  // GLM API: {"type": "enabled" | "disabled"}
-            const auto type = th->is_object() ? Fields{*th}.string("type") : std::nullopt;
-            if (!type || (*type != "enabled" && *type != "disabled")) {
-                throw ApiError(400, "'thinking.type' must be 'enabled' or 'disabled'", "thinking");
-            }
-            opt.enable_thinking = *type == "enabled";
-        }
-        if (const Json* kw = f.get("chat_template_kwargs")) {
-            if (!kw->is_object())
-                throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
-            if (const auto et = Fields{*kw}.boolean("enable_thinking")) opt.enable_thinking = *et;
-            if (const auto ct = Fields{*kw}.boolean("clear_thinking")) opt.clear_thinking = *ct;
-        }
-        std::string prompt;
-        try {
-            prompt = chat::render_chat(ctx.chat_format, messages, tools, opt);
-        } catch (const Error& e) {
-            throw ApiError(400, e.what(), "messages");
-        }
-        p.prompt = ctx.tokenizer->encode(prompt, false);
-        p.parser = chat::parser_options_for(ctx.chat_format, opt, tools);
-        p.parser.id_prefix = "call_" + random_hex(24) + "_";
-        p.logprobs = f.boolean("logprobs").value_or(false);
-        const auto top = f.integer("top_logprobs", 0, 20);
-        if (top && !p.logprobs) throw ApiError(400, "'top_logprobs' requires 'logprobs': true", "top_logprobs");
-        p.gen.top_logprobs = p.logprobs ? top.value_or(0) : -1;
+        parse_chat_prompt(f, ctx, p);
     } else {
-        const Json* pr = f.get("prompt");
-        if (!pr) throw ApiError(400, "'prompt' is required", "prompt");
-        const Json* one = pr;
-        if (pr->is_array() && !pr->empty() && !(*pr)[0].is_number()) {
-            if (pr->size() != 1)
-                throw ApiError(400, "batched prompts are not supported: send one prompt", "prompt");
-            one = &(*pr)[0];
-        }
-        if (one->is_string()) {
-            if (!ctx.tokenizer)
-                throw ApiError(400, "this model has no tokenizer.json: send the prompt as token ids", "prompt");
-            p.prompt = ctx.tokenizer->encode(one->get<std::string>(), true);
-        } else if (one->is_array()) {
-            for (const auto& t : *one) {
-                if (!t.is_number_integer()) throw ApiError(400, "'prompt' token ids must be integers", "prompt");
-                const int64_t v = t.get<int64_t>();
-                if (v < 0 || v >= ctx.vocab_size) {
-                    throw ApiError(400,
-                                   fmt::format("prompt token id {} is out of range (vocabulary size {})", v,
-                                               ctx.vocab_size),
-                                   "prompt");
-                }
-                p.prompt.push_back(static_cast<int32_t>(v));
-            }
-        } else {
-            throw ApiError(400, "'prompt' must be a string or a list of token ids", "prompt");
-        }
-        if (f.boolean("echo").value_or(false)) throw ApiError(400, "'echo' is not supported", "echo");
-        if (const auto suffix = f.string("suffix"); suffix && !suffix->empty()) {
-            throw ApiError(400, "'suffix' (fill-in-the-middle) is not supported", "suffix");
-        }
-        const auto lp = f.integer("logprobs", 0, 20);
-        p.logprobs = lp.has_value();
-        p.gen.top_logprobs = lp ? *lp : -1;
+        parse_completion_prompt(f, ctx, p);
     }
     if (p.prompt.empty()) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");
 

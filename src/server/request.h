@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
+#include "server/structured_output.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/output_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -31,6 +32,7 @@ struct ApiRequest {
     std::vector<std::string> stop;
     bool logprobs = false;
     chat::ParserOptions parser;  // chat: how to split reasoning and tool calls out of the output
+    ConstraintSpec constraint;   // structured outputs asked for (compiled by the API into gen.constraint)
 };
 
 // Parses and validates `body` for /v1/chat/completions (`chat`) or /v1/completions. Throws ApiError: 400 naming
