@@ -14,6 +14,10 @@ namespace megactx::grammar {
 // GBNF, llama.cpp's grammar format: `name ::= alternatives`, "literals" with \n \t \\ \" \xHH \uHHHH \UHHHHHHHH
 // escapes, [classes] and [^negated], `.`, ( groups ), * + ? {m} {m,} {m,n}, # comments; rules referenced before
 // they are defined; the start rule is `root` unless named.
+// \uHHHH and \UHHHHHHHH are code points (matched as their UTF-8 bytes); \xHH up to 7F is ASCII, and from 80 up one
+// raw byte, as Grammar::to_gbnf() prints UTF-8 sequences, so parse_gbnf(g.to_gbnf()) has g's language. `.` and a
+// negated class are any well-formed UTF-8 code point (newline included) but those listed. A rule goes on over
+// newlines until the next `name ::=`. Errors give the line and column.
 Grammar parse_gbnf(std::string_view text, std::string_view root = "root");
 
 // A regular expression matched against the whole output (as vLLM's and SGLang's `regex`): literals, . (any code

@@ -1,6 +1,6 @@
 // Regular expressions compiled to grammars and run by the matcher: every feature against strings it must and must
-// not match, UTF-8 in classes and literals, realistic patterns, add_regex inside a larger grammar, and the errors for
-// what a recogniser cannot do.
+// not match, UTF-8 in classes and literals, realistic patterns, add_regex inside a larger grammar, the GBNF round
+// trip, and the errors for what a recogniser cannot do.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -161,6 +161,19 @@ TEST(GrammarRegex, AddRegexComposesIntoALargerGrammar) {
     const int32_t r2 = b2.rule("root");
     b2.add_alternative(r2, {b2.literal("x"), add_regex(b2, "(a?)")});
     expect_matches(b2.finish(r2), {"x", "xa"}, {"xaa"});
+}
+
+TEST(GrammarRegex, RoundTripThroughGbnf) {
+    const std::string date = "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])";
+    const std::initializer_list<std::string_view> samples = {"2024-01-31", "2024-13-01", "é",    "\n",   "x",
+                                                             "",           "ab",         "abab", "日本", "aé😀"};
+    for (const std::string& pattern :
+         {date, std::string("[^a-z\\d]+"), std::string(".(ab|é)*"), std::string("[à-ÿ😀]{0,3}"), std::string("\\w*")}) {
+        SCOPED_TRACE(pattern);
+        const Grammar g = compile_regex(pattern);
+        const Grammar back = parse_gbnf(g.to_gbnf());
+        for (std::string_view s : samples) EXPECT_EQ(matches(back, s), matches(g, s)) << "'" << s << "'";
+    }
 }
 
 TEST(GrammarRegex, UnsupportedFeaturesAreNamedWithTheirOffset) {
