@@ -23,6 +23,7 @@ constexpr int32_t kEnd = -2;       // or there is none (the item is complete)
 constexpr uint32_t kLeoNone = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kLeoUnresolved = kLeoNone - 1;
 constexpr uint32_t kLeoBusy = kLeoNone - 2;
+constexpr uint64_t kRuleTag = uint64_t{1} << 31;  // dotted positions and rules are below 2^31
 
 // The grammar as flat arrays, shared by every copy of a matcher (it never changes after construction).
 struct Compiled {
@@ -117,17 +118,28 @@ struct Matcher::Impl {
     std::vector<Waiter> waits;  // every set's waiters, sorted by rule within a set
     std::vector<Set> sets;
 
-    // Scratch for building one set. Items whose origin is the set being built are deduplicated by a stamp per
-    // dotted position, older ones (and completions already done) by an open-addressing table cleared after each set.
+    // Scratch for building one set. Items are deduplicated by a slot per dotted position holding the first origin
+    // seen there in this set (stamped, so nothing is cleared between sets); the rare second origin at a position
+    // goes to an open-addressing table cleared after each set. Completions done (rule, origin) likewise.
+    struct Seen {
+        uint32_t stamp, origin;
+    };
     uint32_t stamp = 0;
-    std::vector<uint32_t> pos_stamp, rule_stamp;
+    std::vector<Seen> pos_seen, rule_done;
+    std::vector<uint32_t> rule_stamp;  // the rule was predicted in this set
     std::vector<uint64_t> table;
     std::vector<uint32_t> table_used;
     std::vector<uint32_t> leo_path;
 
     explicit Impl(std::shared_ptr<const Compiled> compiled) : g(std::move(compiled)) {
-        pos_stamp.assign(g->next.size(), 0);
+        pos_seen.assign(g->next.size(), {0, 0});
+        rule_done.assign(static_cast<size_t>(g->n_rules), {0, 0});
         rule_stamp.assign(static_cast<size_t>(g->n_rules), 0);
+        // Room for a few hundred bytes of input before anything grows.
+        items.reserve(4096);
+        scans.reserve(2048);
+        waits.reserve(2048);
+        sets.reserve(512);
         table.assign(64, 0);
         start();
     }
@@ -138,7 +150,7 @@ struct Matcher::Impl {
         waits.clear();
         sets.clear();
         const uint32_t k = begin_set();
-        add({g->start_pos, 0}, k);
+        add({g->start_pos, 0});
         close(k);
     }
 
@@ -148,7 +160,8 @@ struct Matcher::Impl {
 
     uint32_t begin_set() {
         if (++stamp == 0) {  // wrapped: old stamps could look current
-            std::fill(pos_stamp.begin(), pos_stamp.end(), 0);
+            std::fill(pos_seen.begin(), pos_seen.end(), Seen{0, 0});
+            std::fill(rule_done.begin(), rule_done.end(), Seen{0, 0});
             std::fill(rule_stamp.begin(), rule_stamp.end(), 0);
             stamp = 1;
         }
@@ -183,15 +196,19 @@ struct Matcher::Impl {
         table_used.clear();
     }
 
-    // Adds `it` to set k (the set being built) unless it is there.
-    void add(Item it, uint32_t k) {
-        if (it.origin == k) {
-            if (pos_stamp[it.pos] == stamp) return;
-            pos_stamp[it.pos] = stamp;
-        } else if (!table_insert((uint64_t{it.origin} + 1) << 32 | it.pos)) {
-            return;
+    // Marks (index, origin) as seen in this set; false when it was already. `tag` keeps the table's keys for
+    // positions and rules apart.
+    bool first_time(Seen& s, uint32_t index, uint32_t origin, uint64_t tag) {
+        if (s.stamp != stamp) {
+            s = {stamp, origin};
+            return true;
         }
-        items.push_back(it);
+        return s.origin != origin && table_insert((uint64_t{origin} + 1) << 32 | tag | index);
+    }
+
+    // Adds `it` to the set being built unless it is there.
+    void add(Item it) {
+        if (first_time(pos_seen[it.pos], it.pos, it.origin, 0)) items.push_back(it);
     }
 
     // The waiters on `rule` in set j (a finished set), as a range of waits.
@@ -215,19 +232,20 @@ struct Matcher::Impl {
             const int32_t sym = c.next[it.pos];
             if (sym == kTerminal) {
                 scans.push_back(it);
-                allowed.add(c.terminals[static_cast<size_t>(c.arg[it.pos])]);
+                const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[it.pos])];
+                for (size_t w = 0; w < 4; ++w) allowed.words[w] |= t.words[w];
             } else if (sym == kEnd) {
                 if (it.pos == c.accept_pos) accepting = true;
                 // Completions of empty spans (origin k) need nothing: the predictor already moved past nullables.
                 if (it.origin == k) continue;
                 const int32_t lhs = c.arg[it.pos];
-                if (!table_insert((uint64_t{it.origin} + 1) << 32 | (uint64_t{1} << 31) | static_cast<uint32_t>(lhs)))
+                if (!first_time(rule_done[static_cast<size_t>(lhs)], static_cast<uint32_t>(lhs), it.origin, kRuleTag))
                     continue;  // this rule was completed from this origin already
                 const auto [b, e] = waiters(it.origin, lhs);
                 if (e - b == 1 && b->leo.pos != kLeoNone) {
-                    add(b->leo, k);
+                    add(b->leo);
                 } else {
-                    for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin}, k);
+                    for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
                 }
             } else {
                 waits.push_back({sym, it, {kLeoNone, 0}});
@@ -235,17 +253,31 @@ struct Matcher::Impl {
                     rule_stamp[static_cast<size_t>(sym)] = stamp;
                     for (uint32_t p = c.rule_begin[static_cast<size_t>(sym)];
                          p < c.rule_begin[static_cast<size_t>(sym) + 1]; ++p)
-                        add({c.starts[p], k}, k);
+                        add({c.starts[p], k});
                 }
-                if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin}, k);
+                if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin});
             }
         }
         clear_table();
-        std::sort(waits.begin() + wait_start, waits.end(),
-                  [](const Waiter& a, const Waiter& b) { return a.rule < b.rule; });
+        sort_waiters(wait_start);
         sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
                         static_cast<uint32_t>(waits.size()), accepting, allowed});
         resolve_leo(k);
+    }
+
+    // Sorts the waiters from `begin` on by rule: insertion sort, as a set holds few.
+    void sort_waiters(size_t begin) {
+        if (waits.size() - begin > 32) {
+            std::sort(waits.begin() + static_cast<ptrdiff_t>(begin), waits.end(),
+                      [](const Waiter& a, const Waiter& b) { return a.rule < b.rule; });
+            return;
+        }
+        for (size_t i = begin + 1; i < waits.size(); ++i) {
+            const Waiter w = waits[i];
+            size_t j = i;
+            for (; j > begin && waits[j - 1].rule > w.rule; --j) waits[j] = waits[j - 1];
+            waits[j] = w;
+        }
     }
 
     // Fills the Leo items of set k's waiters (Leo 1991): a waiter that is alone on its rule and has the rule last
@@ -303,7 +335,7 @@ struct Matcher::Impl {
         const uint32_t n = begin_set();
         for (uint32_t i = scans_begin(k); i < sets[k].scan_end; ++i) {
             const Item it = scans[i];
-            if (c.terminals[static_cast<size_t>(c.arg[it.pos])].has(byte)) add({it.pos + 1, it.origin}, n);
+            if (c.terminals[static_cast<size_t>(c.arg[it.pos])].has(byte)) add({it.pos + 1, it.origin});
         }
         close(n);
         return true;
