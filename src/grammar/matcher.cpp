@@ -36,7 +36,61 @@ struct Compiled {
     uint32_t start_pos = 0;         // `start ::= root` (a rule of its own), dot before root
     uint32_t accept_pos = 0;        // the same, dot after root
     int32_t n_rules = 0;            // including `start`
+    // Per rule, the items (as dotted positions; their origin is the set predicting) that predicting it brings, dot
+    // moves over nullable rules included and complete ones left out: bundle[bundle_begin[r]..bundle_begin[r + 1]],
+    // and the union of their terminals. has_bundle is 0 for a rule whose closure was too large to store: it is
+    // predicted one production at a time.
+    std::vector<uint32_t> bundle_begin, bundle;
+    std::vector<ByteSet> bundle_allowed;
+    std::vector<uint8_t> has_bundle;
 };
+
+constexpr size_t kMaxBundle = 512;               // dotted positions in one rule's closure
+constexpr size_t kMaxBundles = size_t{4} << 20;  // over all rules
+
+// Fills the prediction bundles (see Compiled), each by a walk over the rules its prediction reaches.
+void compute_bundles(Compiled& c) {
+    const auto n = static_cast<size_t>(c.n_rules);
+    c.bundle_begin.assign(n + 1, 0);
+    c.bundle_allowed.assign(n, ByteSet{});
+    c.has_bundle.assign(n, 0);
+    std::vector<uint32_t> seen(n, 0), queue;
+    for (size_t r = 0; r < n; ++r) {
+        c.bundle_begin[r] = static_cast<uint32_t>(c.bundle.size());
+        if (c.bundle.size() >= kMaxBundles) continue;
+        const size_t begin = c.bundle.size();
+        queue.assign(1, static_cast<uint32_t>(r));
+        seen[r] = static_cast<uint32_t>(r) + 1;
+        ByteSet allowed;
+        bool fits = true;
+        for (size_t q = 0; q < queue.size() && fits; ++q) {
+            for (uint32_t p = c.rule_begin[queue[q]]; p < c.rule_begin[queue[q] + 1] && fits; ++p) {
+                for (uint32_t pos = c.starts[p];; ++pos) {
+                    const int32_t sym = c.next[pos];
+                    if (sym == kEnd) break;
+                    c.bundle.push_back(pos);
+                    if (sym == kTerminal) {
+                        allowed.add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+                        break;
+                    }
+                    if (seen[static_cast<size_t>(sym)] != r + 1) {
+                        seen[static_cast<size_t>(sym)] = static_cast<uint32_t>(r) + 1;
+                        queue.push_back(static_cast<uint32_t>(sym));
+                    }
+                    if (!c.nullable[static_cast<size_t>(sym)]) break;
+                }
+                fits = c.bundle.size() - begin <= kMaxBundle;
+            }
+        }
+        if (!fits) {
+            c.bundle.resize(begin);
+            continue;
+        }
+        c.has_bundle[r] = 1;
+        c.bundle_allowed[r] = allowed;
+    }
+    c.bundle_begin[n] = static_cast<uint32_t>(c.bundle.size());
+}
 
 std::shared_ptr<const Compiled> compile(const Grammar& g) {
     auto c = std::make_shared<Compiled>();
@@ -86,6 +140,7 @@ std::shared_ptr<const Compiled> compile(const Grammar& g) {
             }
         }
     }
+    compute_bundles(*c);
     return c;
 }
 
@@ -249,12 +304,7 @@ struct Matcher::Impl {
                 }
             } else {
                 waits.push_back({sym, it, {kLeoNone, 0}});
-                if (rule_stamp[static_cast<size_t>(sym)] != stamp) {
-                    rule_stamp[static_cast<size_t>(sym)] = stamp;
-                    for (uint32_t p = c.rule_begin[static_cast<size_t>(sym)];
-                         p < c.rule_begin[static_cast<size_t>(sym) + 1]; ++p)
-                        add({c.starts[p], k});
-                }
+                predict(sym, k, allowed);
                 if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin});
             }
         }
@@ -263,6 +313,32 @@ struct Matcher::Impl {
         sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
                         static_cast<uint32_t>(waits.size()), accepting, allowed});
         resolve_leo(k);
+    }
+
+    // Adds the items predicting `rule` brings to set k. A bundle goes straight to the scanners and waiters (it is
+    // closed, so its items need no processing, and so are the bundles of the rules it predicts); otherwise the
+    // productions go through the worklist.
+    void predict(int32_t rule, uint32_t k, ByteSet& allowed) {
+        const Compiled& c = *g;
+        const auto r = static_cast<size_t>(rule);
+        if (rule_stamp[r] == stamp) return;
+        rule_stamp[r] = stamp;
+        if (!c.has_bundle[r]) {
+            for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) add({c.starts[p], k});
+            return;
+        }
+        for (size_t w = 0; w < 4; ++w) allowed.words[w] |= c.bundle_allowed[r].words[w];
+        for (uint32_t b = c.bundle_begin[r]; b < c.bundle_begin[r + 1]; ++b) {
+            const uint32_t pos = c.bundle[b];
+            const int32_t sym = c.next[pos];
+            if (sym >= 0) rule_stamp[static_cast<size_t>(sym)] = stamp;
+            if (!first_time(pos_seen[pos], pos, k, 0)) continue;
+            if (sym == kTerminal) {
+                scans.push_back({pos, k});
+            } else {
+                waits.push_back({sym, {pos, k}, {kLeoNone, 0}});
+            }
+        }
     }
 
     // Sorts the waiters from `begin` on by rule: insertion sort, as a set holds few.

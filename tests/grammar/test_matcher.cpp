@@ -309,6 +309,33 @@ TEST(GrammarMatcher, BoundedRepetitionOfAThousand) {
     check_allowed_along(g, "[ababa]");
 }
 
+TEST(GrammarMatcher, LongChainOfRules) {
+    // r_i ::= r_{i+1} "a" | "b" (i < n), r_n ::= "c": predicting r_0 reaches every rule, more than the matcher
+    // precomputes for one rule, so prediction runs both ways. r_0 derives b a^j (j < n) and c a^n.
+    constexpr int kN = 600;
+    Builder b;
+    std::vector<int32_t> r;
+    for (int i = 0; i <= kN; ++i) r.push_back(b.rule("r"));
+    for (int i = 0; i < kN; ++i) {
+        b.add_alternative(r[static_cast<size_t>(i)], {Symbol::ref(r[static_cast<size_t>(i) + 1]), b.literal("a")});
+        b.add_alternative(r[static_cast<size_t>(i)], {b.literal("b")});
+    }
+    b.add_alternative(r[kN], {b.literal("c")});
+    const Grammar g = b.finish(r[0]);
+    EXPECT_TRUE(matches(g, "b"));
+    EXPECT_TRUE(matches(g, "b" + std::string(kN - 1, 'a')));
+    EXPECT_FALSE(matches(g, "b" + std::string(kN, 'a')));
+    EXPECT_TRUE(matches(g, "c" + std::string(kN, 'a')));
+    EXPECT_FALSE(matches(g, "c" + std::string(kN - 1, 'a')));
+    EXPECT_FALSE(matches(g, "c" + std::string(kN + 1, 'a')));
+    Matcher m(g);
+    EXPECT_EQ(m.allowed(), bytes_of("bc"));
+    ASSERT_TRUE(m.advance("caa"));
+    EXPECT_EQ(m.allowed(), ByteSet::of('a'));
+    EXPECT_FALSE(m.accepting());
+    check_allowed_along(g, "baa");
+}
+
 TEST(GrammarMatcher, Utf8Characters) {
     // A JSON-like string: '"' (any code point but '"', '\\' and control characters)* '"'.
     Builder b;
