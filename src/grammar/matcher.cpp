@@ -6,7 +6,9 @@
 // position the symbol after the dot is precomputed. ε is handled with Aycock & Horspool's predictor: predicting a
 // nullable rule also moves the dot over it, so completions of empty spans are never needed. Right recursion (a
 // JSON string's `chars ::= char chars | ε`, the chains of x{0,n}) would make every byte complete a chain as long as
-// the input; Leo's deterministic-reduction items cut each such chain to one step.
+// the input; Leo's deterministic-reduction items cut each such chain to one step. What predicting each rule brings
+// is precomputed too (its closure, as a bundle of items), since re-deriving the same predictions at every byte is
+// most of the work on real grammars.
 #include "grammar/matcher.h"
 
 #include <algorithm>
@@ -18,7 +20,7 @@ namespace megactx::grammar {
 
 namespace {
 
-constexpr int32_t kTerminal = -1;  // next_ codes below 0: the symbol after the dot is a terminal,
+constexpr int32_t kTerminal = -1;  // Compiled::next codes below 0: the symbol after the dot is a terminal,
 constexpr int32_t kEnd = -2;       // or there is none (the item is complete)
 constexpr uint32_t kLeoNone = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kLeoUnresolved = kLeoNone - 1;
@@ -159,7 +161,7 @@ struct Waiter {
 };
 
 struct Set {
-    uint32_t item_end, scan_end, wait_end;  // ends in items_, scans_, waits_ (each set starts where the last ended)
+    uint32_t item_end, scan_end, wait_end;  // ends in items, scans, waits (each set starts where the last ended)
     bool accepting;
     ByteSet allowed;
 };
@@ -168,7 +170,7 @@ struct Set {
 
 struct Matcher::Impl {
     std::shared_ptr<const Compiled> g;
-    std::vector<Item> items;    // every set's items, set after set
+    std::vector<Item> items;    // every set's worklist, set after set (items from bundles skip it)
     std::vector<Item> scans;    // every set's items whose next symbol is a terminal
     std::vector<Waiter> waits;  // every set's waiters, sorted by rule within a set
     std::vector<Set> sets;
@@ -188,6 +190,7 @@ struct Matcher::Impl {
 
     explicit Impl(std::shared_ptr<const Compiled> compiled) : g(std::move(compiled)) {
         pos_seen.assign(g->next.size(), {0, 0});
+        table.assign(64, 0);
         rule_done.assign(static_cast<size_t>(g->n_rules), {0, 0});
         rule_stamp.assign(static_cast<size_t>(g->n_rules), 0);
         // Room for a few hundred bytes of input before anything grows.
@@ -195,15 +198,6 @@ struct Matcher::Impl {
         scans.reserve(2048);
         waits.reserve(2048);
         sets.reserve(512);
-        table.assign(64, 0);
-        start();
-    }
-
-    void start() {
-        items.clear();
-        scans.clear();
-        waits.clear();
-        sets.clear();
         const uint32_t k = begin_set();
         add({g->start_pos, 0});
         close(k);
