@@ -1,1 +1,1102 @@
+// JSON Schema (draft 2020-12) to Grammar: every text the grammar derives is JSON that the schema accepts. The
+// grammar may accept fewer texts than the schema (a sound subset); it never accepts more, so a keyword that cannot
+// be enforced is a GrammarError naming it and its JSON pointer.
+//
+// Choices:
+// - Text is standard JSON: strings with the JSON escapes and no raw control characters; numbers by the JSON grammar.
+//   Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes of [ \t\n] at each
+//   place; none around the top-level value (the output ends when the value closes).
+// - `enum` and `const` values are emitted in their canonical compact serialization only; they are filtered by
+//   `type`, and other validation keywords beside them are an error.
+// - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
+//   llama.cpp and xgrammar do; a schema with no type-specific keyword allows any value.
+// - Objects: declared properties in the schema's order, each optional one may be left out; additional properties
+//   (additionalProperties, default options.additional_properties_default) come after them, with keys that are not
+//   declared names: such keys are spelled without \u escapes so that "not a declared name" is exact (a trie
+//   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
+//   declared properties cannot exceed it; otherwise an error. patternProperties, propertyNames: errors unless empty.
+// - Arrays: prefixItems, items, minItems, maxItems exactly; uniqueItems only false; contains is an error.
+// - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
+//   is not produced under bounds). Numbers: bounds must be integers and are exact; a bounded number is written
+//   without an exponent. multipleOf: an error (except 1 on integers).
+// - Strings: minLength/maxLength in code points (an escape is one); format: date-time, date, time, uuid, email, ipv4,
+//   ipv6, hostname, uri, each a strict subset of its RFC; lengths and format do not combine. pattern: an error until
+//   the regular expression front end is in.
+// - anyOf and oneOf are alternatives. oneOf is treated as anyOf (as llama.cpp and xgrammar do): the one place the
+//   grammar may accept more than the schema, an instance that matches two branches; exact when they are disjoint.
+//   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
+//   bounds, types, enums); anything else is an error.
+// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
 #include "grammar/frontends.h"
+
+namespace megactx::grammar {
+namespace {
+
+// ordered_json: properties keep the schema's order.
+using json = nlohmann::ordered_json;
+
+const std::set<std::string> kAnnotations = {"title",    "description", "$schema",    "$id",      "default",
+                                            "examples", "$comment",    "deprecated", "readOnly", "writeOnly"};
+const std::set<std::string> kObjectKeywords = {"properties",    "required",      "additionalProperties",
+                                               "minProperties", "maxProperties", "patternProperties",
+                                               "propertyNames"};
+const std::set<std::string> kArrayKeywords = {"items",    "prefixItems", "minItems",
+                                              "maxItems", "uniqueItems", "contains"};
+const std::set<std::string> kStringKeywords = {"minLength", "maxLength", "pattern", "format"};
+const std::set<std::string> kNumberKeywords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                               "multipleOf"};
+const std::set<std::string> kOtherKeywords = {"type",  "enum", "const", "anyOf",      "oneOf",
+                                              "allOf", "$ref", "$defs", "definitions"};
+const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "string", "number", "integer"};
+
+bool is_annotation(const std::string& k) { return kAnnotations.count(k) > 0; }
+
+bool is_known(const std::string& k) {
+    return is_annotation(k) || kObjectKeywords.count(k) || kArrayKeywords.count(k) || kStringKeywords.count(k) ||
+           kNumberKeywords.count(k) || kOtherKeywords.count(k);
+}
+
+std::string child(const std::string& ptr, std::string_view key) {
+    std::string out = ptr;
+    out += '/';
+    for (char c : key) {
+        if (c == '~') {
+            out += "~0";
+        } else if (c == '/') {
+            out += "~1";
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+std::string at(const std::string& ptr) { return ptr.empty() ? std::string("#") : fmt::format("#{}", ptr); }
+
+[[noreturn]] void fail(const std::string& ptr, const std::string& what) {
+    throw GrammarError(fmt::format("json schema: {} (at {})", what, at(ptr)));
+}
+
+// The code points of a UTF-8 string (nlohmann has validated it).
+std::vector<uint32_t> code_points(const std::string& s) {
+    std::vector<uint32_t> out;
+    for (size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        uint32_t cp = len == 1 ? c : c & (0x3F >> (len - 1));
+        for (int k = 1; k < len && i + static_cast<size_t>(k) < s.size(); ++k)
+            cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0x3F);
+        out.push_back(cp);
+        i += static_cast<size_t>(len);
+    }
+    return out;
+}
+
+std::string utf8(uint32_t cp) {
+    std::string out;
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return out;
+}
+
+// The two-character escapes and the code point each stands for.
+constexpr std::pair<char, uint32_t> kShortEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},  {'b', 0x08},
+                                                       {'f', 0x0C}, {'n', 0x0A},  {'r', 0x0D}, {'t', 0x09}};
+
+// The set of JSON types a schema's `type` names ("integer" inside "number" collapses to "number").
+std::set<std::string> parse_types(const json& t, const std::string& ptr) {
+    std::set<std::string> out;
+    const auto add = [&](const json& v) {
+        if (!v.is_string() || std::find(kTypes.begin(), kTypes.end(), v.get<std::string>()) == kTypes.end())
+            fail(child(ptr, "type"), fmt::format("unknown type {}", v.dump()));
+        out.insert(v.get<std::string>());
+    };
+    if (t.is_array()) {
+        for (const json& v : t) add(v);
+    } else {
+        add(t);
+    }
+    if (out.empty()) fail(child(ptr, "type"), "an empty type list allows nothing");
+    if (out.count("number")) out.erase("integer");
+    return out;
+}
+
+bool value_has_type(const json& v, const std::string& t) {
+    if (t == "null") return v.is_null();
+    if (t == "boolean") return v.is_boolean();
+    if (t == "object") return v.is_object();
+    if (t == "array") return v.is_array();
+    if (t == "string") return v.is_string();
+    if (t == "number") return v.is_number();
+    if (v.is_number_integer()) return true;
+    return v.is_number_float() && std::floor(v.get<double>()) == v.get<double>();
+}
+
+class Compiler {
+  public:
+    Compiler(json root, const JsonSchemaOptions& options) : root_(std::move(root)), options_(options) {
+        if (options_.max_whitespace < 0) throw GrammarError("json schema: max_whitespace is negative");
+        if (options_.max_whitespace > 0) ws_ = b_.repeat(b_.bytes(ws_bytes()), 0, options_.max_whitespace, "ws");
+    }
+
+    Grammar finish(const Symbol& top) {
+        const int32_t r = b_.rule("root");
+        b_.add_alternative(r, {top});
+        return b_.finish(r);
+    }
+
+    const json& root_schema() const { return root_; }
+    Symbol schema(const json& s, const std::string& ptr, int depth = 0);
+    Symbol any_object();
+
+  private:
+    static ByteSet ws_bytes() {
+        ByteSet w = ByteSet::of(' ');
+        w.add('\t');
+        w.add('\n');
+        return w;
+    }
+    void ws(Sequence& s) const {
+        if (ws_) s.push_back(*ws_);
+    }
+    Symbol lit(std::string_view s) { return b_.literal(s); }
+    Symbol digit() { return b_.bytes(ByteSet::range('0', '9')); }
+
+    Symbol any_value();
+    Symbol string_char();
+    Symbol any_string();
+    Symbol any_number();
+    Symbol any_integer();
+
+    json resolve(const std::string& ref, const std::string& ptr) const;
+    json inline_refs(json s, const std::string& ptr, int depth) const;
+    json merge(json a, json b, const std::string& ptr, int depth) const;
+
+    Symbol ref(const std::string& ref, const std::string& ptr);
+    Symbol typed(const json& s, const std::string& ptr, const std::string& type);
+    Symbol enumeration(const json& s, const std::string& ptr);
+    Symbol string(const json& s, const std::string& ptr);
+    Symbol format(const std::string& f, const std::string& ptr);
+    Symbol pattern(const std::string& p, const std::string& ptr);
+    Symbol integer(const json& s, const std::string& ptr);
+    Symbol number(const json& s, const std::string& ptr);
+    Symbol object(const json& s, const std::string& ptr);
+    Symbol array(const json& s, const std::string& ptr);
+    Symbol additional_key(const std::vector<std::string>& declared);
+    Symbol key_char_except(const std::set<uint32_t>& cps);
+    std::optional<Symbol> spell(uint32_t cp);
+
+    std::optional<Symbol> uint_range(const std::string& lo, const std::optional<std::string>& hi);
+    Symbol nonneg_number(const std::string& lo, bool lo_incl, const std::optional<std::string>& hi, bool hi_incl,
+                         const std::string& ptr);
+
+    Builder b_;
+    json root_;
+    JsonSchemaOptions options_;
+    std::optional<Symbol> ws_;
+    std::map<std::string, int32_t> refs_;  // JSON pointer → its rule, made before the target compiles (recursion)
+    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, key_char_;
+};
+
+Symbol Compiler::string_char() {
+    if (string_char_) return *string_char_;
+    ByteSet excl = ByteSet::range(0, 0x1F);
+    excl.add('"');
+    excl.add('\\');
+    const Symbol raw = b_.utf8_char_except(excl, "char-raw");
+    ByteSet esc;
+    for (const auto& [c, cp] : kShortEscapes) esc.add(static_cast<uint8_t>(c));
+    ByteSet hex = ByteSet::range('0', '9');
+    hex.add_range('a', 'f');
+    hex.add_range('A', 'F');
+    const Symbol h = b_.bytes(hex);
+    string_char_ = b_.alt({{raw}, {lit("\\"), b_.bytes(esc)}, {lit("\\"), lit("u"), h, h, h, h}}, "char");
+    return *string_char_;
+}
+
+Symbol Compiler::any_string() {
+    if (!any_string_) any_string_ = b_.seq({lit("\""), b_.repeat(string_char(), 0, -1, "chars"), lit("\"")}, "string");
+    return *any_string_;
+}
+
+Symbol Compiler::any_integer() {
+    if (!any_integer_) {
+        const Symbol natural =
+            b_.alt({{lit("0")}, {b_.bytes(ByteSet::range('1', '9')), b_.repeat(digit(), 0, -1)}}, "natural");
+        any_integer_ = b_.seq({b_.optional(lit("-")), natural}, "integer");
+    }
+    return *any_integer_;
+}
+
+Symbol Compiler::any_number() {
+    if (!any_number_) {
+        const Symbol frac = b_.optional(b_.seq({lit("."), b_.repeat(digit(), 1, -1)}), "frac");
+        ByteSet e = ByteSet::of('e');
+        e.add('E');
+        ByteSet sign = ByteSet::of('+');
+        sign.add('-');
+        const Symbol exp =
+            b_.optional(b_.seq({b_.bytes(e), b_.optional(b_.bytes(sign)), b_.repeat(digit(), 1, -1)}), "exp");
+        any_number_ = b_.seq({any_integer(), frac, exp}, "number");
+    }
+    return *any_number_;
+}
+
+Symbol Compiler::any_value() {
+    if (any_value_) return *any_value_;
+    const int32_t value = b_.rule("value");
+    any_value_ = Symbol::ref(value);
+    Sequence member{any_string()};
+    ws(member);
+    member.push_back(lit(":"));
+    ws(member);
+    member.push_back(*any_value_);
+    const Symbol m = b_.seq(member, "member");
+    const auto list = [&](const Symbol& item, std::string_view open, std::string_view close, std::string_view hint) {
+        Sequence sep;
+        ws(sep);
+        sep.push_back(lit(","));
+        ws(sep);
+        sep.push_back(item);
+        Sequence empty{lit(open)}, full{lit(open)};
+        ws(empty);
+        empty.push_back(lit(close));
+        ws(full);
+        full.push_back(item);
+        full.push_back(b_.repeat(b_.seq(sep), 0, -1));
+        ws(full);
+        full.push_back(lit(close));
+        return b_.alt({empty, full}, hint);
+    };
+    const Symbol obj = list(m, "{", "}", "object");
+    const Symbol arr = list(*any_value_, "[", "]", "array");
+    for (const Symbol& s : {obj, arr, any_string(), any_number(), lit("true"), lit("false"), lit("null")})
+        b_.add_alternative(value, {s});
+    return *any_value_;
+}
+
+Symbol Compiler::any_object() {
+    json s = json::object();
+    s["type"] = "object";
+    s["additionalProperties"] = true;
+    return schema(s, "");
+}
+
+json Compiler::resolve(const std::string& ref, const std::string& ptr) const {
+    if (ref.empty() || ref[0] != '#') fail(ptr, fmt::format("$ref \"{}\": only references within the document", ref));
+    try {
+        const json::json_pointer p(ref.substr(1));
+        if (!root_.contains(p)) fail(ptr, fmt::format("$ref \"{}\" names nothing", ref));
+        return root_.at(p);
+    } catch (const json::exception& e) {
+        fail(ptr, fmt::format("$ref \"{}\": {}", ref, e.what()));
+    }
+}
+
+// `s` with a top-level $ref replaced by its target merged with the keywords beside it.
+json Compiler::inline_refs(json s, const std::string& ptr, int depth) const {
+    if (depth > 64) fail(ptr, "$ref chain too deep (a reference to itself?)");
+    if (!s.is_object() || !s.contains("$ref")) return s;
+    if (!s["$ref"].is_string()) fail(child(ptr, "$ref"), "$ref must be a string");
+    json target = resolve(s["$ref"].get<std::string>(), ptr);
+    s.erase("$ref");
+    target = inline_refs(std::move(target), ptr, depth + 1);
+    return merge(std::move(target), std::move(s), ptr, depth + 1);
+}
+
+json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
+    a = inline_refs(std::move(a), ptr, depth + 1);
+    b = inline_refs(std::move(b), ptr, depth + 1);
+    if (a.is_boolean() || b.is_boolean()) {
+        if (a == false || b == false) fail(ptr, "allOf with a false schema allows nothing");
+        return a.is_boolean() ? b : a;
+    }
+    if (!a.is_object() || !b.is_object()) fail(ptr, "a schema must be an object or a boolean");
+    for (const json* s : {&a, &b})
+        if (s->contains("allOf")) {
+            json rest = *s;
+            rest.erase("allOf");
+            json merged = rest;
+            for (const json& x : s->at("allOf")) merged = merge(std::move(merged), x, ptr, depth + 1);
+            if (s == &a) {
+                a = merged;
+            } else {
+                b = merged;
+            }
+        }
+    // additionalProperties applies to the properties its own schema does not declare: the union of the property sets
+    // is exact only when a side that says additionalProperties declares every property of the other.
+    const auto keys = [](const json& s) {
+        std::set<std::string> k;
+        if (s.contains("properties") && s["properties"].is_object())
+            for (const auto& [name, v] : s["properties"].items()) k.insert(name);
+        return k;
+    };
+    const auto restricts = [](const json& s) {
+        return s.contains("additionalProperties") && s["additionalProperties"] != true;
+    };
+    const auto covers = [&](const json& x, const json& y) {
+        const auto kx = keys(x), ky = keys(y);
+        return std::includes(kx.begin(), kx.end(), ky.begin(), ky.end());
+    };
+    if ((restricts(a) && !covers(a, b)) || (restricts(b) && !covers(b, a)))
+        fail(ptr, "allOf of objects with different properties and additionalProperties cannot be merged exactly");
+    for (auto& [k, v] : b.items()) {
+        if (is_annotation(k) || k == "$defs" || k == "definitions") continue;
+        if (!a.contains(k)) {
+            a[k] = v;
+            continue;
+        }
+        json& x = a[k];
+        if (x == v) continue;
+        if (k == "type") {
+            const auto ta = parse_types(x, ptr), tb = parse_types(v, ptr);
+            json out = json::array();
+            for (const std::string& t : ta) {
+                if (tb.count(t) || (t == "integer" && tb.count("number"))) {
+                    out.push_back(t);
+                } else if (t == "number" && tb.count("integer")) {
+                    out.push_back("integer");
+                }
+            }
+            if (out.empty()) fail(ptr, "allOf with disjoint types allows nothing");
+            x = out;
+        } else if (k == "required") {
+            for (const json& r : v)
+                if (std::find(x.begin(), x.end(), r) == x.end()) x.push_back(r);
+        } else if (k == "properties") {
+            for (auto& [name, sub] : v.items())
+                x[name] = x.contains(name) ? merge(x[name], sub, child(child(ptr, k), name), depth + 1) : sub;
+        } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems" ||
+                   k == "minProperties") {
+            if (v > x) x = v;
+        } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems" ||
+                   k == "maxProperties") {
+            if (v < x) x = v;
+        } else if (k == "enum") {
+            json out = json::array();
+            for (const json& e : x)
+                if (std::find(v.begin(), v.end(), e) != v.end()) out.push_back(e);
+            if (out.empty()) fail(ptr, "allOf with disjoint enums allows nothing");
+            x = out;
+        } else if (k == "items" || k == "additionalProperties") {
+            x = merge(x, v, child(ptr, k), depth + 1);
+        } else {
+            fail(child(ptr, k), fmt::format("allOf: cannot merge two different '{}'", k));
+        }
+    }
+    return a;
+}
+
+Symbol Compiler::ref(const std::string& r, const std::string& ptr) {
+    if (auto it = refs_.find(r); it != refs_.end()) return Symbol::ref(it->second);
+    const json target = resolve(r, ptr);
+    std::string name = r.substr(r.find_last_of('/') == std::string::npos ? 1 : r.find_last_of('/') + 1);
+    std::replace_if(
+        name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)) && c != '-'; }, '-');
+    const int32_t rule = b_.rule(name.empty() ? "ref" : fmt::format("ref-{}", name));
+    refs_[r] = rule;
+    b_.add_alternative(rule, {schema(target, r.substr(1))});
+    return Symbol::ref(rule);
+}
+
+Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
+    if (depth > 64) fail(ptr, "schema nested too deep");
+    if (s.is_boolean()) {
+        if (!s.get<bool>()) fail(ptr, "the false schema allows nothing");
+        return any_value();
+    }
+    if (!s.is_object()) fail(ptr, "a schema must be an object or a boolean");
+    bool constrained = false;
+    for (const auto& [k, v] : s.items()) {
+        if (!is_known(k)) fail(child(ptr, k), fmt::format("unsupported keyword '{}'", k));
+        if (!is_annotation(k) && k != "$defs" && k != "definitions") constrained = true;
+    }
+    if (!constrained) return any_value();
+    // Keywords beside $ref / allOf / anyOf / oneOf restrict each branch: merge them in.
+    const auto siblings = [&](std::initializer_list<const char*> drop) {
+        json rest = json::object();
+        for (const auto& [k, v] : s.items())
+            if (!is_annotation(k) && k != "$defs" && k != "definitions" &&
+                std::none_of(drop.begin(), drop.end(), [&](const char* d) { return k == d; }))
+                rest[k] = v;
+        return rest;
+    };
+    if (s.contains("$ref")) {
+        if (!s["$ref"].is_string()) fail(child(ptr, "$ref"), "$ref must be a string");
+        const json rest = siblings({"$ref"});
+        if (rest.empty()) return ref(s["$ref"].get<std::string>(), ptr);
+        return schema(merge(resolve(s["$ref"].get<std::string>(), ptr), rest, ptr, 0), ptr, depth + 1);
+    }
+    if (s.contains("allOf")) {
+        if (!s["allOf"].is_array() || s["allOf"].empty()) fail(child(ptr, "allOf"), "allOf must be a non-empty array");
+        json merged = siblings({"allOf"});
+        for (size_t i = 0; i < s["allOf"].size(); ++i)
+            merged = merge(std::move(merged), s["allOf"][i], child(child(ptr, "allOf"), std::to_string(i)), 0);
+        return schema(merged, ptr, depth + 1);
+    }
+    if (s.contains("anyOf") && s.contains("oneOf")) fail(ptr, "anyOf and oneOf together");
+    for (const char* k : {"anyOf", "oneOf"}) {
+        if (!s.contains(k)) continue;
+        const json& branches = s[k];
+        if (!branches.is_array() || branches.empty())
+            fail(child(ptr, k), fmt::format("{} must be a non-empty array", k));
+        const json rest = siblings({k});
+        std::vector<Sequence> alts;
+        for (size_t i = 0; i < branches.size(); ++i) {
+            const std::string p = child(child(ptr, k), std::to_string(i));
+            alts.push_back({rest.empty() ? schema(branches[i], p, depth + 1)
+                                         : schema(merge(rest, branches[i], p, 0), p, depth + 1)});
+        }
+        return b_.alt(std::move(alts), k);
+    }
+    if (s.contains("enum") || s.contains("const")) return enumeration(s, ptr);
+
+    std::set<std::string> types;
+    if (s.contains("type")) {
+        types = parse_types(s["type"], ptr);
+    } else {
+        for (const auto& [k, v] : s.items()) {
+            if (kObjectKeywords.count(k)) types.insert("object");
+            if (kArrayKeywords.count(k)) types.insert("array");
+            if (kStringKeywords.count(k)) types.insert("string");
+            if (kNumberKeywords.count(k)) types.insert("number");
+        }
+    }
+    if (types.empty()) return any_value();
+    std::vector<Sequence> alts;
+    for (const std::string& t : types) alts.push_back({typed(s, ptr, t)});
+    return b_.alt(std::move(alts), "type");
+}
+
+Symbol Compiler::typed(const json& s, const std::string& ptr, const std::string& type) {
+    if (type == "null") return lit("null");
+    if (type == "boolean") return b_.alt({{lit("true")}, {lit("false")}}, "boolean");
+    if (type == "string") return string(s, ptr);
+    if (type == "integer") return integer(s, ptr);
+    if (type == "number") return number(s, ptr);
+    if (type == "object") return object(s, ptr);
+    return array(s, ptr);
+}
+
+Symbol Compiler::enumeration(const json& s, const std::string& ptr) {
+    for (const auto& [k, v] : s.items())
+        if (!is_annotation(k) && k != "$defs" && k != "definitions" && k != "enum" && k != "const" && k != "type")
+            fail(child(ptr, k), fmt::format("'{}' beside enum/const is not supported", k));
+    if (s.contains("enum") && !s["enum"].is_array()) fail(child(ptr, "enum"), "enum must be an array");
+    json values = json::array();
+    if (s.contains("const")) {
+        if (!s.contains("enum") || std::find(s["enum"].begin(), s["enum"].end(), s["const"]) != s["enum"].end())
+            values.push_back(s["const"]);
+    } else {
+        values = s["enum"];
+    }
+    std::vector<Sequence> alts;
+    const std::optional<std::set<std::string>> types =
+        s.contains("type") ? std::optional(parse_types(s["type"], ptr)) : std::nullopt;
+    std::set<std::string> seen;
+    for (const json& v : values) {
+        if (types &&
+            std::none_of(types->begin(), types->end(), [&](const std::string& t) { return value_has_type(v, t); }))
+            continue;
+        const std::string text = v.dump();
+        if (seen.insert(text).second) alts.push_back({lit(text)});
+    }
+    if (alts.empty()) fail(ptr, "enum/const allows no value (of the given type)");
+    return b_.alt(std::move(alts), "enum");
+}
+
+Symbol Compiler::string(const json& s, const std::string& ptr) {
+    const bool has_len = s.contains("minLength") || s.contains("maxLength");
+    if (int(has_len) + int(s.contains("pattern")) + int(s.contains("format")) > 1)
+        fail(ptr, "minLength/maxLength, pattern and format cannot be combined");
+    if (s.contains("format")) {
+        if (!s["format"].is_string()) fail(child(ptr, "format"), "format must be a string");
+        return format(s["format"].get<std::string>(), child(ptr, "format"));
+    }
+    if (s.contains("pattern")) {
+        if (!s["pattern"].is_string()) fail(child(ptr, "pattern"), "pattern must be a string");
+        return pattern(s["pattern"].get<std::string>(), child(ptr, "pattern"));
+    }
+    if (!has_len) return any_string();
+    const auto count = [&](const char* k, int64_t dflt) {
+        if (!s.contains(k)) return dflt;
+        if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
+        return static_cast<int64_t>(s[k].get<uint64_t>());
+    };
+    const int64_t lo = count("minLength", 0), hi = count("maxLength", -1);
+    if (hi >= 0 && hi < lo) fail(ptr, "maxLength below minLength allows nothing");
+    return b_.seq({lit("\""), b_.repeat(string_char(), lo, hi, "chars"), lit("\"")}, "string");
+}
+
+// The JSON text of an integer, as a decimal string (nullopt: unbounded).
+std::string integral(const json& v, bool up) {
+    if (v.is_number_integer()) return v.dump();
+    const double d = v.get<double>();
+    return fmt::format("{}", static_cast<int64_t>(up ? std::ceil(d) : std::floor(d)));
+}
+
+// Decimal strings of non-negative integers: helpers for range decomposition.
+bool dec_less(const std::string& a, const std::string& b) { return a.size() != b.size() ? a.size() < b.size() : a < b; }
+std::string dec_add(std::string a, int d) {  // d = +1 or -1; a > 0 when d = -1
+    if (d > 0) {
+        int i = static_cast<int>(a.size()) - 1;
+        while (i >= 0 && a[static_cast<size_t>(i)] == '9') a[static_cast<size_t>(i--)] = '0';
+        if (i < 0) return a.insert(0, 1, '1');
+        ++a[static_cast<size_t>(i)];
+        return a;
+    }
+    int i = static_cast<int>(a.size()) - 1;
+    while (a[static_cast<size_t>(i)] == '0') a[static_cast<size_t>(i--)] = '9';
+    --a[static_cast<size_t>(i)];
+    if (a.size() > 1 && a[0] == '0') a.erase(0, 1);
+    return a;
+}
+
+// Every decimal string of the same length between x and y inclusive, as sequences of digit classes.
+void same_length(const std::string& x, const std::string& y, Sequence prefix, std::vector<Sequence>& out) {
+    if (x.empty()) {
+        out.push_back(std::move(prefix));
+        return;
+    }
+    const auto d = [](char c) { return Symbol::terminal(ByteSet::of(static_cast<uint8_t>(c))); };
+    if (x[0] == y[0]) {
+        prefix.push_back(d(x[0]));
+        same_length(x.substr(1), y.substr(1), std::move(prefix), out);
+        return;
+    }
+    const size_t rest = x.size() - 1;
+    const bool x_low = x.find_first_not_of('0', 1) == std::string::npos;
+    const bool y_high = y.find_first_not_of('9', 1) == std::string::npos;
+    if (!x_low) {
+        Sequence p = prefix;
+        p.push_back(d(x[0]));
+        same_length(x.substr(1), std::string(rest, '9'), std::move(p), out);
+    }
+    const char lo = static_cast<char>(x[0] + (x_low ? 0 : 1)), hi = static_cast<char>(y[0] - (y_high ? 0 : 1));
+    if (lo <= hi) {
+        Sequence p = prefix;
+        p.push_back(Symbol::terminal(ByteSet::range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi))));
+        for (size_t i = 0; i < rest; ++i) p.push_back(Symbol::terminal(ByteSet::range('0', '9')));
+        out.push_back(std::move(p));
+    }
+    if (!y_high) {
+        Sequence p = prefix;
+        p.push_back(d(y[0]));
+        same_length(std::string(rest, '0'), y.substr(1), std::move(p), out);
+    }
+}
+
+// The canonical decimal texts of lo..hi (hi nullopt: unbounded); nullopt when the range is empty.
+std::optional<Symbol> Compiler::uint_range(const std::string& lo, const std::optional<std::string>& hi) {
+    if (hi && dec_less(*hi, lo)) return std::nullopt;
+    std::vector<Sequence> alts;
+    const size_t last = hi ? hi->size() : lo.size();
+    for (size_t len = lo.size(); len <= last; ++len) {
+        std::string x = lo;
+        if (len != lo.size()) {
+            x.assign(len, '0');
+            x[0] = '1';
+        }
+        const std::string y = hi && len == hi->size() ? *hi : std::string(len, '9');
+        same_length(x, y, {}, alts);
+    }
+    if (!hi) alts.push_back({b_.bytes(ByteSet::range('1', '9')), b_.repeat(digit(), static_cast<int64_t>(last), -1)});
+    return b_.alt(std::move(alts), "range");
+}
+
+Symbol Compiler::integer(const json& s, const std::string& ptr) {
+    if (s.contains("multipleOf") && s["multipleOf"] != 1) fail(child(ptr, "multipleOf"), "multipleOf is not supported");
+    // Bounds as signed decimal strings; the tighter of inclusive and exclusive wins.
+    std::optional<int64_t> lo, hi;
+    const auto tighten = [&](const char* k, bool is_lo, int shift) {
+        if (!s.contains(k)) return;
+        const std::string p = child(ptr, k);
+        const json& v = s[k];
+        if (!v.is_number() || std::fabs(v.get<double>()) > 1e18) fail(p, "a bound must be a number within 1e18");
+        const int64_t b = std::stoll(integral(v, is_lo));
+        // An exclusive bound that is not an integer rounds like an inclusive one.
+        const bool exact = v.is_number_integer() || std::floor(v.get<double>()) == v.get<double>();
+        const int64_t x = b + (exact ? shift : 0);
+        if (is_lo) {
+            lo = lo ? std::max(*lo, x) : x;
+        } else {
+            hi = hi ? std::min(*hi, x) : x;
+        }
+    };
+    tighten("minimum", true, 0);
+    tighten("exclusiveMinimum", true, 1);
+    tighten("maximum", false, 0);
+    tighten("exclusiveMaximum", false, -1);
+    if (!lo && !hi) return any_integer();
+    if (lo && hi && *lo > *hi) fail(ptr, "the integer bounds allow nothing");
+    std::vector<Sequence> alts;
+    if (!hi || *hi >= 0)
+        alts.push_back({*uint_range(std::to_string(lo ? std::max<int64_t>(*lo, 0) : 0),
+                                    hi ? std::optional(std::to_string(*hi)) : std::nullopt)});
+    if (!lo || *lo < 0)
+        alts.push_back({lit("-"), *uint_range(std::to_string(hi ? std::max<int64_t>(-*hi, 1) : 1),
+                                              lo ? std::optional(std::to_string(-*lo)) : std::nullopt)});
+    return b_.alt(std::move(alts), "integer");
+}
+
+// Non-negative decimals I(.F)? with a value in [lo, hi] (each end inclusive or not), lo and hi integers.
+Symbol Compiler::nonneg_number(const std::string& lo, bool lo_incl, const std::optional<std::string>& hi, bool hi_incl,
+                               const std::string& ptr) {
+    const Symbol digits = b_.repeat(digit(), 1, -1);
+    const Symbol frac = b_.optional(b_.seq({lit("."), digits}), "frac");
+    const Symbol nonzero_frac =
+        b_.seq({lit("."), b_.repeat(digit(), 0, -1), b_.bytes(ByteSet::range('1', '9')), b_.repeat(digit(), 0, -1)});
+    const Symbol zero_frac = b_.optional(b_.seq({lit("."), b_.repeat(lit("0"), 1, -1)}), "zero-frac");
+    std::vector<Sequence> alts;
+    // Whole parts strictly inside the range take any fraction.
+    const std::string first = lo_incl ? lo : dec_add(lo, 1);
+    if (!hi || !dec_less(*hi, "1")) {
+        const std::optional<std::string> last = hi ? std::optional(dec_add(*hi, -1)) : std::nullopt;
+        if (auto r = uint_range(first, last)) alts.push_back({*r, frac});
+    }
+    if (!lo_incl && (!hi || dec_less(lo, *hi))) alts.push_back({lit(lo), nonzero_frac});
+    if (hi && hi_incl && (dec_less(lo, *hi) || lo_incl)) alts.push_back({lit(*hi), zero_frac});
+    if (alts.empty()) fail(ptr, "the number bounds allow nothing");
+    return b_.alt(std::move(alts), "bounded");
+}
+
+Symbol Compiler::number(const json& s, const std::string& ptr) {
+    if (s.contains("multipleOf")) fail(child(ptr, "multipleOf"), "multipleOf is not supported");
+    struct Bound {
+        int64_t v;
+        bool incl;
+    };
+    std::optional<Bound> lo, hi;
+    for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+        if (!s.contains(k)) continue;
+        const std::string p = child(ptr, k);
+        const json& v = s[k];
+        if (!v.is_number()) fail(p, "a bound must be a number");
+        const double d = v.get<double>();
+        if (!v.is_number_integer() && std::floor(d) != d) fail(p, "a bound on a non-integer number must be an integer");
+        if (std::fabs(d) > 1e18) fail(p, "bound out of range");
+        const Bound b{v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d), k[0] != 'e'};
+        const bool is_lo = std::string_view(k).find("inimum") != std::string_view::npos;
+        std::optional<Bound>& cur = is_lo ? lo : hi;
+        if (!cur || (is_lo ? b.v > cur->v : b.v < cur->v) || (b.v == cur->v && !b.incl)) cur = b;
+    }
+    if (!lo && !hi) return any_number();
+    std::vector<Sequence> alts;
+    // Values >= 0 without a sign; values < 0 as "-" and a positive magnitude ("-0" is not produced).
+    if (!hi || hi->v > 0 || (hi->v == 0 && hi->incl)) {
+        const bool from_zero = !lo || lo->v < 0;
+        alts.push_back({nonneg_number(from_zero ? "0" : std::to_string(lo->v), from_zero || lo->incl,
+                                      hi ? std::optional(std::to_string(hi->v)) : std::nullopt, hi && hi->incl, ptr)});
+    }
+    if (!lo || lo->v < 0) {
+        const bool to_zero = !hi || hi->v >= 0;
+        alts.push_back(
+            {lit("-"), nonneg_number(to_zero ? "0" : std::to_string(-hi->v), !to_zero && hi->incl,
+                                     lo ? std::optional(std::to_string(-lo->v)) : std::nullopt, lo && lo->incl, ptr)});
+    }
+    if (alts.empty()) fail(ptr, "the number bounds allow nothing");
+    return b_.alt(std::move(alts), "number");
+}
+
+Symbol Compiler::format(const std::string& f, const std::string& ptr) {
+    const auto r = [&](const Symbol& x, int64_t lo, int64_t hi) { return b_.repeat(x, lo, hi); };
+    const auto cls = [&](std::string_view ranges) {  // "a-zA-Z0-9" style
+        ByteSet s;
+        for (size_t i = 0; i < ranges.size(); ++i) {
+            if (i + 2 < ranges.size() && ranges[i + 1] == '-') {
+                s.add_range(static_cast<uint8_t>(ranges[i]), static_cast<uint8_t>(ranges[i + 2]));
+                i += 2;
+            } else {
+                s.add(static_cast<uint8_t>(ranges[i]));
+            }
+        }
+        return b_.bytes(s);
+    };
+    const Symbol d = digit();
+    const auto two = [&](char a_lo, char a_hi, char b_lo, char b_hi) {
+        return Sequence{b_.bytes(ByteSet::range(static_cast<uint8_t>(a_lo), static_cast<uint8_t>(a_hi))),
+                        b_.bytes(ByteSet::range(static_cast<uint8_t>(b_lo), static_cast<uint8_t>(b_hi)))};
+    };
+    const auto quoted = [&](const Symbol& x) { return b_.seq({lit("\""), x, lit("\"")}, f); };
+    const auto date = [&] {
+        // Days by month; 29 February only in leap years.
+        const Symbol year = r(d, 4, 4);
+        const Symbol leap = b_.alt({{d, d,
+                                     b_.alt({two('0', '0', '4', '4'),
+                                             two('0', '0', '8', '8'),
+                                             {cls("2468"), cls("048")},
+                                             {cls("13579"), cls("26")}})},
+                                    {b_.alt({{cls("02468"), cls("048")}, {cls("13579"), cls("26")}}), lit("00")}},
+                                   "leap-year");
+        const Symbol d28 = b_.alt({two('0', '0', '1', '9'), two('1', '1', '0', '9'), two('2', '2', '0', '8')});
+        const Symbol d30 = b_.alt({{d28}, {lit("29")}, {lit("30")}});
+        const Symbol d31 = b_.alt({{d30}, {lit("31")}});
+        return b_.alt(
+            {{year, lit("-"),
+              b_.alt({{lit("01")}, {lit("03")}, {lit("05")}, {lit("07")}, {lit("08")}, {lit("10")}, {lit("12")}}),
+              lit("-"), d31},
+             {year, lit("-"), b_.alt({{lit("04")}, {lit("06")}, {lit("09")}, {lit("11")}}), lit("-"), d30},
+             {year, lit("-02-"), d28},
+             {leap, lit("-02-29")}},
+            "date");
+    };
+    const auto time = [&] {
+        const Symbol hh = b_.alt({two('0', '1', '0', '9'), two('2', '2', '0', '3')});
+        const Symbol mm = b_.seq(two('0', '5', '0', '9'));
+        const Symbol offset = b_.alt({{lit("Z")}, {cls("+-"), hh, lit(":"), mm}});
+        return b_.seq({hh, lit(":"), mm, lit(":"), mm, b_.optional(b_.seq({lit("."), r(d, 1, 9)})), offset}, "time");
+    };
+    const auto ipv4 = [&] {
+        const Symbol octet = b_.alt(
+            {{lit("25"), cls("0-5")}, {lit("2"), cls("0-4"), d}, {lit("1"), d, d}, {cls("1-9"), d}, {d}}, "octet");
+        return b_.seq({octet, lit("."), octet, lit("."), octet, lit("."), octet}, "ipv4");
+    };
+    const auto label = [&](int max) {  // a hostname label of at most `max` characters
+        const Symbol an = cls("a-zA-Z0-9");
+        return b_.seq({an, b_.optional(b_.seq({r(cls("a-zA-Z0-9-"), 0, max - 2), an}))}, "label");
+    };
+    if (f == "date") return quoted(date());
+    if (f == "time") return quoted(time());
+    if (f == "date-time") return quoted(b_.seq({date(), lit("T"), time()}));
+    if (f == "uuid") {
+        const Symbol h = cls("0-9a-fA-F");
+        return quoted(b_.seq(
+            {r(h, 8, 8), lit("-"), r(h, 4, 4), lit("-"), r(h, 4, 4), lit("-"), r(h, 4, 4), lit("-"), r(h, 12, 12)}));
+    }
+    if (f == "ipv4") return quoted(ipv4());
+    if (f == "ipv6") {
+        const Symbol h16 = r(cls("0-9a-fA-F"), 1, 4);
+        const Symbol h16c = b_.seq({h16, lit(":")});
+        const Symbol ls32 = b_.alt({{h16, lit(":"), h16}, {ipv4()}});
+        const auto head = [&](int n) {  // [ *n( h16 ":" ) h16 ]
+            return b_.optional(b_.seq({r(h16c, 0, n), h16}));
+        };
+        return quoted(b_.alt({{r(h16c, 6, 6), ls32},
+                              {lit("::"), r(h16c, 5, 5), ls32},
+                              {b_.optional(h16), lit("::"), r(h16c, 4, 4), ls32},
+                              {head(1), lit("::"), r(h16c, 3, 3), ls32},
+                              {head(2), lit("::"), r(h16c, 2, 2), ls32},
+                              {head(3), lit("::"), h16c, ls32},
+                              {head(4), lit("::"), ls32},
+                              {head(5), lit("::"), h16},
+                              {head(6), lit("::")}},
+                             "ipv6"));
+    }
+    // At most 4 labels of at most 62 characters: 251 bytes, within the 253 a hostname may have.
+    const auto hostname = [&] { return b_.seq({label(62), r(b_.seq({lit("."), label(62)}), 0, 3)}, "hostname"); };
+    if (f == "hostname") return quoted(hostname());
+    if (f == "email") {
+        const Symbol atom = r(cls("a-zA-Z0-9!#$%&'*+=?^_`{|}~-"), 1, 64);
+        const Symbol domain = b_.seq({label(62), r(b_.seq({lit("."), label(62)}), 1, 3)}, "domain");
+        return quoted(b_.seq({atom, r(b_.seq({lit("."), atom}), 0, 3), lit("@"), domain}, "email"));
+    }
+    if (f == "uri") {
+        // scheme "://" host [":" port] path ["?" query] ["#" fragment] (RFC 3986 with a reg-name host).
+        const Symbol pct = b_.seq({lit("%"), cls("0-9a-fA-F"), cls("0-9a-fA-F")});
+        const Symbol pchar = b_.alt({{cls("a-zA-Z0-9._~!$&'()*+,;=:@-")}, {pct}}, "pchar");
+        const Symbol qchar = b_.alt({{pchar}, {cls("/?")}}, "qchar");
+        return quoted(
+            b_.seq({cls("a-zA-Z"), r(cls("a-zA-Z0-9+.-"), 0, -1), lit("://"), hostname(),
+                    b_.optional(b_.seq({lit(":"), r(d, 1, 5)})), r(b_.seq({lit("/"), r(pchar, 0, -1)}), 0, -1),
+                    b_.optional(b_.seq({lit("?"), r(qchar, 0, -1)})), b_.optional(b_.seq({lit("#"), r(qchar, 0, -1)}))},
+                   "uri"));
+    }
+    fail(ptr, fmt::format("unsupported format '{}'", f));
+}
+
+Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
+    fail(ptr, fmt::format("pattern \"{}\": patterns are not supported yet", p));
+}
+
+// Key characters of additional properties: any code point, raw where JSON allows, or its two-character escape; no
+// \u escapes, so that each code point has at most two spellings and "not a declared name" stays exact.
+Symbol Compiler::key_char_except(const std::set<uint32_t>& cps) {
+    ByteSet ascii = ByteSet::range(0x20, 0x7F);
+    ascii = ascii.intersect(ByteSet::of('"').complement()).intersect(ByteSet::of('\\').complement());
+    std::vector<Sequence> alts;
+    const auto add = [&](uint32_t lo, uint32_t hi) {  // a range of only surrogates has no encoding
+        if (lo <= hi && !(lo >= 0xD800 && hi <= 0xDFFF)) alts.push_back({b_.utf8_range(lo, hi)});
+    };
+    uint32_t from = 0x80;
+    for (uint32_t cp : cps) {
+        if (cp < 0x80) {
+            ascii = ascii.intersect(ByteSet::of(static_cast<uint8_t>(cp)).complement());
+            continue;
+        }
+        add(from, cp - 1);
+        from = cp + 1;
+    }
+    add(from, 0x10FFFF);
+    if (!ascii.empty()) alts.push_back({b_.bytes(ascii)});
+    for (const auto& [c, cp] : kShortEscapes)
+        if (!cps.count(cp)) alts.push_back({lit("\\"), lit(std::string(1, c))});
+    return b_.alt(std::move(alts), "key-char");
+}
+
+std::optional<Symbol> Compiler::spell(uint32_t cp) {
+    std::vector<Sequence> alts;
+    if (cp >= 0x20 && cp != '"' && cp != '\\') alts.push_back({lit(utf8(cp))});
+    for (const auto& [c, x] : kShortEscapes)
+        if (x == cp) alts.push_back({lit("\\"), lit(std::string(1, c))});
+    if (alts.empty()) return std::nullopt;  // a control character without a short escape
+    return b_.alt(std::move(alts), "key-cp");
+}
+
+// A quoted key that is none of `declared`: the complement of their trie.
+Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
+    if (declared.empty()) return any_string();
+    struct Node {
+        bool terminal = false;
+        std::map<uint32_t, size_t> next;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& name : declared) {
+        size_t n = 0;
+        for (uint32_t cp : code_points(name)) {
+            auto it = trie[n].next.find(cp);
+            if (it == trie[n].next.end()) {
+                trie.push_back({});
+                it = trie[n].next.emplace(cp, trie.size() - 1).first;
+            }
+            n = it->second;
+        }
+        trie[n].terminal = true;
+    }
+    if (!key_char_) key_char_ = key_char_except({});
+    const Symbol free_tail = b_.seq({b_.repeat(*key_char_, 0, -1, "key-chars"), lit("\"")}, "key-tail");
+    std::vector<int32_t> rules(trie.size());
+    for (size_t i = 0; i < trie.size(); ++i) rules[i] = b_.rule("key-node");
+    for (size_t i = 0; i < trie.size(); ++i) {
+        if (!trie[i].terminal) b_.add_alternative(rules[i], {lit("\"")});
+        std::set<uint32_t> children;
+        for (const auto& [cp, n] : trie[i].next) {
+            children.insert(cp);
+            if (const auto s = spell(cp)) b_.add_alternative(rules[i], {*s, Symbol::ref(rules[n])});
+        }
+        b_.add_alternative(rules[i], {key_char_except(children), free_tail});
+    }
+    return b_.seq({lit("\""), Symbol::ref(rules[0])}, "key");
+}
+
+Symbol Compiler::object(const json& s, const std::string& ptr) {
+    if (s.contains("patternProperties") && !(s["patternProperties"].is_object() && s["patternProperties"].empty()))
+        fail(child(ptr, "patternProperties"), "patternProperties is not supported");
+    if (s.contains("propertyNames") && s["propertyNames"] != true && s["propertyNames"] != json::object())
+        fail(child(ptr, "propertyNames"), "propertyNames is not supported");
+    std::vector<std::string> names;
+    std::vector<const json*> schemas;
+    if (s.contains("properties")) {
+        if (!s["properties"].is_object()) fail(child(ptr, "properties"), "properties must be an object");
+        for (const auto& [k, v] : s["properties"].items()) {
+            names.push_back(k);
+            schemas.push_back(&v);
+        }
+    }
+    std::set<std::string> required;
+    if (s.contains("required")) {
+        if (!s["required"].is_array()) fail(child(ptr, "required"), "required must be an array");
+        for (const json& r : s["required"]) {
+            if (!r.is_string()) fail(child(ptr, "required"), "required must list strings");
+            required.insert(r.get<std::string>());
+        }
+    }
+    const json additional =
+        s.contains("additionalProperties") ? s["additionalProperties"] : json(options_.additional_properties_default);
+    const bool any_additional = additional != false;
+    std::vector<Symbol> values;
+    for (size_t i = 0; i < names.size(); ++i)
+        values.push_back(schema(*schemas[i], child(child(ptr, "properties"), names[i])));
+    for (const std::string& r : required)
+        if (std::find(names.begin(), names.end(), r) == names.end()) {
+            if (!any_additional)
+                fail(child(ptr, "required"), fmt::format("required '{}' is neither declared nor allowed", r));
+            names.push_back(r);
+            values.push_back(schema(additional, child(ptr, "additionalProperties")));
+        }
+    const size_t n = names.size();
+    size_t n_required = 0;
+    for (const std::string& nm : names) n_required += required.count(nm);
+    bool nonempty = false;
+    if (s.contains("minProperties")) {
+        if (!s["minProperties"].is_number_unsigned()) fail(child(ptr, "minProperties"), "must be an integer");
+        const uint64_t m = s["minProperties"].get<uint64_t>();
+        if (m == 1 && n_required == 0) {
+            nonempty = true;
+        } else if (m > n_required) {
+            fail(child(ptr, "minProperties"), "minProperties above the required count is not supported");
+        }
+    }
+    if (s.contains("maxProperties")) {
+        if (!s["maxProperties"].is_number_unsigned()) fail(child(ptr, "maxProperties"), "must be an integer");
+        const uint64_t m = s["maxProperties"].get<uint64_t>();
+        if (m < n_required) fail(child(ptr, "maxProperties"), "maxProperties below the required count allows nothing");
+        if (any_additional || m < n)
+            fail(child(ptr, "maxProperties"), "maxProperties below the possible property count is not supported");
+    }
+    const auto member = [&](const Symbol& key, const Symbol& value) {
+        Sequence m{key};
+        ws(m);
+        m.push_back(lit(":"));
+        ws(m);
+        m.push_back(value);
+        return b_.seq(std::move(m), "member");
+    };
+    const auto comma = [&](const Symbol& item) {
+        Sequence c;
+        ws(c);
+        c.push_back(lit(","));
+        ws(c);
+        c.push_back(item);
+        return c;
+    };
+    std::vector<Symbol> members;
+    for (size_t i = 0; i < n; ++i) members.push_back(member(lit(json(names[i]).dump()), values[i]));
+    std::optional<Symbol> extra;
+    if (any_additional) extra = member(additional_key(names), schema(additional, child(ptr, "additionalProperties")));
+    // after[i]: the members from i on when one has been written (each after a comma); first[i]: the same when none
+    // has been written and at least one must be (so "{" ws ws "}" cannot double the whitespace bound).
+    std::vector<Symbol> after(n + 1);
+    std::vector<std::optional<Symbol>> first(n + 1);
+    after[n] = extra ? b_.repeat(b_.seq(comma(*extra)), 0, -1, "extra") : b_.alt({{}}, "end");
+    if (extra) {
+        Sequence f{*extra};
+        f.push_back(after[n]);
+        first[n] = b_.seq(f, "extra");
+    }
+    for (size_t i = n; i-- > 0;) {
+        const bool req = required.count(names[i]) > 0;
+        Sequence with = comma(members[i]);
+        with.push_back(after[i + 1]);
+        after[i] = req ? b_.seq(with, "props") : b_.alt({with, {after[i + 1]}}, "props");
+        std::vector<Sequence> f{{members[i], after[i + 1]}};
+        if (!req && first[i + 1]) f.push_back({*first[i + 1]});
+        first[i] = b_.alt(std::move(f), "props");
+    }
+    std::vector<Sequence> alts;
+    if (n_required == 0 && !nonempty) {
+        Sequence e{lit("{")};
+        ws(e);
+        e.push_back(lit("}"));
+        alts.push_back(std::move(e));
+    }
+    if (first[0]) {
+        Sequence full{lit("{")};
+        ws(full);
+        full.push_back(*first[0]);
+        ws(full);
+        full.push_back(lit("}"));
+        alts.push_back(std::move(full));
+    }
+    if (alts.empty()) fail(ptr, "the object constraints allow nothing");
+    return b_.alt(std::move(alts), "object");
+}
+
+Symbol Compiler::array(const json& s, const std::string& ptr) {
+    if (s.contains("contains")) fail(child(ptr, "contains"), "contains is not supported");
+    if (s.contains("uniqueItems") && s["uniqueItems"] != false)
+        fail(child(ptr, "uniqueItems"), "uniqueItems is not supported");
+    std::vector<Symbol> prefix;
+    if (s.contains("prefixItems")) {
+        if (!s["prefixItems"].is_array()) fail(child(ptr, "prefixItems"), "prefixItems must be an array");
+        for (size_t i = 0; i < s["prefixItems"].size(); ++i)
+            prefix.push_back(schema(s["prefixItems"][i], child(child(ptr, "prefixItems"), std::to_string(i))));
+    }
+    const json items = s.contains("items") ? s["items"] : json(true);
+    const auto count = [&](const char* k, int64_t dflt) {
+        if (!s.contains(k)) return dflt;
+        if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
+        return static_cast<int64_t>(s[k].get<uint64_t>());
+    };
+    const auto k = static_cast<int64_t>(prefix.size());
+    const int64_t min = count("minItems", 0);
+    int64_t max = count("maxItems", -1);
+    if (items == false) max = max < 0 ? k : std::min(max, k);
+    if (max >= 0 && min > max) fail(ptr, "the array constraints allow nothing");
+    std::optional<Symbol> item;
+    if (items != false && (max < 0 || max > k)) item = schema(items, child(ptr, "items"));
+    const auto comma = [&](const Symbol& x) {
+        Sequence c;
+        ws(c);
+        c.push_back(lit(","));
+        ws(c);
+        c.push_back(x);
+        return b_.seq(std::move(c), "next");
+    };
+    // rest(i): what follows once i >= 1 elements are written.
+    std::function<Symbol(int64_t)> rest = [&](int64_t i) -> Symbol {
+        if (i >= k) {
+            if (!item) return b_.alt({{}}, "end");
+            return b_.repeat(comma(*item), std::max<int64_t>(0, min - i), max < 0 ? -1 : max - i, "items");
+        }
+        std::vector<Sequence> alts;
+        if (i >= min) alts.push_back({});
+        if (max < 0 || i < max) alts.push_back({comma(prefix[static_cast<size_t>(i)]), rest(i + 1)});
+        return b_.alt(std::move(alts), "items");
+    };
+    std::vector<Sequence> alts;
+    if (min == 0) {
+        Sequence e{lit("[")};
+        ws(e);
+        e.push_back(lit("]"));
+        alts.push_back(std::move(e));
+    }
+    if (max != 0 && (k > 0 || item)) {
+        Sequence full{lit("[")};
+        ws(full);
+        full.push_back(k > 0 ? prefix[0] : *item);
+        full.push_back(rest(1));
+        ws(full);
+        full.push_back(lit("]"));
+        alts.push_back(std::move(full));
+    }
+    if (alts.empty()) fail(ptr, "the array constraints allow nothing");
+    return b_.alt(std::move(alts), "array");
+}
+
+json parse(std::string_view text) {
+    try {
+        return json::parse(text);
+    } catch (const json::exception& e) {
+        throw GrammarError(fmt::format("json schema: {}", e.what()));
+    }
+}
+
+}  // namespace
+
+Grammar compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options) {
+    Compiler c(parse(schema_json), options);
+    return c.finish(c.schema(c.root_schema(), ""));
+}
+
+Grammar json_object_grammar(const JsonSchemaOptions& options) {
+    Compiler c(json::object(), options);
+    return c.finish(c.any_object());
+}
+
+}  // namespace megactx::grammar

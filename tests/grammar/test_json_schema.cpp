@@ -1,1 +1,348 @@
+// The JSON Schema front end, tested by matching: instances the schema accepts must match, instances it rejects (or
+// the grammar deliberately leaves out, such as over-long whitespace) must not; unsupported keywords are errors.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/frontends.h"
+#include "grammar/matcher.h"
+
+namespace megactx::grammar {
+namespace {
+
+Grammar schema(std::string_view text, JsonSchemaOptions options = {}) { return compile_json_schema(text, options); }
+
+void check(const Grammar& g, const std::vector<std::string_view>& accept, const std::vector<std::string_view>& reject) {
+    for (std::string_view t : accept) EXPECT_TRUE(matches(g, t)) << "should accept: " << t;
+    for (std::string_view t : reject) EXPECT_FALSE(matches(g, t)) << "should reject: " << t;
+}
+
+// compile_json_schema throws a GrammarError whose message holds each of `needles`.
+void expect_error(std::string_view text, const std::vector<std::string_view>& needles, JsonSchemaOptions o = {}) {
+    try {
+        compile_json_schema(text, o);
+        ADD_FAILURE() << "no error for " << text;
+    } catch (const GrammarError& e) {
+        for (std::string_view n : needles)
+            EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
+    }
+}
+
+TEST(JsonSchema, TrueAndEmptyAllowAnyJson) {
+    for (std::string_view s : {"true", "{}", R"({"title": "x", "description": "any"})"}) {
+        const Grammar g = schema(s);
+        check(g,
+              {R"({"a":[1,2.5e3,-0.5E-2,"x\n\u00e9\/",null,true,false,{}]})", R"("s")", "-0", "0.25", "[]",
+               "[ [ ] , { } ]", "\"\xC3\xA9\xE6\x97\xA5\""},
+              {"01", "1.", ".5", "+1", R"("\u00g0")", "\"a\nb\"", R"("\x")", R"({"a":1,})", "[1 2]", "[,1]", "tru",
+               R"({a:1})", " 1", "1 ", "\"\xC3\"", "nan"});
+    }
+    expect_error("false", {"false schema"});
+}
+
+TEST(JsonSchema, WhitespaceIsBounded) {
+    JsonSchemaOptions two;
+    two.max_whitespace = 2;
+    const Grammar g = schema(R"({"type": "object", "properties": {"a": {"type": "array"}}})", two);
+    check(g, {R"({"a":[1,2]})", "{ \"a\" : [ 1 ,\t2 ] }", "{\n \"a\":[]}", "{  }", "{}"},
+          {"{   \"a\":[]}", "{\"a\"   :[]}", "{\"a\":[1,   2]}", "{   }", "{\r\"a\":[]}", " {}"});
+    JsonSchemaOptions none;
+    none.max_whitespace = 0;
+    check(schema("{}", none), {R"({"a":[1,{"b":null}]})"}, {R"({ "a":1})", R"({"a": 1})", "[1, 2]", "[ ]"});
+    check(json_object_grammar(none), {"{}"}, {"{ }"});
+}
+
+TEST(JsonSchema, Types) {
+    check(schema(R"({"type": "string"})"), {R"("")", R"("a\"b")"}, {"1", "null", "\"a"});
+    check(schema(R"({"type": "integer"})"), {"0", "-12", "1234567890123456789012"}, {"1.0", "1e3", "01", "\"1\""});
+    check(schema(R"({"type": "number"})"), {"0", "-1.5", "2e10", "3.0E+2", "1E-0"}, {"1e", "--1", "0x1", "00.1"});
+    check(schema(R"({"type": "boolean"})"), {"true", "false"}, {"1", "null"});
+    check(schema(R"({"type": "null"})"), {"null"}, {"false", "{}"});
+    check(schema(R"({"type": ["string", "null"]})"), {"null", R"("x")"}, {"1", "[]"});
+    check(schema(R"({"type": ["integer", "number"]})"), {"1", "1.5"}, {"\"1\""});
+    expect_error(R"({"type": "float"})", {"unknown type", "#/type"});
+}
+
+// Integers under bounds: every value in a window checked against the bounds.
+TEST(JsonSchema, IntegerBoundsAreExact) {
+    struct Case {
+        std::string_view schema;
+        int64_t lo, hi;  // inclusive
+    };
+    for (const Case& c : std::vector<Case>{
+             {R"({"type": "integer", "minimum": 1, "maximum": 100})", 1, 100},
+             {R"({"type": "integer", "minimum": -37, "maximum": 1234})", -37, 1234},
+             {R"({"type": "integer", "exclusiveMinimum": 0})", 1, INT64_MAX},
+             {R"({"type": "integer", "maximum": -5})", INT64_MIN, -5},
+             {R"({"type": "integer", "exclusiveMinimum": -10, "exclusiveMaximum": 10})", -9, 9},
+             {R"({"type": "integer", "minimum": 0.5, "maximum": 99.5})", 1, 99},
+             {R"({"type": "integer", "minimum": 7})", 7, INT64_MAX},
+             {R"({"type": "integer", "minimum": 190, "maximum": 2099})", 190, 2099},
+         }) {
+        SCOPED_TRACE(c.schema);
+        const Grammar g = schema(c.schema);
+        int wrong = 0;
+        for (int64_t v = -1100; v <= 2200; ++v) wrong += matches(g, std::to_string(v)) != (v >= c.lo && v <= c.hi);
+        EXPECT_EQ(wrong, 0);
+        EXPECT_EQ(matches(g, "123456789012"), c.hi == INT64_MAX);
+        EXPECT_EQ(matches(g, "-123456789012"), c.lo == INT64_MIN);
+        EXPECT_FALSE(matches(g, "-0"));
+        EXPECT_FALSE(matches(g, "007"));
+    }
+    expect_error(R"({"type": "integer", "minimum": 5, "maximum": 4})", {"allow nothing"});
+    expect_error(R"({"type": "integer", "multipleOf": 3})", {"multipleOf", "#/multipleOf"});
+    check(schema(R"({"type": "integer", "multipleOf": 1, "minimum": 0})"), {"0", "5"}, {"-1"});
+}
+
+TEST(JsonSchema, NumberBoundsAreExact) {
+    check(schema(R"({"type": "number", "minimum": 0, "maximum": 1})"),
+          {"0", "0.0", "0.5", "0.999", "1", "1.0", "1.000"}, {"1.01", "-0.1", "2", "-0", "1e0", "01.5", "-1"});
+    check(schema(R"({"type": "number", "exclusiveMinimum": 0})"), {"0.001", "3", "12.5", "100000"},
+          {"0", "0.0", "0.000", "-1", "-0.5"});
+    check(schema(R"({"type": "number", "minimum": -2, "exclusiveMaximum": 3})"),
+          {"-2", "-2.0", "-1.5", "-0.25", "0", "2.999", "2"}, {"-2.01", "-3", "3", "3.0", "3.5"});
+    check(schema(R"({"type": "number", "maximum": -1})"), {"-1", "-1.0", "-5.25", "-100"}, {"-0.5", "0", "1"});
+    check(schema(R"({"minimum": 10})"), {"10", "10.5", "11"}, {"9.99", "\"x\""});
+    expect_error(R"({"type": "number", "minimum": 0.5})", {"must be an integer", "#/minimum"});
+    expect_error(R"({"type": "number", "multipleOf": 0.5})", {"multipleOf"});
+    expect_error(R"({"type": "number", "exclusiveMinimum": 1, "maximum": 1})", {"allow nothing"});
+}
+
+TEST(JsonSchema, StringLengthsCountCodePoints) {
+    check(schema(R"({"type": "string", "minLength": 2, "maxLength": 3})"),
+          {R"("ab")", R"("a\n")", R"("abc")", R"("\u00e9\"x")", "\"\xC3\xA9\xE6\x97\xA5\xF0\x9F\x98\x80\""},
+          {R"("a")", R"("abcd")", R"("\n")", R"("")", "\"\xC3\xA9\xE6\x97\xA5\xF0\x9F\x98\x80z\""});
+    check(schema(R"({"type": "string", "maxLength": 0})"), {R"("")"}, {R"("a")"});
+    expect_error(R"({"type": "string", "minLength": 3, "maxLength": 2})", {"allows nothing"});
+    expect_error(R"({"type": "string", "minLength": 3, "format": "date"})", {"cannot be combined"});
+}
+
+TEST(JsonSchema, EnumAndConstAreCanonical) {
+    const Grammar g = schema(R"({"enum": ["red", "green", 1, null, {"a": [1, 2]}, "q\"\u00e9"]})");
+    check(g, {R"("red")", R"("green")", "1", "null", R"({"a":[1,2]})", "\"q\\\"\xC3\xA9\""},
+          {R"("blue")", R"({"a": [1,2]})", "1.0", R"("Red")", "\"q\\\"\\u00e9\""});
+    check(schema(R"({"type": "string", "enum": ["a", 1]})"), {R"("a")"}, {"1"});
+    check(schema(R"({"type": "integer", "enum": [1, 2.0, 2.5, "3"]})"), {"1", "2.0"}, {"2.5", "\"3\""});
+    check(schema(R"({"const": {"k": true}})"), {R"({"k":true})"}, {R"({"k":false})", "{}"});
+    check(schema(R"({"const": "x", "enum": ["x", "y"]})"), {R"("x")"}, {R"("y")"});
+    expect_error(R"({"type": "string", "enum": [1]})", {"no value"});
+    expect_error(R"({"enum": ["a", "bb"], "maxLength": 1})", {"maxLength", "beside enum"});
+}
+
+constexpr std::string_view kPerson = R"({
+    "type": "object",
+    "properties": {
+        "a": {"type": "integer"},
+        "b": {"type": "string"},
+        "c": {"type": "boolean"}
+    },
+    "required": ["a"],
+    "additionalProperties": false
+})";
+
+TEST(JsonSchema, PropertiesInOrderOptionalOnesSkipped) {
+    check(schema(kPerson),
+          {R"({"a":1})", R"({"a":1,"b":"x"})", R"({"a":1,"c":true})", R"({"a":1,"b":"x","c":false})",
+           R"({ "a" : 1 , "c" : true })"},
+          {"{}", R"({"b":"x"})", R"({"a":1,})", R"({"a":1,,"c":true})", R"({,"a":1})", R"({"b":"x","a":1})",
+           R"({"a":1,"d":1})", R"({"a":"1"})", R"({"a":1,"b":"x","b":"y"})", R"({"a":1 "b":"x"})"});
+    const Grammar opt = schema(R"({"properties": {"b": {"type": "string"}, "c": {"type": "boolean"}},
+                                   "additionalProperties": false})");
+    check(opt, {"{}", "{ }", R"({"b":"x"})", R"({"c":true})", R"({"b":"x","c":true})"},
+          {"{,}", R"({"b":"x",})", R"({,"c":true})", R"({"c":true,"b":"x"})", "{   }", "[]"});
+    const Grammar last_required = schema(R"({"type": "object", "properties": {"x": {"type": "null"},
+        "y": {"type": "null"}, "z": {"type": "null"}}, "required": ["z"], "additionalProperties": false})");
+    check(last_required, {R"({"z":null})", R"({"x":null,"z":null})", R"({"x":null,"y":null,"z":null})"},
+          {R"({"x":null})", R"({,"z":null})", R"({"x":null,,"z":null})", R"({"y":null,"x":null,"z":null})"});
+}
+
+TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
+    const Grammar open = schema(R"({"type": "object", "properties": {"name": {"type": "string"},
+        "a/b": {"type": "string"}}, "required": ["name"], "additionalProperties": true})");
+    check(open,
+          {R"({"name":"x","age":3})", R"({"name":"x","nam":1,"names":{"y":[]}})", R"({"name":"x","":1})",
+           R"({"name":"x","a/c":1,"a\/c":2,"b\n":3})", R"({"name":"x","a/b":"y","z":null})"},
+          {R"({"name":1})", R"({"name":"x","name":1})", R"({"name":"x","n\u0061me":1})", R"({"name":"x","a/b":1})",
+           R"({"name":"x","a\/b":1})", R"({"age":3,"name":"x"})", R"({"name":"x","age":3,})"});
+    check(schema(R"({"properties": {"k": {"type": "string"}}, "additionalProperties": {"type": "integer"}})"),
+          {R"({"k":"v","x":1,"y":2})", R"({"x":1})", "{}"}, {R"({"x":"v"})", R"({"k":1})"});
+    // The option decides when the schema does not say.
+    constexpr std::string_view s = R"({"type": "object", "properties": {"name": {"type": "string"}}})";
+    JsonSchemaOptions strict;
+    strict.additional_properties_default = false;
+    check(schema(s), {R"({"name":"x","z":1})"}, {});
+    check(schema(s, strict), {R"({"name":"x"})"}, {R"({"name":"x","z":1})"});
+    // A required name that is not declared takes the additional schema.
+    check(schema(R"({"required": ["id"], "additionalProperties": {"type": "integer"}})"), {R"({"id":1,"x":2})"},
+          {"{}", R"({"x":2})", R"({"id":"1"})"});
+    expect_error(R"({"required": ["id"], "additionalProperties": false})", {"required 'id'"});
+}
+
+TEST(JsonSchema, PropertyCounts) {
+    check(schema(R"({"properties": {"b": {"type": "string"}}, "minProperties": 1})"), {R"({"b":"x"})", R"({"q":1})"},
+          {"{}"});
+    check(schema(R"({"properties": {"b": {}}, "required": ["b"], "minProperties": 1, "maxProperties": 1,
+                     "additionalProperties": false})"),
+          {R"({"b":1})"}, {"{}"});
+    expect_error(R"({"properties": {"b": {}}, "minProperties": 2})", {"minProperties", "#/minProperties"});
+    expect_error(R"({"type": "object", "maxProperties": 3})", {"maxProperties"});
+    expect_error(R"({"patternProperties": {"^x": {}}})", {"patternProperties"});
+    expect_error(R"({"propertyNames": {"maxLength": 3}})", {"propertyNames"});
+}
+
+TEST(JsonSchema, Arrays) {
+    check(schema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})"),
+          {"[1]", "[1,2,3]", "[ 1 , 2 ]"}, {"[]", "[1,2,3,4]", "[1,]", "[,1]", R"(["a"])", "[1 2]"});
+    const Grammar tuple = schema(R"({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})");
+    check(tuple, {"[]", R"(["a"])", R"(["a",1])"}, {R"(["a",1,2])", "[1]", R"(["a","b"])"});
+    check(schema(R"({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": {"type": "boolean"},
+                     "minItems": 3})"),
+          {R"(["a",1,true])", R"(["a",1,true,false])"}, {R"(["a",1])", R"(["a",1,2])", "[]"});
+    check(schema(R"({"prefixItems": [{"const": 1}], "minItems": 2, "maxItems": 2})"), {"[1,\"x\"]", "[1,[2]]"},
+          {"[1]", "[2,2]", "[1,2,3]"});
+    check(schema(R"({"type": "array", "items": {"type": "array", "items": {"type": "integer"}}})"),
+          {"[[1,2],[],[3]]", "[]"}, {"[[1],[\"a\"]]", "[1]"});
+    check(schema(R"({"type": "array", "uniqueItems": false, "maxItems": 0})"), {"[]"}, {"[1]"});
+    expect_error(R"({"type": "array", "uniqueItems": true})", {"uniqueItems", "#/uniqueItems"});
+    expect_error(R"({"type": "array", "contains": {"type": "integer"}})", {"contains"});
+    expect_error(R"({"type": "array", "minItems": 3, "maxItems": 2})", {"allow nothing"});
+}
+
+TEST(JsonSchema, RefsRecurse) {
+    const Grammar list = schema(R"({
+        "$defs": {"node": {"type": "object", "properties": {
+            "value": {"type": "integer"},
+            "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+            "required": ["value", "next"], "additionalProperties": false}},
+        "$ref": "#/$defs/node"})");
+    check(list, {R"({"value":1,"next":null})", R"({"value":1,"next":{"value":2,"next":{"value":3,"next":null}}})"},
+          {R"({"value":1})", R"({"value":1,"next":{"value":2}})", R"({"value":1,"next":{"value":"2","next":null}})"});
+    const Grammar tree = schema(R"({"type": "object", "properties": {"name": {"type": "string"},
+        "children": {"type": "array", "items": {"$ref": "#"}}}, "required": ["name"], "additionalProperties": false})");
+    check(tree, {R"({"name":"r","children":[{"name":"a"},{"name":"b","children":[{"name":"c","children":[]}]}]})"},
+          {R"({"name":"r","children":[{"children":[]}]})", R"({"name":"r","children":[1]})"});
+    check(schema(R"({"definitions": {"id": {"type": "integer", "minimum": 0}},
+                     "properties": {"id": {"$ref": "#/definitions/id"}}, "additionalProperties": false})"),
+          {R"({"id":5})", "{}"}, {R"({"id":-5})"});
+    // Keywords beside $ref restrict the target.
+    check(schema(R"({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "maximum": 3})"), {"3", "-1"}, {"4"});
+    expect_error(R"({"$ref": "#/$defs/missing"})", {"names nothing"});
+    expect_error(R"({"$ref": "https://example.com/s.json"})", {"within the document"});
+}
+
+TEST(JsonSchema, AnyOfOneOfAllOf) {
+    check(schema(R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2}]})"), {"1", R"("ab")"},
+          {R"("abc")", "true"});
+    check(schema(R"({"oneOf": [{"type": "null"}, {"type": "array", "items": {"type": "integer"}}]})"),
+          {"null", "[1,2]"}, {"[\"a\"]", "1"});
+    // Keywords beside anyOf apply to every branch.
+    check(schema(R"({"type": "object", "properties": {"x": {"type": "integer"}}, "additionalProperties": false,
+                     "anyOf": [{"required": ["x"]}, {"properties": {"x": {"minimum": 5}}}]})"),
+          {R"({"x":1})", "{}", R"({"x":7})"}, {R"({"y":1})", R"({"x":"1"})"});
+    check(schema(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})"),
+          {R"({"a":1,"b":"x"})", R"({"a":1,"b":"x","c":null})"}, {R"({"a":1})", R"({"b":"x"})", R"({"a":1,"b":2})"});
+    check(schema(R"({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 10}, {"type": "number"}]})"),
+          {"0", "10", "5"}, {"-1", "11", "5.5"});
+    check(schema(R"({"allOf": [{"enum": [1, 2, 3]}, {"enum": [2, 3, 4]}]})"), {"2", "3"}, {"1", "4"});
+    expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
+    expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+                               {"properties": {"b": {}}}]})",
+                 {"additionalProperties"});
+    expect_error(R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})", {"pattern"});
+}
+
+TEST(JsonSchema, Formats) {
+    const auto f = [](std::string_view name) {
+        return schema(std::string(R"({"type": "string", "format": ")") + std::string(name) + "\"}");
+    };
+    check(f("date"), {R"("2024-02-29")", R"("2000-02-29")", R"("2023-12-31")", R"("2023-04-30")"},
+          {R"("2023-02-29")", R"("1900-02-29")", R"("2023-04-31")", R"("2023-13-01")", R"("2023-00-10")",
+           R"("2023-1-1")", R"("2023-01-00")"});
+    check(f("time"), {R"("10:30:00Z")", R"("23:59:59.5+05:30")"}, {R"("24:00:00Z")", R"("10:60:00Z")", R"("10:30Z")"});
+    check(f("date-time"), {R"("2024-01-15T10:30:00Z")", R"("2024-01-15T10:30:00.123-08:00")"},
+          {R"("2024-01-15 10:30:00Z")", R"("2024-01-15T10:30:00")", R"("2024-01-15")"});
+    check(f("uuid"), {R"("123e4567-e89b-12d3-a456-426614174000")"},
+          {R"("123e4567e89b12d3a456426614174000")", R"("123e4567-e89b-12d3-a456-42661417400g")"});
+    check(f("email"), {R"("a.b@example.com")", R"("x+y@mail.example.org")"},
+          {R"("a@b")", R"("@x.com")", R"("a..b@x.com")", R"("a b@x.com")"});
+    check(f("ipv4"), {R"("192.168.0.255")", R"("0.0.0.0")"}, {R"("256.1.1.1")", R"("01.1.1.1")", R"("1.2.3")"});
+    check(f("ipv6"),
+          {R"("::1")", R"("::")", R"("2001:db8::8a2e:370:7334")", R"("::ffff:192.0.2.1")", R"("1:2:3:4:5:6:7:8")",
+           R"("fe80::")"},
+          {R"("1:2:3:4:5:6:7:8:9")", R"(":::")", R"("1::2::3")", R"("12345::")", R"("1:2:3:4:5:6:7")"});
+    check(f("hostname"), {R"("example.com")", R"("a-b.c")", R"("localhost")"},
+          {R"("-a.com")", R"("a-.com")", R"("a..b")", R"("a_b.com")"});
+    check(f("uri"), {R"("https://example.com/a/b?x=1&y=2#frag")", R"("http://localhost:8080")"},
+          {R"("example.com")", R"("https://exa mple.com")", R"("1http://x.com")"});
+    expect_error(R"({"type": "string", "format": "color"})", {"unsupported format 'color'", "#/format"});
+}
+
+TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
+    expect_error(R"({"properties": {"a": {"type": "string", "foo": 1}}})", {"'foo'", "#/properties/a/foo"});
+    expect_error(R"({"items": {"not": {}}})", {"'not'", "#/items/not"});
+    expect_error(R"({"type": "object", "properties": {"a": {"dependentRequired": {}}}})", {"dependentRequired"});
+    expect_error(R"({"type": "object",)", {"parse error"});
+    expect_error(R"({"properties": {"a": false}, "required": ["a"]})", {"false schema", "#/properties/a"});
+    expect_error("[1]", {"must be an object or a boolean"});
+}
+
+TEST(JsonSchema, JsonObjectGrammar) {
+    check(json_object_grammar(), {"{}", R"({"a":[1,{"b":null}],"c":"d"})", "{ \"a\" : 1 }"},
+          {"[]", "1", R"("x")", "{", R"({"a"})", "{\"a\":1}x"});
+}
+
+TEST(JsonSchema, ToolCallArguments) {
+    const Grammar g = schema(R"({
+        "type": "object",
+        "properties": {
+            "location": {"type": "string", "description": "City and country"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14}
+        },
+        "required": ["location"],
+        "additionalProperties": false
+    })");
+    check(g,
+          {R"({"location":"Paris, France"})", R"({"location":"Oslo","unit":"celsius","days":7})",
+           R"({"location":"Oslo","days":14})"},
+          {R"({"location":"Oslo","unit":"kelvin"})", R"({"location":"Oslo","days":15})",
+           R"({"location":"Oslo","days":0})", R"({"unit":"celsius"})", R"({"location":"Oslo","extra":1})"});
+}
+
+TEST(JsonSchema, OpenAiStrictSchema) {
+    JsonSchemaOptions strict;
+    strict.additional_properties_default = false;
+    const Grammar g = schema(R"({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "status": {"type": "string", "enum": ["active", "inactive"]},
+            "address": {
+                "type": "object",
+                "properties": {"street": {"type": "string"}, "zip": {"type": ["string", "null"]}},
+                "required": ["street", "zip"],
+                "additionalProperties": false
+            },
+            "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}},
+            "score": {"anyOf": [{"type": "number"}, {"type": "null"}]}
+        },
+        "required": ["name", "status", "address", "tags", "score"],
+        "additionalProperties": false,
+        "$defs": {"tag": {"type": "object", "properties": {"label": {"type": "string"}}, "required": ["label"]}}
+    })",
+                             strict);
+    check(
+        g,
+        {R"({"name":"A","status":"active","address":{"street":"Main 1","zip":null},"tags":[],"score":null})",
+         R"({"name":"A","status":"inactive","address":{"street":"S","zip":"0150"},"tags":[{"label":"x"},{"label":"y"}],"score":4.5})"},
+        {R"({"name":"A","status":"active","address":{"street":"S","zip":null},"tags":[]})",
+         R"({"name":"A","status":"paused","address":{"street":"S","zip":null},"tags":[],"score":1})",
+         R"({"name":"A","status":"active","address":{"street":"S"},"tags":[],"score":1})",
+         R"({"name":"A","status":"active","address":{"street":"S","zip":null},"tags":[{"label":"x","c":1}],"score":1})"});
+}
+
+}  // namespace
+}  // namespace megactx::grammar
