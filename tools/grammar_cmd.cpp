@@ -1,8 +1,11 @@
 #include "grammar_cmd.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -126,6 +129,97 @@ int run_compile(const GrammarOptions& o, const grammar::Grammar& g, double compi
     return 0;
 }
 
+double percentile(std::vector<double> v, double q) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+// Every NAME.schema.json with its NAME.instance.json under o.bench_dir: compile, the first mask, then a mask before
+// every token of the instance (as the engine computes them while decoding it), on one thread.
+int run_bench(const GrammarOptions& o) {
+    const Tokenizer tok = Tokenizer::load(o.model);
+    auto t0 = Clock::now();
+    const auto vocab = load_vocab(tok);
+    const double vocab_ms = ms_since(t0);
+    std::vector<std::filesystem::path> schemas;
+    for (const auto& e : std::filesystem::directory_iterator(o.bench_dir))
+        if (e.path().string().ends_with(".schema.json")) schemas.push_back(e.path());
+    std::sort(schemas.begin(), schemas.end());
+    MEGACTX_CHECK(!schemas.empty(), "{}: no *.schema.json files", o.bench_dir);
+    grammar::JsonSchemaOptions jo;
+    jo.max_whitespace = o.max_whitespace;
+    jo.additional_properties_default = !o.strict;
+    std::vector<double> all_us, first_ms;
+    nlohmann::json cases = nlohmann::json::array();
+    int n_failed = 0;
+    std::printf("%-16s %7s %10s %10s %10s %10s %10s\n", "case", "tokens", "first ms", "p50 us", "p99 us", "max us",
+                "compile ms");
+    for (const auto& path : schemas) {
+        const std::string name = path.filename().string().substr(0, path.filename().string().size() - 12);
+        const std::string instance = read_file((path.parent_path() / (name + ".instance.json")).string());
+        t0 = Clock::now();
+        grammar::Grammar g;
+        try {
+            g = grammar::compile_json_schema(read_file(path.string()), jo);
+        } catch (const grammar::GrammarError& e) {
+            std::printf("%-16s does not compile: %s\n", name.c_str(), e.what());
+            cases.push_back({{"case", name}, {"error", e.what()}});
+            ++n_failed;
+            continue;
+        }
+        const double compile_ms = ms_since(t0);
+        grammar::Matcher m(g);
+        grammar::TokenMask mask;
+        const std::vector<int32_t> ids = tok.encode(instance, false);
+        std::vector<double> us;
+        bool ok = true;
+        for (size_t i = 0; i <= ids.size() && ok; ++i) {
+            const auto t = Clock::now();
+            vocab->fill_mask(m, mask);
+            us.push_back(ms_since(t) * 1e3);
+            if (i == ids.size()) {
+                ok = m.accepting();
+            } else {
+                ok = mask.allowed(ids[i]) && m.advance(tok.token_bytes(ids[i]));
+            }
+        }
+        if (!ok) {
+            std::printf("%-16s the instance does not match its schema\n", name.c_str());
+            cases.push_back({{"case", name}, {"error", "instance refused"}});
+            ++n_failed;
+            continue;
+        }
+        const double first = compile_ms + us[0] / 1e3;
+        first_ms.push_back(first);
+        all_us.insert(all_us.end(), us.begin(), us.end());
+        std::printf("%-16s %7zu %10.3f %10.1f %10.1f %10.1f %10.3f\n", name.c_str(), ids.size(), first,
+                    percentile(us, 0.5), percentile(us, 0.99), percentile(us, 1.0), compile_ms);
+        cases.push_back({{"case", name}, {"tokens", ids.size()}, {"compile_ms", compile_ms}, {"first_mask_ms", first},
+                         {"mask_us_p50", percentile(us, 0.5)}, {"mask_us_p99", percentile(us, 0.99)},
+                         {"mask_us_max", percentile(us, 1.0)}});
+    }
+    std::printf("all: %zu masks, per token p50 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us; time to first mask "
+                "p50 %.3f ms, max %.3f ms; vocabulary %zu tokens, trie built in %.1f ms\n",
+                all_us.size(), percentile(all_us, 0.5), percentile(all_us, 0.99), percentile(all_us, 0.999),
+                percentile(all_us, 1.0), percentile(first_ms, 0.5), percentile(first_ms, 1.0), vocab->n_tokens(),
+                vocab_ms);
+    if (!o.json_out.empty()) {
+        nlohmann::json j = {{"vocab_tokens", vocab->n_tokens()},
+                            {"vocab_trie_ms", vocab_ms},
+                            {"masks", all_us.size()},
+                            {"mask_us_p50", percentile(all_us, 0.5)},
+                            {"mask_us_p99", percentile(all_us, 0.99)},
+                            {"mask_us_p999", percentile(all_us, 0.999)},
+                            {"mask_us_max", percentile(all_us, 1.0)},
+                            {"first_mask_ms_p50", percentile(first_ms, 0.5)},
+                            {"first_mask_ms_max", percentile(first_ms, 1.0)},
+                            {"cases", cases}};
+        std::ofstream(o.json_out) << j.dump(2) << "\n";
+    }
+    return n_failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
@@ -159,10 +253,21 @@ CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
     o.compile = cmd->add_subcommand("compile", "Compile a grammar: its size, compile time and first mask time");
     source_flags(o.compile);
     o.compile->add_flag("--print", o.print_gbnf, "Print the compiled grammar as GBNF");
+    o.bench = cmd->add_subcommand("bench", "Mask time per token over JSON Schemas and instances "
+                                           "(DIR/NAME.schema.json + DIR/NAME.instance.json), one thread");
+    o.bench->add_option("--dir", o.bench_dir, "Directory of cases")->required()->check(CLI::ExistingDirectory);
+    o.bench->add_option("--model", o.model, "Model directory whose tokenizer.json gives the vocabulary (default: the "
+                                            "embedded glm-demo model)");
+    o.bench->add_option("--json", o.json_out, "Write the figures as JSON");
+    o.bench->add_option("--max-whitespace", o.max_whitespace, "Whitespace bytes allowed at each place")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 64));
+    o.bench->add_flag("--strict", o.strict, "additionalProperties false unless a schema says otherwise");
     return cmd;
 }
 
 int grammar_main(const GrammarOptions& o) {
+    if (*o.bench) return run_bench(o);
     if (o.json_schema_file.empty() && o.regex.empty() && o.grammar_file.empty() && o.choices.empty()) {
         std::fprintf(stderr, "megactx grammar: give one of --json-schema, --regex, --grammar, --choice\n");
         return 2;

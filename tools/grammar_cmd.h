@@ -1,7 +1,8 @@
 // `megactx grammar`: the structured-output grammar engine offline, so a user can debug a schema without a server.
 // `check`: does a text match a JSON Schema, regex, GBNF grammar or choice list, token by token through the engine's
 // own masks (exit 0 when it does, 1 when not, naming the first token refused, 2 for a grammar that does not
-// compile); `compile`: the grammar's size, its compile time and the first mask's.
+// compile); `compile`: the grammar's size, its compile time and the first mask's; `bench`: mask time per token over
+// a directory of JSON Schemas and instances (NAME.schema.json + NAME.instance.json), the figures.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,8 @@ namespace megactx {
 struct GrammarOptions {
     CLI::App* check = nullptr;
     CLI::App* compile = nullptr;
+    CLI::App* bench = nullptr;
+    std::string bench_dir, json_out;
     std::string model;  // tokenizer.json's directory (default: the embedded model)
     std::string json_schema_file, regex, grammar_file;
     std::vector<std::string> choices;
