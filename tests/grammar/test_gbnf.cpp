@@ -121,6 +121,8 @@ TEST(GrammarGbnf, AlternativesSequencesAndGroups) {
     expect_gbnf(R"gbnf(root ::= "a" ("b" | "c") "d")gbnf", {"abd", "acd"}, {"ad", "abcd"});
     expect_gbnf(R"gbnf(root ::= ( ( "x" ) ))gbnf", {"x"}, {""});
     expect_gbnf(R"gbnf(root ::= () "a")gbnf", {"a"}, {""});
+    // An empty first alternative and a line break after '|' (as llama.cpp's JSON Schema converter writes).
+    expect_gbnf("root ::= | \"a\" |\n  \"b\"", {"", "a", "b"}, {"ab"});
 }
 
 TEST(GrammarGbnf, RepetitionOperators) {

@@ -94,6 +94,9 @@ TEST(GrammarRegex, ClassEscapesHaveAsciiMeanings) {
     expect_regex("[\\d\\s]+", {"1 2\t3"}, {"1a"});
     expect_regex("[^\\d]", {"a", "é"}, {"3"});
     expect_regex("[\\W\\d]", {"-", "5", "é"}, {"a", "_"});
+    // A '-' next to a class escape is literal, as ECMAScript (JSON Schema's pattern dialect) reads it.
+    expect_regex("[\\w-.]+", {"a-b.c", "-", "."}, {"a b", "/"});
+    expect_regex("[%-\\d]", {"%", "-", "7"}, {"&", "a"});
 }
 
 TEST(GrammarRegex, NonAsciiInClassesAndLiterals) {
@@ -111,6 +114,7 @@ TEST(GrammarRegex, Escapes) {
     expect_regex("a\\.b", {"a.b"}, {"axb"});
     expect_regex("\\\\\\n\\t\\r\\f\\v", {"\\\n\t\r\f\v"}, {"\\n\\t"});
     expect_regex("\\x41\\u00e9\\U0001F600", {"Aé😀"}, {"A\xE9\xF0"});
+    expect_regex("\\u{41}\\u{1F600}[\\u{e0}-\\u{ff}]", {"A😀é"}, {"A😀a"});
     expect_regex("\\(\\)\\[\\]\\{\\}\\*\\+\\?\\|\\^\\$\\/\\-", {"()[]{}*+?|^$/-"}, {""});
     expect_regex("a{x}", {"a{x}"}, {"a"});  // a brace that opens no repetition is literal, as in Python
     expect_regex("a{,}", {"a{,}"}, {"a"});
@@ -206,12 +210,13 @@ TEST(GrammarRegex, SyntaxErrorsSayWhere) {
     expect_regex_error("ab)", {"unbalanced ')'", "offset 2"});
     expect_regex_error("x[abc", {"missing ']'", "offset 1"});
     expect_regex_error("[z-a]", {"range", "offset 1"});
-    expect_regex_error("[\\d-z]", {"class escape", "offset 1"});
     expect_regex_error("x{3,2}", {"max below min", "offset 1"});
     expect_regex_error("a\\q", {"unknown escape", "offset 1"});
     expect_regex_error("ab\\", {"trailing backslash", "offset 2"});
     expect_regex_error("\\xZZ", {"hex digits", "offset 0"});
     expect_regex_error("\\uD800", {"not a character", "offset 0"});
+    expect_regex_error("a\\u{}", {"1 to 6 hex digits", "offset 1"});
+    expect_regex_error("\\u{110000}", {"not a character", "offset 0"});
     expect_regex_error("a\xFF", {"invalid UTF-8", "offset 1"});
     expect_regex_error("[^\\x00-\\U0010FFFF]", {"matches no character", "offset 0"});
     expect_regex_error("x{99999999}", {"bound above", "offset 2"});
