@@ -1,10 +1,14 @@
 // Regular expressions compiled to grammars and run by the matcher: every feature against strings it must and must
-// not match, UTF-8 in classes and literals, realistic patterns, add_regex inside a larger grammar, the GBNF round
-// trip, and the errors for what a recogniser cannot do.
+// not match, UTF-8 in classes and literals, realistic patterns, random expressions against std::regex and their
+// GBNF spelling, add_regex inside a larger grammar, the GBNF round trip, and the errors for what a recogniser
+// cannot do.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <regex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "frontend_test_util.h"
 #include "grammar/frontends.h"
@@ -148,6 +152,59 @@ TEST(GrammarRegex, RealisticPatterns) {
                  {"256.1.1.1", "1.2.3", "1.2.3.4.5", "01.2.3.4"});
     expect_regex("(true|false|-?(0|[1-9]\\d*)(\\.\\d+)?([eE][+-]?\\d+)?)", {"true", "-0.5e10", "42"},
                  {"tru", "01", "1.", "-"});
+}
+
+// One random expression written twice: as a regular expression (which std::regex reads the same way for this
+// subset) and as GBNF.
+struct Twin {
+    std::string re, gbnf;
+};
+
+Twin random_expression(std::mt19937& rng, int depth) {
+    const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    static const Twin kAtoms[] = {{"a", "\"a\""},   {"b", "\"b\""},     {"[ab]", "[ab]"},
+                                  {"[^a]", "[^a]"}, {"[a-c]", "[a-c]"}, {".", "[^\\n]"}};
+    static const char* const kQuantifiers[] = {"*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}"};
+    switch (depth <= 0 ? 0 : pick(4)) {
+        case 0:
+            return kAtoms[pick(6)];
+        case 1: {
+            const Twin x = random_expression(rng, depth - 1), y = random_expression(rng, depth - 1);
+            return {x.re + y.re, x.gbnf + " " + y.gbnf};
+        }
+        case 2: {
+            const Twin x = random_expression(rng, depth - 1), y = random_expression(rng, depth - 1);
+            return {"(" + x.re + "|" + y.re + ")", "(" + x.gbnf + " | " + y.gbnf + ")"};
+        }
+        default: {
+            const Twin x = random_expression(rng, depth - 1);
+            const std::string q = kQuantifiers[pick(7)];
+            return {"(" + x.re + ")" + q, "(" + x.gbnf + ")" + q};
+        }
+    }
+}
+
+TEST(GrammarRegex, AgreesWithStdRegexAndGbnfOnRandomExpressions) {
+    std::vector<std::string> inputs = {""};  // every string over a, b, c, \n up to 4 bytes
+    for (size_t begin = 0, len = 1; len <= 4; ++len) {
+        const size_t end = inputs.size();
+        for (size_t i = begin; i < end; ++i)
+            for (const char c : std::string_view("abc\n")) inputs.push_back(inputs[i] + c);
+        begin = end;
+    }
+    std::mt19937 rng(51);
+    for (int n = 0; n < 120; ++n) {
+        const Twin t = random_expression(rng, 3);
+        SCOPED_TRACE(t.re);
+        const std::regex want(t.re, std::regex::ECMAScript);
+        const Grammar re = compile_regex(t.re);
+        const Grammar gbnf = parse_gbnf("root ::= " + t.gbnf);
+        for (const std::string& s : inputs) {
+            const bool expected = std::regex_match(s, want);
+            ASSERT_EQ(matches(re, s), expected) << "regex on '" << s << "'";
+            ASSERT_EQ(matches(gbnf, s), expected) << "gbnf " << t.gbnf << " on '" << s << "'";
+        }
+    }
 }
 
 TEST(GrammarRegex, AddRegexComposesIntoALargerGrammar) {
