@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -215,6 +216,24 @@ TEST(GrammarGbnf, ChoicesMatchExactlyOneString) {
     expect_matches(compile_choices({"a", "ab", "é"}), {"a", "ab", "é"}, {"b", "\xC3"});
     expect_matches(compile_choices({""}), {""}, {"a"});
     expect_error([] { compile_choices({}); }, {"empty"});
+}
+
+TEST(GrammarGbnf, RandomTextParsesOrIsAGrammarError) {
+    // GBNF's punctuation in every order after `root ::=`: anything but a GrammarError (or a crash) is a parser bug.
+    constexpr std::string_view kAlphabet = "ab \n()[]{}|*+?^.\"\\-,0129xu#:=\xC3\xA9";
+    std::mt19937 rng(7);
+    int parsed = 0;
+    for (int n = 0; n < 3000; ++n) {
+        std::string text = "root ::= ";
+        for (size_t len = rng() % 14; len > 0; --len) text += kAlphabet[rng() % kAlphabet.size()];
+        try {
+            const Grammar g = parse_gbnf(text + "\na ::= \"x\"\nb ::= \"y\"");
+            EXPECT_GE(g.root, 0);
+            ++parsed;
+        } catch (const GrammarError&) {
+        }
+    }
+    EXPECT_GT(parsed, 100);
 }
 
 TEST(GrammarGbnf, ReferenceAndDefinitionErrorsSayWhere) {
