@@ -118,6 +118,7 @@ TEST(GrammarRegex, Escapes) {
     expect_regex("a\\.b", {"a.b"}, {"axb"});
     expect_regex("\\\\\\n\\t\\r\\f\\v", {"\\\n\t\r\f\v"}, {"\\n\\t"});
     expect_regex("\\x41\\u00e9\\U0001F600", {"Aé😀"}, {"A\xE9\xF0"});
+    expect_regex("\\xE9", {"é"}, {"\xE9"});  // a code point, unlike GBNF's raw byte
     expect_regex("\\u{41}\\u{1F600}[\\u{e0}-\\u{ff}]", {"A😀é"}, {"A😀a"});
     expect_regex("\\(\\)\\[\\]\\{\\}\\*\\+\\?\\|\\^\\$\\/\\-", {"()[]{}*+?|^$/-"}, {""});
     expect_regex("a{x}", {"a{x}"}, {"a"});  // a brace that opens no repetition is literal, as in Python
