@@ -19,9 +19,11 @@
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
 //   is not produced under bounds). Numbers: bounds must be integers and are exact; a bounded number is written
 //   without an exponent. multipleOf: an error (except 1 on integers).
-// - Strings: minLength/maxLength in code points (an escape is one); format: date-time, date, time, uuid, email, ipv4,
-//   ipv6, hostname, uri, each a strict subset of its RFC; lengths and format do not combine. pattern: an error until
-//   the regular expression front end is in.
+// - Strings: minLength/maxLength in code points (an escape is one); pattern (unanchored, as JSON Schema says: the
+//   string contains a match; the regex front end's syntax) where the matched characters are written unescaped, so
+//   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
+//   uuid, email, ipv4, ipv6, hostname, uri, each a strict subset of its RFC; lengths, pattern and format do not
+//   combine.
 // - anyOf and oneOf are alternatives. oneOf is treated as anyOf (as llama.cpp and xgrammar do): the one place the
 //   grammar may accept more than the schema, an instance that matches two branches; exact when they are disjoint.
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
@@ -831,7 +833,86 @@ Symbol Compiler::format(const std::string& f, const std::string& ptr) {
 }
 
 Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
-    fail(ptr, fmt::format("pattern \"{}\": patterns are not supported yet", p));
+    // Anchors at the ends: a top-level alternation would make stripping them wrong.
+    int depth = 0;
+    bool in_class = false, top_alt = false;
+    for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i] == '\\') {
+            ++i;
+        } else if (in_class) {
+            in_class = p[i] != ']';
+        } else if (p[i] == '[') {
+            in_class = true;
+        } else if (p[i] == '(') {
+            ++depth;
+        } else if (p[i] == ')') {
+            --depth;
+        } else if (p[i] == '|' && depth == 0) {
+            top_alt = true;
+        }
+    }
+    std::string body = p;
+    const size_t n_start = body.starts_with('^') ? 1 : body.starts_with("\\A") ? 2 : 0;
+    const bool start = n_start > 0;
+    body.erase(0, n_start);
+    size_t n_backslashes = 0;  // before the last character: an odd count escapes it
+    for (size_t i = body.size(); i >= 2 && body[i - 2] == '\\'; --i) ++n_backslashes;
+    const bool end = !body.empty() && n_backslashes % 2 == (body.back() == '$' ? 0 : 1) &&
+                     (body.back() == '$' || body.back() == 'Z' || body.back() == 'z');
+    if (end) body.erase(body.size() - (body.back() == '$' ? 1 : 2));
+    if (top_alt && (start || end)) fail(ptr, "anchors with a top-level | are not supported; group the alternatives");
+    // The matched characters are written unescaped: compile the pattern alone, drop the bytes that would need an
+    // escape (they are ASCII, so never inside a multi-byte character), keep what still derives something.
+    Builder sub;
+    Grammar g;
+    try {
+        const int32_t r = sub.rule("pattern");
+        sub.add_alternative(r, {add_regex(sub, body)});
+        g = sub.finish(r);
+    } catch (const GrammarError& e) {
+        fail(ptr, fmt::format("pattern \"{}\": {}", p, e.what()));
+    }
+    ByteSet bad = ByteSet::range(0, 0x1F);
+    bad.add('"');
+    bad.add('\\');
+    const ByteSet keep = bad.complement();
+    for (Rule& rule : g.rules)
+        for (Sequence& seq : rule.alternatives)
+            for (Symbol& sym : seq)
+                if (!sym.is_rule()) sym.bytes = sym.bytes.intersect(keep);
+    std::vector<bool> productive(g.rules.size(), false);
+    const auto ok = [&](const Sequence& seq) {
+        return std::all_of(seq.begin(), seq.end(), [&](const Symbol& s) {
+            return s.is_rule() ? productive[static_cast<size_t>(s.rule)] : !s.bytes.empty();
+        });
+    };
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < g.rules.size(); ++i)
+            if (!productive[i] && std::any_of(g.rules[i].alternatives.begin(), g.rules[i].alternatives.end(), ok))
+                productive[i] = changed = true;
+    }
+    if (!productive[static_cast<size_t>(g.root)])
+        fail(ptr, fmt::format("pattern \"{}\" matches only text that would need JSON escapes", p));
+    std::vector<int32_t> map(g.rules.size(), -1);
+    for (size_t i = 0; i < g.rules.size(); ++i)
+        if (productive[i]) map[i] = b_.rule(g.rules[i].name);
+    for (size_t i = 0; i < g.rules.size(); ++i) {
+        if (!productive[i]) continue;
+        for (const Sequence& seq : g.rules[i].alternatives) {
+            if (!ok(seq)) continue;
+            Sequence out;
+            for (const Symbol& s : seq) out.push_back(s.is_rule() ? Symbol::ref(map[static_cast<size_t>(s.rule)]) : s);
+            b_.add_alternative(map[i], std::move(out));
+        }
+    }
+    Sequence content{lit("\"")};
+    const Symbol chars = b_.repeat(string_char(), 0, -1, "chars");
+    if (!start) content.push_back(chars);
+    content.push_back(Symbol::ref(map[static_cast<size_t>(g.root)]));
+    if (!end) content.push_back(chars);
+    content.push_back(lit("\""));
+    return b_.seq(std::move(content), "pattern");
 }
 
 // Key characters of additional properties: any code point, raw where JSON allows, or its two-character escape; no

@@ -14,6 +14,16 @@ namespace {
 
 Grammar schema(std::string_view text, JsonSchemaOptions options = {}) { return compile_json_schema(text, options); }
 
+// `s` as a JSON string literal (backslashes and quotes escaped).
+std::string json_quote(std::string_view s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + '"';
+}
+
 void check(const Grammar& g, const std::vector<std::string_view>& accept, const std::vector<std::string_view>& reject) {
     for (std::string_view t : accept) EXPECT_TRUE(matches(g, t)) << "should accept: " << t;
     for (std::string_view t : reject) EXPECT_FALSE(matches(g, t)) << "should reject: " << t;
@@ -230,6 +240,25 @@ TEST(JsonSchema, RefsRecurse) {
     check(schema(R"({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "maximum": 3})"), {"3", "-1"}, {"4"});
     expect_error(R"({"$ref": "#/$defs/missing"})", {"names nothing"});
     expect_error(R"({"$ref": "https://example.com/s.json"})", {"within the document"});
+}
+
+TEST(JsonSchema, PatternsAreUnanchoredAndNeedNoEscapes) {
+    const auto pat = [](std::string_view p) {
+        return schema(std::string(R"({"type": "string", "pattern": )") + json_quote(p) + "}");
+    };
+    check(pat("^[a-z]+$"), {R"("abc")"}, {R"("")", R"("aBc")", R"("abc1")", R"(" abc")"});
+    check(pat("\\d{3}"), {R"("123")", R"("x123y")", R"("a\n1234")"}, {R"("12a")", R"("")", R"(123)"});
+    check(pat("^ab"), {R"("ab")", R"("abzz\"")"}, {R"("zab")", R"("a")"});
+    check(pat("c$"), {R"("abc")", R"("\u00e9c")"}, {R"("cab")"});
+    check(pat("\\Ax\\Z"), {R"("x")"}, {R"("xx")"});
+    check(pat("(cat|dog)s?"), {R"("hotdogs")", R"("cat")"}, {R"("cow")"});
+    // The matched characters need no escape: a quote inside the match is left out, outside it is any character.
+    check(pat("^.+$"), {R"("a b")", "\"\xC3\xA9\""}, {R"("a\"b")", R"("a\nb")", R"("")"});
+    check(pat("x"), {R"("\"x\\")"}, {R"("\u0078")"});
+    expect_error(R"({"type": "string", "pattern": "^\"$"})", {"JSON escapes", "#/pattern"});
+    expect_error(R"({"type": "string", "pattern": "^a|b$"})", {"top-level |"});
+    expect_error(R"j({"type": "string", "pattern": "a(?=b)"})j", {"pattern", "#/pattern"});
+    expect_error(R"({"type": "string", "pattern": "a", "maxLength": 3})", {"cannot be combined"});
 }
 
 TEST(JsonSchema, AnyOfOneOfAllOf) {
