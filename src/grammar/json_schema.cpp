@@ -200,6 +200,7 @@ class Compiler {
     json merge(json a, json b, const std::string& ptr, int depth) const;
 
     Symbol ref(const std::string& ref, const std::string& ptr);
+    Symbol merged(const json& m, const std::string& ptr, int depth);
     Symbol typed(const json& s, const std::string& ptr, const std::string& type);
     Symbol enumeration(const json& s, const std::string& ptr);
     Symbol string(const json& s, const std::string& ptr);
@@ -221,7 +222,8 @@ class Compiler {
     json root_;
     JsonSchemaOptions options_;
     std::optional<Symbol> ws_;
-    std::map<std::string, int32_t> refs_;  // JSON pointer → its rule, made before the target compiles (recursion)
+    // A JSON pointer (or a merged schema's text) → its rule, made before the target compiles (recursion).
+    std::map<std::string, int32_t> refs_, merged_;
     std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, key_char_;
 };
 
@@ -314,7 +316,9 @@ json Compiler::resolve(const std::string& ref, const std::string& ptr) const {
     try {
         const json::json_pointer p(ref.substr(1));
         if (!root_.contains(p)) fail(ptr, fmt::format("$ref \"{}\" names nothing", ref));
-        return root_.at(p);
+        json target = root_.at(p);
+        if (ref == "#" && target.is_object()) target.erase("$id");  // the root's own $id, harmless anywhere
+        return target;
     } catch (const json::exception& e) {
         fail(ptr, fmt::format("$ref \"{}\": {}", ref, e.what()));
     }
@@ -407,7 +411,7 @@ json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
             if (out.empty()) fail(ptr, "allOf with disjoint enums allows nothing");
             x = out;
         } else if (k == "items" || k == "additionalProperties") {
-            x = merge(x, v, child(ptr, k), depth + 1);
+            x = x == false || v == false ? json(false) : merge(x, v, child(ptr, k), depth + 1);
         } else {
             fail(child(ptr, k), fmt::format("allOf: cannot merge two different '{}'", k));
         }
@@ -427,6 +431,17 @@ Symbol Compiler::ref(const std::string& r, const std::string& ptr) {
     return Symbol::ref(rule);
 }
 
+// A schema made by merging, one rule per distinct result, made before it compiles: merging inlines references, so
+// the same merge recurs inside its own result ({"$ref": "#", "minProperties": 1} as a tree's items).
+Symbol Compiler::merged(const json& m, const std::string& ptr, int depth) {
+    const std::string key = m.dump();
+    if (auto it = merged_.find(key); it != merged_.end()) return Symbol::ref(it->second);
+    const int32_t rule = b_.rule("merged");
+    merged_[key] = rule;
+    b_.add_alternative(rule, {schema(m, ptr, depth + 1)});
+    return Symbol::ref(rule);
+}
+
 Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     if (depth > 64) fail(ptr, "schema nested too deep");
     if (s.is_boolean()) {
@@ -437,6 +452,8 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     bool constrained = false;
     for (const auto& [k, v] : s.items()) {
         if (!is_known(k)) fail(child(ptr, k), fmt::format("unsupported keyword '{}'", k));
+        // An $id below the root would change what "#..." references resolve against.
+        if (k == "$id" && !ptr.empty()) fail(child(ptr, k), "$id below the root is not supported");
         if (!is_annotation(k) && k != "$defs" && k != "definitions") constrained = true;
     }
     if (!constrained) return any_value();
@@ -452,15 +469,16 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     if (s.contains("$ref")) {
         if (!s["$ref"].is_string()) fail(child(ptr, "$ref"), "$ref must be a string");
         const json rest = siblings({"$ref"});
-        if (rest.empty()) return ref(s["$ref"].get<std::string>(), ptr);
-        return schema(merge(resolve(s["$ref"].get<std::string>(), ptr), rest, ptr, 0), ptr, depth + 1);
+        const std::string r = s["$ref"].get<std::string>();
+        if (rest.empty()) return ref(r, ptr);
+        return merged(merge(resolve(r, ptr), rest, ptr, 0), ptr, depth);
     }
     if (s.contains("allOf")) {
         if (!s["allOf"].is_array() || s["allOf"].empty()) fail(child(ptr, "allOf"), "allOf must be a non-empty array");
         json merged = siblings({"allOf"});
         for (size_t i = 0; i < s["allOf"].size(); ++i)
             merged = merge(std::move(merged), s["allOf"][i], child(child(ptr, "allOf"), std::to_string(i)), 0);
-        return schema(merged, ptr, depth + 1);
+        return this->merged(merged, ptr, depth);
     }
     if (s.contains("anyOf") && s.contains("oneOf")) fail(ptr, "anyOf and oneOf together");
     for (const char* k : {"anyOf", "oneOf"}) {
@@ -472,8 +490,8 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
         std::vector<Sequence> alts;
         for (size_t i = 0; i < branches.size(); ++i) {
             const std::string p = child(child(ptr, k), std::to_string(i));
-            alts.push_back({rest.empty() ? schema(branches[i], p, depth + 1)
-                                         : schema(merge(rest, branches[i], p, 0), p, depth + 1)});
+            alts.push_back(
+                {rest.empty() ? schema(branches[i], p, depth + 1) : merged(merge(rest, branches[i], p, 0), p, depth)});
         }
         return b_.alt(std::move(alts), k);
     }
@@ -632,6 +650,9 @@ std::optional<Symbol> Compiler::uint_range(const std::string& lo, const std::opt
     return b_.alt(std::move(alts), "range");
 }
 
+// |v| for v < 0, INT64_MIN included.
+std::string magnitude(int64_t v) { return std::to_string(uint64_t{0} - static_cast<uint64_t>(v)); }
+
 Symbol Compiler::integer(const json& s, const std::string& ptr) {
     if (s.contains("multipleOf") && s["multipleOf"] != 1) fail(child(ptr, "multipleOf"), "multipleOf is not supported");
     // Bounds as signed decimal strings; the tighter of inclusive and exclusive wins.
@@ -655,6 +676,13 @@ Symbol Compiler::integer(const json& s, const std::string& ptr) {
     tighten("exclusiveMinimum", true, 1);
     tighten("maximum", false, 0);
     tighten("exclusiveMaximum", false, -1);
+    if (s.contains("format")) {  // OpenAPI's integer formats are ranges
+        const json& f = s["format"];
+        const int64_t max = f == "int32" ? INT32_MAX : f == "int64" ? INT64_MAX : 0;
+        if (max == 0) fail(child(ptr, "format"), fmt::format("unsupported format {} on an integer", f.dump()));
+        lo = std::max(lo.value_or(-max - 1), -max - 1);
+        hi = std::min(hi.value_or(max), max);
+    }
     if (!lo && !hi) return any_integer();
     if (lo && hi && *lo > *hi) fail(ptr, "the integer bounds allow nothing");
     std::vector<Sequence> alts;
@@ -662,8 +690,8 @@ Symbol Compiler::integer(const json& s, const std::string& ptr) {
         alts.push_back({*uint_range(std::to_string(lo ? std::max<int64_t>(*lo, 0) : 0),
                                     hi ? std::optional(std::to_string(*hi)) : std::nullopt)});
     if (!lo || *lo < 0)
-        alts.push_back({lit("-"), *uint_range(std::to_string(hi ? std::max<int64_t>(-*hi, 1) : 1),
-                                              lo ? std::optional(std::to_string(-*lo)) : std::nullopt)});
+        alts.push_back({lit("-"), *uint_range(hi && *hi < 0 ? magnitude(*hi) : "1",
+                                              lo ? std::optional(magnitude(*lo)) : std::nullopt)});
     return b_.alt(std::move(alts), "integer");
 }
 
@@ -690,6 +718,8 @@ Symbol Compiler::nonneg_number(const std::string& lo, bool lo_incl, const std::o
 
 Symbol Compiler::number(const json& s, const std::string& ptr) {
     if (s.contains("multipleOf")) fail(child(ptr, "multipleOf"), "multipleOf is not supported");
+    if (s.contains("format"))
+        fail(child(ptr, "format"), fmt::format("unsupported format {} on a number", s["format"].dump()));
     struct Bound {
         int64_t v;
         bool incl;

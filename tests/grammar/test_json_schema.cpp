@@ -101,6 +101,12 @@ TEST(JsonSchema, IntegerBoundsAreExact) {
         EXPECT_FALSE(matches(g, "-0"));
         EXPECT_FALSE(matches(g, "007"));
     }
+    const Grammar i32 = schema(R"({"type": "integer", "format": "int32", "minimum": -5})");
+    check(i32, {"-5", "2147483647"}, {"-6", "2147483648"});
+    const Grammar i64 = schema(R"({"type": "integer", "format": "int64"})");
+    check(i64, {"9223372036854775807", "-9223372036854775808", "0"}, {"9223372036854775808", "-9223372036854775809"});
+    expect_error(R"({"type": "integer", "format": "uint8"})", {"format", "#/format"});
+    expect_error(R"({"type": "number", "format": "double"})", {"format", "#/format"});
     expect_error(R"({"type": "integer", "minimum": 5, "maximum": 4})", {"allow nothing"});
     expect_error(R"({"type": "integer", "multipleOf": 3})", {"multipleOf", "#/multipleOf"});
     check(schema(R"({"type": "integer", "multipleOf": 1, "minimum": 0})"), {"0", "5"}, {"-1"});
@@ -276,11 +282,19 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
     check(schema(R"({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 10}, {"type": "number"}]})"),
           {"0", "10", "5"}, {"-1", "11", "5.5"});
     check(schema(R"({"allOf": [{"enum": [1, 2, 3]}, {"enum": [2, 3, 4]}]})"), {"2", "3"}, {"1", "4"});
+    // allOf through a recursive reference.
+    check(schema(R"({"type": "object", "properties": {"v": {"type": "integer"},
+                     "next": {"allOf": [{"$ref": "#"}, {"required": ["v"]}]}}, "additionalProperties": false})"),
+          {R"({"v":1,"next":{"v":2,"next":{"v":3}}})", "{}"},
+          {R"({"v":1,"next":{}})", R"({"next":{"v":1,"next":{}}})"});
     expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
     expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
                                {"properties": {"b": {}}}]})",
                  {"additionalProperties"});
     expect_error(R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})", {"pattern"});
+    check(schema(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+                                {"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}}]})"),
+          {R"({"a":1})", "{}"}, {R"({"a":"1"})", R"({"a":1,"b":"x"})"});
 }
 
 TEST(JsonSchema, Formats) {
@@ -316,6 +330,10 @@ TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
     expect_error(R"({"type": "object",)", {"parse error"});
     expect_error(R"({"properties": {"a": false}, "required": ["a"]})", {"false schema", "#/properties/a"});
     expect_error("[1]", {"must be an object or a boolean"});
+    expect_error(R"({"$defs": {"x": {"$id": "x.json", "type": "string"}}, "$ref": "#/$defs/x"})", {"$id"});
+    check(schema(R"({"$id": "https://example.com/tree", "type": "object", "properties": {"kids": {"type": "array",
+        "items": {"$ref": "#", "minProperties": 1}}}, "additionalProperties": false})"),
+          {R"({"kids":[{"kids":[]}]})", "{}"}, {R"({"kids":[{}]})"});
 }
 
 TEST(JsonSchema, JsonObjectGrammar) {
