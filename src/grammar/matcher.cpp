@@ -6,7 +6,9 @@
 // position the symbol after the dot is precomputed. ε is handled with Aycock & Horspool's predictor: predicting a
 // nullable rule also moves the dot over it, so completions of empty spans are never needed. Right recursion (a
 // JSON string's `chars ::= char chars | ε`, the chains of x{0,n}) would make every byte complete a chain as long as
-// the input; Leo's deterministic-reduction items cut each such chain to one step.
+// the input; Leo's deterministic-reduction items cut each such chain to one step. What predicting each rule brings
+// is precomputed too (its closure, as a bundle of items), since re-deriving the same predictions at every byte is
+// most of the work on real grammars.
 #include "grammar/matcher.h"
 
 #include <algorithm>
@@ -18,11 +20,12 @@ namespace megactx::grammar {
 
 namespace {
 
-constexpr int32_t kTerminal = -1;  // next_ codes below 0: the symbol after the dot is a terminal,
+constexpr int32_t kTerminal = -1;  // Compiled::next codes below 0: the symbol after the dot is a terminal,
 constexpr int32_t kEnd = -2;       // or there is none (the item is complete)
 constexpr uint32_t kLeoNone = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kLeoUnresolved = kLeoNone - 1;
 constexpr uint32_t kLeoBusy = kLeoNone - 2;
+constexpr uint64_t kRuleTag = uint64_t{1} << 31;  // dotted positions and rules are below 2^31
 
 // The grammar as flat arrays, shared by every copy of a matcher (it never changes after construction).
 struct Compiled {
@@ -35,7 +38,61 @@ struct Compiled {
     uint32_t start_pos = 0;         // `start ::= root` (a rule of its own), dot before root
     uint32_t accept_pos = 0;        // the same, dot after root
     int32_t n_rules = 0;            // including `start`
+    // Per rule, the items (as dotted positions; their origin is the set predicting) that predicting it brings, dot
+    // moves over nullable rules included and complete ones left out: bundle[bundle_begin[r]..bundle_begin[r + 1]],
+    // and the union of their terminals. has_bundle is 0 for a rule whose closure was too large to store: it is
+    // predicted one production at a time.
+    std::vector<uint32_t> bundle_begin, bundle;
+    std::vector<ByteSet> bundle_allowed;
+    std::vector<uint8_t> has_bundle;
 };
+
+constexpr size_t kMaxBundle = 512;               // dotted positions in one rule's closure
+constexpr size_t kMaxBundles = size_t{4} << 20;  // over all rules
+
+// Fills the prediction bundles (see Compiled), each by a walk over the rules its prediction reaches.
+void compute_bundles(Compiled& c) {
+    const auto n = static_cast<size_t>(c.n_rules);
+    c.bundle_begin.assign(n + 1, 0);
+    c.bundle_allowed.assign(n, ByteSet{});
+    c.has_bundle.assign(n, 0);
+    std::vector<uint32_t> seen(n, 0), queue;
+    for (size_t r = 0; r < n; ++r) {
+        c.bundle_begin[r] = static_cast<uint32_t>(c.bundle.size());
+        if (c.bundle.size() >= kMaxBundles) continue;
+        const size_t begin = c.bundle.size();
+        queue.assign(1, static_cast<uint32_t>(r));
+        seen[r] = static_cast<uint32_t>(r) + 1;
+        ByteSet allowed;
+        bool fits = true;
+        for (size_t q = 0; q < queue.size() && fits; ++q) {
+            for (uint32_t p = c.rule_begin[queue[q]]; p < c.rule_begin[queue[q] + 1] && fits; ++p) {
+                for (uint32_t pos = c.starts[p];; ++pos) {
+                    const int32_t sym = c.next[pos];
+                    if (sym == kEnd) break;
+                    c.bundle.push_back(pos);
+                    if (sym == kTerminal) {
+                        allowed.add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+                        break;
+                    }
+                    if (seen[static_cast<size_t>(sym)] != r + 1) {
+                        seen[static_cast<size_t>(sym)] = static_cast<uint32_t>(r) + 1;
+                        queue.push_back(static_cast<uint32_t>(sym));
+                    }
+                    if (!c.nullable[static_cast<size_t>(sym)]) break;
+                }
+                fits = c.bundle.size() - begin <= kMaxBundle;
+            }
+        }
+        if (!fits) {
+            c.bundle.resize(begin);
+            continue;
+        }
+        c.has_bundle[r] = 1;
+        c.bundle_allowed[r] = allowed;
+    }
+    c.bundle_begin[n] = static_cast<uint32_t>(c.bundle.size());
+}
 
 std::shared_ptr<const Compiled> compile(const Grammar& g) {
     auto c = std::make_shared<Compiled>();
@@ -85,6 +142,7 @@ std::shared_ptr<const Compiled> compile(const Grammar& g) {
             }
         }
     }
+    compute_bundles(*c);
     return c;
 }
 
@@ -98,12 +156,13 @@ struct Waiter {
     int32_t rule;
     Item item;
     // Where a completion of `rule` from this set leads after the chain of deterministic reductions above it (Leo):
-    // set only when this waiter is the set's one waiter on `rule` and the rule is its last symbol.
+    // used only when this waiter is the set's one waiter on `rule` and the rule is its last symbol; kLeoUnresolved
+    // until first needed.
     Item leo;
 };
 
 struct Set {
-    uint32_t item_end, scan_end, wait_end;  // ends in items_, scans_, waits_ (each set starts where the last ended)
+    uint32_t item_end, scan_end, wait_end;  // ends in items, scans, waits (each set starts where the last ended)
     bool accepting;
     ByteSet allowed;
 };
@@ -112,33 +171,36 @@ struct Set {
 
 struct Matcher::Impl {
     std::shared_ptr<const Compiled> g;
-    std::vector<Item> items;    // every set's items, set after set
+    std::vector<Item> items;    // every set's worklist, set after set (items from bundles skip it)
     std::vector<Item> scans;    // every set's items whose next symbol is a terminal
     std::vector<Waiter> waits;  // every set's waiters, sorted by rule within a set
     std::vector<Set> sets;
 
-    // Scratch for building one set. Items whose origin is the set being built are deduplicated by a stamp per
-    // dotted position, older ones (and completions already done) by an open-addressing table cleared after each set.
+    // Scratch for building one set. Items are deduplicated by a slot per dotted position holding the first origin
+    // seen there in this set (stamped, so nothing is cleared between sets); the rare second origin at a position
+    // goes to an open-addressing table cleared after each set. Completions done (rule, origin) likewise.
+    struct Seen {
+        uint32_t stamp, origin;
+    };
     uint32_t stamp = 0;
-    std::vector<uint32_t> pos_stamp, rule_stamp;
+    std::vector<Seen> pos_seen, rule_done;
+    std::vector<uint32_t> rule_stamp;  // the rule was predicted in this set
     std::vector<uint64_t> table;
     std::vector<uint32_t> table_used;
     std::vector<uint32_t> leo_path;
 
     explicit Impl(std::shared_ptr<const Compiled> compiled) : g(std::move(compiled)) {
-        pos_stamp.assign(g->next.size(), 0);
-        rule_stamp.assign(static_cast<size_t>(g->n_rules), 0);
+        pos_seen.assign(g->next.size(), {0, 0});
         table.assign(64, 0);
-        start();
-    }
-
-    void start() {
-        items.clear();
-        scans.clear();
-        waits.clear();
-        sets.clear();
+        rule_done.assign(static_cast<size_t>(g->n_rules), {0, 0});
+        rule_stamp.assign(static_cast<size_t>(g->n_rules), 0);
+        // Room for a few hundred bytes of input before anything grows.
+        items.reserve(4096);
+        scans.reserve(2048);
+        waits.reserve(2048);
+        sets.reserve(512);
         const uint32_t k = begin_set();
-        add({g->start_pos, 0}, k);
+        add({g->start_pos, 0});
         close(k);
     }
 
@@ -148,7 +210,8 @@ struct Matcher::Impl {
 
     uint32_t begin_set() {
         if (++stamp == 0) {  // wrapped: old stamps could look current
-            std::fill(pos_stamp.begin(), pos_stamp.end(), 0);
+            std::fill(pos_seen.begin(), pos_seen.end(), Seen{0, 0});
+            std::fill(rule_done.begin(), rule_done.end(), Seen{0, 0});
             std::fill(rule_stamp.begin(), rule_stamp.end(), 0);
             stamp = 1;
         }
@@ -183,23 +246,27 @@ struct Matcher::Impl {
         table_used.clear();
     }
 
-    // Adds `it` to set k (the set being built) unless it is there.
-    void add(Item it, uint32_t k) {
-        if (it.origin == k) {
-            if (pos_stamp[it.pos] == stamp) return;
-            pos_stamp[it.pos] = stamp;
-        } else if (!table_insert((uint64_t{it.origin} + 1) << 32 | it.pos)) {
-            return;
+    // Marks (index, origin) as seen in this set; false when it was already. `tag` keeps the table's keys for
+    // positions and rules apart.
+    bool first_time(Seen& s, uint32_t index, uint32_t origin, uint64_t tag) {
+        if (s.stamp != stamp) {
+            s = {stamp, origin};
+            return true;
         }
-        items.push_back(it);
+        return s.origin != origin && table_insert((uint64_t{origin} + 1) << 32 | tag | index);
+    }
+
+    // Adds `it` to the set being built unless it is there.
+    void add(Item it) {
+        if (first_time(pos_seen[it.pos], it.pos, it.origin, 0)) items.push_back(it);
     }
 
     // The waiters on `rule` in set j (a finished set), as a range of waits.
-    std::pair<const Waiter*, const Waiter*> waiters(uint32_t j, int32_t rule) const {
-        const Waiter* b = waits.data() + waits_begin(j);
-        const Waiter* e = waits.data() + sets[j].wait_end;
+    std::pair<Waiter*, Waiter*> waiters(uint32_t j, int32_t rule) {
+        Waiter* b = waits.data() + waits_begin(j);
+        Waiter* e = waits.data() + sets[j].wait_end;
         b = std::lower_bound(b, e, rule, [](const Waiter& w, int32_t r) { return w.rule < r; });
-        const Waiter* f = b;
+        Waiter* f = b;
         while (f != e && f->rule == rule) ++f;
         return {b, f};
     }
@@ -215,85 +282,103 @@ struct Matcher::Impl {
             const int32_t sym = c.next[it.pos];
             if (sym == kTerminal) {
                 scans.push_back(it);
-                allowed.add(c.terminals[static_cast<size_t>(c.arg[it.pos])]);
+                const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[it.pos])];
+                for (size_t w = 0; w < 4; ++w) allowed.words[w] |= t.words[w];
             } else if (sym == kEnd) {
                 if (it.pos == c.accept_pos) accepting = true;
                 // Completions of empty spans (origin k) need nothing: the predictor already moved past nullables.
                 if (it.origin == k) continue;
                 const int32_t lhs = c.arg[it.pos];
-                if (!table_insert((uint64_t{it.origin} + 1) << 32 | (uint64_t{1} << 31) | static_cast<uint32_t>(lhs)))
+                if (!first_time(rule_done[static_cast<size_t>(lhs)], static_cast<uint32_t>(lhs), it.origin, kRuleTag))
                     continue;  // this rule was completed from this origin already
                 const auto [b, e] = waiters(it.origin, lhs);
-                if (e - b == 1 && b->leo.pos != kLeoNone) {
-                    add(b->leo, k);
+                if (e - b == 1 && c.next[b->item.pos + 1] == kEnd) {
+                    add(leo(b));
                 } else {
-                    for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin}, k);
+                    for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
                 }
             } else {
-                waits.push_back({sym, it, {kLeoNone, 0}});
-                if (rule_stamp[static_cast<size_t>(sym)] != stamp) {
-                    rule_stamp[static_cast<size_t>(sym)] = stamp;
-                    for (uint32_t p = c.rule_begin[static_cast<size_t>(sym)];
-                         p < c.rule_begin[static_cast<size_t>(sym) + 1]; ++p)
-                        add({c.starts[p], k}, k);
-                }
-                if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin}, k);
+                waits.push_back({sym, it, {kLeoUnresolved, 0}});
+                predict(sym, k, allowed);
+                if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin});
             }
         }
         clear_table();
-        std::sort(waits.begin() + wait_start, waits.end(),
-                  [](const Waiter& a, const Waiter& b) { return a.rule < b.rule; });
+        sort_waiters(wait_start);
         sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
                         static_cast<uint32_t>(waits.size()), accepting, allowed});
-        resolve_leo(k);
     }
 
-    // Fills the Leo items of set k's waiters (Leo 1991): a waiter that is alone on its rule and has the rule last
-    // completes as soon as the rule does, so a completion of the rule from this set may jump straight to the top of
-    // the chain of such waiters.
-    void resolve_leo(uint32_t k) {
+    // Adds the items predicting `rule` brings to set k. A bundle goes straight to the scanners and waiters (it is
+    // closed, so its items need no processing, and so are the bundles of the rules it predicts); otherwise the
+    // productions go through the worklist.
+    void predict(int32_t rule, uint32_t k, ByteSet& allowed) {
         const Compiled& c = *g;
-        Waiter* b = waits.data() + waits_begin(k);
-        Waiter* e = waits.data() + sets[k].wait_end;
-        for (Waiter* w = b; w != e;) {
-            Waiter* f = w + 1;
-            while (f != e && f->rule == w->rule) ++f;
-            if (f - w == 1 && c.next[w->item.pos + 1] == kEnd) w->leo.pos = kLeoUnresolved;
-            w = f;
+        const auto r = static_cast<size_t>(rule);
+        if (rule_stamp[r] == stamp) return;
+        rule_stamp[r] = stamp;
+        if (!c.has_bundle[r]) {
+            for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) add({c.starts[p], k});
+            return;
         }
-        for (Waiter* w = b; w != e; ++w) {
-            if (w->leo.pos != kLeoUnresolved) continue;
-            // Walk up the chain within this set (waiters whose origin is k), then take the top from an older set.
-            leo_path.clear();
-            Waiter* cur = w;
-            Item top{kLeoNone, 0};
-            for (;;) {
-                if (cur->leo.pos != kLeoUnresolved) {
-                    if (cur->leo.pos != kLeoBusy) top = cur->leo;  // resolved earlier; busy: a cycle, stop here
-                    break;
-                }
-                cur->leo.pos = kLeoBusy;
-                leo_path.push_back(static_cast<uint32_t>(cur - waits.data()));
-                const Item done{cur->item.pos + 1, cur->item.origin};
-                const int32_t lhs = c.arg[done.pos];
-                if (done.origin < k) {
-                    const auto [ob, oe] = waiters(done.origin, lhs);
-                    top = (oe - ob == 1 && ob->leo.pos != kLeoNone) ? ob->leo : done;
-                    break;
-                }
-                const auto [nb, ne] = waiters(k, lhs);
-                if (ne - nb != 1 || nb->leo.pos == kLeoNone) {
-                    top = done;
-                    break;
-                }
-                cur = &waits[static_cast<size_t>(nb - waits.data())];
+        for (size_t w = 0; w < 4; ++w) allowed.words[w] |= c.bundle_allowed[r].words[w];
+        for (uint32_t b = c.bundle_begin[r]; b < c.bundle_begin[r + 1]; ++b) {
+            const uint32_t pos = c.bundle[b];
+            const int32_t sym = c.next[pos];
+            if (sym >= 0) rule_stamp[static_cast<size_t>(sym)] = stamp;
+            if (!first_time(pos_seen[pos], pos, k, 0)) continue;
+            if (sym == kTerminal) {
+                scans.push_back({pos, k});
+            } else {
+                waits.push_back({sym, {pos, k}, {kLeoUnresolved, 0}});
             }
-            if (top.pos == kLeoNone) {
-                const Waiter& last = waits[leo_path.back()];
-                top = {last.item.pos + 1, last.item.origin};
-            }
-            for (uint32_t idx : leo_path) waits[idx].leo = top;
         }
+    }
+
+    // Sorts the waiters from `begin` on by rule: insertion sort, as a set holds few.
+    void sort_waiters(size_t begin) {
+        if (waits.size() - begin > 32) {
+            std::sort(waits.begin() + static_cast<ptrdiff_t>(begin), waits.end(),
+                      [](const Waiter& a, const Waiter& b) { return a.rule < b.rule; });
+            return;
+        }
+        for (size_t i = begin + 1; i < waits.size(); ++i) {
+            const Waiter w = waits[i];
+            size_t j = i;
+            for (; j > begin && waits[j - 1].rule > w.rule; --j) waits[j] = waits[j - 1];
+            waits[j] = w;
+        }
+    }
+
+    // The Leo item of `w` (Leo 1991), a waiter alone on its rule in its set and with the rule last: a completion of
+    // the rule from that set completes `w` too, and so on up the chain of such waiters, so the completion may jump
+    // straight to the top of the chain. Found when first asked and kept in the waiter: it depends only on the sets
+    // up to the waiter's own, which a rollback pops together with it.
+    Item leo(Waiter* w) {
+        const Compiled& c = *g;
+        leo_path.clear();
+        Item top{kLeoNone, 0};
+        for (Waiter* cur = w;;) {
+            if (cur->leo.pos != kLeoUnresolved) {
+                if (cur->leo.pos != kLeoBusy) top = cur->leo;  // known already; busy: a cycle, stop below it
+                break;
+            }
+            cur->leo.pos = kLeoBusy;
+            leo_path.push_back(static_cast<uint32_t>(cur - waits.data()));
+            const Item done{cur->item.pos + 1, cur->item.origin};
+            const auto [b, e] = waiters(done.origin, c.arg[done.pos]);
+            if (e - b != 1 || c.next[b->item.pos + 1] != kEnd) {
+                top = done;
+                break;
+            }
+            cur = b;
+        }
+        if (top.pos == kLeoNone) {
+            const Waiter& last = waits[leo_path.back()];
+            top = {last.item.pos + 1, last.item.origin};
+        }
+        for (uint32_t i : leo_path) waits[i].leo = top;
+        return top;
     }
 
     bool advance(uint8_t byte) {
@@ -303,7 +388,7 @@ struct Matcher::Impl {
         const uint32_t n = begin_set();
         for (uint32_t i = scans_begin(k); i < sets[k].scan_end; ++i) {
             const Item it = scans[i];
-            if (c.terminals[static_cast<size_t>(c.arg[it.pos])].has(byte)) add({it.pos + 1, it.origin}, n);
+            if (c.terminals[static_cast<size_t>(c.arg[it.pos])].has(byte)) add({it.pos + 1, it.origin});
         }
         close(n);
         return true;

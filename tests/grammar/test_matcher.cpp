@@ -309,6 +309,33 @@ TEST(GrammarMatcher, BoundedRepetitionOfAThousand) {
     check_allowed_along(g, "[ababa]");
 }
 
+TEST(GrammarMatcher, LongChainOfRules) {
+    // r_i ::= r_{i+1} "a" | "b" (i < n), r_n ::= "c": predicting r_0 reaches every rule, more than the matcher
+    // precomputes for one rule, so prediction runs both ways. r_0 derives b a^j (j < n) and c a^n.
+    constexpr int kN = 600;
+    Builder b;
+    std::vector<int32_t> r;
+    for (int i = 0; i <= kN; ++i) r.push_back(b.rule("r"));
+    for (int i = 0; i < kN; ++i) {
+        b.add_alternative(r[static_cast<size_t>(i)], {Symbol::ref(r[static_cast<size_t>(i) + 1]), b.literal("a")});
+        b.add_alternative(r[static_cast<size_t>(i)], {b.literal("b")});
+    }
+    b.add_alternative(r[kN], {b.literal("c")});
+    const Grammar g = b.finish(r[0]);
+    EXPECT_TRUE(matches(g, "b"));
+    EXPECT_TRUE(matches(g, "b" + std::string(kN - 1, 'a')));
+    EXPECT_FALSE(matches(g, "b" + std::string(kN, 'a')));
+    EXPECT_TRUE(matches(g, "c" + std::string(kN, 'a')));
+    EXPECT_FALSE(matches(g, "c" + std::string(kN - 1, 'a')));
+    EXPECT_FALSE(matches(g, "c" + std::string(kN + 1, 'a')));
+    Matcher m(g);
+    EXPECT_EQ(m.allowed(), bytes_of("bc"));
+    ASSERT_TRUE(m.advance("caa"));
+    EXPECT_EQ(m.allowed(), ByteSet::of('a'));
+    EXPECT_FALSE(m.accepting());
+    check_allowed_along(g, "baa");
+}
+
 TEST(GrammarMatcher, Utf8Characters) {
     // A JSON-like string: '"' (any code point but '"', '\\' and control characters)* '"'.
     Builder b;
@@ -336,6 +363,48 @@ TEST(GrammarMatcher, Utf8Characters) {
     EXPECT_EQ(m.allowed(), ByteSet::range(0x80, 0xBF));
     check_allowed_along(g, "\"a\xC3\xA9\xE2\x82\xAC\xF0\x9D\x84\x9E\"");
     check_allowed_along(g, "\"\xED\x9F\xBF\"");
+}
+
+// JSON values (objects, arrays, strings with escapes and UTF-8, numbers, literals), with whitespace.
+Grammar json_grammar() {
+    Builder b;
+    const int32_t value = b.rule("value"), object = b.rule("object"), array = b.rule("array");
+    const Symbol ws = b.repeat(b.bytes(bytes_of(" \n\t")), 0, -1, "ws");
+    ByteSet exclude = ByteSet::range(0, 0x1F);
+    exclude.add('"');
+    exclude.add('\\');
+    const Symbol escape = b.seq({b.literal("\\"), b.bytes(bytes_of("\"\\/bfnrt"))});
+    const Symbol str =
+        b.seq({b.literal("\""), b.repeat(b.alt({{b.utf8_char_except(exclude)}, {escape}}), 0, -1), b.literal("\"")},
+              "string");
+    const Symbol digits = b.repeat(b.bytes(ByteSet::range('0', '9')), 1, -1);
+    const Symbol number =
+        b.seq({b.optional(b.literal("-")), digits, b.optional(b.seq({b.literal("."), digits}))}, "number");
+    const Symbol member = b.seq({ws, str, ws, b.literal(":"), ws, Symbol::ref(value), ws});
+    const Symbol members = b.seq({member, b.repeat(b.seq({b.literal(","), member}), 0, -1)});
+    b.add_alternative(object, {b.literal("{"), b.alt({{members}, {ws}}), b.literal("}")});
+    const Symbol element = b.seq({ws, Symbol::ref(value), ws});
+    const Symbol elements = b.seq({element, b.repeat(b.seq({b.literal(","), element}), 0, -1)});
+    b.add_alternative(array, {b.literal("["), b.alt({{elements}, {ws}}), b.literal("]")});
+    for (const Symbol& s : {Symbol::ref(object), Symbol::ref(array), str, number, b.literal("true"), b.literal("false"),
+                            b.literal("null")})
+        b.add_alternative(value, {s});
+    return b.finish(value);
+}
+
+TEST(GrammarMatcher, Json) {
+    const Grammar g = json_grammar();
+    const std::string doc =
+        "{\"a\": [1, -2.5, true, null], \"b\": {\"c\": \"x\\\"y \xC3\xA9\"}, \"d\": [[], {}, [{\"e\": false}]]}";
+    EXPECT_TRUE(matches(g, doc));
+    for (const char* no : {"{\"a\" 1}", "[1,]", "{\"a\": tru}", "\"\\x\"", "[1 2]", "{a: 1}", "-", "01a"})
+        EXPECT_FALSE(matches(g, no)) << no;
+    Matcher m(g);
+    ASSERT_TRUE(m.advance("{\"a\": [1, "));
+    EXPECT_EQ(m.allowed(), bytes_of(" \n\t{[\"-0123456789tfn"));
+    ASSERT_TRUE(m.advance("2]"));
+    EXPECT_EQ(m.allowed(), bytes_of(" \n\t,}"));
+    check_allowed_along(g, doc);
 }
 
 // A brute-force recogniser: the spans [i, j) of `text` that each rule derives, found for ever longer spans by
@@ -444,7 +513,7 @@ bool sample(const Grammar& g, int32_t rule, std::mt19937& rng, int depth, std::s
 TEST(GrammarMatcher, RandomGrammarsAgainstBruteForce) {
     std::mt19937 rng(20261206);
     int n_accepted = 0, n_cases = 0;
-    for (int round = 0; round < 300; ++round) {
+    for (int round = 0; round < 800; ++round) {
         const Grammar g = random_grammar(rng);
         for (int t = 0; t < 6; ++t) {
             std::string text;
@@ -452,7 +521,7 @@ TEST(GrammarMatcher, RandomGrammarsAgainstBruteForce) {
                 if (!sample(g, g.root, rng, 0, text)) text.clear();
                 if (rng() % 2 == 0) text.push_back(static_cast<char>('a' + rng() % 3));  // often a near miss
             } else {
-                const size_t len = rng() % 8;
+                const size_t len = rng() % 10;
                 for (size_t i = 0; i < len; ++i) text.push_back(static_cast<char>('a' + rng() % 3));
             }
             BruteForce brute(g, text);
