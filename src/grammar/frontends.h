@@ -14,6 +14,10 @@ namespace megactx::grammar {
 // GBNF, llama.cpp's grammar format: `name ::= alternatives`, "literals" with \n \t \\ \" \xHH \uHHHH \UHHHHHHHH
 // escapes, [classes] and [^negated], `.`, ( groups ), * + ? {m} {m,} {m,n}, # comments; rules referenced before
 // they are defined; the start rule is `root` unless named.
+// \uHHHH and \UHHHHHHHH are code points (matched as their UTF-8 bytes); \xHH up to 7F is ASCII, and from 80 up one
+// raw byte, as Grammar::to_gbnf() prints UTF-8 sequences, so parse_gbnf(g.to_gbnf()) has g's language. `.` and a
+// negated class are any well-formed UTF-8 code point (newline included) but those listed. A rule goes on over
+// newlines until the next `name ::=`. Errors give the line and column.
 Grammar parse_gbnf(std::string_view text, std::string_view root = "root");
 
 // A regular expression matched against the whole output (as vLLM's and SGLang's `regex`): literals, . (any code
@@ -23,7 +27,8 @@ Grammar parse_gbnf(std::string_view text, std::string_view root = "root");
 // Python's syntax with re.ASCII's class escapes (\d is [0-9], \w [A-Za-z0-9_], \s [ \t\n\r\f\v]); non-ASCII
 // characters, written or as \xHH \uHHHH \UHHHHHHHH, are code points matched as their UTF-8 bytes. ^ (or \A) may
 // only open and $ (or \Z) only close a branch of the whole pattern; anchors elsewhere, \b, flags such as (?i),
-// possessive quantifiers and atomic groups are errors that name the feature and its offset.
+// possessive quantifiers and atomic groups are errors that name the feature and its offset. Two ECMAScript forms
+// that JSON Schema patterns use are read too: \u{H...}, and '-' beside a class escape as a literal ([\w-.]).
 Grammar compile_regex(std::string_view pattern);
 // The same into a grammar under construction (JSON Schema's `pattern`); the result matches exactly the pattern's
 // strings, unanchored patterns included as written (the caller decides how to wrap them).
