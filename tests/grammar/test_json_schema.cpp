@@ -2,6 +2,7 @@
 // the grammar deliberately leaves out, such as over-long whitespace) must not; unsupported keywords are errors.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,13 @@ std::string json_quote(std::string_view s) {
 void check(const Grammar& g, const std::vector<std::string_view>& accept, const std::vector<std::string_view>& reject) {
     for (std::string_view t : accept) EXPECT_TRUE(matches(g, t)) << "should accept: " << t;
     for (std::string_view t : reject) EXPECT_FALSE(matches(g, t)) << "should reject: " << t;
+}
+
+// `"name":1`, after a comma when `comma`.
+std::string fmt_member(char name, bool comma) {
+    std::string m = comma ? ",\"" : "\"";
+    m += name;
+    return m + "\":1";
 }
 
 // compile_json_schema throws a GrammarError whose message holds each of `needles`.
@@ -172,6 +180,44 @@ TEST(JsonSchema, PropertiesInOrderOptionalOnesSkipped) {
         "y": {"type": "null"}, "z": {"type": "null"}}, "required": ["z"], "additionalProperties": false})");
     check(last_required, {R"({"z":null})", R"({"x":null,"z":null})", R"({"x":null,"y":null,"z":null})"},
           {R"({"x":null})", R"({,"z":null})", R"({"x":null,,"z":null})", R"({"y":null,"x":null,"z":null})"});
+}
+
+// Every subset of four properties (two required), written in schema order and in another order: accepted exactly
+// when the required ones are there and the order is the schema's.
+TEST(JsonSchema, EverySubsetOfOptionalProperties) {
+    const Grammar g = schema(R"({"type": "object", "properties": {"w": {"type": "integer"}, "x": {"type": "integer"},
+        "y": {"type": "integer"}, "z": {"type": "integer"}}, "required": ["x", "z"], "additionalProperties": false})");
+    const std::string names = "wxyz";
+    for (int mask = 0; mask < 16; ++mask) {
+        std::string text = "{", reversed = "{";
+        for (int i = 0; i < 4; ++i)
+            if (mask & (1 << i)) text += fmt_member(names[static_cast<size_t>(i)], text.size() > 1);
+        for (int i = 3; i >= 0; --i)
+            if (mask & (1 << i)) reversed += fmt_member(names[static_cast<size_t>(i)], reversed.size() > 1);
+        text += "}";
+        reversed += "}";
+        const bool has_required = (mask & 0b1010) == 0b1010;
+        EXPECT_EQ(matches(g, text), has_required) << text;
+        EXPECT_EQ(matches(g, reversed), has_required && std::popcount(static_cast<unsigned>(mask)) <= 1) << reversed;
+    }
+}
+
+// Arrays of every length 0..7 against prefixItems, items and length bounds.
+TEST(JsonSchema, EveryArrayLength) {
+    const Grammar g = schema(R"({"prefixItems": [{"const": 0}, {"const": 1}], "items": {"type": "integer"},
+                                 "minItems": 1, "maxItems": 5})");
+    const Grammar closed = schema(R"({"prefixItems": [{"const": 0}, {"const": 1}, {"const": 2}], "items": false,
+                                      "minItems": 2})");
+    for (int n = 0; n <= 7; ++n) {
+        std::string text = "[";
+        for (int i = 0; i < n; ++i) {
+            if (i > 0) text += ',';
+            text += std::to_string(i);
+        }
+        text += "]";
+        EXPECT_EQ(matches(g, text), n >= 1 && n <= 5) << text;
+        EXPECT_EQ(matches(closed, text), n >= 2 && n <= 3) << text;
+    }
 }
 
 TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
