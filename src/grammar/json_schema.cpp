@@ -339,7 +339,7 @@ json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
     a = inline_refs(std::move(a), ptr, depth + 1);
     b = inline_refs(std::move(b), ptr, depth + 1);
     if (a.is_boolean() || b.is_boolean()) {
-        if (a == false || b == false) fail(ptr, "allOf with a false schema allows nothing");
+        if (a == false || b == false) fail(ptr, "merging with a false schema allows nothing");
         return a.is_boolean() ? b : a;
     }
     if (!a.is_object() || !b.is_object()) fail(ptr, "a schema must be an object or a boolean");
@@ -489,10 +489,12 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
         const json rest = siblings({k});
         std::vector<Sequence> alts;
         for (size_t i = 0; i < branches.size(); ++i) {
+            if (branches[i] == false) continue;  // matches nothing
             const std::string p = child(child(ptr, k), std::to_string(i));
             alts.push_back(
                 {rest.empty() ? schema(branches[i], p, depth + 1) : merged(merge(rest, branches[i], p, 0), p, depth)});
         }
+        if (alts.empty()) fail(child(ptr, k), fmt::format("every {} branch is false", k));
         return b_.alt(std::move(alts), k);
     }
     if (s.contains("enum") || s.contains("const")) return enumeration(s, ptr);
@@ -1020,15 +1022,6 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         fail(child(ptr, "patternProperties"), "patternProperties is not supported");
     if (s.contains("propertyNames") && s["propertyNames"] != true && s["propertyNames"] != json::object())
         fail(child(ptr, "propertyNames"), "propertyNames is not supported");
-    std::vector<std::string> names;
-    std::vector<const json*> schemas;
-    if (s.contains("properties")) {
-        if (!s["properties"].is_object()) fail(child(ptr, "properties"), "properties must be an object");
-        for (const auto& [k, v] : s["properties"].items()) {
-            names.push_back(k);
-            schemas.push_back(&v);
-        }
-    }
     std::set<std::string> required;
     if (s.contains("required")) {
         if (!s["required"].is_array()) fail(child(ptr, "required"), "required must be an array");
@@ -1040,13 +1033,22 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     const json additional =
         s.contains("additionalProperties") ? s["additionalProperties"] : json(options_.additional_properties_default);
     const bool any_additional = additional != false;
+    std::vector<std::string> declared, names;  // declared: never additional keys; names: those that may be written
     std::vector<Symbol> values;
-    for (size_t i = 0; i < names.size(); ++i)
-        values.push_back(schema(*schemas[i], child(child(ptr, "properties"), names[i])));
+    if (s.contains("properties")) {
+        if (!s["properties"].is_object()) fail(child(ptr, "properties"), "properties must be an object");
+        for (const auto& [k, v] : s["properties"].items()) {
+            declared.push_back(k);
+            if (v == false && !required.count(k)) continue;  // may not appear at all
+            names.push_back(k);
+            values.push_back(schema(v, child(child(ptr, "properties"), k)));
+        }
+    }
     for (const std::string& r : required)
-        if (std::find(names.begin(), names.end(), r) == names.end()) {
+        if (std::find(declared.begin(), declared.end(), r) == declared.end()) {
             if (!any_additional)
                 fail(child(ptr, "required"), fmt::format("required '{}' is neither declared nor allowed", r));
+            declared.push_back(r);
             names.push_back(r);
             values.push_back(schema(additional, child(ptr, "additionalProperties")));
         }
@@ -1089,7 +1091,8 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     std::vector<Symbol> members;
     for (size_t i = 0; i < n; ++i) members.push_back(member(lit(json(names[i]).dump()), values[i]));
     std::optional<Symbol> extra;
-    if (any_additional) extra = member(additional_key(names), schema(additional, child(ptr, "additionalProperties")));
+    if (any_additional)
+        extra = member(additional_key(declared), schema(additional, child(ptr, "additionalProperties")));
     // after[i]: the members from i on when one has been written (each after a comma); first[i]: the same when none
     // has been written and at least one must be (so "{" ws ws "}" cannot double the whitespace bound).
     std::vector<Symbol> after(n + 1);

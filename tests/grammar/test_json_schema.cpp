@@ -240,6 +240,9 @@ TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
     check(schema(R"({"required": ["id"], "additionalProperties": {"type": "integer"}})"), {R"({"id":1,"x":2})"},
           {"{}", R"({"x":2})", R"({"id":"1"})"});
     expect_error(R"({"required": ["id"], "additionalProperties": false})", {"required 'id'"});
+    // A property whose schema is false may not appear, not even as an additional one.
+    check(schema(R"({"properties": {"a": false, "b": {}}, "additionalProperties": true})"),
+          {R"({"b":1})", R"({"c":1})", "{}"}, {R"({"a":1})", R"({"b":1,"a":1})"});
 }
 
 TEST(JsonSchema, PropertyCounts) {
@@ -333,6 +336,8 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
                      "next": {"allOf": [{"$ref": "#"}, {"required": ["v"]}]}}, "additionalProperties": false})"),
           {R"({"v":1,"next":{"v":2,"next":{"v":3}}})", "{}"},
           {R"({"v":1,"next":{}})", R"({"next":{"v":1,"next":{}}})"});
+    check(schema(R"({"type": "integer", "anyOf": [false, {"maximum": 2}]})"), {"2"}, {"3"});
+    expect_error(R"({"oneOf": [false]})", {"every oneOf branch is false"});
     expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
     expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
                                {"properties": {"b": {}}}]})",
