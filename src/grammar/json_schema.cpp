@@ -224,7 +224,7 @@ class Compiler {
     std::optional<Symbol> ws_;
     // A JSON pointer (or a merged schema's text) → its rule, made before the target compiles (recursion).
     std::map<std::string, int32_t> refs_, merged_;
-    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, key_char_;
+    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, key_char_, non_ascii_;
 };
 
 Symbol Compiler::string_char() {
@@ -956,7 +956,11 @@ Symbol Compiler::key_char_except(const std::set<uint32_t>& cps) {
     const auto add = [&](uint32_t lo, uint32_t hi) {  // a range of only surrogates has no encoding
         if (lo <= hi && !(lo >= 0xD800 && hi <= 0xDFFF)) alts.push_back({b_.utf8_range(lo, hi)});
     };
-    uint32_t from = 0x80;
+    if (cps.empty() || *cps.rbegin() < 0x80) {  // the usual case (ASCII names): every non-ASCII code point
+        if (!non_ascii_) non_ascii_ = b_.utf8_range(0x80, 0x10FFFF, "non-ascii");
+        alts.push_back({*non_ascii_});
+    }
+    uint32_t from = cps.empty() || *cps.rbegin() < 0x80 ? 0x110000 : 0x80;
     for (uint32_t cp : cps) {
         if (cp < 0x80) {
             ascii = ascii.intersect(ByteSet::of(static_cast<uint8_t>(cp)).complement());

@@ -240,6 +240,12 @@ TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
     check(schema(R"({"required": ["id"], "additionalProperties": {"type": "integer"}})"), {R"({"id":1,"x":2})"},
           {"{}", R"({"x":2})", R"({"id":"1"})"});
     expect_error(R"({"required": ["id"], "additionalProperties": false})", {"required 'id'"});
+    // Non-ASCII declared names: the complement is over code points, not bytes.
+    check(schema("{\"properties\": {\"\xC3\xA9\": {\"type\": \"string\"}, \"\xE6\x97\xA5\xE6\x9C\xAC\": "
+                 "{\"type\": \"string\"}}}"),
+          {"{\"\xC3\xA9\":\"x\"}", "{\"\xC3\xA8\":1}", "{\"\xE6\x97\xA5\":1}",
+           "{\"\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\":1}", "{\"\xC3\xA9\xC3\xA9\":1}"},
+          {"{\"\xC3\xA9\":1}", "{\"\xE6\x97\xA5\xE6\x9C\xAC\":1}", "{\"\xC3\xA9\":\"x\",\"\xC3\xA9\":1}"});
     // A property whose schema is false may not appear, not even as an additional one.
     check(schema(R"({"properties": {"a": false, "b": {}}, "additionalProperties": true})"),
           {R"({"b":1})", R"({"c":1})", "{}"}, {R"({"a":1})", R"({"b":1,"a":1})"});
