@@ -207,6 +207,24 @@ TEST(GrammarRegex, AgreesWithStdRegexAndGbnfOnRandomExpressions) {
     }
 }
 
+TEST(GrammarRegex, RandomTextCompilesOrIsAGrammarError) {
+    // Metacharacters in every order: anything but a GrammarError (or a crash) is a parser bug.
+    constexpr std::string_view kAlphabet = "ab()[]{}|*+?^$\\.-,0129dwsDuxU:P<>=!\xC3\xA9";
+    std::mt19937 rng(7);
+    int compiled = 0;
+    for (int n = 0; n < 3000; ++n) {
+        std::string pattern;
+        for (size_t len = rng() % 12; len > 0; --len) pattern += kAlphabet[rng() % kAlphabet.size()];
+        try {
+            const Grammar g = compile_regex(pattern);
+            EXPECT_GE(g.root, 0);
+            ++compiled;
+        } catch (const GrammarError&) {
+        }
+    }
+    EXPECT_GT(compiled, 100);  // the alphabet makes valid patterns too, not only errors
+}
+
 TEST(GrammarRegex, AddRegexComposesIntoALargerGrammar) {
     Builder b;
     const int32_t root = b.rule("root");
