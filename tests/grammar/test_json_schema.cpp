@@ -72,6 +72,30 @@ TEST(JsonSchema, WhitespaceIsBounded) {
     check(json_object_grammar(none), {"{}"}, {"{ }"});
 }
 
+// Whitespace at every place JSON allows it in a compact instance (next to a structural character outside a
+// string): up to the bound accepted, one more byte rejected; never inside a token.
+TEST(JsonSchema, WhitespaceAtEveryTokenBoundary) {
+    const Grammar g = schema(R"({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}}, "meta": {"type": "object"}},
+        "required": ["id", "tags"], "additionalProperties": false})");
+    const std::string text = R"({"id":12,"tags":["a","b"],"meta":{"k":[true,null,-1.5],"":{}}})";
+    ASSERT_TRUE(matches(g, text));
+    bool in_string = false;
+    int n_boundaries = 0;
+    for (size_t i = 1; i < text.size(); ++i) {
+        const char prev = text[i - 1], next = text[i];
+        if (prev == '"' && (i < 2 || text[i - 2] != '\\')) in_string = !in_string;
+        const auto structural = [](char c) { return std::string_view("{}[],:").find(c) != std::string_view::npos; };
+        const bool boundary = !in_string && (structural(prev) || structural(next));
+        n_boundaries += boundary;
+        const std::string two = text.substr(0, i) + " \t" + text.substr(i);
+        const std::string three = text.substr(0, i) + "\n  " + text.substr(i);
+        EXPECT_EQ(matches(g, two), boundary) << two;
+        EXPECT_FALSE(matches(g, three)) << three;
+    }
+    EXPECT_EQ(n_boundaries, 31);  // the gaps between its 32 tokens
+}
+
 TEST(JsonSchema, Types) {
     check(schema(R"({"type": "string"})"), {R"("")", R"("a\"b")"}, {"1", "null", "\"a"});
     check(schema(R"({"type": "integer"})"), {"0", "-12", "1234567890123456789012"}, {"1.0", "1e3", "01", "\"1\""});
