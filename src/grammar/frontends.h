@@ -27,7 +27,8 @@ Grammar parse_gbnf(std::string_view text, std::string_view root = "root");
 // Python's syntax with re.ASCII's class escapes (\d is [0-9], \w [A-Za-z0-9_], \s [ \t\n\r\f\v]); non-ASCII
 // characters, written or as \xHH \uHHHH \UHHHHHHHH, are code points matched as their UTF-8 bytes. ^ (or \A) may
 // only open and $ (or \Z) only close a branch of the whole pattern; anchors elsewhere, \b, flags such as (?i),
-// possessive quantifiers and atomic groups are errors that name the feature and its offset.
+// possessive quantifiers and atomic groups are errors that name the feature and its offset. Two ECMAScript forms
+// that JSON Schema patterns use are read too: \u{H...}, and '-' beside a class escape as a literal ([\w-.]).
 Grammar compile_regex(std::string_view pattern);
 // The same into a grammar under construction (JSON Schema's `pattern`); the result matches exactly the pattern's
 // strings, unanchored patterns included as written (the caller decides how to wrap them).
@@ -37,15 +38,17 @@ Symbol add_regex(Builder& b, std::string_view pattern);
 Grammar compile_choices(const std::vector<std::string>& choices);
 
 struct JsonSchemaOptions {
-    // Whitespace between tokens: at most this many bytes of [ \t\n] at each place JSON allows it (bounded, so a model
-    // cannot run on in whitespace forever); 0: the compact form with no whitespace at all.
+    // Whitespace between tokens: at most this many bytes of [ \t\n] at each place JSON allows it inside the value
+    // (bounded, so a model cannot run on in whitespace forever; none before or after the value); 0: the compact form
+    // with no whitespace at all.
     int max_whitespace = 2;
     // `additionalProperties` when a schema does not say: false (OpenAI's strict mode) or true (the JSON Schema
     // default).
     bool additional_properties_default = true;
 };
 
-// A JSON Schema (draft 2020-12, the subset issue 51 names) as text; `true`/`{}` is any JSON value.
+// A JSON Schema (draft 2020-12, the subset issue 51 names) as text; `true`/`{}` is any JSON value. What is exact,
+// what is a subset and what is an error: the comment at the top of grammar/json_schema.cpp.
 Grammar compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options = {});
 // Any JSON object (`response_format: {"type": "json_object"}`).
 Grammar json_object_grammar(const JsonSchemaOptions& options = {});

@@ -3,6 +3,7 @@
 // name; then each rule is lowered through one Builder.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <string>
@@ -336,10 +337,12 @@ class GbnfParser {
                 if (hi < lo) fail("a character range with its end below its start", at);
             }
             if (lo_raw || hi_raw) {
-                // A raw byte only ranges over raw bytes: \x80-\xBF, never \x41-\xBF or \xC0-\u00FF.
-                if (!(lo_raw && hi_raw)) fail("a range between a raw byte (\\x80 and up) and a code point", at);
+                // A raw byte ranges over bytes: \x80-\xBF, or from ASCII (one byte either way) as in \x20-\xFF,
+                // which to_gbnf prints for byte sets; never from a code point above 0x7F as in \u00C0-\xFF.
+                if (!lo_raw && lo > 0x7F) fail("a range between a code point and a raw byte (\\x80 and up)", at);
                 if (cls.negated) fail("a raw byte (\\x80 and up) in a negated class", at);
-                cls.raw_bytes.add_range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
+                if (!lo_raw) cls.add(lo, 0x7F);
+                cls.raw_bytes.add_range(static_cast<uint8_t>(std::max(lo, 0x80u)), static_cast<uint8_t>(hi));
             } else {
                 cls.add(lo, hi);
             }

@@ -19,9 +19,11 @@
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
 //   is not produced under bounds). Numbers: bounds must be integers and are exact; a bounded number is written
 //   without an exponent. multipleOf: an error (except 1 on integers).
-// - Strings: minLength/maxLength in code points (an escape is one); format: date-time, date, time, uuid, email, ipv4,
-//   ipv6, hostname, uri, each a strict subset of its RFC; lengths and format do not combine. pattern: an error until
-//   the regular expression front end is in.
+// - Strings: minLength/maxLength in code points (an escape is one); pattern (unanchored, as JSON Schema says: the
+//   string contains a match; the regex front end's syntax) where the matched characters are written unescaped, so
+//   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
+//   uuid, email, ipv4, ipv6, hostname, uri, each a strict subset of its RFC; lengths, pattern and format do not
+//   combine.
 // - anyOf and oneOf are alternatives. oneOf is treated as anyOf (as llama.cpp and xgrammar do): the one place the
 //   grammar may accept more than the schema, an instance that matches two branches; exact when they are disjoint.
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
@@ -198,6 +200,7 @@ class Compiler {
     json merge(json a, json b, const std::string& ptr, int depth) const;
 
     Symbol ref(const std::string& ref, const std::string& ptr);
+    Symbol merged(const json& m, const std::string& ptr, int depth);
     Symbol typed(const json& s, const std::string& ptr, const std::string& type);
     Symbol enumeration(const json& s, const std::string& ptr);
     Symbol string(const json& s, const std::string& ptr);
@@ -219,8 +222,9 @@ class Compiler {
     json root_;
     JsonSchemaOptions options_;
     std::optional<Symbol> ws_;
-    std::map<std::string, int32_t> refs_;  // JSON pointer → its rule, made before the target compiles (recursion)
-    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, key_char_;
+    // A JSON pointer (or a merged schema's text) → its rule, made before the target compiles (recursion).
+    std::map<std::string, int32_t> refs_, merged_;
+    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, key_char_, non_ascii_;
 };
 
 Symbol Compiler::string_char() {
@@ -312,7 +316,9 @@ json Compiler::resolve(const std::string& ref, const std::string& ptr) const {
     try {
         const json::json_pointer p(ref.substr(1));
         if (!root_.contains(p)) fail(ptr, fmt::format("$ref \"{}\" names nothing", ref));
-        return root_.at(p);
+        json target = root_.at(p);
+        if (ref == "#" && target.is_object()) target.erase("$id");  // the root's own $id, harmless anywhere
+        return target;
     } catch (const json::exception& e) {
         fail(ptr, fmt::format("$ref \"{}\": {}", ref, e.what()));
     }
@@ -333,7 +339,7 @@ json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
     a = inline_refs(std::move(a), ptr, depth + 1);
     b = inline_refs(std::move(b), ptr, depth + 1);
     if (a.is_boolean() || b.is_boolean()) {
-        if (a == false || b == false) fail(ptr, "allOf with a false schema allows nothing");
+        if (a == false || b == false) fail(ptr, "merging with a false schema allows nothing");
         return a.is_boolean() ? b : a;
     }
     if (!a.is_object() || !b.is_object()) fail(ptr, "a schema must be an object or a boolean");
@@ -405,7 +411,7 @@ json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
             if (out.empty()) fail(ptr, "allOf with disjoint enums allows nothing");
             x = out;
         } else if (k == "items" || k == "additionalProperties") {
-            x = merge(x, v, child(ptr, k), depth + 1);
+            x = x == false || v == false ? json(false) : merge(x, v, child(ptr, k), depth + 1);
         } else {
             fail(child(ptr, k), fmt::format("allOf: cannot merge two different '{}'", k));
         }
@@ -425,6 +431,17 @@ Symbol Compiler::ref(const std::string& r, const std::string& ptr) {
     return Symbol::ref(rule);
 }
 
+// A schema made by merging, one rule per distinct result, made before it compiles: merging inlines references, so
+// the same merge recurs inside its own result ({"$ref": "#", "minProperties": 1} as a tree's items).
+Symbol Compiler::merged(const json& m, const std::string& ptr, int depth) {
+    const std::string key = m.dump();
+    if (auto it = merged_.find(key); it != merged_.end()) return Symbol::ref(it->second);
+    const int32_t rule = b_.rule("merged");
+    merged_[key] = rule;
+    b_.add_alternative(rule, {schema(m, ptr, depth + 1)});
+    return Symbol::ref(rule);
+}
+
 Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     if (depth > 64) fail(ptr, "schema nested too deep");
     if (s.is_boolean()) {
@@ -435,6 +452,8 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     bool constrained = false;
     for (const auto& [k, v] : s.items()) {
         if (!is_known(k)) fail(child(ptr, k), fmt::format("unsupported keyword '{}'", k));
+        // An $id below the root would change what "#..." references resolve against.
+        if (k == "$id" && !ptr.empty()) fail(child(ptr, k), "$id below the root is not supported");
         if (!is_annotation(k) && k != "$defs" && k != "definitions") constrained = true;
     }
     if (!constrained) return any_value();
@@ -450,15 +469,16 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     if (s.contains("$ref")) {
         if (!s["$ref"].is_string()) fail(child(ptr, "$ref"), "$ref must be a string");
         const json rest = siblings({"$ref"});
-        if (rest.empty()) return ref(s["$ref"].get<std::string>(), ptr);
-        return schema(merge(resolve(s["$ref"].get<std::string>(), ptr), rest, ptr, 0), ptr, depth + 1);
+        const std::string r = s["$ref"].get<std::string>();
+        if (rest.empty()) return ref(r, ptr);
+        return merged(merge(resolve(r, ptr), rest, ptr, 0), ptr, depth);
     }
     if (s.contains("allOf")) {
         if (!s["allOf"].is_array() || s["allOf"].empty()) fail(child(ptr, "allOf"), "allOf must be a non-empty array");
         json merged = siblings({"allOf"});
         for (size_t i = 0; i < s["allOf"].size(); ++i)
             merged = merge(std::move(merged), s["allOf"][i], child(child(ptr, "allOf"), std::to_string(i)), 0);
-        return schema(merged, ptr, depth + 1);
+        return this->merged(merged, ptr, depth);
     }
     if (s.contains("anyOf") && s.contains("oneOf")) fail(ptr, "anyOf and oneOf together");
     for (const char* k : {"anyOf", "oneOf"}) {
@@ -469,10 +489,12 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
         const json rest = siblings({k});
         std::vector<Sequence> alts;
         for (size_t i = 0; i < branches.size(); ++i) {
+            if (branches[i] == false) continue;  // matches nothing
             const std::string p = child(child(ptr, k), std::to_string(i));
-            alts.push_back({rest.empty() ? schema(branches[i], p, depth + 1)
-                                         : schema(merge(rest, branches[i], p, 0), p, depth + 1)});
+            alts.push_back(
+                {rest.empty() ? schema(branches[i], p, depth + 1) : merged(merge(rest, branches[i], p, 0), p, depth)});
         }
+        if (alts.empty()) fail(child(ptr, k), fmt::format("every {} branch is false", k));
         return b_.alt(std::move(alts), k);
     }
     if (s.contains("enum") || s.contains("const")) return enumeration(s, ptr);
@@ -630,6 +652,9 @@ std::optional<Symbol> Compiler::uint_range(const std::string& lo, const std::opt
     return b_.alt(std::move(alts), "range");
 }
 
+// |v| for v < 0, INT64_MIN included.
+std::string magnitude(int64_t v) { return std::to_string(uint64_t{0} - static_cast<uint64_t>(v)); }
+
 Symbol Compiler::integer(const json& s, const std::string& ptr) {
     if (s.contains("multipleOf") && s["multipleOf"] != 1) fail(child(ptr, "multipleOf"), "multipleOf is not supported");
     // Bounds as signed decimal strings; the tighter of inclusive and exclusive wins.
@@ -653,6 +678,13 @@ Symbol Compiler::integer(const json& s, const std::string& ptr) {
     tighten("exclusiveMinimum", true, 1);
     tighten("maximum", false, 0);
     tighten("exclusiveMaximum", false, -1);
+    if (s.contains("format")) {  // OpenAPI's integer formats are ranges
+        const json& f = s["format"];
+        const int64_t max = f == "int32" ? INT32_MAX : f == "int64" ? INT64_MAX : 0;
+        if (max == 0) fail(child(ptr, "format"), fmt::format("unsupported format {} on an integer", f.dump()));
+        lo = std::max(lo.value_or(-max - 1), -max - 1);
+        hi = std::min(hi.value_or(max), max);
+    }
     if (!lo && !hi) return any_integer();
     if (lo && hi && *lo > *hi) fail(ptr, "the integer bounds allow nothing");
     std::vector<Sequence> alts;
@@ -660,8 +692,8 @@ Symbol Compiler::integer(const json& s, const std::string& ptr) {
         alts.push_back({*uint_range(std::to_string(lo ? std::max<int64_t>(*lo, 0) : 0),
                                     hi ? std::optional(std::to_string(*hi)) : std::nullopt)});
     if (!lo || *lo < 0)
-        alts.push_back({lit("-"), *uint_range(std::to_string(hi ? std::max<int64_t>(-*hi, 1) : 1),
-                                              lo ? std::optional(std::to_string(-*lo)) : std::nullopt)});
+        alts.push_back({lit("-"), *uint_range(hi && *hi < 0 ? magnitude(*hi) : "1",
+                                              lo ? std::optional(magnitude(*lo)) : std::nullopt)});
     return b_.alt(std::move(alts), "integer");
 }
 
@@ -688,6 +720,8 @@ Symbol Compiler::nonneg_number(const std::string& lo, bool lo_incl, const std::o
 
 Symbol Compiler::number(const json& s, const std::string& ptr) {
     if (s.contains("multipleOf")) fail(child(ptr, "multipleOf"), "multipleOf is not supported");
+    if (s.contains("format"))
+        fail(child(ptr, "format"), fmt::format("unsupported format {} on a number", s["format"].dump()));
     struct Bound {
         int64_t v;
         bool incl;
@@ -831,7 +865,86 @@ Symbol Compiler::format(const std::string& f, const std::string& ptr) {
 }
 
 Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
-    fail(ptr, fmt::format("pattern \"{}\": patterns are not supported yet", p));
+    // Anchors at the ends: a top-level alternation would make stripping them wrong.
+    int depth = 0;
+    bool in_class = false, top_alt = false;
+    for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i] == '\\') {
+            ++i;
+        } else if (in_class) {
+            in_class = p[i] != ']';
+        } else if (p[i] == '[') {
+            in_class = true;
+        } else if (p[i] == '(') {
+            ++depth;
+        } else if (p[i] == ')') {
+            --depth;
+        } else if (p[i] == '|' && depth == 0) {
+            top_alt = true;
+        }
+    }
+    std::string body = p;
+    const size_t n_start = body.starts_with('^') ? 1 : body.starts_with("\\A") ? 2 : 0;
+    const bool start = n_start > 0;
+    body.erase(0, n_start);
+    size_t n_backslashes = 0;  // before the last character: an odd count escapes it
+    for (size_t i = body.size(); i >= 2 && body[i - 2] == '\\'; --i) ++n_backslashes;
+    const bool end = !body.empty() && n_backslashes % 2 == (body.back() == '$' ? 0 : 1) &&
+                     (body.back() == '$' || body.back() == 'Z' || body.back() == 'z');
+    if (end) body.erase(body.size() - (body.back() == '$' ? 1 : 2));
+    if (top_alt && (start || end)) fail(ptr, "anchors with a top-level | are not supported; group the alternatives");
+    // The matched characters are written unescaped: compile the pattern alone, drop the bytes that would need an
+    // escape (they are ASCII, so never inside a multi-byte character), keep what still derives something.
+    Builder sub;
+    Grammar g;
+    try {
+        const int32_t r = sub.rule("pattern");
+        sub.add_alternative(r, {add_regex(sub, body)});
+        g = sub.finish(r);
+    } catch (const GrammarError& e) {
+        fail(ptr, fmt::format("pattern \"{}\": {}", p, e.what()));
+    }
+    ByteSet bad = ByteSet::range(0, 0x1F);
+    bad.add('"');
+    bad.add('\\');
+    const ByteSet keep = bad.complement();
+    for (Rule& rule : g.rules)
+        for (Sequence& seq : rule.alternatives)
+            for (Symbol& sym : seq)
+                if (!sym.is_rule()) sym.bytes = sym.bytes.intersect(keep);
+    std::vector<bool> productive(g.rules.size(), false);
+    const auto ok = [&](const Sequence& seq) {
+        return std::all_of(seq.begin(), seq.end(), [&](const Symbol& s) {
+            return s.is_rule() ? productive[static_cast<size_t>(s.rule)] : !s.bytes.empty();
+        });
+    };
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < g.rules.size(); ++i)
+            if (!productive[i] && std::any_of(g.rules[i].alternatives.begin(), g.rules[i].alternatives.end(), ok))
+                productive[i] = changed = true;
+    }
+    if (!productive[static_cast<size_t>(g.root)])
+        fail(ptr, fmt::format("pattern \"{}\" matches only text that would need JSON escapes", p));
+    std::vector<int32_t> map(g.rules.size(), -1);
+    for (size_t i = 0; i < g.rules.size(); ++i)
+        if (productive[i]) map[i] = b_.rule(g.rules[i].name);
+    for (size_t i = 0; i < g.rules.size(); ++i) {
+        if (!productive[i]) continue;
+        for (const Sequence& seq : g.rules[i].alternatives) {
+            if (!ok(seq)) continue;
+            Sequence out;
+            for (const Symbol& s : seq) out.push_back(s.is_rule() ? Symbol::ref(map[static_cast<size_t>(s.rule)]) : s);
+            b_.add_alternative(map[i], std::move(out));
+        }
+    }
+    Sequence content{lit("\"")};
+    const Symbol chars = b_.repeat(string_char(), 0, -1, "chars");
+    if (!start) content.push_back(chars);
+    content.push_back(Symbol::ref(map[static_cast<size_t>(g.root)]));
+    if (!end) content.push_back(chars);
+    content.push_back(lit("\""));
+    return b_.seq(std::move(content), "pattern");
 }
 
 // Key characters of additional properties: any code point, raw where JSON allows, or its two-character escape; no
@@ -843,7 +956,11 @@ Symbol Compiler::key_char_except(const std::set<uint32_t>& cps) {
     const auto add = [&](uint32_t lo, uint32_t hi) {  // a range of only surrogates has no encoding
         if (lo <= hi && !(lo >= 0xD800 && hi <= 0xDFFF)) alts.push_back({b_.utf8_range(lo, hi)});
     };
-    uint32_t from = 0x80;
+    if (cps.empty() || *cps.rbegin() < 0x80) {  // the usual case (ASCII names): every non-ASCII code point
+        if (!non_ascii_) non_ascii_ = b_.utf8_range(0x80, 0x10FFFF, "non-ascii");
+        alts.push_back({*non_ascii_});
+    }
+    uint32_t from = cps.empty() || *cps.rbegin() < 0x80 ? 0x110000 : 0x80;
     for (uint32_t cp : cps) {
         if (cp < 0x80) {
             ascii = ascii.intersect(ByteSet::of(static_cast<uint8_t>(cp)).complement());
@@ -909,15 +1026,6 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         fail(child(ptr, "patternProperties"), "patternProperties is not supported");
     if (s.contains("propertyNames") && s["propertyNames"] != true && s["propertyNames"] != json::object())
         fail(child(ptr, "propertyNames"), "propertyNames is not supported");
-    std::vector<std::string> names;
-    std::vector<const json*> schemas;
-    if (s.contains("properties")) {
-        if (!s["properties"].is_object()) fail(child(ptr, "properties"), "properties must be an object");
-        for (const auto& [k, v] : s["properties"].items()) {
-            names.push_back(k);
-            schemas.push_back(&v);
-        }
-    }
     std::set<std::string> required;
     if (s.contains("required")) {
         if (!s["required"].is_array()) fail(child(ptr, "required"), "required must be an array");
@@ -929,13 +1037,22 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     const json additional =
         s.contains("additionalProperties") ? s["additionalProperties"] : json(options_.additional_properties_default);
     const bool any_additional = additional != false;
+    std::vector<std::string> declared, names;  // declared: never additional keys; names: those that may be written
     std::vector<Symbol> values;
-    for (size_t i = 0; i < names.size(); ++i)
-        values.push_back(schema(*schemas[i], child(child(ptr, "properties"), names[i])));
+    if (s.contains("properties")) {
+        if (!s["properties"].is_object()) fail(child(ptr, "properties"), "properties must be an object");
+        for (const auto& [k, v] : s["properties"].items()) {
+            declared.push_back(k);
+            if (v == false && !required.count(k)) continue;  // may not appear at all
+            names.push_back(k);
+            values.push_back(schema(v, child(child(ptr, "properties"), k)));
+        }
+    }
     for (const std::string& r : required)
-        if (std::find(names.begin(), names.end(), r) == names.end()) {
+        if (std::find(declared.begin(), declared.end(), r) == declared.end()) {
             if (!any_additional)
                 fail(child(ptr, "required"), fmt::format("required '{}' is neither declared nor allowed", r));
+            declared.push_back(r);
             names.push_back(r);
             values.push_back(schema(additional, child(ptr, "additionalProperties")));
         }
@@ -978,7 +1095,8 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     std::vector<Symbol> members;
     for (size_t i = 0; i < n; ++i) members.push_back(member(lit(json(names[i]).dump()), values[i]));
     std::optional<Symbol> extra;
-    if (any_additional) extra = member(additional_key(names), schema(additional, child(ptr, "additionalProperties")));
+    if (any_additional)
+        extra = member(additional_key(declared), schema(additional, child(ptr, "additionalProperties")));
     // after[i]: the members from i on when one has been written (each after a comma); first[i]: the same when none
     // has been written and at least one must be (so "{" ws ws "}" cannot double the whitespace bound).
     std::vector<Symbol> after(n + 1);

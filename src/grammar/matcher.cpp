@@ -156,7 +156,8 @@ struct Waiter {
     int32_t rule;
     Item item;
     // Where a completion of `rule` from this set leads after the chain of deterministic reductions above it (Leo):
-    // set only when this waiter is the set's one waiter on `rule` and the rule is its last symbol.
+    // used only when this waiter is the set's one waiter on `rule` and the rule is its last symbol; kLeoUnresolved
+    // until first needed.
     Item leo;
 };
 
@@ -261,11 +262,11 @@ struct Matcher::Impl {
     }
 
     // The waiters on `rule` in set j (a finished set), as a range of waits.
-    std::pair<const Waiter*, const Waiter*> waiters(uint32_t j, int32_t rule) const {
-        const Waiter* b = waits.data() + waits_begin(j);
-        const Waiter* e = waits.data() + sets[j].wait_end;
+    std::pair<Waiter*, Waiter*> waiters(uint32_t j, int32_t rule) {
+        Waiter* b = waits.data() + waits_begin(j);
+        Waiter* e = waits.data() + sets[j].wait_end;
         b = std::lower_bound(b, e, rule, [](const Waiter& w, int32_t r) { return w.rule < r; });
-        const Waiter* f = b;
+        Waiter* f = b;
         while (f != e && f->rule == rule) ++f;
         return {b, f};
     }
@@ -291,13 +292,13 @@ struct Matcher::Impl {
                 if (!first_time(rule_done[static_cast<size_t>(lhs)], static_cast<uint32_t>(lhs), it.origin, kRuleTag))
                     continue;  // this rule was completed from this origin already
                 const auto [b, e] = waiters(it.origin, lhs);
-                if (e - b == 1 && b->leo.pos != kLeoNone) {
-                    add(b->leo);
+                if (e - b == 1 && c.next[b->item.pos + 1] == kEnd) {
+                    add(leo(b));
                 } else {
                     for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
                 }
             } else {
-                waits.push_back({sym, it, {kLeoNone, 0}});
+                waits.push_back({sym, it, {kLeoUnresolved, 0}});
                 predict(sym, k, allowed);
                 if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin});
             }
@@ -306,7 +307,6 @@ struct Matcher::Impl {
         sort_waiters(wait_start);
         sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
                         static_cast<uint32_t>(waits.size()), accepting, allowed});
-        resolve_leo(k);
     }
 
     // Adds the items predicting `rule` brings to set k. A bundle goes straight to the scanners and waiters (it is
@@ -330,7 +330,7 @@ struct Matcher::Impl {
             if (sym == kTerminal) {
                 scans.push_back({pos, k});
             } else {
-                waits.push_back({sym, {pos, k}, {kLeoNone, 0}});
+                waits.push_back({sym, {pos, k}, {kLeoUnresolved, 0}});
             }
         }
     }
@@ -350,52 +350,35 @@ struct Matcher::Impl {
         }
     }
 
-    // Fills the Leo items of set k's waiters (Leo 1991): a waiter that is alone on its rule and has the rule last
-    // completes as soon as the rule does, so a completion of the rule from this set may jump straight to the top of
-    // the chain of such waiters.
-    void resolve_leo(uint32_t k) {
+    // The Leo item of `w` (Leo 1991), a waiter alone on its rule in its set and with the rule last: a completion of
+    // the rule from that set completes `w` too, and so on up the chain of such waiters, so the completion may jump
+    // straight to the top of the chain. Found when first asked and kept in the waiter: it depends only on the sets
+    // up to the waiter's own, which a rollback pops together with it.
+    Item leo(Waiter* w) {
         const Compiled& c = *g;
-        Waiter* b = waits.data() + waits_begin(k);
-        Waiter* e = waits.data() + sets[k].wait_end;
-        for (Waiter* w = b; w != e;) {
-            Waiter* f = w + 1;
-            while (f != e && f->rule == w->rule) ++f;
-            if (f - w == 1 && c.next[w->item.pos + 1] == kEnd) w->leo.pos = kLeoUnresolved;
-            w = f;
-        }
-        for (Waiter* w = b; w != e; ++w) {
-            if (w->leo.pos != kLeoUnresolved) continue;
-            // Walk up the chain within this set (waiters whose origin is k), then take the top from an older set.
-            leo_path.clear();
-            Waiter* cur = w;
-            Item top{kLeoNone, 0};
-            for (;;) {
-                if (cur->leo.pos != kLeoUnresolved) {
-                    if (cur->leo.pos != kLeoBusy) top = cur->leo;  // resolved earlier; busy: a cycle, stop here
-                    break;
-                }
-                cur->leo.pos = kLeoBusy;
-                leo_path.push_back(static_cast<uint32_t>(cur - waits.data()));
-                const Item done{cur->item.pos + 1, cur->item.origin};
-                const int32_t lhs = c.arg[done.pos];
-                if (done.origin < k) {
-                    const auto [ob, oe] = waiters(done.origin, lhs);
-                    top = (oe - ob == 1 && ob->leo.pos != kLeoNone) ? ob->leo : done;
-                    break;
-                }
-                const auto [nb, ne] = waiters(k, lhs);
-                if (ne - nb != 1 || nb->leo.pos == kLeoNone) {
-                    top = done;
-                    break;
-                }
-                cur = &waits[static_cast<size_t>(nb - waits.data())];
+        leo_path.clear();
+        Item top{kLeoNone, 0};
+        for (Waiter* cur = w;;) {
+            if (cur->leo.pos != kLeoUnresolved) {
+                if (cur->leo.pos != kLeoBusy) top = cur->leo;  // known already; busy: a cycle, stop below it
+                break;
             }
-            if (top.pos == kLeoNone) {
-                const Waiter& last = waits[leo_path.back()];
-                top = {last.item.pos + 1, last.item.origin};
+            cur->leo.pos = kLeoBusy;
+            leo_path.push_back(static_cast<uint32_t>(cur - waits.data()));
+            const Item done{cur->item.pos + 1, cur->item.origin};
+            const auto [b, e] = waiters(done.origin, c.arg[done.pos]);
+            if (e - b != 1 || c.next[b->item.pos + 1] != kEnd) {
+                top = done;
+                break;
             }
-            for (uint32_t idx : leo_path) waits[idx].leo = top;
+            cur = b;
         }
+        if (top.pos == kLeoNone) {
+            const Waiter& last = waits[leo_path.back()];
+            top = {last.item.pos + 1, last.item.origin};
+        }
+        for (uint32_t i : leo_path) waits[i].leo = top;
+        return top;
     }
 
     bool advance(uint8_t byte) {

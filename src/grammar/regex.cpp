@@ -241,6 +241,17 @@ class RegexParser {
         return v;
     }
 
+    // ECMAScript's \u{H...} (JSON Schema patterns are ECMA-262), the brace at i_.
+    uint32_t braced_hex(size_t at) {
+        const size_t close = p_.find('}', i_);
+        const size_t digits = close == std::string_view::npos ? 0 : close - i_ - 1;
+        if (digits == 0 || digits > 6) fail("\\u{...} needs 1 to 6 hex digits", at);
+        ++i_;
+        const uint32_t v = hex(digits, at);
+        ++i_;
+        return v;
+    }
+
     // A class escape (\d \w \s and negations) as ranges, if `e` is one.
     static std::optional<std::vector<CodePointRange>> class_escape(char e) {
         switch (e) {
@@ -287,6 +298,7 @@ class RegexParser {
             case 'x':
                 return hex(2, at);
             case 'u':
+                if (peek() == '{' && !at_end()) return braced_hex(at);
                 return hex(4, at);
             case 'U':
                 return hex(8, at);
@@ -351,8 +363,6 @@ class RegexParser {
             std::optional<std::vector<CodePointRange>> ranges;
             const uint32_t lo = class_member(ranges);
             if (ranges) {
-                if (peek() == '-' && peek(1) != ']' && i_ + 1 < p_.size())
-                    fail("a class escape as the end of a range", at);
                 cls.add(*ranges);
                 continue;
             }
@@ -360,7 +370,12 @@ class RegexParser {
                 ++i_;
                 std::optional<std::vector<CodePointRange>> hi_ranges;
                 const uint32_t hi = class_member(hi_ranges);
-                if (hi_ranges) fail("a class escape as the end of a range", at);
+                if (hi_ranges) {  // [a-\d]: ECMAScript's reading, as in [\w-.] (JSON Schema patterns are ECMA-262)
+                    cls.add(lo, lo);
+                    cls.add('-', '-');
+                    cls.add(*hi_ranges);
+                    continue;
+                }
                 if (hi < lo) fail("a character range with its end below its start", at);
                 cls.add(lo, hi);
             } else {

@@ -2,6 +2,7 @@
 // the grammar deliberately leaves out, such as over-long whitespace) must not; unsupported keywords are errors.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,9 +15,26 @@ namespace {
 
 Grammar schema(std::string_view text, JsonSchemaOptions options = {}) { return compile_json_schema(text, options); }
 
+// `s` as a JSON string literal (backslashes and quotes escaped).
+std::string json_quote(std::string_view s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + '"';
+}
+
 void check(const Grammar& g, const std::vector<std::string_view>& accept, const std::vector<std::string_view>& reject) {
     for (std::string_view t : accept) EXPECT_TRUE(matches(g, t)) << "should accept: " << t;
     for (std::string_view t : reject) EXPECT_FALSE(matches(g, t)) << "should reject: " << t;
+}
+
+// `"name":1`, after a comma when `comma`.
+std::string fmt_member(char name, bool comma) {
+    std::string m = comma ? ",\"" : "\"";
+    m += name;
+    return m + "\":1";
 }
 
 // compile_json_schema throws a GrammarError whose message holds each of `needles`.
@@ -52,6 +70,30 @@ TEST(JsonSchema, WhitespaceIsBounded) {
     none.max_whitespace = 0;
     check(schema("{}", none), {R"({"a":[1,{"b":null}]})"}, {R"({ "a":1})", R"({"a": 1})", "[1, 2]", "[ ]"});
     check(json_object_grammar(none), {"{}"}, {"{ }"});
+}
+
+// Whitespace at every place JSON allows it in a compact instance (next to a structural character outside a
+// string): up to the bound accepted, one more byte rejected; never inside a token.
+TEST(JsonSchema, WhitespaceAtEveryTokenBoundary) {
+    const Grammar g = schema(R"({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}}, "meta": {"type": "object"}},
+        "required": ["id", "tags"], "additionalProperties": false})");
+    const std::string text = R"({"id":12,"tags":["a","b"],"meta":{"k":[true,null,-1.5],"":{}}})";
+    ASSERT_TRUE(matches(g, text));
+    bool in_string = false;
+    int n_boundaries = 0;
+    for (size_t i = 1; i < text.size(); ++i) {
+        const char prev = text[i - 1], next = text[i];
+        if (prev == '"' && (i < 2 || text[i - 2] != '\\')) in_string = !in_string;
+        const auto structural = [](char c) { return std::string_view("{}[],:").find(c) != std::string_view::npos; };
+        const bool boundary = !in_string && (structural(prev) || structural(next));
+        n_boundaries += boundary;
+        const std::string two = text.substr(0, i) + " \t" + text.substr(i);
+        const std::string three = text.substr(0, i) + "\n  " + text.substr(i);
+        EXPECT_EQ(matches(g, two), boundary) << two;
+        EXPECT_FALSE(matches(g, three)) << three;
+    }
+    EXPECT_EQ(n_boundaries, 31);  // the gaps between its 32 tokens
 }
 
 TEST(JsonSchema, Types) {
@@ -91,6 +133,12 @@ TEST(JsonSchema, IntegerBoundsAreExact) {
         EXPECT_FALSE(matches(g, "-0"));
         EXPECT_FALSE(matches(g, "007"));
     }
+    const Grammar i32 = schema(R"({"type": "integer", "format": "int32", "minimum": -5})");
+    check(i32, {"-5", "2147483647"}, {"-6", "2147483648"});
+    const Grammar i64 = schema(R"({"type": "integer", "format": "int64"})");
+    check(i64, {"9223372036854775807", "-9223372036854775808", "0"}, {"9223372036854775808", "-9223372036854775809"});
+    expect_error(R"({"type": "integer", "format": "uint8"})", {"format", "#/format"});
+    expect_error(R"({"type": "number", "format": "double"})", {"format", "#/format"});
     expect_error(R"({"type": "integer", "minimum": 5, "maximum": 4})", {"allow nothing"});
     expect_error(R"({"type": "integer", "multipleOf": 3})", {"multipleOf", "#/multipleOf"});
     check(schema(R"({"type": "integer", "multipleOf": 1, "minimum": 0})"), {"0", "5"}, {"-1"});
@@ -158,6 +206,44 @@ TEST(JsonSchema, PropertiesInOrderOptionalOnesSkipped) {
           {R"({"x":null})", R"({,"z":null})", R"({"x":null,,"z":null})", R"({"y":null,"x":null,"z":null})"});
 }
 
+// Every subset of four properties (two required), written in schema order and in another order: accepted exactly
+// when the required ones are there and the order is the schema's.
+TEST(JsonSchema, EverySubsetOfOptionalProperties) {
+    const Grammar g = schema(R"({"type": "object", "properties": {"w": {"type": "integer"}, "x": {"type": "integer"},
+        "y": {"type": "integer"}, "z": {"type": "integer"}}, "required": ["x", "z"], "additionalProperties": false})");
+    const std::string names = "wxyz";
+    for (int mask = 0; mask < 16; ++mask) {
+        std::string text = "{", reversed = "{";
+        for (int i = 0; i < 4; ++i)
+            if (mask & (1 << i)) text += fmt_member(names[static_cast<size_t>(i)], text.size() > 1);
+        for (int i = 3; i >= 0; --i)
+            if (mask & (1 << i)) reversed += fmt_member(names[static_cast<size_t>(i)], reversed.size() > 1);
+        text += "}";
+        reversed += "}";
+        const bool has_required = (mask & 0b1010) == 0b1010;
+        EXPECT_EQ(matches(g, text), has_required) << text;
+        EXPECT_EQ(matches(g, reversed), has_required && std::popcount(static_cast<unsigned>(mask)) <= 1) << reversed;
+    }
+}
+
+// Arrays of every length 0..7 against prefixItems, items and length bounds.
+TEST(JsonSchema, EveryArrayLength) {
+    const Grammar g = schema(R"({"prefixItems": [{"const": 0}, {"const": 1}], "items": {"type": "integer"},
+                                 "minItems": 1, "maxItems": 5})");
+    const Grammar closed = schema(R"({"prefixItems": [{"const": 0}, {"const": 1}, {"const": 2}], "items": false,
+                                      "minItems": 2})");
+    for (int n = 0; n <= 7; ++n) {
+        std::string text = "[";
+        for (int i = 0; i < n; ++i) {
+            if (i > 0) text += ',';
+            text += std::to_string(i);
+        }
+        text += "]";
+        EXPECT_EQ(matches(g, text), n >= 1 && n <= 5) << text;
+        EXPECT_EQ(matches(closed, text), n >= 2 && n <= 3) << text;
+    }
+}
+
 TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
     const Grammar open = schema(R"({"type": "object", "properties": {"name": {"type": "string"},
         "a/b": {"type": "string"}}, "required": ["name"], "additionalProperties": true})");
@@ -178,6 +264,15 @@ TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
     check(schema(R"({"required": ["id"], "additionalProperties": {"type": "integer"}})"), {R"({"id":1,"x":2})"},
           {"{}", R"({"x":2})", R"({"id":"1"})"});
     expect_error(R"({"required": ["id"], "additionalProperties": false})", {"required 'id'"});
+    // Non-ASCII declared names: the complement is over code points, not bytes.
+    check(schema("{\"properties\": {\"\xC3\xA9\": {\"type\": \"string\"}, \"\xE6\x97\xA5\xE6\x9C\xAC\": "
+                 "{\"type\": \"string\"}}}"),
+          {"{\"\xC3\xA9\":\"x\"}", "{\"\xC3\xA8\":1}", "{\"\xE6\x97\xA5\":1}",
+           "{\"\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\":1}", "{\"\xC3\xA9\xC3\xA9\":1}"},
+          {"{\"\xC3\xA9\":1}", "{\"\xE6\x97\xA5\xE6\x9C\xAC\":1}", "{\"\xC3\xA9\":\"x\",\"\xC3\xA9\":1}"});
+    // A property whose schema is false may not appear, not even as an additional one.
+    check(schema(R"({"properties": {"a": false, "b": {}}, "additionalProperties": true})"),
+          {R"({"b":1})", R"({"c":1})", "{}"}, {R"({"a":1})", R"({"b":1,"a":1})"});
 }
 
 TEST(JsonSchema, PropertyCounts) {
@@ -232,6 +327,25 @@ TEST(JsonSchema, RefsRecurse) {
     expect_error(R"({"$ref": "https://example.com/s.json"})", {"within the document"});
 }
 
+TEST(JsonSchema, PatternsAreUnanchoredAndNeedNoEscapes) {
+    const auto pat = [](std::string_view p) {
+        return schema(std::string(R"({"type": "string", "pattern": )") + json_quote(p) + "}");
+    };
+    check(pat("^[a-z]+$"), {R"("abc")"}, {R"("")", R"("aBc")", R"("abc1")", R"(" abc")"});
+    check(pat("\\d{3}"), {R"("123")", R"("x123y")", R"("a\n1234")"}, {R"("12a")", R"("")", R"(123)"});
+    check(pat("^ab"), {R"("ab")", R"("abzz\"")"}, {R"("zab")", R"("a")"});
+    check(pat("c$"), {R"("abc")", R"("\u00e9c")"}, {R"("cab")"});
+    check(pat("\\Ax\\Z"), {R"("x")"}, {R"("xx")"});
+    check(pat("(cat|dog)s?"), {R"("hotdogs")", R"("cat")"}, {R"("cow")"});
+    // The matched characters need no escape: a quote inside the match is left out, outside it is any character.
+    check(pat("^.+$"), {R"("a b")", "\"\xC3\xA9\""}, {R"("a\"b")", R"("a\nb")", R"("")"});
+    check(pat("x"), {R"("\"x\\")"}, {R"("\u0078")"});
+    expect_error(R"({"type": "string", "pattern": "^\"$"})", {"JSON escapes", "#/pattern"});
+    expect_error(R"({"type": "string", "pattern": "^a|b$"})", {"top-level |"});
+    expect_error(R"j({"type": "string", "pattern": "a(?=b)"})j", {"pattern", "#/pattern"});
+    expect_error(R"({"type": "string", "pattern": "a", "maxLength": 3})", {"cannot be combined"});
+}
+
 TEST(JsonSchema, AnyOfOneOfAllOf) {
     check(schema(R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2}]})"), {"1", R"("ab")"},
           {R"("abc")", "true"});
@@ -247,11 +361,21 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
     check(schema(R"({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 10}, {"type": "number"}]})"),
           {"0", "10", "5"}, {"-1", "11", "5.5"});
     check(schema(R"({"allOf": [{"enum": [1, 2, 3]}, {"enum": [2, 3, 4]}]})"), {"2", "3"}, {"1", "4"});
+    // allOf through a recursive reference.
+    check(schema(R"({"type": "object", "properties": {"v": {"type": "integer"},
+                     "next": {"allOf": [{"$ref": "#"}, {"required": ["v"]}]}}, "additionalProperties": false})"),
+          {R"({"v":1,"next":{"v":2,"next":{"v":3}}})", "{}"},
+          {R"({"v":1,"next":{}})", R"({"next":{"v":1,"next":{}}})"});
+    check(schema(R"({"type": "integer", "anyOf": [false, {"maximum": 2}]})"), {"2"}, {"3"});
+    expect_error(R"({"oneOf": [false]})", {"every oneOf branch is false"});
     expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
     expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
                                {"properties": {"b": {}}}]})",
                  {"additionalProperties"});
     expect_error(R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})", {"pattern"});
+    check(schema(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+                                {"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}}]})"),
+          {R"({"a":1})", "{}"}, {R"({"a":"1"})", R"({"a":1,"b":"x"})"});
 }
 
 TEST(JsonSchema, Formats) {
@@ -287,6 +411,10 @@ TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
     expect_error(R"({"type": "object",)", {"parse error"});
     expect_error(R"({"properties": {"a": false}, "required": ["a"]})", {"false schema", "#/properties/a"});
     expect_error("[1]", {"must be an object or a boolean"});
+    expect_error(R"({"$defs": {"x": {"$id": "x.json", "type": "string"}}, "$ref": "#/$defs/x"})", {"$id"});
+    check(schema(R"({"$id": "https://example.com/tree", "type": "object", "properties": {"kids": {"type": "array",
+        "items": {"$ref": "#", "minProperties": 1}}}, "additionalProperties": false})"),
+          {R"({"kids":[{"kids":[]}]})", "{}"}, {R"({"kids":[{}]})"});
 }
 
 TEST(JsonSchema, JsonObjectGrammar) {

@@ -513,7 +513,7 @@ bool sample(const Grammar& g, int32_t rule, std::mt19937& rng, int depth, std::s
 TEST(GrammarMatcher, RandomGrammarsAgainstBruteForce) {
     std::mt19937 rng(20261206);
     int n_accepted = 0, n_cases = 0;
-    for (int round = 0; round < 300; ++round) {
+    for (int round = 0; round < 800; ++round) {
         const Grammar g = random_grammar(rng);
         for (int t = 0; t < 6; ++t) {
             std::string text;
@@ -521,7 +521,7 @@ TEST(GrammarMatcher, RandomGrammarsAgainstBruteForce) {
                 if (!sample(g, g.root, rng, 0, text)) text.clear();
                 if (rng() % 2 == 0) text.push_back(static_cast<char>('a' + rng() % 3));  // often a near miss
             } else {
-                const size_t len = rng() % 8;
+                const size_t len = rng() % 10;
                 for (size_t i = 0; i < len; ++i) text.push_back(static_cast<char>('a' + rng() % 3));
             }
             BruteForce brute(g, text);

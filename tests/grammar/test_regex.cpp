@@ -1,10 +1,14 @@
 // Regular expressions compiled to grammars and run by the matcher: every feature against strings it must and must
-// not match, UTF-8 in classes and literals, realistic patterns, add_regex inside a larger grammar, the GBNF round
-// trip, and the errors for what a recogniser cannot do.
+// not match, UTF-8 in classes and literals, realistic patterns, random expressions against std::regex and their
+// GBNF spelling, add_regex inside a larger grammar, the GBNF round trip, and the errors for what a recogniser
+// cannot do.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <regex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "frontend_test_util.h"
 #include "grammar/frontends.h"
@@ -94,6 +98,9 @@ TEST(GrammarRegex, ClassEscapesHaveAsciiMeanings) {
     expect_regex("[\\d\\s]+", {"1 2\t3"}, {"1a"});
     expect_regex("[^\\d]", {"a", "é"}, {"3"});
     expect_regex("[\\W\\d]", {"-", "5", "é"}, {"a", "_"});
+    // A '-' next to a class escape is literal, as ECMAScript (JSON Schema's pattern dialect) reads it.
+    expect_regex("[\\w-.]+", {"a-b.c", "-", "."}, {"a b", "/"});
+    expect_regex("[%-\\d]", {"%", "-", "7"}, {"&", "a"});
 }
 
 TEST(GrammarRegex, NonAsciiInClassesAndLiterals) {
@@ -111,6 +118,8 @@ TEST(GrammarRegex, Escapes) {
     expect_regex("a\\.b", {"a.b"}, {"axb"});
     expect_regex("\\\\\\n\\t\\r\\f\\v", {"\\\n\t\r\f\v"}, {"\\n\\t"});
     expect_regex("\\x41\\u00e9\\U0001F600", {"Aé😀"}, {"A\xE9\xF0"});
+    expect_regex("\\xE9", {"é"}, {"\xE9"});  // a code point, unlike GBNF's raw byte
+    expect_regex("\\u{41}\\u{1F600}[\\u{e0}-\\u{ff}]", {"A😀é"}, {"A😀a"});
     expect_regex("\\(\\)\\[\\]\\{\\}\\*\\+\\?\\|\\^\\$\\/\\-", {"()[]{}*+?|^$/-"}, {""});
     expect_regex("a{x}", {"a{x}"}, {"a"});  // a brace that opens no repetition is literal, as in Python
     expect_regex("a{,}", {"a{,}"}, {"a"});
@@ -144,6 +153,77 @@ TEST(GrammarRegex, RealisticPatterns) {
                  {"256.1.1.1", "1.2.3", "1.2.3.4.5", "01.2.3.4"});
     expect_regex("(true|false|-?(0|[1-9]\\d*)(\\.\\d+)?([eE][+-]?\\d+)?)", {"true", "-0.5e10", "42"},
                  {"tru", "01", "1.", "-"});
+}
+
+// One random expression written twice: as a regular expression (which std::regex reads the same way for this
+// subset) and as GBNF.
+struct Twin {
+    std::string re, gbnf;
+};
+
+Twin random_expression(std::mt19937& rng, int depth) {
+    const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    static const Twin kAtoms[] = {{"a", "\"a\""},   {"b", "\"b\""},     {"[ab]", "[ab]"},
+                                  {"[^a]", "[^a]"}, {"[a-c]", "[a-c]"}, {".", "[^\\n]"}};
+    static const char* const kQuantifiers[] = {"*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}"};
+    switch (depth <= 0 ? 0 : pick(4)) {
+        case 0:
+            return kAtoms[pick(6)];
+        case 1: {
+            const Twin x = random_expression(rng, depth - 1), y = random_expression(rng, depth - 1);
+            return {x.re + y.re, x.gbnf + " " + y.gbnf};
+        }
+        case 2: {
+            const Twin x = random_expression(rng, depth - 1), y = random_expression(rng, depth - 1);
+            return {"(" + x.re + "|" + y.re + ")", "(" + x.gbnf + " | " + y.gbnf + ")"};
+        }
+        default: {
+            const Twin x = random_expression(rng, depth - 1);
+            const std::string q = kQuantifiers[pick(7)];
+            return {"(" + x.re + ")" + q, "(" + x.gbnf + ")" + q};
+        }
+    }
+}
+
+TEST(GrammarRegex, AgreesWithStdRegexAndGbnfOnRandomExpressions) {
+    std::vector<std::string> inputs = {""};  // every string over a, b, c, \n up to 4 bytes
+    for (size_t begin = 0, len = 1; len <= 4; ++len) {
+        const size_t end = inputs.size();
+        for (size_t i = begin; i < end; ++i)
+            for (const char c : std::string_view("abc\n")) inputs.push_back(inputs[i] + c);
+        begin = end;
+    }
+    std::mt19937 rng(51);
+    for (int n = 0; n < 120; ++n) {
+        const Twin t = random_expression(rng, 3);
+        SCOPED_TRACE(t.re);
+        const std::regex want(t.re, std::regex::ECMAScript);
+        const Grammar re = compile_regex(t.re);
+        const Grammar gbnf = parse_gbnf("root ::= " + t.gbnf);
+        for (const std::string& s : inputs) {
+            const bool expected = std::regex_match(s, want);
+            ASSERT_EQ(matches(re, s), expected) << "regex on '" << s << "'";
+            ASSERT_EQ(matches(gbnf, s), expected) << "gbnf " << t.gbnf << " on '" << s << "'";
+        }
+    }
+}
+
+TEST(GrammarRegex, RandomTextCompilesOrIsAGrammarError) {
+    // Metacharacters in every order: anything but a GrammarError (or a crash) is a parser bug.
+    constexpr std::string_view kAlphabet = "ab()[]{}|*+?^$\\.-,0129dwsDuxU:P<>=!\xC3\xA9";
+    std::mt19937 rng(7);
+    int compiled = 0;
+    for (int n = 0; n < 3000; ++n) {
+        std::string pattern;
+        for (size_t len = rng() % 12; len > 0; --len) pattern += kAlphabet[rng() % kAlphabet.size()];
+        try {
+            const Grammar g = compile_regex(pattern);
+            EXPECT_GE(g.root, 0);
+            ++compiled;
+        } catch (const GrammarError&) {
+        }
+    }
+    EXPECT_GT(compiled, 100);  // the alphabet makes valid patterns too, not only errors
 }
 
 TEST(GrammarRegex, AddRegexComposesIntoALargerGrammar) {
@@ -206,12 +286,13 @@ TEST(GrammarRegex, SyntaxErrorsSayWhere) {
     expect_regex_error("ab)", {"unbalanced ')'", "offset 2"});
     expect_regex_error("x[abc", {"missing ']'", "offset 1"});
     expect_regex_error("[z-a]", {"range", "offset 1"});
-    expect_regex_error("[\\d-z]", {"class escape", "offset 1"});
     expect_regex_error("x{3,2}", {"max below min", "offset 1"});
     expect_regex_error("a\\q", {"unknown escape", "offset 1"});
     expect_regex_error("ab\\", {"trailing backslash", "offset 2"});
     expect_regex_error("\\xZZ", {"hex digits", "offset 0"});
     expect_regex_error("\\uD800", {"not a character", "offset 0"});
+    expect_regex_error("a\\u{}", {"1 to 6 hex digits", "offset 1"});
+    expect_regex_error("\\u{110000}", {"not a character", "offset 0"});
     expect_regex_error("a\xFF", {"invalid UTF-8", "offset 1"});
     expect_regex_error("[^\\x00-\\U0010FFFF]", {"matches no character", "offset 0"});
     expect_regex_error("x{99999999}", {"bound above", "offset 2"});
