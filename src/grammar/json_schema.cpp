@@ -3,7 +3,9 @@
 // be enforced is a GrammarError naming it and its JSON pointer.
 //
 // Choices:
-// - Text is standard JSON: strings with the JSON escapes and no raw control characters; numbers by the JSON grammar.
+// - Text is standard JSON: strings with the JSON escapes and no raw control characters (and no \u escapes of
+//   surrogates: code points above U+FFFF are written raw, so each string character is one code point); numbers by
+//   the JSON grammar.
 //   Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes of [ \t\n] at each
 //   place; none around the top-level value (the output ends when the value closes).
 // - `enum` and `const` values are emitted in their canonical compact serialization only; they are filtered by
@@ -239,7 +241,14 @@ Symbol Compiler::string_char() {
     hex.add_range('a', 'f');
     hex.add_range('A', 'F');
     const Symbol h = b_.bytes(hex);
-    string_char_ = b_.alt({{raw}, {lit("\\"), b_.bytes(esc)}, {lit("\\"), lit("u"), h, h, h, h}}, "char");
+    // \u escapes of surrogates left out: a pair would be two chars here but one code point to minLength/maxLength,
+    // and a lone one is no character at all. Code points above U+FFFF are written raw.
+    ByteSet d = ByteSet::of('d');
+    d.add('D');
+    const Symbol u = b_.alt(
+        {{b_.bytes(hex.intersect(d.complement())), h, h, h}, {b_.bytes(d), b_.bytes(ByteSet::range('0', '7')), h, h}},
+        "u-hex");
+    string_char_ = b_.alt({{raw}, {lit("\\"), b_.bytes(esc)}, {lit("\\"), lit("u"), u}}, "char");
     return *string_char_;
 }
 

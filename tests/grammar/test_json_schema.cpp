@@ -163,6 +163,9 @@ TEST(JsonSchema, StringLengthsCountCodePoints) {
           {R"("ab")", R"("a\n")", R"("abc")", R"("\u00e9\"x")", "\"\xC3\xA9\xE6\x97\xA5\xF0\x9F\x98\x80\""},
           {R"("a")", R"("abcd")", R"("\n")", R"("")", "\"\xC3\xA9\xE6\x97\xA5\xF0\x9F\x98\x80z\""});
     check(schema(R"({"type": "string", "maxLength": 0})"), {R"("")"}, {R"("a")"});
+    // No surrogate escapes: a pair is one code point (written raw instead), a lone one none.
+    check(schema(R"({"type": "string", "minLength": 2})"), {R"("\uD7FF\uE000")", "\"\xF0\x9F\x98\x80x\""},
+          {R"("\ud83d\ude00")", R"("\uDC00x")", R"("\uD800x")"});
     expect_error(R"({"type": "string", "minLength": 3, "maxLength": 2})", {"allows nothing"});
     expect_error(R"({"type": "string", "minLength": 3, "format": "date"})", {"cannot be combined"});
 }
