@@ -1,13 +1,12 @@
 // JSON Schema (draft 2020-12) to Grammar: every text the grammar derives is JSON that the schema accepts. The
-// grammar may accept fewer texts than the schema (a sound subset); it never accepts more, so a keyword that cannot
-// be enforced is a GrammarError naming it and its JSON pointer.
+// grammar may accept fewer texts than the schema (a sound subset); it never accepts more (oneOf aside, below), so a
+// keyword that cannot be enforced is a GrammarError naming it and its JSON pointer.
 //
 // Choices:
 // - Text is standard JSON: strings with the JSON escapes and no raw control characters (and no \u escapes of
 //   surrogates: code points above U+FFFF are written raw, so each string character is one code point); numbers by
-//   the JSON grammar.
-//   Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes of [ \t\n] at each
-//   place; none around the top-level value (the output ends when the value closes).
+//   the JSON grammar. Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes
+//   of [ \t\n] at each place; none around the top-level value (the output ends when the value closes).
 // - `enum` and `const` values are emitted in their canonical compact serialization only; they are filtered by
 //   `type`, and other validation keywords beside them are an error.
 // - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
@@ -19,8 +18,9 @@
 //   declared properties cannot exceed it; otherwise an error. patternProperties, propertyNames: errors unless empty.
 // - Arrays: prefixItems, items, minItems, maxItems exactly; uniqueItems only false; contains is an error.
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
-//   is not produced under bounds). Numbers: bounds must be integers and are exact; a bounded number is written
-//   without an exponent. multipleOf: an error (except 1 on integers).
+//   is not produced under bounds); format int32/int64 as ranges. Numbers: bounds must be integers and are exact; a
+//   bounded number is written without an exponent. multipleOf: an error (except 1 on integers); other formats on
+//   numbers are errors.
 // - Strings: minLength/maxLength in code points (an escape is one); pattern (unanchored, as JSON Schema says: the
 //   string contains a match; the regex front end's syntax) where the matched characters are written unescaped, so
 //   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
@@ -29,8 +29,10 @@
 // - anyOf and oneOf are alternatives. oneOf is treated as anyOf (as llama.cpp and xgrammar do): the one place the
 //   grammar may accept more than the schema, an instance that matches two branches; exact when they are disjoint.
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
-//   bounds, types, enums); anything else is an error.
-// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules.
+//   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
+//   error. A false branch is dropped; a property whose schema is false is never written.
+// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules;
+//   $id only at the root. Definitions are compiled when referenced, so an unused one is not checked.
 #include <fmt/format.h>
 
 #include <algorithm>
