@@ -152,6 +152,17 @@ std::set<std::string> parse_types(const json& t, const std::string& ptr) {
     return out;
 }
 
+// A length or count keyword's value; a bound expands to one rule per unit, so it is capped.
+constexpr uint64_t kMaxBound = 100'000;
+int64_t bound_keyword(const json& s, const char* k, int64_t dflt, const std::string& ptr) {
+    if (!s.contains(k)) return dflt;
+    if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
+    const uint64_t v = s[k].get<uint64_t>();
+    if (v > kMaxBound)
+        fail(child(ptr, k), fmt::format("{} {} is above the {} a grammar can spell out", k, v, kMaxBound));
+    return static_cast<int64_t>(v);
+}
+
 bool value_has_type(const json& v, const std::string& t) {
     if (t == "null") return v.is_null();
     if (t == "boolean") return v.is_boolean();
@@ -166,7 +177,8 @@ bool value_has_type(const json& v, const std::string& t) {
 class Compiler {
   public:
     Compiler(json root, const JsonSchemaOptions& options) : root_(std::move(root)), options_(options) {
-        if (options_.max_whitespace < 0) throw GrammarError("json schema: max_whitespace is negative");
+        if (options_.max_whitespace < 0 || static_cast<uint64_t>(options_.max_whitespace) > kMaxBound)
+            throw GrammarError(fmt::format("json schema: max_whitespace {} out of range", options_.max_whitespace));
         if (options_.max_whitespace > 0) ws_ = b_.repeat(b_.bytes(ws_bytes()), 0, options_.max_whitespace, "ws");
     }
 
@@ -577,11 +589,7 @@ Symbol Compiler::string(const json& s, const std::string& ptr) {
         return pattern(s["pattern"].get<std::string>(), child(ptr, "pattern"));
     }
     if (!has_len) return any_string();
-    const auto count = [&](const char* k, int64_t dflt) {
-        if (!s.contains(k)) return dflt;
-        if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
-        return static_cast<int64_t>(s[k].get<uint64_t>());
-    };
+    const auto count = [&](const char* k, int64_t dflt) { return bound_keyword(s, k, dflt, ptr); };
     const int64_t lo = count("minLength", 0), hi = count("maxLength", -1);
     if (hi >= 0 && hi < lo) fail(ptr, "maxLength below minLength allows nothing");
     return b_.seq({lit("\""), b_.repeat(string_char(), lo, hi, "chars"), lit("\"")}, "string");
@@ -1157,11 +1165,7 @@ Symbol Compiler::array(const json& s, const std::string& ptr) {
             prefix.push_back(schema(s["prefixItems"][i], child(child(ptr, "prefixItems"), std::to_string(i))));
     }
     const json items = s.contains("items") ? s["items"] : json(true);
-    const auto count = [&](const char* k, int64_t dflt) {
-        if (!s.contains(k)) return dflt;
-        if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
-        return static_cast<int64_t>(s[k].get<uint64_t>());
-    };
+    const auto count = [&](const char* k, int64_t dflt) { return bound_keyword(s, k, dflt, ptr); };
     const auto k = static_cast<int64_t>(prefix.size());
     const int64_t min = count("minItems", 0);
     int64_t max = count("maxItems", -1);

@@ -167,6 +167,8 @@ TEST(JsonSchema, StringLengthsCountCodePoints) {
     check(schema(R"({"type": "string", "minLength": 2})"), {R"("\uD7FF\uE000")", "\"\xF0\x9F\x98\x80x\""},
           {R"("\ud83d\ude00")", R"("\uDC00x")", R"("\uD800x")"});
     expect_error(R"({"type": "string", "minLength": 3, "maxLength": 2})", {"allows nothing"});
+    expect_error(R"({"type": "string", "minLength": 1000000000})", {"minLength", "#/minLength"});
+    expect_error(R"({"type": "array", "maxItems": 18446744073709551615})", {"maxItems"});
     expect_error(R"({"type": "string", "minLength": 3, "format": "date"})", {"cannot be combined"});
 }
 
