@@ -1,11 +1,12 @@
 // JSON Schema (draft 2020-12) to Grammar: every text the grammar derives is JSON that the schema accepts. The
-// grammar may accept fewer texts than the schema (a sound subset); it never accepts more, so a keyword that cannot
-// be enforced is a GrammarError naming it and its JSON pointer.
+// grammar may accept fewer texts than the schema (a sound subset); it never accepts more (oneOf aside, below), so a
+// keyword that cannot be enforced is a GrammarError naming it and its JSON pointer.
 //
 // Choices:
-// - Text is standard JSON: strings with the JSON escapes and no raw control characters; numbers by the JSON grammar.
-//   Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes of [ \t\n] at each
-//   place; none around the top-level value (the output ends when the value closes).
+// - Text is standard JSON: strings with the JSON escapes and no raw control characters (and no \u escapes of
+//   surrogates: code points above U+FFFF are written raw, so each string character is one code point); numbers by
+//   the JSON grammar. Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes
+//   of [ \t\n] at each place; none around the top-level value (the output ends when the value closes).
 // - `enum` and `const` values are emitted in their canonical compact serialization only; they are filtered by
 //   `type`, and other validation keywords beside them are an error.
 // - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
@@ -17,8 +18,9 @@
 //   declared properties cannot exceed it; otherwise an error. patternProperties, propertyNames: errors unless empty.
 // - Arrays: prefixItems, items, minItems, maxItems exactly; uniqueItems only false; contains is an error.
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
-//   is not produced under bounds). Numbers: bounds must be integers and are exact; a bounded number is written
-//   without an exponent. multipleOf: an error (except 1 on integers).
+//   is not produced under bounds); format int32/int64 as ranges. Numbers: bounds must be integers and are exact; a
+//   bounded number is written without an exponent. multipleOf: an error (except 1 on integers); other formats on
+//   numbers are errors.
 // - Strings: minLength/maxLength in code points (an escape is one); pattern (unanchored, as JSON Schema says: the
 //   string contains a match; the regex front end's syntax) where the matched characters are written unescaped, so
 //   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
@@ -27,8 +29,10 @@
 // - anyOf and oneOf are alternatives. oneOf is treated as anyOf (as llama.cpp and xgrammar do): the one place the
 //   grammar may accept more than the schema, an instance that matches two branches; exact when they are disjoint.
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
-//   bounds, types, enums); anything else is an error.
-// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules.
+//   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
+//   error. A false branch is dropped; a property whose schema is false is never written.
+// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules;
+//   $id only at the root. Definitions are compiled when referenced, so an unused one is not checked.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -148,6 +152,17 @@ std::set<std::string> parse_types(const json& t, const std::string& ptr) {
     return out;
 }
 
+// A length or count keyword's value; a bound expands to one rule per unit, so it is capped.
+constexpr uint64_t kMaxBound = 100'000;
+int64_t bound_keyword(const json& s, const char* k, int64_t dflt, const std::string& ptr) {
+    if (!s.contains(k)) return dflt;
+    if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
+    const uint64_t v = s[k].get<uint64_t>();
+    if (v > kMaxBound)
+        fail(child(ptr, k), fmt::format("{} {} is above the {} a grammar can spell out", k, v, kMaxBound));
+    return static_cast<int64_t>(v);
+}
+
 bool value_has_type(const json& v, const std::string& t) {
     if (t == "null") return v.is_null();
     if (t == "boolean") return v.is_boolean();
@@ -162,7 +177,8 @@ bool value_has_type(const json& v, const std::string& t) {
 class Compiler {
   public:
     Compiler(json root, const JsonSchemaOptions& options) : root_(std::move(root)), options_(options) {
-        if (options_.max_whitespace < 0) throw GrammarError("json schema: max_whitespace is negative");
+        if (options_.max_whitespace < 0 || static_cast<uint64_t>(options_.max_whitespace) > kMaxBound)
+            throw GrammarError(fmt::format("json schema: max_whitespace {} out of range", options_.max_whitespace));
         if (options_.max_whitespace > 0) ws_ = b_.repeat(b_.bytes(ws_bytes()), 0, options_.max_whitespace, "ws");
     }
 
@@ -239,7 +255,14 @@ Symbol Compiler::string_char() {
     hex.add_range('a', 'f');
     hex.add_range('A', 'F');
     const Symbol h = b_.bytes(hex);
-    string_char_ = b_.alt({{raw}, {lit("\\"), b_.bytes(esc)}, {lit("\\"), lit("u"), h, h, h, h}}, "char");
+    // \u escapes of surrogates left out: a pair would be two chars here but one code point to minLength/maxLength,
+    // and a lone one is no character at all. Code points above U+FFFF are written raw.
+    ByteSet d = ByteSet::of('d');
+    d.add('D');
+    const Symbol u = b_.alt(
+        {{b_.bytes(hex.intersect(d.complement())), h, h, h}, {b_.bytes(d), b_.bytes(ByteSet::range('0', '7')), h, h}},
+        "u-hex");
+    string_char_ = b_.alt({{raw}, {lit("\\"), b_.bytes(esc)}, {lit("\\"), lit("u"), u}}, "char");
     return *string_char_;
 }
 
@@ -566,11 +589,7 @@ Symbol Compiler::string(const json& s, const std::string& ptr) {
         return pattern(s["pattern"].get<std::string>(), child(ptr, "pattern"));
     }
     if (!has_len) return any_string();
-    const auto count = [&](const char* k, int64_t dflt) {
-        if (!s.contains(k)) return dflt;
-        if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
-        return static_cast<int64_t>(s[k].get<uint64_t>());
-    };
+    const auto count = [&](const char* k, int64_t dflt) { return bound_keyword(s, k, dflt, ptr); };
     const int64_t lo = count("minLength", 0), hi = count("maxLength", -1);
     if (hi >= 0 && hi < lo) fail(ptr, "maxLength below minLength allows nothing");
     return b_.seq({lit("\""), b_.repeat(string_char(), lo, hi, "chars"), lit("\"")}, "string");
@@ -1146,11 +1165,7 @@ Symbol Compiler::array(const json& s, const std::string& ptr) {
             prefix.push_back(schema(s["prefixItems"][i], child(child(ptr, "prefixItems"), std::to_string(i))));
     }
     const json items = s.contains("items") ? s["items"] : json(true);
-    const auto count = [&](const char* k, int64_t dflt) {
-        if (!s.contains(k)) return dflt;
-        if (!s[k].is_number_unsigned()) fail(child(ptr, k), fmt::format("{} must be a non-negative integer", k));
-        return static_cast<int64_t>(s[k].get<uint64_t>());
-    };
+    const auto count = [&](const char* k, int64_t dflt) { return bound_keyword(s, k, dflt, ptr); };
     const auto k = static_cast<int64_t>(prefix.size());
     const int64_t min = count("minItems", 0);
     int64_t max = count("maxItems", -1);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +60,29 @@ TEST(JsonSchema, TrueAndEmptyAllowAnyJson) {
                R"({a:1})", " 1", "1 ", "\"\xC3\"", "nan"});
     }
     expect_error("false", {"false schema"});
+}
+
+// The any-value grammar against nlohmann's parser on random token strings: the same verdict on each (whitespace
+// bounded loosely here, and none allowed around the value, which the parser would take).
+TEST(JsonSchema, AnyValueAgreesWithAParser) {
+    JsonSchemaOptions loose;
+    loose.max_whitespace = 8;
+    const Grammar g = schema("true", loose);
+    const std::vector<std::string_view> tokens = {"{",  "}",    "[",   "]", ",", ":",  "\"a\"",
+                                                  "\"", "\\n",  "1",   "0", "-", ".",  "e",
+                                                  "E+", "true", "nul", "l", " ", "\t", "\"\\u00e9\""};
+    std::mt19937 rng(51);
+    int n_valid = 0;
+    for (int trial = 0; trial < 20000; ++trial) {
+        std::string text;
+        const int n = 1 + static_cast<int>(rng() % 9);
+        for (int i = 0; i < n; ++i) text += tokens[rng() % tokens.size()];
+        const bool padded = text.front() == ' ' || text.front() == '\t' || text.back() == ' ' || text.back() == '\t';
+        const bool valid = nlohmann::json::accept(text) && !padded;
+        n_valid += valid;
+        ASSERT_EQ(matches(g, text), valid) << text;
+    }
+    EXPECT_GT(n_valid, 500);
 }
 
 TEST(JsonSchema, WhitespaceIsBounded) {
@@ -163,7 +188,12 @@ TEST(JsonSchema, StringLengthsCountCodePoints) {
           {R"("ab")", R"("a\n")", R"("abc")", R"("\u00e9\"x")", "\"\xC3\xA9\xE6\x97\xA5\xF0\x9F\x98\x80\""},
           {R"("a")", R"("abcd")", R"("\n")", R"("")", "\"\xC3\xA9\xE6\x97\xA5\xF0\x9F\x98\x80z\""});
     check(schema(R"({"type": "string", "maxLength": 0})"), {R"("")"}, {R"("a")"});
+    // No surrogate escapes: a pair is one code point (written raw instead), a lone one none.
+    check(schema(R"({"type": "string", "minLength": 2})"), {R"("\uD7FF\uE000")", "\"\xF0\x9F\x98\x80x\""},
+          {R"("\ud83d\ude00")", R"("\uDC00x")", R"("\uD800x")"});
     expect_error(R"({"type": "string", "minLength": 3, "maxLength": 2})", {"allows nothing"});
+    expect_error(R"({"type": "string", "minLength": 1000000000})", {"minLength", "#/minLength"});
+    expect_error(R"({"type": "array", "maxItems": 18446744073709551615})", {"maxItems"});
     expect_error(R"({"type": "string", "minLength": 3, "format": "date"})", {"cannot be combined"});
 }
 
