@@ -22,7 +22,7 @@ struct GrammarOptions {
     std::string text, text_file;
     bool bytes_only = false;   // check the bytes alone, without the tokenizer
     bool print_gbnf = false;   // compile: print the internal grammar as GBNF
-    int max_whitespace = 2;
+    int max_whitespace = 16;
     bool strict = false;       // JSON Schema: additionalProperties false unless the schema says otherwise
 };
 

@@ -40,8 +40,9 @@ Grammar compile_choices(const std::vector<std::string>& choices);
 struct JsonSchemaOptions {
     // Whitespace between tokens: at most this many bytes of [ \t\n] at each place JSON allows it inside the value
     // (bounded, so a model cannot run on in whitespace forever; none before or after the value); 0: the compact form
-    // with no whitespace at all.
-    int max_whitespace = 2;
+    // with no whitespace at all. 16 leaves room for a newline and the indentation of pretty-printed JSON 7 levels
+    // deep (2 spaces a level), which models write when they were trained on it.
+    int max_whitespace = 16;
     // `additionalProperties` when a schema does not say: false (OpenAI's strict mode) or true (the JSON Schema
     // default).
     bool additional_properties_default = true;

@@ -17,6 +17,13 @@ namespace {
 
 Grammar schema(std::string_view text, JsonSchemaOptions options = {}) { return compile_json_schema(text, options); }
 
+// Two whitespace bytes at each place, so the tests can show the bound (the default is 16).
+JsonSchemaOptions ws2() {
+    JsonSchemaOptions o;
+    o.max_whitespace = 2;
+    return o;
+}
+
 // `s` as a JSON string literal (backslashes and quotes escaped).
 std::string json_quote(std::string_view s) {
     std::string out = "\"";
@@ -102,7 +109,7 @@ TEST(JsonSchema, WhitespaceIsBounded) {
 TEST(JsonSchema, WhitespaceAtEveryTokenBoundary) {
     const Grammar g = schema(R"({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0},
         "tags": {"type": "array", "items": {"enum": ["a", "b"]}}, "meta": {"type": "object"}},
-        "required": ["id", "tags"], "additionalProperties": false})");
+        "required": ["id", "tags"], "additionalProperties": false})", ws2());
     const std::string text = R"({"id":12,"tags":["a","b"],"meta":{"k":[true,null,-1.5],"":{}}})";
     ASSERT_TRUE(matches(g, text));
     bool in_string = false;
@@ -227,7 +234,7 @@ TEST(JsonSchema, PropertiesInOrderOptionalOnesSkipped) {
           {"{}", R"({"b":"x"})", R"({"a":1,})", R"({"a":1,,"c":true})", R"({,"a":1})", R"({"b":"x","a":1})",
            R"({"a":1,"d":1})", R"({"a":"1"})", R"({"a":1,"b":"x","b":"y"})", R"({"a":1 "b":"x"})"});
     const Grammar opt = schema(R"({"properties": {"b": {"type": "string"}, "c": {"type": "boolean"}},
-                                   "additionalProperties": false})");
+                                   "additionalProperties": false})", ws2());
     check(opt, {"{}", "{ }", R"({"b":"x"})", R"({"c":true})", R"({"b":"x","c":true})"},
           {"{,}", R"({"b":"x",})", R"({,"c":true})", R"({"c":true,"b":"x"})", "{   }", "[]"});
     const Grammar last_required = schema(R"({"type": "object", "properties": {"x": {"type": "null"},
