@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <fstream>
 #include <filesystem>
@@ -205,7 +206,20 @@ int run_bench(const GrammarOptions& o) {
                 percentile(all_us, 1.0), percentile(first_ms, 0.5), percentile(first_ms, 1.0), vocab->n_tokens(),
                 vocab_ms);
     if (!o.json_out.empty()) {
-        nlohmann::json j = {{"vocab_tokens", vocab->n_tokens()},
+        std::ifstream cpuinfo("/proc/cpuinfo");
+        std::string line, cpu;
+        while (cpu.empty() && std::getline(cpuinfo, line))
+            if (line.rfind("model name", 0) == 0) cpu = line.substr(line.find(':') + 2);
+        const std::time_t now = std::time(nullptr);
+        char date[32];
+        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        nlohmann::json j = {{"version", MEGACTX_VERSION_STRING},
+                            {"date", date},
+                            {"cpu", cpu},
+                            {"threads", 1},
+                            {"tokenizer", o.model},
+                            {"max_whitespace", o.max_whitespace},
+                            {"vocab_tokens", vocab->n_tokens()},
                             {"vocab_trie_ms", vocab_ms},
                             {"masks", all_us.size()},
                             {"mask_us_p50", percentile(all_us, 0.5)},
