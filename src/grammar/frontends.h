@@ -51,6 +51,18 @@ struct JsonSchemaOptions {
 // A JSON Schema (draft 2020-12, the subset issue 51 names) as text; `true`/`{}` is any JSON value. What is exact,
 // what is a subset and what is an error: the comment at the top of grammar/json_schema.cpp.
 Grammar compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options = {});
+struct ToolCallOptions {
+    std::string only;        // a named function (tool_choice {"function": {"name"}}); empty: any of the tools
+    bool single = false;     // exactly one call (a named function, or OpenAI's parallel_tool_calls: false)
+    int max_whitespace = 16;  // inside JSON argument values
+};
+
+// Tool calls in GLM's format for an OpenAI `tools` array (JSON text): one or more calls (`tool_choice: required`), or
+// exactly one of the named function. Arguments are the declared properties in the schema's order (required ones
+// present, no others); a string argument is raw text without '<' (GLM writes strings unquoted up to </arg_value>),
+// constrained only by `enum`; other arguments are JSON by their schema.
+Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOptions& options = {});
+
 // Any JSON object (`response_format: {"type": "json_object"}`).
 Grammar json_object_grammar(const JsonSchemaOptions& options = {});
 

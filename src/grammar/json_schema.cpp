@@ -191,6 +191,7 @@ class Compiler {
     const json& root_schema() const { return root_; }
     Symbol schema(const json& s, const std::string& ptr, int depth = 0);
     Symbol any_object();
+    Builder& builder() { return b_; }
 
   private:
     static ByteSet ws_bytes() {
@@ -1220,7 +1221,95 @@ json parse(std::string_view text) {
     }
 }
 
+// GLM's tool calls (docs/chat-formats.md): <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>,
+// a newline allowed after the name and after each tag pair as the model writes them. A string argument is its raw
+// text, the others JSON (json.dumps spacing fits the whitespace bound).
+Symbol glm_tool_call(Compiler& c, const json& tool, const std::string& ptr) {
+    Builder& b = c.builder();
+    const json& fn = tool.at("function");
+    const std::string name = fn.at("name").get<std::string>();
+    const Symbol nl = b.optional(b.literal("\n"), "nl");
+    json params = fn.contains("parameters") ? fn["parameters"] : json::object();
+    if (!params.is_object()) fail(child(ptr, "parameters"), "parameters must be an object schema");
+    if (params.contains("type") && params["type"] != "object")
+        fail(child(ptr, "parameters"), "the parameters of a tool call must be an object");
+    for (const auto& [k, v] : params.items()) {
+        static const std::set<std::string> kKnown = {"type", "properties", "required", "additionalProperties",
+                                                     "title", "description", "$schema"};
+        if (!kKnown.count(k))
+            fail(child(child(ptr, "parameters"), k), fmt::format("'{}' is not supported in tool parameters", k));
+    }
+    std::set<std::string> required;
+    if (params.contains("required"))
+        for (const json& r : params["required"]) required.insert(r.get<std::string>());
+    std::vector<std::pair<std::string, Symbol>> args;  // in the schema's order
+    if (params.contains("properties")) {
+        for (const auto& [k, v] : params["properties"].items()) {
+            const std::string at = child(child(child(ptr, "parameters"), "properties"), k);
+            Symbol value;
+            const bool is_string = v.is_object() && v.contains("type") && v["type"] == "string";
+            if (is_string) {
+                for (const auto& [kk, vv] : v.items())
+                    if (kk != "type" && kk != "enum" && kk != "description" && kk != "title")
+                        fail(child(at, kk), fmt::format("'{}' on a string argument: GLM writes string arguments raw, "
+                                                        "and only 'enum' constrains them", kk));
+                if (v.contains("enum")) {
+                    std::vector<Sequence> alts;
+                    for (const json& e : v["enum"]) {
+                        if (!e.is_string()) fail(child(at, "enum"), "a string argument's enum must list strings");
+                        alts.push_back({b.literal(e.get<std::string>())});
+                    }
+                    value = b.alt(std::move(alts), "enum");
+                } else {  // raw text up to </arg_value>: any characters but '<'
+                    value = b.repeat(b.utf8_char_except(ByteSet::of('<')), 0, -1, "raw");
+                }
+            } else {
+                value = c.schema(v, at);
+            }
+            args.push_back({k, b.seq({b.literal("<arg_key>"), b.literal(k), b.literal("</arg_key>"), nl,
+                                      b.literal("<arg_value>"), value, b.literal("</arg_value>"), nl},
+                                     "arg")});
+        }
+    }
+    for (const std::string& r : required)
+        if (std::none_of(args.begin(), args.end(), [&](const auto& a) { return a.first == r; }))
+            fail(child(ptr, "parameters"), fmt::format("required argument '{}' is not among the properties", r));
+    // Arguments in the schema's order; an optional one may be left out.
+    Sequence seq{b.literal("<tool_call>"), b.literal(name), nl};
+    for (const auto& [k, sym] : args) seq.push_back(required.count(k) ? sym : b.optional(sym, "opt-arg"));
+    seq.push_back(b.literal("</tool_call>"));
+    return b.seq(std::move(seq), "call");
+}
+
 }  // namespace
+
+Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOptions& options) {
+    const json tools = parse(tools_json);
+    if (!tools.is_array() || tools.empty()) throw GrammarError("tool calls: 'tools' must be a non-empty array");
+    JsonSchemaOptions jo;
+    jo.max_whitespace = options.max_whitespace;
+    jo.additional_properties_default = false;  // arguments: exactly the declared ones
+    Compiler c(json::object(), jo);
+    Builder& b = c.builder();
+    std::vector<Sequence> calls;
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const json& t = tools[i];
+        const std::string ptr = fmt::format("tools[{}]", i);
+        if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
+            !t["function"].contains("name") || !t["function"]["name"].is_string())
+            throw GrammarError(fmt::format("tool calls: {} must be {{\"type\": \"function\", \"function\": "
+                                           "{{\"name\", \"parameters\"}}}}", ptr));
+        if (!options.only.empty() && t["function"]["name"] != options.only) continue;
+        calls.push_back({glm_tool_call(c, t, ptr)});
+    }
+    if (calls.empty()) throw GrammarError(fmt::format("tool calls: no tool is named '{}'", options.only));
+    const Symbol call = b.alt(std::move(calls), "tool");
+    // One call for a named function; one or more, a newline allowed between, for `required`.
+    const Symbol body = options.only.empty() && !options.single
+                            ? b.seq({call, b.repeat(b.seq({b.optional(b.literal("\n"), "nl"), call}), 0, -1, "more")})
+                            : call;
+    return c.finish(body);
+}
 
 Grammar compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options) {
     Compiler c(parse(schema_json), options);

@@ -101,10 +101,35 @@ void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p
         tools = *t;
     }
     if (const Json* tc = f.get("tool_choice")) {
-        if (!tc->is_string() || (*tc != "auto" && *tc != "none")) {
-            throw ApiError(400, "only tool_choice 'auto' and 'none' are supported", "tool_choice");
+        // required / a named function: the output is tool calls in the model's format, under a grammar.
+        std::string only;
+        bool forced = false;
+        if (tc->is_object()) {
+            const Json* fn = Fields{*tc}.get("function");
+            const auto name = fn && fn->is_object() ? Fields{*fn}.string("name") : std::nullopt;
+            if (Fields{*tc}.string("type") != "function" || !name)
+                throw ApiError(400, "tool_choice must be 'auto', 'none', 'required' or {\"type\": \"function\", "
+                                    "\"function\": {\"name\": ...}}", "tool_choice");
+            only = *name;
+            forced = true;
+        } else if (!tc->is_string() || (*tc != "auto" && *tc != "none" && *tc != "required")) {
+            throw ApiError(400, "tool_choice must be 'auto', 'none', 'required' or a named function", "tool_choice");
         }
-        if (*tc == "none") tools = Json::array();
+        if (tc->is_string() && *tc == "none") tools = Json::array();
+        if (tc->is_string() && *tc == "required") forced = true;
+        if (forced) {
+            if (tools.empty()) throw ApiError(400, "tool_choice requires a non-empty 'tools'", "tool_choice");
+            if (ctx.chat_format != chat::ChatFormat::kGlm5)
+                throw ApiError(400, "tool_choice 'required' and named functions need the GLM-5 chat format", "tool_choice");
+            if (p.constraint.kind != ConstraintSpec::Kind::kNone)
+                throw ApiError(400, fmt::format("tool_choice and '{}' both constrain the output: send one",
+                                                p.constraint.param), "tool_choice");
+            p.constraint.kind = ConstraintSpec::Kind::kToolCalls;
+            p.constraint.source = tools.dump();
+            p.constraint.tool_name = only;
+            p.constraint.single_call = !f.boolean("parallel_tool_calls").value_or(true);
+            p.constraint.param = "tool_choice";
+        }
     }
     chat::ChatOptions opt;
     if (const auto effort = f.string("reasoning_effort")) {

@@ -12,6 +12,16 @@ using Json = chat::Json;
 
 namespace {
 
+ConstraintSpec make_spec(ConstraintSpec::Kind kind, std::string source, std::string param,
+                         std::vector<std::string> choices = {}) {
+    ConstraintSpec s;
+    s.kind = kind;
+    s.source = std::move(source);
+    s.param = std::move(param);
+    s.choices = std::move(choices);
+    return s;
+}
+
 const Json* field(const Json& j, const char* key) {
     const auto it = j.find(key);
     return it == j.end() || it->is_null() ? nullptr : &*it;
@@ -82,18 +92,17 @@ void from_vllm(const Json& obj, const std::string& prefix, const std::string& wh
     const auto name = [&](const char* k) { return where.empty() ? prefix + k : where + "." + k; };
     const auto add = [&](ConstraintSpec s) { found.push_back(std::move(s)); };
     if (const Json* v = field(obj, (prefix + "json").c_str())) {
-        ConstraintSpec s{ConstraintSpec::Kind::kJsonSchema, schema_text(*v, name("json")), {}, false, name("json")};
-        add(s);
+        add(make_spec(ConstraintSpec::Kind::kJsonSchema, schema_text(*v, name("json")), name("json")));
     }
     if (const Json* v = field(obj, (prefix + "regex").c_str()))
-        add({ConstraintSpec::Kind::kRegex, string_of(*v, name("regex")), {}, false, name("regex")});
+        add(make_spec(ConstraintSpec::Kind::kRegex, string_of(*v, name("regex")), name("regex")));
     if (const Json* v = field(obj, (prefix + "choice").c_str()))
-        add({ConstraintSpec::Kind::kChoice, "", choices_of(*v, name("choice")), false, name("choice")});
+        add(make_spec(ConstraintSpec::Kind::kChoice, "", name("choice"), choices_of(*v, name("choice"))));
     if (const Json* v = field(obj, (prefix + "grammar").c_str()))
-        add({ConstraintSpec::Kind::kGrammar, string_of(*v, name("grammar")), {}, false, name("grammar")});
+        add(make_spec(ConstraintSpec::Kind::kGrammar, string_of(*v, name("grammar")), name("grammar")));
     if (prefix.empty()) {
         if (const Json* v = field(obj, "json_object"); v && v->is_boolean() && v->get<bool>())
-            add({ConstraintSpec::Kind::kJsonObject, "", {}, false, name("json_object")});
+            add(make_spec(ConstraintSpec::Kind::kJsonObject, "", name("json_object")));
         for (const char* k : {"structural_tag", "whitespace_pattern"})
             if (field(obj, k))
                 throw ApiError(400, fmt::format("'{}.{}' is not supported", where, k), fmt::format("{}.{}", where, k));
@@ -114,13 +123,13 @@ ConstraintSpec find_constraint(const Json& body) {
     }
     from_vllm(body, "guided_", "", found);
     if (const Json* v = field(body, "regex"))  // SGLang
-        found.push_back({ConstraintSpec::Kind::kRegex, string_of(*v, "regex"), {}, false, "regex"});
+        found.push_back(make_spec(ConstraintSpec::Kind::kRegex, string_of(*v, "regex"), "regex"));
     if (const Json* v = field(body, "ebnf"))  // SGLang
-        found.push_back({ConstraintSpec::Kind::kGrammar, string_of(*v, "ebnf"), {}, false, "ebnf"});
+        found.push_back(make_spec(ConstraintSpec::Kind::kGrammar, string_of(*v, "ebnf"), "ebnf"));
     if (const Json* v = field(body, "grammar"))  // llama.cpp
-        found.push_back({ConstraintSpec::Kind::kGrammar, string_of(*v, "grammar"), {}, false, "grammar"});
+        found.push_back(make_spec(ConstraintSpec::Kind::kGrammar, string_of(*v, "grammar"), "grammar"));
     if (const Json* v = field(body, "json_schema"))  // llama.cpp (an object), SGLang (a string)
-        found.push_back({ConstraintSpec::Kind::kJsonSchema, schema_text(*v, "json_schema"), {}, false, "json_schema"});
+        found.push_back(make_spec(ConstraintSpec::Kind::kJsonSchema, schema_text(*v, "json_schema"), "json_schema"));
     if (found.size() > 1)
         throw ApiError(400,
                        fmt::format("'{}' and '{}' both constrain the output: send one", found[0].param, found[1].param),
@@ -139,6 +148,7 @@ int64_t ConstraintCompiler::cache_hits() const {
 std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const ConstraintSpec& spec, int32_t start_after) {
     std::call_once(vocab_once_, [this] { vocab_ = make_token_vocab(tokenizer_, stop_ids_); });
     std::string key = fmt::format("{}|{}|", static_cast<int>(spec.kind), spec.strict ? 1 : 0);
+    if (spec.kind == ConstraintSpec::Kind::kToolCalls) key += fmt::format("{}|{}|", spec.tool_name, spec.single_call);
     if (spec.kind == ConstraintSpec::Kind::kChoice) {
         for (const std::string& c : spec.choices) key += fmt::format("{}:{}|", c.size(), c);
     } else {
@@ -173,6 +183,13 @@ std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const Constr
                 case ConstraintSpec::Kind::kGrammar:
                     g = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(spec.source));
                     break;
+                case ConstraintSpec::Kind::kToolCalls: {
+                    grammar::ToolCallOptions to;
+                    to.only = spec.tool_name;
+                    to.single = spec.single_call;
+                    g = std::make_shared<const grammar::Grammar>(grammar::compile_glm_tool_calls(spec.source, to));
+                    break;
+                }
                 case ConstraintSpec::Kind::kNone:
                     return nullptr;
             }

@@ -21,12 +21,14 @@ namespace megactx {
 class Tokenizer;
 
 struct ConstraintSpec {
-    enum class Kind { kNone, kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar };
+    enum class Kind { kNone, kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar, kToolCalls };
     Kind kind = Kind::kNone;
-    std::string source;  // JSON Schema text (compact), the regex or the GBNF text
+    std::string source;  // JSON Schema text (compact), the regex, the GBNF text or the tools array (tool calls)
     std::vector<std::string> choices;
     bool strict = false;  // JSON Schema: no undeclared properties unless the schema allows them (OpenAI strict)
     std::string param;    // the request field it came from, which errors name
+    std::string tool_name;  // tool calls: the one function tool_choice names (empty: `required`, any of the tools)
+    bool single_call = false;  // tool calls: parallel_tool_calls false
 };
 
 // The constraint `body` asks for (kind kNone: none). ApiError 400 for a malformed one or for two at once.

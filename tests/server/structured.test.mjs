@@ -117,3 +117,56 @@ test('bad constraints are 400s naming the field; the server keeps serving', asyn
   const ok = await chat({ response_format: { type: 'text' } });
   assert.equal(ok.status, 200, ok.text);
 });
+
+test('tool_choice required and a named function: GLM tool calls whose arguments validate', async () => {
+  const params = {
+    type: 'object',
+    // (A free string argument would run on at temperature 1 on the random model: raw text ends only at '<'.)
+    properties: { city: { type: 'string', enum: ['Oslo', 'Bergen'] }, days: { type: 'integer', minimum: 1, maximum: 14 },
+      unit: { type: 'string', enum: ['c', 'f'] } },
+    required: ['city', 'days'],
+    additionalProperties: false,
+  };
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', parameters: params } },
+    { type: 'function', function: { name: 'now', parameters: { type: 'object', properties: {} } } },
+  ];
+  const validate = new Ajv().compile(params);
+  const cases = [
+    [{ tool_choice: 'required', parallel_tool_calls: false }, null],
+    [{ tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'get_weather'],
+    [{ tool_choice: 'required' }, null],  // parallel calls: as many as the model makes
+  ];
+  for (let seed = 0; seed < 4; seed++) {
+    for (const [fields, name] of cases) {
+      const r = await client.chat.completions.create({
+        model: 'tiny', messages: user('Weather?'), tools, max_tokens: 120, temperature: 1, seed, ...noThink, ...fields,
+      });
+      const choice = r.choices[0];
+      const calls = choice.message.tool_calls ?? [];
+      if (fields.parallel_tool_calls === false || name) {
+        assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+        assert.equal(calls.length, 1, JSON.stringify(choice));
+      } else {
+        assert.ok(['tool_calls', 'length'].includes(choice.finish_reason), JSON.stringify(choice));
+        assert.ok(calls.length >= 1, JSON.stringify(choice));
+      }
+      // Cut by max_tokens, the last call may be unfinished: the ones before it are whole.
+      const whole = choice.finish_reason === 'length' ? calls.slice(0, -1) : calls;
+      for (const call of whole) {
+        if (name) assert.equal(call.function.name, name);
+        if (call.function.name === 'get_weather') {
+          const args = JSON.parse(call.function.arguments);
+          assert.ok(validate(args), `${call.function.arguments}: ${JSON.stringify(validate.errors)}`);
+        } else {
+          assert.equal(call.function.name, 'now');
+        }
+      }
+    }
+  }
+  const chat = (extra) => post('/v1/chat/completions', { messages: user('x'), max_tokens: 4, ...noThink, ...extra });
+  expectError(await chat({ tool_choice: 'required' }), 400, 'tool_choice');
+  expectError(await chat({ tools, tool_choice: { type: 'function', function: { name: 'nope' } } }), 400, 'tool_choice', /nope/);
+  expectError(await chat({ tools, tool_choice: 'required', response_format: { type: 'json_object' } }), 400, 'tool_choice');
+  expectError(await chat({ tools, tool_choice: 'sometimes' }), 400, 'tool_choice');
+});

@@ -1,0 +1,64 @@
+// GLM tool calls under a grammar (tool_choice required or a named function): the declared arguments in order,
+// required ones present, string arguments raw, others JSON by their schema.
+#include <gtest/gtest.h>
+
+#include "grammar/frontends.h"
+#include "grammar/matcher.h"
+
+namespace megactx::grammar {
+namespace {
+
+constexpr const char* kTools = R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14},
+                   "unit": {"type": "string", "enum": ["c", "f"]}},
+    "required": ["city", "days"]}}},
+  {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}
+])";
+
+TEST(ToolCalls, RequiredAcceptsOneOrMoreWellFormedCalls) {
+    const Grammar g = compile_glm_tool_calls(kTools);
+    EXPECT_TRUE(matches(g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value>"
+                           "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"));
+    EXPECT_TRUE(matches(g, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New York</arg_value>\n"
+                           "<arg_key>days</arg_key>\n<arg_value>14</arg_value>\n<arg_key>unit</arg_key>"
+                           "<arg_value>f</arg_value>\n</tool_call>\n<tool_call>now</tool_call>"));
+    EXPECT_TRUE(matches(g, "<tool_call>now</tool_call>"));
+    // Missing required, out of range, wrong order, undeclared, not an enum value, unknown tool, no call at all.
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value>"
+                            "<arg_key>days</arg_key><arg_value>15</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value>"
+                            "<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>now<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value>"
+                            "<arg_key>days</arg_key><arg_value>3</arg_value><arg_key>unit</arg_key>"
+                            "<arg_value>k</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>later</tool_call>"));
+    EXPECT_FALSE(matches(g, ""));
+    EXPECT_FALSE(matches(g, "Sure: <tool_call>now</tool_call>"));
+}
+
+TEST(ToolCalls, NamedFunctionIsExactlyOneCallOfIt) {
+    ToolCallOptions o;
+    o.only = "now";
+    const Grammar g = compile_glm_tool_calls(kTools, o);
+    EXPECT_TRUE(matches(g, "<tool_call>now</tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>now</tool_call><tool_call>now</tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value>"
+                            "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"));
+    o.only = "missing";
+    EXPECT_THROW(compile_glm_tool_calls(kTools, o), GrammarError);
+}
+
+TEST(ToolCalls, UnenforceableArgumentsAreErrors) {
+    EXPECT_THROW(compile_glm_tool_calls(R"([{"type": "function", "function": {"name": "f", "parameters":
+        {"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}}}])"), GrammarError);
+    EXPECT_THROW(compile_glm_tool_calls(R"([{"type": "function", "function": {"name": "f", "parameters":
+        {"type": "object", "properties": {}, "required": ["x"]}}}])"), GrammarError);
+    EXPECT_THROW(compile_glm_tool_calls("[]"), GrammarError);
+    EXPECT_THROW(compile_glm_tool_calls(R"([{"type": "function"}])"), GrammarError);
+}
+
+}  // namespace
+}  // namespace megactx::grammar
