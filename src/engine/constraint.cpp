@@ -61,7 +61,8 @@ int64_t ConstraintState::mask(float* logits, int64_t vocab, const std::vector<in
     if (!off_grammar && !active) {
         n = vocab;  // thinking: free
     } else if (!off_grammar) {
-        c_->vocab->fill_mask(matcher_, mask_);
+        if (!(prepared_ && extra.empty())) c_->vocab->fill_mask(matcher_, mask_);
+        prepared_ = extra.empty();
         n = mask_.count();
         if (n == 0 && extra.empty()) stuck_ = true;
         if (n > 0) {
@@ -82,8 +83,15 @@ std::string ConstraintState::error() const {
     return fmt::format("structured output: token {} leaves the grammar after {} bytes", refused_, matcher_.position());
 }
 
+void ConstraintState::prepare() {
+    if (!active_ || ended_ || stuck_ || prepared_) return;
+    c_->vocab->fill_mask(matcher_, mask_);
+    prepared_ = true;
+}
+
 bool ConstraintState::accept(int32_t token) {
     refused_ = token;
+    prepared_ = false;
     if (stuck_) return false;
     if (ended_) return false;
     if (!active_) {

@@ -36,6 +36,9 @@ class ConstraintState {
     // (no token of the vocabulary continues the output), -1 too (`extra` itself leaves the grammar: a row that a
     // verification never uses, since the draft before it has probability 0).
     int64_t mask(float* logits, int64_t vocab, const std::vector<int32_t>& extra);
+    // Computes the mask for the next token now (no drafts), so that mask() finds it ready: the engine calls it while
+    // the forward pass runs on the device.
+    void prepare();
     // The token was generated. False: the grammar refuses it (only a caller that ignored the mask gets this).
     bool accept(int32_t token);
     bool active() const { return active_; }
@@ -55,6 +58,7 @@ class ConstraintState {
     bool ended_ = false;  // a stop token was accepted
     bool stuck_ = false;
     int32_t refused_ = -1;  // the last token accept() saw
+    bool prepared_ = false;  // mask_ holds the mask after the tokens accepted so far
 };
 
 }  // namespace megactx

@@ -370,6 +370,10 @@ bool Engine::step_once() {
     }
     const auto t_forward = std::chrono::steady_clock::now();
     const ForwardResult out = graphs_.forward(batch);
+    // Grammar masks for the next tokens while the device computes the logits (they depend only on the tokens
+    // accepted so far).
+    for (const ScheduledChunk& ch : plan.chunks)
+        if (ch.seq->constraint) ch.seq->constraint->prepare();
     const int64_t vocab = model_.config().vocab_size;
     // The logits come back only when a scored row's token needs them (sampling, penalties or bias,
     // log-probabilities); otherwise the device takes every row's argmax and only the ids come back. A greedy batch
