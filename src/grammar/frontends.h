@@ -54,11 +54,14 @@ Grammar compile_json_schema(std::string_view schema_json, const JsonSchemaOption
 struct ToolCallOptions {
     std::string only;        // a named function (tool_choice {"function": {"name"}}); empty: any of the tools
     bool single = false;     // exactly one call (a named function, or OpenAI's parallel_tool_calls: false)
+    // tool_choice auto with strict tools: free text (never "<tool_call>") then, optionally, the calls.
+    bool text_first = false;
     int max_whitespace = 16;  // inside JSON argument values
 };
 
 // Tool calls in GLM's format for an OpenAI `tools` array (JSON text): one or more calls (`tool_choice: required`), or
-// exactly one of the named function. Arguments are the declared properties in the schema's order (required ones
+// exactly one of the named function, or (text_first) any text then optionally the calls. A tool whose `strict` is
+// false under text_first keeps any arguments (keys and values without '<'); the others follow their schemas. Arguments are the declared properties in the schema's order (required ones
 // present, no others); a string argument is raw text without '<' (GLM writes strings unquoted up to </arg_value>),
 // constrained only by `enum`; other arguments are JSON by their schema.
 Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOptions& options = {});

@@ -300,6 +300,35 @@ Symbol Builder::utf8_char_except(const ByteSet& exclude_ascii, std::string_view 
     return alt(std::move(alts), hint);
 }
 
+Symbol Builder::text_without(std::string_view forbidden, std::string_view hint) {
+    const auto m = forbidden.size();
+    if (m == 0) throw GrammarError("grammar: text_without needs a non-empty string");
+    // fail[q]: the longest proper border of forbidden[0, q); next(q, c): the matched prefix after byte c.
+    std::vector<size_t> fail(m + 1, 0);
+    for (size_t q = 1, k = 0; q < m; ++q) {
+        while (k > 0 && forbidden[q] != forbidden[k]) k = fail[k];
+        if (forbidden[q] == forbidden[k]) ++k;
+        fail[q + 1] = k;
+    }
+    const auto next = [&](size_t q, uint8_t c) {
+        while (q > 0 && static_cast<uint8_t>(forbidden[q]) != c) q = fail[q];
+        return static_cast<uint8_t>(forbidden[q]) == c ? q + 1 : 0;
+    };
+    std::vector<int32_t> state(m);
+    for (size_t q = 0; q < m; ++q) state[q] = rule(fmt::format("{}-{}", hint, q));
+    for (size_t q = 0; q < m; ++q) {
+        std::vector<ByteSet> to(m);  // bytes leading from q to each state; to m (a match) is left out
+        for (int c = 0; c < 256; ++c) {
+            const size_t r = next(q, static_cast<uint8_t>(c));
+            if (r < m) to[r].add(static_cast<uint8_t>(c));
+        }
+        add_alternative(state[q], {});
+        for (size_t r = 0; r < m; ++r)
+            if (!to[r].empty()) add_alternative(state[q], {Symbol::terminal(to[r]), Symbol::ref(state[r])});
+    }
+    return Symbol::ref(state[0]);
+}
+
 Grammar Builder::finish(int32_t root) {
     g_.root = root;
     g_.validate();

@@ -96,6 +96,9 @@ class Builder {
     // Any one UTF-8 code point whose bytes are not in `exclude_ascii` (an ASCII-only exclusion: JSON strings
     // exclude '"', '\\' and control characters).
     Symbol utf8_char_except(const ByteSet& exclude_ascii, std::string_view hint = "char");
+    // Any byte string (ε included) in which `forbidden` never occurs: a right-linear grammar of the string-matching
+    // automaton's states (Knuth–Morris–Pratt), one rule per matched prefix of `forbidden`.
+    Symbol text_without(std::string_view forbidden, std::string_view hint = "text");
 
     // The grammar rooted at `root`, validated. The builder is left empty.
     Grammar finish(int32_t root);

@@ -1224,11 +1224,20 @@ json parse(std::string_view text) {
 // GLM's tool calls (docs/chat-formats.md): <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>,
 // a newline allowed after the name and after each tag pair as the model writes them. A string argument is its raw
 // text, the others JSON (json.dumps spacing fits the whitespace bound).
-Symbol glm_tool_call(Compiler& c, const json& tool, const std::string& ptr) {
+Symbol glm_tool_call(Compiler& c, const json& tool, const std::string& ptr, bool any_arguments) {
     Builder& b = c.builder();
     const json& fn = tool.at("function");
     const std::string name = fn.at("name").get<std::string>();
     const Symbol nl = b.optional(b.literal("\n"), "nl");
+    if (any_arguments) {  // a tool that is not strict: any keys and values, none holding '<'
+        const Symbol raw = b.repeat(b.utf8_char_except(ByteSet::of('<')), 0, -1, "raw");
+        const Symbol arg = b.seq({b.literal("<arg_key>"), raw, b.literal("</arg_key>"), nl, b.literal("<arg_value>"), raw,
+                                  b.literal("</arg_value>"), nl},
+                                 "arg");
+        return b.seq({b.literal("<tool_call>"), b.literal(name), nl, b.repeat(arg, 0, -1, "args"),
+                      b.literal("</tool_call>")},
+                     "call");
+    }
     json params = fn.contains("parameters") ? fn["parameters"] : json::object();
     if (!params.is_object()) fail(child(ptr, "parameters"), "parameters must be an object schema");
     if (params.contains("type") && params["type"] != "object")
@@ -1300,7 +1309,8 @@ Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOption
             throw GrammarError(fmt::format("tool calls: {} must be {{\"type\": \"function\", \"function\": "
                                            "{{\"name\", \"parameters\"}}}}", ptr));
         if (!options.only.empty() && t["function"]["name"] != options.only) continue;
-        calls.push_back({glm_tool_call(c, t, ptr)});
+        const bool strict = t["function"].value("strict", false) == true;
+        calls.push_back({glm_tool_call(c, t, ptr, options.text_first && !strict)});
     }
     if (calls.empty()) throw GrammarError(fmt::format("tool calls: no tool is named '{}'", options.only));
     const Symbol call = b.alt(std::move(calls), "tool");
@@ -1308,6 +1318,7 @@ Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOption
     const Symbol body = options.only.empty() && !options.single
                             ? b.seq({call, b.repeat(b.seq({b.optional(b.literal("\n"), "nl"), call}), 0, -1, "more")})
                             : call;
+    if (options.text_first) return c.finish(b.seq({b.text_without("<tool_call>"), b.optional(body, "calls")}));
     return c.finish(body);
 }
 

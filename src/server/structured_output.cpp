@@ -148,7 +148,7 @@ int64_t ConstraintCompiler::cache_hits() const {
 std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const ConstraintSpec& spec, int32_t start_after) {
     std::call_once(vocab_once_, [this] { vocab_ = make_token_vocab(tokenizer_, stop_ids_); });
     std::string key = fmt::format("{}|{}|", static_cast<int>(spec.kind), spec.strict ? 1 : 0);
-    if (spec.kind == ConstraintSpec::Kind::kToolCalls) key += fmt::format("{}|{}|", spec.tool_name, spec.single_call);
+    if (spec.kind == ConstraintSpec::Kind::kToolCalls) key += fmt::format("{}|{}|{}|", spec.tool_name, spec.single_call, spec.text_first);
     if (spec.kind == ConstraintSpec::Kind::kChoice) {
         for (const std::string& c : spec.choices) key += fmt::format("{}:{}|", c.size(), c);
     } else {
@@ -187,6 +187,7 @@ std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const Constr
                     grammar::ToolCallOptions to;
                     to.only = spec.tool_name;
                     to.single = spec.single_call;
+                    to.text_first = spec.text_first;
                     g = std::make_shared<const grammar::Grammar>(grammar::compile_glm_tool_calls(spec.source, to));
                     break;
                 }

@@ -29,6 +29,7 @@ struct ConstraintSpec {
     std::string param;    // the request field it came from, which errors name
     std::string tool_name;  // tool calls: the one function tool_choice names (empty: `required`, any of the tools)
     bool single_call = false;  // tool calls: parallel_tool_calls false
+    bool text_first = false;   // tool calls: tool_choice auto with strict tools (text, then optionally calls)
 };
 
 // The constraint `body` asks for (kind kNone: none). ApiError 400 for a malformed one or for two at once.

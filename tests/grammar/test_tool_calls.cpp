@@ -60,5 +60,36 @@ TEST(ToolCalls, UnenforceableArgumentsAreErrors) {
     EXPECT_THROW(compile_glm_tool_calls(R"([{"type": "function"}])"), GrammarError);
 }
 
+TEST(ToolCalls, AutoWithStrictToolsIsTextThenCallsHeldToTheirSchemas) {
+    // get_weather strict, now not: text first, then calls; the strict tool's arguments follow its schema.
+    const std::string tools = R"([
+      {"type": "function", "function": {"name": "get_weather", "strict": true, "parameters": {"type": "object",
+        "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 14}}, "required": ["days"]}}},
+      {"type": "function", "function": {"name": "now"}}])";
+    ToolCallOptions o;
+    o.text_first = true;
+    const Grammar g = compile_glm_tool_calls(tools, o);
+    EXPECT_TRUE(matches(g, ""));
+    EXPECT_TRUE(matches(g, "It is sunny. <tool_ca is not a call"));
+    EXPECT_TRUE(matches(g, "Let me check.<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"));
+    EXPECT_TRUE(matches(g, "<tool_call>now<arg_key>tz</arg_key><arg_value>UTC</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>30</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather</tool_call>"));  // days is required
+    EXPECT_FALSE(matches(g, "x<tool_call>later</tool_call>"));       // no such tool
+}
+
+TEST(ToolCalls, TextWithoutAStringHoldsNoOccurrence) {
+    Builder b;
+    const int32_t root = b.rule("root");
+    b.add_alternative(root, {b.text_without("abab")});
+    const Grammar g = b.finish(root);
+    for (const char* ok : {"", "aba", "abaab", "bbbbabaa", "ababa"}) {
+        const bool has = std::string(ok).find("abab") != std::string::npos;
+        EXPECT_EQ(matches(g, ok), !has) << ok;
+    }
+    EXPECT_FALSE(matches(g, "xxababyy"));
+    EXPECT_FALSE(matches(g, "aabab"));
+}
+
 }  // namespace
 }  // namespace megactx::grammar

@@ -170,3 +170,22 @@ test('tool_choice required and a named function: GLM tool calls whose arguments 
   expectError(await chat({ tools, tool_choice: 'required', response_format: { type: 'json_object' } }), 400, 'tool_choice');
   expectError(await chat({ tools, tool_choice: 'sometimes' }), 400, 'tool_choice');
 });
+
+test('tool_choice auto with a strict tool: text, and any call held to its schema', async () => {
+  const params = { type: 'object', properties: { days: { type: 'integer', minimum: 1, maximum: 14 } }, required: ['days'],
+    additionalProperties: false };
+  const tools = [{ type: 'function', function: { name: 'get_weather', strict: true, parameters: params } }];
+  const validate = new Ajv().compile(params);
+  for (let seed = 0; seed < 4; seed++) {
+    const r = await client.chat.completions.create({
+      model: 'tiny', messages: user('Weather?'), tools, max_tokens: 80, temperature: 1, seed, ...noThink,
+    });
+    const choice = r.choices[0];
+    const calls = choice.message.tool_calls ?? [];
+    const whole = choice.finish_reason === 'length' ? calls.slice(0, -1) : calls;
+    for (const call of whole) {
+      assert.equal(call.function.name, 'get_weather');
+      assert.ok(validate(JSON.parse(call.function.arguments)), call.function.arguments);
+    }
+  }
+});
