@@ -45,6 +45,7 @@
 #include <optional>
 #include <set>
 
+#include "grammar/frontend_common.h"
 #include "grammar/frontends.h"
 
 namespace megactx::grammar {
@@ -106,26 +107,6 @@ std::vector<uint32_t> code_points(const std::string& s) {
             cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0x3F);
         out.push_back(cp);
         i += static_cast<size_t>(len);
-    }
-    return out;
-}
-
-std::string utf8(uint32_t cp) {
-    std::string out;
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
     }
     return out;
 }
@@ -998,7 +979,8 @@ Symbol Compiler::key_char_except(const std::set<uint32_t>& cps) {
 
 std::optional<Symbol> Compiler::spell(uint32_t cp) {
     std::vector<Sequence> alts;
-    if (cp >= 0x20 && cp != '"' && cp != '\\') alts.push_back({lit(utf8(cp))});
+    std::string spelled;
+    if (cp >= 0x20 && cp != '"' && cp != '\\' && frontend::append_utf8(spelled, cp)) alts.push_back({lit(spelled)});
     for (const auto& [c, x] : kShortEscapes)
         if (x == cp) alts.push_back({lit("\\"), lit(std::string(1, c))});
     if (alts.empty()) return std::nullopt;  // a control character without a short escape
