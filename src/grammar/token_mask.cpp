@@ -60,6 +60,57 @@ void TokenVocab::walk(uint32_t node, Matcher& m, TokenMask& out) const {
     }
 }
 
+bool MaskCache::find(uint64_t key, TokenMask& out) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = by_key_.find(key);
+    if (it == by_key_.end()) {
+        ++misses_;
+        return false;
+    }
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    out.words = it->second->second;
+    return true;
+}
+
+void MaskCache::insert(uint64_t key, const TokenMask& mask) {
+    if (max_masks_ == 0) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (by_key_.count(key) != 0) return;  // another request computed it meanwhile: the same mask
+    if (by_key_.size() >= max_masks_) {
+        by_key_.erase(lru_.back().first);
+        lru_.pop_back();
+    }
+    lru_.emplace_front(key, mask.words);
+    by_key_.emplace(key, lru_.begin());
+}
+
+size_t MaskCache::size() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return by_key_.size();
+}
+
+int64_t MaskCache::hits() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return hits_;
+}
+
+int64_t MaskCache::misses() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return misses_;
+}
+
+void TokenVocab::fill_mask(Matcher& m, TokenMask& out, MaskCache* cache) const {
+    if (cache == nullptr) {
+        fill_mask(m, out);
+        return;
+    }
+    const uint64_t key = m.state_key();
+    if (cache->find(key, out) && out.words.size() == (n_tokens_ + 63) / 64) return;
+    fill_mask(m, out);
+    cache->insert(key, out);
+}
+
 void TokenVocab::fill_mask(Matcher& m, TokenMask& out) const {
     out.reset(n_tokens_);
     walk(0, m, out);
