@@ -61,7 +61,7 @@ int64_t ConstraintState::mask(float* logits, int64_t vocab, const std::vector<in
     if (!off_grammar && !active) {
         n = vocab;  // thinking: free
     } else if (!off_grammar) {
-        c_->vocab->fill_mask(matcher_, mask_);
+        c_->vocab->fill_mask(matcher_, mask_, c_->masks.get());
         n = mask_.count();
         if (n == 0 && extra.empty()) stuck_ = true;
         if (n > 0) {

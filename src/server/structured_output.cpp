@@ -193,6 +193,7 @@ std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const Constr
     c->grammar = std::move(g);
     c->vocab = vocab_;
     c->start_after = start_after;
+    c->masks = std::make_shared<grammar::MaskCache>();
     return c;
 }
 
