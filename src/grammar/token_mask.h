@@ -76,11 +76,14 @@ class TokenVocab {
     // subtree before the next child.
     struct Node {
         uint8_t byte;           // the byte on the edge into this node
+        uint32_t depth;         // bytes from the root
         uint32_t end;           // one past the last node of this subtree
         uint32_t first_token;   // tokens ending here: token_ids_[first_token .. first_token + n_tokens)
         uint32_t n_tokens;
     };
     void walk(uint32_t node, Matcher& m, TokenMask& out) const;
+    bool walk_by_state(Matcher& m, TokenMask& out) const;
+    size_t max_depth_ = 0;
 
     size_t n_tokens_;
     std::vector<std::string> bytes_;

@@ -299,6 +299,23 @@ TEST(MaskCache, JsonSchemaMatchesTheWalk) {
     EXPECT_GT(cache.hits(), 50);
 }
 
+TEST(MaskCache, GrammarsWithoutRepeatingStatesMatchTheWalk) {
+    // Palindromes: the state remembers every byte read, so the walk by state meets a new state at nearly every trie
+    // node and gives way to the plain walk once there are too many.
+    const Grammar g = parse_gbnf("root ::= \"a\" root \"a\" | \"b\" root \"b\" | \"c\" root \"c\" | \"\"\n");
+    std::mt19937 rng(2);
+    std::vector<std::string> tokens = {"<eos>"};
+    for (int t = 0; t < 6000; ++t) {
+        std::string s;
+        for (size_t len = 1 + rng() % 14; s.size() < len;) s += static_cast<char>('a' + rng() % 3);
+        tokens.push_back(s);
+    }
+    const TokenVocab vocab(tokens, {0});
+    ASSERT_GT(vocab.n_nodes(), 5000u);
+    MaskCache cache;
+    expect_cached_masks_match(g, vocab, rng, 2, 4, cache);
+}
+
 TEST(MaskCache, EvictsTheLeastRecentlyUsed) {
     MaskCache cache(2);
     TokenMask a, b, c, out;
