@@ -189,13 +189,17 @@ uint64_t mix(uint64_t x) {  // splitmix64's finaliser
     return x ^ (x >> 31);
 }
 
-// The hash of a set of (a, b) elements, independent of their order and of duplicates: `elems` is sorted and
-// deduplicated in place.
-uint64_t hash_elements(std::vector<std::pair<uint64_t, uint64_t>>& elems, uint64_t seed) {
-    std::sort(elems.begin(), elems.end());
-    elems.erase(std::unique(elems.begin(), elems.end()), elems.end());
-    uint64_t h = mix(seed + elems.size());
-    for (const auto& [a, b] : elems) h = mix(h ^ mix(a + 0x9E3779B97F4A7C15ull) ^ (mix(b) * 31));
+using Element = std::pair<uint64_t, uint64_t>;
+
+// The hash of a set of (a, b) elements, elems[begin ..], independent of their order and of duplicates: the range is
+// sorted and deduplicated in place.
+uint64_t hash_elements(std::vector<Element>& elems, size_t begin, uint64_t seed) {
+    const auto first = elems.begin() + static_cast<ptrdiff_t>(begin);
+    std::sort(first, elems.end());
+    elems.erase(std::unique(first, elems.end()), elems.end());
+    uint64_t h = mix(seed + (elems.size() - begin));
+    for (auto it = first; it != elems.end(); ++it)
+        h = mix(h ^ mix(it->first + 0x9E3779B97F4A7C15ull) ^ (mix(it->second) * 31));
     return h < 16 ? h + 16 : h;  // clear of the reserved values
 }
 
@@ -227,6 +231,10 @@ struct Matcher::Impl {
     std::vector<uint64_t> table;
     std::vector<uint32_t> table_used;
     std::vector<uint32_t> leo_path;
+    // Scratch for keys: elements of the sets being hashed and waiters on the chains being followed, each level of
+    // the recursion using the tail past where its caller's ended.
+    std::vector<Element> key_elems;
+    std::vector<Waiter*> key_chain;
 
     explicit Impl(std::shared_ptr<const Compiled> compiled) : g(std::move(compiled)) {
         pos_seen.assign(g->next.size(), {0, 0});
@@ -428,15 +436,16 @@ struct Matcher::Impl {
         Set& set = sets[k];
         if (set.key != kKeyUnresolved) return set.key;
         const Compiled& c = *g;
-        std::vector<std::pair<uint64_t, uint64_t>> elems;
         bool cyclic = false;
+        key_elems.clear();
+        key_chain.clear();
         const auto add_item = [&](const Item& it) {
             const uint64_t cont = it.origin == k ? kLocal : continuation(it.origin, c.lhs[it.pos], cyclic);
-            elems.emplace_back(it.pos, cont);
+            key_elems.emplace_back(it.pos, cont);
         };
         for (uint32_t i = scans_begin(k); i < set.scan_end; ++i) add_item(scans[i]);
         for (uint32_t i = waits_begin(k); i < set.wait_end; ++i) add_item(waits[i].item);
-        set.key = cyclic ? unique_key() : hash_elements(elems, set.accepting ? 0xACCE97ull : 0x0DDull);
+        set.key = cyclic ? unique_key() : hash_elements(key_elems, 0, set.accepting ? 0xACCE97ull : 0x0DDull);
         return set.key;
     }
 
@@ -450,7 +459,7 @@ struct Matcher::Impl {
         const Compiled& c = *g;
         // A chain of single waiters completed in turn (Leo's deterministic reductions) is followed in a loop, not
         // by recursion, since it may be as long as the input; every waiter on it gets the same key.
-        std::vector<Waiter*> chain;
+        const size_t chain_begin = key_chain.size();
         uint64_t result = kKeyUnresolved;
         for (;;) {
             if (rule == c.n_rules - 1) {  // `start`: nothing waits on it; its completion accepts
@@ -471,36 +480,38 @@ struct Matcher::Impl {
             const uint32_t adv = b->item.pos + 1;
             if (e - b == 1 && c.next[adv] == kEnd && adv != c.accept_pos) {
                 b->cont = kKeyBusy;
-                chain.push_back(b);
+                key_chain.push_back(b);
                 rule = c.lhs[adv];
                 j = b->item.origin;
                 continue;
             }
             b->cont = kKeyBusy;
-            chain.push_back(b);
-            std::vector<std::pair<uint64_t, uint64_t>> elems;
+            key_chain.push_back(b);
+            const size_t begin = key_elems.size();
             bool inner_cyclic = false;
             for (const Waiter* w = b; w != e; ++w) {
                 const uint32_t p = w->item.pos + 1;
-                if (p == c.accept_pos) {
-                    elems.emplace_back(p, kAcceptCont);
-                } else if (c.next[p] == kEnd) {
-                    elems.emplace_back(kTransparent, continuation(w->item.origin, c.lhs[p], inner_cyclic));
-                } else {
-                    elems.emplace_back(p, continuation(w->item.origin, c.lhs[p], inner_cyclic));
+                Element el{p, kAcceptCont};
+                if (p != c.accept_pos) {
+                    // Computed before the element is appended: the call appends (and removes) its own elements.
+                    const uint64_t cont = continuation(w->item.origin, c.lhs[p], inner_cyclic);
+                    el = {c.next[p] == kEnd ? kTransparent : uint64_t{p}, cont};
                 }
+                key_elems.push_back(el);
             }
             if (inner_cyclic) {
                 cyclic = true;
                 result = unique_key();
-            } else if (elems.size() == 1 && elems[0].first == kTransparent) {
-                result = elems[0].second;  // stands for exactly what the one transparent continuation stands for
+            } else if (key_elems.size() - begin == 1 && key_elems[begin].first == kTransparent) {
+                result = key_elems[begin].second;  // stands for exactly what the one transparent continuation does
             } else {
-                result = hash_elements(elems, 0xC0417ull);
+                result = hash_elements(key_elems, begin, 0xC0417ull);
             }
+            key_elems.resize(begin);
             break;
         }
-        for (Waiter* w : chain) w->cont = result;
+        for (size_t i = chain_begin; i < key_chain.size(); ++i) key_chain[i]->cont = result;
+        key_chain.resize(chain_begin);
         return result;
     }
 
