@@ -23,6 +23,7 @@ struct GrammarOptions {
     bool bytes_only = false;   // check the bytes alone, without the tokenizer
     bool print_gbnf = false;   // compile: print the internal grammar as GBNF
     int max_whitespace = 16;
+    bool no_cache = false;     // bench: no MaskCache
     bool strict = false;       // JSON Schema: additionalProperties false unless the schema says otherwise
 };
 

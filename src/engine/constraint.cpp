@@ -61,7 +61,7 @@ int64_t ConstraintState::mask(float* logits, int64_t vocab, const std::vector<in
     if (!off_grammar && !active) {
         n = vocab;  // thinking: free
     } else if (!off_grammar) {
-        if (!(prepared_ && extra.empty())) c_->vocab->fill_mask(matcher_, mask_);
+        if (!(prepared_ && extra.empty())) c_->vocab->fill_mask(matcher_, mask_, c_->masks.get());
         prepared_ = extra.empty();
         n = mask_.count();
         if (n == 0 && extra.empty()) stuck_ = true;
@@ -85,7 +85,7 @@ std::string ConstraintState::error() const {
 
 void ConstraintState::prepare() {
     if (!active_ || ended_ || stuck_ || prepared_) return;
-    c_->vocab->fill_mask(matcher_, mask_);
+    c_->vocab->fill_mask(matcher_, mask_, c_->masks.get());
     prepared_ = true;
 }
 

@@ -20,6 +20,9 @@ struct OutputConstraint {
     std::shared_ptr<const grammar::Grammar> grammar;
     std::shared_ptr<const grammar::TokenVocab> vocab;  // the model's vocabulary as bytes; its stop ids end the output
     int32_t start_after = -1;  // the constraint starts after this token (a thinking model's end of thinking); -1: at once
+    // Masks by matcher state for this grammar and vocabulary, shared by every sequence that follows this constraint
+    // (thread-safe); null: every mask walks the vocabulary.
+    std::shared_ptr<grammar::MaskCache> masks;
 };
 
 // The model's vocabulary for masks: every token's bytes except the special tokens (never grammar text), and the

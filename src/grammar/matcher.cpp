@@ -12,6 +12,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -31,6 +32,7 @@ constexpr uint64_t kRuleTag = uint64_t{1} << 31;  // dotted positions and rules 
 struct Compiled {
     std::vector<int32_t> next;         // per dotted position: the rule after the dot, kTerminal or kEnd
     std::vector<int32_t> arg;          // per dotted position: the terminal's index (kTerminal) or the lhs (kEnd)
+    std::vector<int32_t> lhs;          // per dotted position: the rule its production belongs to
     std::vector<ByteSet> terminals;    // one per terminal occurrence
     std::vector<uint32_t> rule_begin;  // rule r's productions start at dotted positions starts[rule_begin[r]..]
     std::vector<uint32_t> starts;
@@ -112,6 +114,7 @@ std::shared_ptr<const Compiled> compile(const Grammar& g) {
         }
         c->next.push_back(kEnd);
         c->arg.push_back(lhs);
+        c->lhs.resize(c->next.size(), lhs);
     };
     for (int32_t r = 0; r < n; ++r) {
         c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
@@ -159,13 +162,53 @@ struct Waiter {
     // used only when this waiter is the set's one waiter on `rule` and the rule is its last symbol; kLeoUnresolved
     // until first needed.
     Item leo;
+    // Kept in the first of the set's waiters on `rule` only: the key of what a completion of `rule` from this set
+    // continues with (Impl::continuation); kKeyUnresolved until first needed.
+    uint64_t cont;
 };
 
 struct Set {
     uint32_t item_end, scan_end, wait_end;  // ends in items, scans, waits (each set starts where the last ended)
     bool accepting;
     ByteSet allowed;
+    uint64_t key;  // Matcher::state_key() of this set; kKeyUnresolved until first asked
 };
+
+// Keys (see Matcher::state_key). Hashes are mixed so that these few reserved values practically never come out.
+constexpr uint64_t kKeyUnresolved = 0;
+constexpr uint64_t kKeyBusy = 1;                 // being computed: meeting it again is a cycle
+constexpr uint64_t kLocal = 2;                   // an item's origin is the set being keyed
+constexpr uint64_t kAcceptCont = 3;              // the continuation of the start rule's completion: accept
+constexpr uint64_t kTransparent = ~uint64_t{0};  // an element standing for all elements of a continuation
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+using Element = std::pair<uint64_t, uint64_t>;
+
+// The hash of a set of (a, b) elements, elems[begin ..], independent of their order and of duplicates: the range is
+// sorted and deduplicated in place.
+uint64_t hash_elements(std::vector<Element>& elems, size_t begin, uint64_t seed) {
+    const auto first = elems.begin() + static_cast<ptrdiff_t>(begin);
+    std::sort(first, elems.end());
+    elems.erase(std::unique(first, elems.end()), elems.end());
+    uint64_t h = mix(seed + (elems.size() - begin));
+    for (auto it = first; it != elems.end(); ++it)
+        h = mix(h ^ mix(it->first + 0x9E3779B97F4A7C15ull) ^ (mix(it->second) * 31));
+    return h < 16 ? h + 16 : h;  // clear of the reserved values
+}
+
+// A key no other state has: for states whose canonical key this matcher cannot compute (a cycle of
+// continuations within one set, from left recursion). Distinct across matchers too, so it never hits a cache.
+uint64_t unique_key() {
+    static std::atomic<uint64_t> counter{0};
+    return mix(counter.fetch_add(1, std::memory_order_relaxed) ^ 0x5DEECE66Dull) | 16;
+}
 
 }  // namespace
 
@@ -188,6 +231,10 @@ struct Matcher::Impl {
     std::vector<uint64_t> table;
     std::vector<uint32_t> table_used;
     std::vector<uint32_t> leo_path;
+    // Scratch for keys: elements of the sets being hashed and waiters on the chains being followed, each level of
+    // the recursion using the tail past where its caller's ended.
+    std::vector<Element> key_elems;
+    std::vector<Waiter*> key_chain;
 
     explicit Impl(std::shared_ptr<const Compiled> compiled) : g(std::move(compiled)) {
         pos_seen.assign(g->next.size(), {0, 0});
@@ -298,7 +345,7 @@ struct Matcher::Impl {
                     for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
                 }
             } else {
-                waits.push_back({sym, it, {kLeoUnresolved, 0}});
+                waits.push_back({sym, it, {kLeoUnresolved, 0}, kKeyUnresolved});
                 predict(sym, k, allowed);
                 if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin});
             }
@@ -306,7 +353,7 @@ struct Matcher::Impl {
         clear_table();
         sort_waiters(wait_start);
         sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
-                        static_cast<uint32_t>(waits.size()), accepting, allowed});
+                        static_cast<uint32_t>(waits.size()), accepting, allowed, kKeyUnresolved});
     }
 
     // Adds the items predicting `rule` brings to set k. A bundle goes straight to the scanners and waiters (it is
@@ -330,7 +377,7 @@ struct Matcher::Impl {
             if (sym == kTerminal) {
                 scans.push_back({pos, k});
             } else {
-                waits.push_back({sym, {pos, k}, {kLeoUnresolved, 0}});
+                waits.push_back({sym, {pos, k}, {kLeoUnresolved, 0}, kKeyUnresolved});
             }
         }
     }
@@ -379,6 +426,93 @@ struct Matcher::Impl {
         }
         for (uint32_t i : leo_path) waits[i].leo = top;
         return top;
+    }
+
+    // The key of set k (see Matcher::state_key): the set of its items that still expect a symbol, each as its dotted
+    // position and, for an item from an earlier set, the continuation of its rule from there. Complete items are
+    // left out: their completions are already in the set. Items predicted here are "local", so the key names no
+    // position.
+    uint64_t set_key(uint32_t k) {
+        Set& set = sets[k];
+        if (set.key != kKeyUnresolved) return set.key;
+        const Compiled& c = *g;
+        bool cyclic = false;
+        key_elems.clear();
+        key_chain.clear();
+        const auto add_item = [&](const Item& it) {
+            const uint64_t cont = it.origin == k ? kLocal : continuation(it.origin, c.lhs[it.pos], cyclic);
+            key_elems.emplace_back(it.pos, cont);
+        };
+        for (uint32_t i = scans_begin(k); i < set.scan_end; ++i) add_item(scans[i]);
+        for (uint32_t i = waits_begin(k); i < set.wait_end; ++i) add_item(waits[i].item);
+        set.key = cyclic ? unique_key() : hash_elements(key_elems, 0, set.accepting ? 0xACCE97ull : 0x0DDull);
+        return set.key;
+    }
+
+    // The key of what follows a completion of `rule` from set j: the set's waiters on `rule`, each with the dot
+    // moved over it. A waiter that this completes in turn is transparent: it stands for the continuation of its
+    // own rule from its own origin. So a chain of right recursion (every byte of a JSON string completes one more
+    // level of `chars ::= char chars | ε`) collapses to the item above the chain, and the key repeats. Kept in the
+    // set's first waiter on `rule`. `cyclic` is set when the key cannot be computed canonically (a continuation
+    // that leads back to itself within one set, through left recursion); the caller then gives up on the key.
+    uint64_t continuation(uint32_t j, int32_t rule, bool& cyclic) {
+        const Compiled& c = *g;
+        // A chain of single waiters completed in turn (Leo's deterministic reductions) is followed in a loop, not
+        // by recursion, since it may be as long as the input; every waiter on it gets the same key.
+        const size_t chain_begin = key_chain.size();
+        uint64_t result = kKeyUnresolved;
+        for (;;) {
+            if (rule == c.n_rules - 1) {  // `start`: nothing waits on it; its completion accepts
+                result = kAcceptCont;
+                break;
+            }
+            const auto [b, e] = waiters(j, rule);
+            if (b == e) throw std::logic_error("Matcher: a completion without waiters");
+            if (b->cont == kKeyBusy) {
+                cyclic = true;
+                result = unique_key();
+                break;
+            }
+            if (b->cont != kKeyUnresolved) {
+                result = b->cont;
+                break;
+            }
+            const uint32_t adv = b->item.pos + 1;
+            if (e - b == 1 && c.next[adv] == kEnd && adv != c.accept_pos) {
+                b->cont = kKeyBusy;
+                key_chain.push_back(b);
+                rule = c.lhs[adv];
+                j = b->item.origin;
+                continue;
+            }
+            b->cont = kKeyBusy;
+            key_chain.push_back(b);
+            const size_t begin = key_elems.size();
+            bool inner_cyclic = false;
+            for (const Waiter* w = b; w != e; ++w) {
+                const uint32_t p = w->item.pos + 1;
+                Element el{p, kAcceptCont};
+                if (p != c.accept_pos) {
+                    // Computed before the element is appended: the call appends (and removes) its own elements.
+                    const uint64_t cont = continuation(w->item.origin, c.lhs[p], inner_cyclic);
+                    el = {c.next[p] == kEnd ? kTransparent : uint64_t{p}, cont};
+                }
+                key_elems.push_back(el);
+            }
+            if (inner_cyclic) {
+                cyclic = true;
+                result = unique_key();
+            } else if (key_elems.size() - begin == 1 && key_elems[begin].first == kTransparent) {
+                result = key_elems[begin].second;  // stands for exactly what the one transparent continuation does
+            } else {
+                result = hash_elements(key_elems, begin, 0xC0417ull);
+            }
+            key_elems.resize(begin);
+            break;
+        }
+        for (size_t i = chain_begin; i < key_chain.size(); ++i) key_chain[i]->cont = result;
+        key_chain.resize(chain_begin);
+        return result;
     }
 
     bool advance(uint8_t byte) {
@@ -444,6 +578,8 @@ size_t Matcher::position() const { return impl_->sets.size() - 1; }
 bool Matcher::accepting() const { return impl_->sets.back().accepting; }
 
 ByteSet Matcher::allowed() const { return impl_->sets.back().allowed; }
+
+uint64_t Matcher::state_key() const { return impl_->set_key(static_cast<uint32_t>(impl_->sets.size()) - 1); }
 
 bool matches(const Grammar& g, std::string_view text) {
     Matcher m(g);

@@ -30,6 +30,13 @@ class Matcher {
     bool accepting() const;             // the bytes read form a whole sentence of the root rule
     ByteSet allowed() const;            // the bytes advance() would take now
     bool finished() const { return accepting() && allowed().empty(); }  // nothing may follow
+    // A key of the current state: two states of matchers over the same grammar (at any positions) with equal keys
+    // accept the same futures — the same byte strings, accepting() the same after each — up to 64-bit hash
+    // collisions. Positions where the grammar loops (inside a JSON string, a number, between array items) give
+    // equal keys, so the key can index caches of work that depends only on the future (token masks). A state
+    // whose key cannot be made canonical (left recursion within one position) gets a key no other state has.
+    // Computed when first asked and kept with the position (const, but not safe against concurrent calls).
+    uint64_t state_key() const;
 
   private:
     struct Impl;

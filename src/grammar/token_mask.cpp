@@ -5,6 +5,8 @@
 #include <bit>
 #include <fmt/format.h>
 #include <numeric>
+#include <stdexcept>
+#include <unordered_map>
 
 namespace megactx::grammar {
 
@@ -31,7 +33,8 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
     // build(lo, hi, depth): the node whose prefix the ids order[lo, hi) share, `depth` bytes long.
     const auto build = [&](auto& self, size_t lo, size_t hi, size_t depth, uint8_t byte) -> void {
         const auto me = static_cast<uint32_t>(nodes_.size());
-        nodes_.push_back(Node{byte, 0, static_cast<uint32_t>(token_ids_.size()), 0});
+        nodes_.push_back(Node{byte, static_cast<uint32_t>(depth), 0, static_cast<uint32_t>(token_ids_.size()), 0});
+        max_depth_ = std::max(max_depth_, depth);
         while (lo < hi && bytes_[static_cast<size_t>(order[lo])].size() == depth) {  // tokens ending here come first
             token_ids_.push_back(order[lo++]);
             ++nodes_[me].n_tokens;
@@ -58,6 +61,131 @@ void TokenVocab::walk(uint32_t node, Matcher& m, TokenMask& out) const {
         if (n.end > c + 1) walk(c, m, out);
         m.rollback(1);
     }
+}
+
+bool MaskCache::find(uint64_t key, TokenMask& out) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = by_key_.find(key);
+    if (it == by_key_.end()) {
+        ++misses_;
+        return false;
+    }
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    out.words = it->second->second;
+    return true;
+}
+
+void MaskCache::insert(uint64_t key, const TokenMask& mask) {
+    if (max_masks_ == 0) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (by_key_.count(key) != 0) return;  // another request computed it meanwhile: the same mask
+    if (by_key_.size() >= max_masks_) {
+        by_key_.erase(lru_.back().first);
+        lru_.pop_back();
+    }
+    lru_.emplace_front(key, mask.words);
+    by_key_.emplace(key, lru_.begin());
+}
+
+size_t MaskCache::size() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return by_key_.size();
+}
+
+int64_t MaskCache::hits() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return hits_;
+}
+
+int64_t MaskCache::misses() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return misses_;
+}
+
+namespace {
+
+// The keyed walk gives up (and the plain walk runs) past this many distinct states: its transition table holds 256
+// entries per state, and a grammar whose states never repeat gains nothing from it.
+constexpr size_t kMaxWalkStates = 4096;
+constexpr uint32_t kUnknown = ~uint32_t{0};
+
+}  // namespace
+
+// The trie walk over matcher states identified by Matcher::state_key() rather than over the matcher itself: where
+// the grammar loops (a JSON string's body), nearly every byte leads back to a state seen before, so a transition
+// already taken is a table look-up instead of an Earley step, and the walk is a linear scan of the trie that skips
+// the subtrees of refused bytes. The matcher is advanced only to explore a new transition, lazily along the current
+// trie path, and rolled back as the scan leaves the path. Equal keys mean equal futures, so a state's allowed bytes
+// and transitions stand for every path that reaches it. False (with `m` as it was): too many states, `out` is
+// incomplete.
+bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out) const {
+    std::vector<ByteSet> allowed;  // per state
+    std::vector<uint32_t> next;    // next[state * 256 + byte]: the state after the byte, or kUnknown
+    std::unordered_map<uint64_t, uint32_t> by_key;
+    std::vector<uint32_t> state_at(max_depth_ + 1);  // the state after the first d bytes of the current path
+    std::vector<uint8_t> path(max_depth_ + 1);
+    size_t synced = 0;  // m has read path[0 .. synced) past where the walk began
+    const auto intern = [&]() -> uint32_t {
+        const auto [it, fresh] = by_key.emplace(m.state_key(), static_cast<uint32_t>(allowed.size()));
+        if (fresh) {
+            allowed.push_back(m.allowed());
+            next.resize(next.size() + 256, kUnknown);
+        }
+        return it->second;
+    };
+    state_at[0] = intern();
+    for (uint32_t i = 1; i < nodes_.size();) {
+        const Node& n = nodes_[i];
+        const uint32_t d = n.depth;
+        const uint32_t from = state_at[d - 1];
+        if (!allowed[from].has(n.byte)) {
+            i = n.end;
+            continue;
+        }
+        for (uint32_t t = 0; t < n.n_tokens; ++t) out.set(token_ids_[n.first_token + t]);
+        if (n.end == i + 1) {
+            ++i;
+            continue;
+        }
+        if (synced >= d) {  // the matcher read a sibling path: back to this node's parent
+            m.rollback(synced - (d - 1));
+            synced = d - 1;
+        }
+        path[d - 1] = n.byte;
+        uint32_t& to = next[size_t{from} * 256 + n.byte];
+        if (to == kUnknown) {
+            for (; synced < d; ++synced)
+                if (!m.advance(path[synced])) throw std::logic_error("TokenVocab: a state key misled the walk");
+            const uint32_t s = intern();
+            if (allowed.size() > kMaxWalkStates) {
+                m.rollback(synced);
+                return false;
+            }
+            next[size_t{from} * 256 + n.byte] = s;  // `to` may dangle: intern() grew `next`
+        }
+        state_at[d] = next[size_t{from} * 256 + n.byte];
+        ++i;
+    }
+    m.rollback(synced);
+    return true;
+}
+
+void TokenVocab::fill_mask(Matcher& m, TokenMask& out, MaskCache* cache) const {
+    if (cache == nullptr) {
+        fill_mask(m, out);
+        return;
+    }
+    const uint64_t key = m.state_key();
+    if (cache->find(key, out) && out.words.size() == (n_tokens_ + 63) / 64) return;
+    out.reset(n_tokens_);
+    if (!walk_by_state(m, out)) {
+        out.reset(n_tokens_);
+        walk(0, m, out);
+    }
+    if (m.accepting())
+        for (const int32_t id : stop_ids_) out.set(id);
+    cache->insert(key, out);
 }
 
 void TokenVocab::fill_mask(Matcher& m, TokenMask& out) const {

@@ -145,6 +145,14 @@ int64_t ConstraintCompiler::cache_hits() const {
     return hits_;
 }
 
+namespace {
+
+// Masks kept per cached grammar: 8 MiB at a 128K-token vocabulary, so a full grammar cache stays within a few GiB
+// even in the worst case; a grammar's loops need far fewer distinct states.
+constexpr size_t kMasksPerGrammar = 512;
+
+}  // namespace
+
 std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const ConstraintSpec& spec, int32_t start_after) {
     std::call_once(vocab_once_, [this] { vocab_ = make_token_vocab(tokenizer_, stop_ids_); });
     std::string key = fmt::format("{}|{}|", static_cast<int>(spec.kind), spec.strict ? 1 : 0);
@@ -155,11 +163,13 @@ std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const Constr
         key += spec.source;
     }
     std::shared_ptr<const grammar::Grammar> g;
+    std::shared_ptr<grammar::MaskCache> masks;
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (const auto it = cache_.find(key); it != cache_.end()) {
             lru_.splice(lru_.begin(), lru_, it->second.second);
-            g = it->second.first;
+            g = it->second.first.grammar;
+            masks = it->second.first.masks;
             ++hits_;
         }
     }
@@ -197,10 +207,11 @@ std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const Constr
         } catch (const grammar::GrammarError& e) {
             throw ApiError(400, fmt::format("'{}': {}", spec.param, e.what()), spec.param);
         }
+        masks = std::make_shared<grammar::MaskCache>(kMasksPerGrammar);
         std::lock_guard<std::mutex> lock(mu_);
         if (cache_.find(key) == cache_.end()) {
             lru_.push_front(key);
-            cache_.emplace(key, std::make_pair(g, lru_.begin()));
+            cache_.emplace(key, std::make_pair(Entry{g, masks}, lru_.begin()));
             if (cache_.size() > cache_entries_) {
                 cache_.erase(lru_.back());
                 lru_.pop_back();
@@ -211,6 +222,7 @@ std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const Constr
     c->grammar = std::move(g);
     c->vocab = vocab_;
     c->start_after = start_after;
+    c->masks = std::move(masks);
     return c;
 }
 

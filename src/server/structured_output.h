@@ -55,8 +55,12 @@ class ConstraintCompiler {
     std::shared_ptr<const grammar::TokenVocab> vocab_;
     mutable std::mutex mu_;
     std::list<std::string> lru_;  // cache keys, most recently used first
-    std::unordered_map<std::string, std::pair<std::shared_ptr<const grammar::Grammar>, std::list<std::string>::iterator>>
-        cache_;
+    // A compiled grammar with its masks by state, shared by every request asking for the same constraint.
+    struct Entry {
+        std::shared_ptr<const grammar::Grammar> grammar;
+        std::shared_ptr<grammar::MaskCache> masks;
+    };
+    std::unordered_map<std::string, std::pair<Entry, std::list<std::string>::iterator>> cache_;
     int64_t hits_ = 0;
 };
 

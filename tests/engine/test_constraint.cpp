@@ -82,11 +82,14 @@ GenerationParams constrained(std::shared_ptr<const OutputConstraint> c, float te
     return g;
 }
 
-TEST(Constraint, SampledOutputsMatchTheGrammarAndEndWhereItMayEnd) {
+class ConstraintCached : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ConstraintCached, SampledOutputsMatchTheGrammarAndEndWhereItMayEnd) {
     Harness h;
     auto c = std::make_shared<OutputConstraint>();
     c->grammar = numbers_grammar();
     c->vocab = h.vocab;
+    if (GetParam()) c->masks = std::make_shared<grammar::MaskCache>(8);  // small: evictions happen
     EngineConfig cfg;
     cfg.n_kv_blocks = 64;
     Engine e(h.model, h.ops, cfg);
@@ -118,6 +121,8 @@ TEST(Constraint, SampledOutputsMatchTheGrammarAndEndWhereItMayEnd) {
     EXPECT_GT(n_stopped, 0);
     EXPECT_EQ(h.out[free_id].tokens.size(), 10u);  // the free request beside them is not constrained
 }
+
+INSTANTIATE_TEST_SUITE_P(MaskCache, ConstraintCached, ::testing::Bool());
 
 TEST(Constraint, SpeculativeGreedyEqualsPlainGreedy) {
     // The MTP drafts are drawn from masked rows and each verification row is masked after the drafts before it:

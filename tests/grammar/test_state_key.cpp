@@ -1,0 +1,338 @@
+// Matcher::state_key and the mask cache built on it. Soundness: whenever two states (at different positions, in
+// different matchers) get equal keys, they must behave the same on every future — compared here on allowed(),
+// accepting() and continuations several bytes deep, over random grammars and realistic ones. Completeness: the key
+// repeats where the grammar loops (JSON strings, numbers, arrays), else the cache never hits. And masks taken from
+// the cache equal masks walked afresh.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/frontends.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/token_mask.h"
+
+namespace megactx::grammar {
+namespace {
+
+// A random grammar over the bytes a..d: rules of random alternatives mixing terminals, references (left and right
+// recursion, ε) — or nothing when the draw is not a valid grammar.
+std::unique_ptr<Grammar> random_grammar(std::mt19937& rng) {
+    Builder b;
+    const int n_rules = 2 + static_cast<int>(rng() % 4);
+    std::vector<int32_t> rules;
+    for (int i = 0; i < n_rules; ++i) rules.push_back(b.rule("r"));
+    for (int i = 0; i < n_rules; ++i) {
+        const int n_alts = 1 + static_cast<int>(rng() % 3);
+        for (int a = 0; a < n_alts; ++a) {
+            Sequence seq;
+            const int len = static_cast<int>(rng() % 4);
+            for (int s = 0; s < len; ++s) {
+                if (rng() % 3 == 0) {
+                    seq.push_back(Symbol::ref(rules[rng() % rules.size()]));
+                } else {
+                    const auto lo = static_cast<uint8_t>('a' + rng() % 4);
+                    seq.push_back(b.bytes(ByteSet::range(lo, static_cast<uint8_t>(lo + rng() % 2))));
+                }
+            }
+            b.add_alternative(rules[static_cast<size_t>(i)], std::move(seq));
+        }
+    }
+    try {
+        return std::make_unique<Grammar>(b.finish(rules[0]));
+    } catch (const GrammarError&) {
+        return nullptr;
+    }
+}
+
+// Every byte of `set`, in order.
+std::vector<uint8_t> bytes_of(const ByteSet& set) {
+    std::vector<uint8_t> out;
+    for (int c = 0; c < 256; ++c)
+        if (set.has(static_cast<uint8_t>(c))) out.push_back(static_cast<uint8_t>(c));
+    return out;
+}
+
+// a and b agree on allowed() and accepting() here and after strings of up to `depth` bytes: every next byte
+// where at most two are allowed, three random ones otherwise. Both are left as they were.
+void expect_equivalent(Matcher& a, Matcher& b, int depth, std::mt19937& rng, const std::string& where) {
+    ASSERT_EQ(a.accepting(), b.accepting()) << where;
+    ASSERT_TRUE(a.allowed() == b.allowed()) << where;
+    if (depth == 0) return;
+    const std::vector<uint8_t> next = bytes_of(a.allowed());
+    if (next.size() <= 2) {
+        for (const uint8_t c : next) {
+            ASSERT_TRUE(a.advance(c) && b.advance(c));
+            expect_equivalent(a, b, depth - 1, rng, where + static_cast<char>(c));
+            a.rollback(1);
+            b.rollback(1);
+        }
+        return;
+    }
+    for (int s = 0; s < 3; ++s) {
+        const uint8_t c = next[rng() % next.size()];
+        ASSERT_TRUE(a.advance(c) && b.advance(c));
+        expect_equivalent(a, b, depth - 1, rng, where + static_cast<char>(c));
+        a.rollback(1);
+        b.rollback(1);
+    }
+}
+
+// Random walks of several matchers over `g` (each starting with `prefix` when it is readable); every state's key is
+// checked against the first state seen with that key. Returns how many states repeated a key.
+int check_keys(const Grammar& g, std::mt19937& rng, int walks, int steps, int depth,
+               const std::vector<std::string>& prefixes = {""}) {
+    std::map<uint64_t, std::unique_ptr<Matcher>> seen;
+    int repeats = 0;
+    for (int w = 0; w < walks; ++w) {
+        Matcher m(g);
+        const std::string& prefix = prefixes[static_cast<size_t>(w) % prefixes.size()];
+        const std::string start = prefix.substr(0, rng() % (prefix.size() + 1));
+        if (!m.advance(start)) ADD_FAILURE() << start;
+        for (int s = 0; s <= steps; ++s) {
+            const uint64_t key = m.state_key();
+            EXPECT_EQ(m.state_key(), key);  // stable
+            const auto it = seen.find(key);
+            if (it == seen.end()) {
+                seen.emplace(key, std::make_unique<Matcher>(m));
+            } else {
+                ++repeats;
+                expect_equivalent(*it->second, m, depth, rng, "after " + std::to_string(m.position()) + " bytes: ");
+                if (testing::Test::HasFatalFailure()) return repeats;
+            }
+            const std::vector<uint8_t> next = bytes_of(m.allowed());
+            if (next.empty()) break;
+            // Now and then step back, so keys are asked of positions reached again after a rollback.
+            if (m.position() > 0 && rng() % 8 == 0) {
+                m.rollback(1 + rng() % std::min<size_t>(m.position(), 3));
+                continue;
+            }
+            EXPECT_TRUE(m.advance(next[rng() % next.size()]));
+        }
+    }
+    return repeats;
+}
+
+TEST(StateKey, RandomGrammarsEqualKeysMeanEqualFutures) {
+    std::mt19937 rng(11);
+    int grammars = 0, repeats = 0;
+    while (grammars < 400) {
+        const auto g = random_grammar(rng);
+        if (!g) continue;
+        ++grammars;
+        repeats += check_keys(*g, rng, 6, 30, 6);
+        if (HasFatalFailure()) return;
+    }
+    EXPECT_GT(repeats, 1000);  // the check must have had equal keys to compare
+}
+
+const char* const kSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 12},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "count": {"type": "integer"},
+    "price": {"type": "number"},
+    "kind": {"enum": ["a", "bb", 3]},
+    "child": {"$ref": "#"}
+  },
+  "required": ["name"]
+})";
+
+const std::vector<std::string> kInstances = {
+    R"({"name":"xéy","tags":["a\u00e9","b\"c"],"count":-120,"price":3.25e-3,"kind":"bb"})",
+    R"({"name":"n","count":0,"child":{"name":"deeper","child":{"name":"","tags":[]}}})",
+};
+
+TEST(StateKey, RealisticGrammarsEqualKeysMeanEqualFutures) {
+    std::mt19937 rng(5);
+    JsonSchemaOptions jo;
+    jo.max_whitespace = 1;
+    // Each grammar with texts its walks start from a prefix of (so they reach deep states), or none.
+    const std::vector<std::pair<Grammar, std::vector<std::string>>> grammars = {
+        {compile_json_schema(kSchema, jo), kInstances},
+        {compile_json_schema(R"({"type":"array","items":{"type":"number"}})"), {"[1.5,-2,3e4,0.25,-0.5]", "[12345678"}},
+        {parse_gbnf(R"(
+root   ::= value
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ( string ":" value ( "," string ":" value )* )? "}"
+array  ::= "[" ( value ( "," value )* )? "]"
+string ::= "\"" ( [^"\\] | "\\" ["\\/bfnrtu] )* "\""
+number ::= "-"? [0-9]+ ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+)"),
+         kInstances},
+        {parse_gbnf("root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= term \"*\" [0-9] | [0-9]\n"),
+         {"1+2*3*4+5+6*7"}},
+        {compile_regex("(ab|a[b-d]*c)+x?[0-9]{2,5}"), {"abacabadcx12"}},
+    };
+    int repeats = 0;
+    for (const auto& [g, prefixes] : grammars) {
+        repeats += check_keys(g, rng, 30, 60, 6, prefixes);
+        if (HasFatalFailure()) return;
+    }
+    EXPECT_GT(repeats, 500);
+}
+
+// Keys after each prefix of `text` from `from` bytes on (the states at those positions).
+std::vector<uint64_t> keys_along(const Grammar& g, const std::string& text, const std::vector<size_t>& at) {
+    Matcher m(g);
+    std::vector<uint64_t> keys;
+    size_t done = 0;
+    for (const size_t n : at) {
+        EXPECT_TRUE(m.advance(text.substr(done, n - done))) << text.substr(0, n);
+        done = n;
+        keys.push_back(m.state_key());
+    }
+    return keys;
+}
+
+TEST(StateKey, RepeatsInsideJsonStrings) {
+    const Grammar g = compile_json_schema(R"({"type":"object","properties":{"s":{"type":"string"}}})");
+    const std::string text = R"({"s":"abc def, xyz \"q\" é 中 01)";
+    const size_t body = text.find("abc") + 1;  // after the first character of the body
+    std::vector<size_t> at;
+    for (size_t i = body; i <= text.size(); ++i)
+        if ((static_cast<uint8_t>(text[i - 1]) & 0xC0) != 0x80 && (i == text.size() || (text[i] & 0xC0) != 0x80) &&
+            text[i - 1] != '\\')
+            at.push_back(i);  // after a whole character, not inside an escape
+    // The position after a backslash reads an escape; after each whole character, the same state.
+    const std::vector<uint64_t> keys = keys_along(g, text, at);
+    for (size_t i = 1; i < keys.size(); ++i) EXPECT_EQ(keys[i], keys[0]) << "after " << text.substr(0, at[i]);
+}
+
+TEST(StateKey, RepeatsInsideNumbersAndArrays) {
+    {
+        const Grammar g = compile_json_schema(R"({"type":"integer"})");
+        const std::vector<uint64_t> keys = keys_along(g, "-1234567890123", {3, 4, 5, 6, 7, 10, 14});
+        for (size_t i = 1; i < keys.size(); ++i) EXPECT_EQ(keys[i], keys[0]) << i;
+    }
+    {
+        const Grammar g = compile_json_schema(R"({"type":"number"})");
+        const std::vector<uint64_t> keys = keys_along(g, "12.3456789", {5, 6, 8, 10});
+        for (size_t i = 1; i < keys.size(); ++i) EXPECT_EQ(keys[i], keys[0]) << i;
+    }
+    {
+        const Grammar g = compile_json_schema(R"({"type":"array","items":{"type":"integer"}})");
+        const std::string text = "[1,22,3,4,55,6";
+        // After each comma (an item expected), and after each later one-digit item (a first item, or one of two
+        // digits, is in other rules: equivalent, not the same items).
+        const std::vector<uint64_t> commas = keys_along(g, text, {3, 6, 8, 10, 13});
+        for (size_t i = 1; i < commas.size(); ++i) EXPECT_EQ(commas[i], commas[0]) << i;
+        const std::vector<uint64_t> items = keys_along(g, text, {7, 9, 14});
+        for (size_t i = 1; i < items.size(); ++i) EXPECT_EQ(items[i], items[0]) << i;
+    }
+    {  // the same key from two different matchers at different positions
+        const Grammar g = compile_json_schema(R"({"type":"string"})");
+        Matcher a(g), b(g);
+        ASSERT_TRUE(a.advance("\"ab") && b.advance("\"xyz12"));
+        EXPECT_EQ(a.state_key(), b.state_key());
+        ASSERT_TRUE(b.advance("\""));
+        EXPECT_NE(a.state_key(), b.state_key());
+    }
+}
+
+// Masks with a cache equal masks without, along random token walks; the walks revisit states, so the cache hits.
+void expect_cached_masks_match(const Grammar& g, const TokenVocab& vocab, std::mt19937& rng, int walks, int steps,
+                               MaskCache& cache) {
+    for (int w = 0; w < walks; ++w) {
+        Matcher m(g);
+        for (int s = 0; s < steps; ++s) {
+            TokenMask fresh, cached;
+            vocab.fill_mask(m, fresh);
+            const size_t pos = m.position();
+            vocab.fill_mask(m, cached, &cache);
+            ASSERT_EQ(m.position(), pos);
+            ASSERT_EQ(cached.words, fresh.words) << "walk " << w << " step " << s << " at byte " << pos;
+            std::vector<int32_t> ok;
+            for (size_t id = 0; id < vocab.n_tokens(); ++id)
+                if (fresh.allowed(static_cast<int32_t>(id)) && !vocab.bytes(static_cast<int32_t>(id)).empty() &&
+                    std::find(vocab.stop_ids().begin(), vocab.stop_ids().end(), static_cast<int32_t>(id)) ==
+                        vocab.stop_ids().end())
+                    ok.push_back(static_cast<int32_t>(id));
+            if (ok.empty()) break;
+            ASSERT_TRUE(m.advance(vocab.bytes(ok[rng() % ok.size()])));
+        }
+    }
+}
+
+TEST(MaskCache, RandomGrammarsAndVocabulariesMatchTheWalk) {
+    std::mt19937 rng(3);
+    int64_t hits = 0;
+    for (int n = 0; n < 150;) {
+        const auto g = random_grammar(rng);
+        if (!g) continue;
+        ++n;
+        std::vector<std::string> tokens = {"<eos>"};
+        for (int t = 0; t < 40; ++t) {
+            std::string s;
+            for (size_t len = 1 + rng() % 4; s.size() < len;) s += static_cast<char>('a' + rng() % 5);
+            tokens.push_back(s);
+        }
+        const TokenVocab vocab(tokens, {0});
+        MaskCache cache(rng() % 2 == 0 ? 4 : 64);  // a small cache evicts too
+        expect_cached_masks_match(*g, vocab, rng, 4, 20, cache);
+        if (HasFatalFailure()) return;
+        EXPECT_LE(cache.size(), 64u);
+        hits += cache.hits();
+    }
+    EXPECT_GT(hits, 100);
+}
+
+TEST(MaskCache, JsonSchemaMatchesTheWalk) {
+    std::mt19937 rng(9);
+    const Grammar g = compile_json_schema(kSchema);
+    // A vocabulary of pieces of JSON: single bytes and common runs.
+    std::vector<std::string> tokens = {"<eos>"};
+    for (int c = 0x20; c < 0x7F; ++c) tokens.emplace_back(1, static_cast<char>(c));
+    for (const char* t : {"\"",    "\":", "\",\"", "name",     "tags", "count",    "price", "kind",  "child",
+                          "\":\"", "{\"", "\"}",   "[\"",      "\"]",  "12",       "3.",    "e-",    "\\u00",
+                          "\\\"",  "ab",  " the",  "\xC3\xA9", "\xE4", "\xB8\xAD", "\"bb",  "\"a\"", "-1"})
+        tokens.emplace_back(t);
+    const TokenVocab vocab(tokens, {0});
+    MaskCache cache;
+    expect_cached_masks_match(g, vocab, rng, 20, 60, cache);
+    EXPECT_GT(cache.hits(), 50);
+}
+
+TEST(MaskCache, GrammarsWithoutRepeatingStatesMatchTheWalk) {
+    // Palindromes: the state remembers every byte read, so the walk by state meets a new state at nearly every trie
+    // node and gives way to the plain walk once there are too many.
+    const Grammar g = parse_gbnf("root ::= \"a\" root \"a\" | \"b\" root \"b\" | \"c\" root \"c\" | \"\"\n");
+    std::mt19937 rng(2);
+    std::vector<std::string> tokens = {"<eos>"};
+    for (int t = 0; t < 6000; ++t) {
+        std::string s;
+        for (size_t len = 1 + rng() % 14; s.size() < len;) s += static_cast<char>('a' + rng() % 3);
+        tokens.push_back(s);
+    }
+    const TokenVocab vocab(tokens, {0});
+    ASSERT_GT(vocab.n_nodes(), 5000u);
+    MaskCache cache;
+    expect_cached_masks_match(g, vocab, rng, 2, 4, cache);
+}
+
+TEST(MaskCache, EvictsTheLeastRecentlyUsed) {
+    MaskCache cache(2);
+    TokenMask a, b, c, out;
+    a.words = {1};
+    b.words = {2};
+    c.words = {3};
+    cache.insert(10, a);
+    cache.insert(20, b);
+    ASSERT_TRUE(cache.find(10, out));  // 10 is now the most recent
+    cache.insert(30, c);               // evicts 20
+    EXPECT_FALSE(cache.find(20, out));
+    ASSERT_TRUE(cache.find(10, out));
+    EXPECT_EQ(out.words, a.words);
+    ASSERT_TRUE(cache.find(30, out));
+    EXPECT_EQ(out.words, c.words);
+    EXPECT_EQ(cache.size(), 2u);
+}
+
+}  // namespace
+}  // namespace megactx::grammar
