@@ -465,10 +465,12 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     // Keywords beside $ref / allOf / anyOf / oneOf restrict each branch: merge them in.
     const auto siblings = [&](std::initializer_list<const char*> drop) {
         json rest = json::object();
-        for (const auto& [k, v] : s.items())
+        for (const auto& item : s.items()) {
+            const std::string& k = item.key();  // (a structured binding cannot be captured by the lambda in C++20)
             if (!is_annotation(k) && k != "$defs" && k != "definitions" &&
                 std::none_of(drop.begin(), drop.end(), [&](const char* d) { return k == d; }))
-                rest[k] = v;
+                rest[k] = item.value();
+        }
         return rest;
     };
     if (s.contains("$ref")) {
