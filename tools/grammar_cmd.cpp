@@ -1,4 +1,5 @@
 #include "grammar_cmd.h"
+#include "text_file.h"
 
 #include <algorithm>
 #include <chrono>
@@ -24,20 +25,12 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-std::string read_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    MEGACTX_CHECK(f.good(), "cannot read {}", path);
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 grammar::Grammar compile_from(const GrammarOptions& o) {
     grammar::JsonSchemaOptions jo;
     jo.max_whitespace = o.max_whitespace;
     jo.additional_properties_default = !o.strict;
-    if (!o.json_schema_file.empty()) return grammar::compile_json_schema(read_file(o.json_schema_file), jo);
-    if (!o.grammar_file.empty()) return grammar::parse_gbnf(read_file(o.grammar_file));
+    if (!o.json_schema_file.empty()) return grammar::compile_json_schema(read_text_file(o.json_schema_file), jo);
+    if (!o.grammar_file.empty()) return grammar::parse_gbnf(read_text_file(o.grammar_file));
     if (!o.choices.empty()) return grammar::compile_choices(o.choices);
     return grammar::compile_regex(o.regex);
 }
@@ -60,7 +53,7 @@ std::string shown(std::string_view s) {
 }
 
 int run_check(const GrammarOptions& o, const grammar::Grammar& g) {
-    const std::string text = o.text_file.empty() ? o.text : read_file(o.text_file);
+    const std::string text = o.text_file.empty() ? o.text : read_text_file(o.text_file);
     grammar::Matcher m(g);
     if (o.bytes_only) {
         for (size_t i = 0; i < text.size(); ++i) {
@@ -158,11 +151,11 @@ int run_bench(const GrammarOptions& o) {
                 "compile ms");
     for (const auto& path : schemas) {
         const std::string name = path.filename().string().substr(0, path.filename().string().size() - 12);
-        const std::string instance = read_file((path.parent_path() / (name + ".instance.json")).string());
+        const std::string instance = read_text_file((path.parent_path() / (name + ".instance.json")).string());
         t0 = Clock::now();
         grammar::Grammar g;
         try {
-            g = grammar::compile_json_schema(read_file(path.string()), jo);
+            g = grammar::compile_json_schema(read_text_file(path.string()), jo);
         } catch (const grammar::GrammarError& e) {
             std::printf("%-16s does not compile: %s\n", name.c_str(), e.what());
             cases.push_back({{"case", name}, {"error", e.what()}});

@@ -18,6 +18,7 @@
 #include "engine_setup.h"
 #include "eval_cmd.h"
 #include "grammar_cmd.h"
+#include "text_file.h"
 #include "io/npy.h"
 #include "model/cost.h"
 #include "model/gen_model.h"
@@ -103,14 +104,6 @@ std::string join(const std::vector<int32_t>& v) {
         s += std::to_string(v[i]);
     }
     return s;
-}
-
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    MEGACTX_CHECK(in.good(), "{}: cannot open text file", path);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 std::string json_ids(const std::vector<int32_t>& ids) { return "[" + join(ids) + "]"; }
