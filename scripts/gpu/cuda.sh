@@ -199,7 +199,7 @@ if has tierprofile; then
     # selection, so nothing is gathered after the first steps). tools/ncu_steps.py splits the CSV into steps.
     glm52_share
     ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    $ncu_bin --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    timeout "${TIER_PROFILE_TIMEOUT:-240}" $ncu_bin --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
         build-cuda/bench/cuda/bench_model --model /tmp/glm52-share --contexts 1048575 --kv fp8 --device-blocks 2048 \
         --promotions 64 --decode-batch ${TIER_PROFILE_BATCH:-1} --steps 4 --chunk 0 ${TIER_PROFILE_ARGS:-} \
         >"$out/tier-ncu.csv" 2>"$out/tier-ncu.err"
