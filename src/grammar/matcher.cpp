@@ -236,7 +236,15 @@ struct Matcher::Impl {
     std::vector<Element> key_elems;
     std::vector<Waiter*> key_chain;
 
-    explicit Impl(std::shared_ptr<const Compiled> compiled) : g(std::move(compiled)) {
+    // The set a reset returns to: 0, or 1 for a matcher started inside a production (at_position), whose set 0 is
+    // an empty context that nothing waits in. accept_at: the dotted position whose item from origin 0 accepts.
+    uint32_t base = 0;
+    uint32_t accept_at;
+
+    explicit Impl(std::shared_ptr<const Compiled> compiled) : Impl(std::move(compiled), kEnd) {}
+
+    // pos == kEnd (as unsigned): the start of the grammar; otherwise inside a production at that dotted position.
+    Impl(std::shared_ptr<const Compiled> compiled, uint32_t pos) : g(std::move(compiled)), accept_at(g->accept_pos) {
         pos_seen.assign(g->next.size(), {0, 0});
         table.assign(64, 0);
         rule_done.assign(static_cast<size_t>(g->n_rules), {0, 0});
@@ -246,9 +254,30 @@ struct Matcher::Impl {
         scans.reserve(2048);
         waits.reserve(2048);
         sets.reserve(512);
+        if (pos == static_cast<uint32_t>(kEnd)) {
+            const uint32_t k = begin_set();
+            add({g->start_pos, 0});
+            close(k);
+            return;
+        }
+        if (pos >= g->next.size() || g->next[pos] == kEnd) throw std::out_of_range("Matcher::at_position: no such position");
+        base = 1;
+        accept_at = pos;
+        while (g->next[accept_at] != kEnd) ++accept_at;
+        close(begin_set());  // the empty context
         const uint32_t k = begin_set();
-        add({g->start_pos, 0});
+        add({pos, 0});
         close(k);
+    }
+
+    void kernel(std::vector<uint32_t>& out) const {
+        const uint32_t k = static_cast<uint32_t>(sets.size()) - 1;
+        out.clear();
+        if (k == 0) out.push_back(g->start_pos);
+        for (uint32_t i = items_begin(k); i < sets[k].item_end; ++i)
+            if (items[i].origin != k && g->next[items[i].pos] != kEnd) out.push_back(items[i].pos);
+        std::sort(out.begin(), out.end());
+        out.erase(std::unique(out.begin(), out.end()), out.end());
     }
 
     uint32_t items_begin(uint32_t k) const { return k == 0 ? 0 : sets[k - 1].item_end; }
@@ -332,7 +361,7 @@ struct Matcher::Impl {
                 const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[it.pos])];
                 for (size_t w = 0; w < 4; ++w) allowed.words[w] |= t.words[w];
             } else if (sym == kEnd) {
-                if (it.pos == c.accept_pos) accepting = true;
+                if (it.pos == accept_at && it.origin == 0) accepting = true;
                 // Completions of empty spans (origin k) need nothing: the predictor already moved past nullables.
                 if (it.origin == k) continue;
                 const int32_t lhs = c.arg[it.pos];
@@ -462,7 +491,9 @@ struct Matcher::Impl {
         const size_t chain_begin = key_chain.size();
         uint64_t result = kKeyUnresolved;
         for (;;) {
-            if (rule == c.n_rules - 1) {  // `start`: nothing waits on it; its completion accepts
+            // `start`, or the production a matcher at_position() started in: nothing waits on it; its completion
+            // accepts.
+            if (rule == c.n_rules - 1 || (j == 0 && base == 1)) {
                 result = kAcceptCont;
                 break;
             }
@@ -529,7 +560,7 @@ struct Matcher::Impl {
     }
 
     void rollback(size_t n) {
-        if (n >= sets.size()) throw std::out_of_range("Matcher::rollback: more bytes than were read");
+        if (n + base >= sets.size()) throw std::out_of_range("Matcher::rollback: more bytes than were read");
         sets.resize(sets.size() - n);
         items.resize(sets.back().item_end);
         scans.resize(sets.back().scan_end);
@@ -571,9 +602,13 @@ void Matcher::rollback(size_t n_bytes) {
     if (n_bytes > 0) impl_->rollback(n_bytes);
 }
 
-void Matcher::reset() { impl_->rollback(impl_->sets.size() - 1); }
+void Matcher::reset() { impl_->rollback(impl_->sets.size() - 1 - impl_->base); }
 
-size_t Matcher::position() const { return impl_->sets.size() - 1; }
+size_t Matcher::position() const { return impl_->sets.size() - 1 - impl_->base; }
+
+void Matcher::kernel_positions(std::vector<uint32_t>& out) const { impl_->kernel(out); }
+
+Matcher Matcher::at_position(uint32_t pos) const { return Matcher(new Impl(impl_->g, pos)); }
 
 bool Matcher::accepting() const { return impl_->sets.back().accepting; }
 

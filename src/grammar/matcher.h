@@ -38,8 +38,20 @@ class Matcher {
     // Computed when first asked and kept with the position (const, but not safe against concurrent calls).
     uint64_t state_key() const;
 
+    // For the token masks' per-position precomputation (grammar/token_mask.h). The current state's kernel: the
+    // dotted positions (opaque indices into the compiled grammar) of its items that began before this byte and still
+    // expect a symbol, plus the start before any byte. Every item of the state is one of these or predicted from
+    // one, so a token the state allows is read, from its first byte, inside the rest of some kernel item's
+    // production — until that production completes and its context takes over. Sorted, without repeats.
+    void kernel_positions(std::vector<uint32_t>& out) const;
+    // A matcher over the same grammar that starts inside one production, at dotted position `pos` (from
+    // kernel_positions), with no context around it: it reads what the rest of that production derives, and
+    // accepting() is true where the production is complete. The grammar must outlive it.
+    Matcher at_position(uint32_t pos) const;
+
   private:
     struct Impl;
+    explicit Matcher(Impl* impl) : impl_(impl) {}
     Impl* impl_;
 };
 

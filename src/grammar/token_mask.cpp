@@ -103,72 +103,196 @@ int64_t MaskCache::misses() const {
     return misses_;
 }
 
+std::shared_ptr<const PositionMasks> MaskCache::find_position(uint32_t pos) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = by_position_.find(pos);
+    if (it == by_position_.end()) return nullptr;
+    position_lru_.splice(position_lru_.begin(), position_lru_, it->second);
+    return it->second->second;
+}
+
+void MaskCache::insert_position(uint32_t pos, std::shared_ptr<const PositionMasks> masks) {
+    if (max_positions_ == 0) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (by_position_.count(pos) != 0) return;
+    if (by_position_.size() >= max_positions_) {
+        by_position_.erase(position_lru_.back().first);
+        position_lru_.pop_back();
+    }
+    position_lru_.emplace_front(pos, std::move(masks));
+    by_position_.emplace(pos, position_lru_.begin());
+}
+
+size_t MaskCache::n_positions() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return by_position_.size();
+}
+
 namespace {
 
-// The keyed walk gives up (and the plain walk runs) past this many distinct states: its transition table holds 256
+// A keyed walk gives up (and the plain walk runs) past this many distinct states: its transition table holds 256
 // entries per state, and a grammar whose states never repeat gains nothing from it.
 constexpr size_t kMaxWalkStates = 4096;
 constexpr uint32_t kUnknown = ~uint32_t{0};
+// A state with more kernel positions than this is walked whole rather than put together from its positions.
+constexpr size_t kMaxKernel = 16;
 
 }  // namespace
 
-// The trie walk over matcher states identified by Matcher::state_key() rather than over the matcher itself: where
-// the grammar loops (a JSON string's body), nearly every byte leads back to a state seen before, so a transition
-// already taken is a table look-up instead of an Earley step, and the walk is a linear scan of the trie that skips
+// A trie walk over matcher states identified by Matcher::state_key() rather than over the matcher itself: where the
+// grammar loops (a JSON string's body), nearly every byte leads back to a state seen before, so a transition already
+// taken is a table look-up instead of an Earley step, and the walk is a scan of the trie in node order that skips
 // the subtrees of refused bytes. The matcher is advanced only to explore a new transition, lazily along the current
-// trie path, and rolled back as the scan leaves the path. Equal keys mean equal futures, so a state's allowed bytes
-// and transitions stand for every path that reaches it. False (with `m` as it was): too many states, `out` is
-// incomplete.
-bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out) const {
-    std::vector<ByteSet> allowed;  // per state
-    std::vector<uint32_t> next;    // next[state * 256 + byte]: the state after the byte, or kUnknown
-    std::unordered_map<uint64_t, uint32_t> by_key;
-    std::vector<uint32_t> state_at(max_depth_ + 1);  // the state after the first d bytes of the current path
-    std::vector<uint8_t> path(max_depth_ + 1);
-    size_t synced = 0;  // m has read path[0 .. synced) past where the walk began
-    const auto intern = [&]() -> uint32_t {
-        const auto [it, fresh] = by_key.emplace(m.state_key(), static_cast<uint32_t>(allowed.size()));
+// trie path, and rolled back as the scan leaves the path (and wholly by the destructor). Equal keys mean equal
+// futures, so a state's allowed bytes and transitions stand for every path that reaches it.
+class TokenVocab::StateWalk {
+  public:
+    StateWalk(Matcher& m, size_t max_depth) : m_(m), state_at_(max_depth + 1), path_(max_depth + 1) {
+        state_at_[0] = intern();
+    }
+    ~StateWalk() { m_.rollback(synced_); }
+    StateWalk(const StateWalk&) = delete;
+    StateWalk& operator=(const StateWalk&) = delete;
+
+    // Whether the state after the current path's first d - 1 bytes allows `byte` (a node at depth d).
+    bool allows(uint32_t d, uint8_t byte) const { return allowed_[state_at_[d - 1]].has(byte); }
+    // The state after the path's first d bytes accepts (a whole sentence: the production is complete).
+    bool accepting(uint32_t d) const { return accepting_[state_at_[d]] != 0; }
+    // Extends the path with an allowed node at depth d (one that has children: its state is needed). False: past
+    // kMaxWalkStates states, the walk is abandoned.
+    bool enter(uint32_t d, uint8_t byte) {
+        const uint32_t from = state_at_[d - 1];
+        if (synced_ >= d) {  // the matcher read a sibling path: back to this node's parent
+            m_.rollback(synced_ - (d - 1));
+            synced_ = d - 1;
+        }
+        path_[d - 1] = byte;
+        if (next_[size_t{from} * 256 + byte] == kUnknown) {
+            for (; synced_ < d; ++synced_)
+                if (!m_.advance(path_[synced_])) throw std::logic_error("TokenVocab: a state key misled the walk");
+            const uint32_t s = intern();
+            if (allowed_.size() > kMaxWalkStates) return false;
+            next_[size_t{from} * 256 + byte] = s;
+        }
+        state_at_[d] = next_[size_t{from} * 256 + byte];
+        return true;
+    }
+
+  private:
+    uint32_t intern() {
+        const auto [it, fresh] = by_key_.emplace(m_.state_key(), static_cast<uint32_t>(allowed_.size()));
         if (fresh) {
-            allowed.push_back(m.allowed());
-            next.resize(next.size() + 256, kUnknown);
+            allowed_.push_back(m_.allowed());
+            accepting_.push_back(m_.accepting() ? 1 : 0);
+            next_.resize(next_.size() + 256, kUnknown);
         }
         return it->second;
-    };
-    state_at[0] = intern();
+    }
+
+    Matcher& m_;
+    std::vector<ByteSet> allowed_;   // per state
+    std::vector<uint8_t> accepting_;  // per state
+    std::vector<uint32_t> next_;     // next_[state * 256 + byte]: the state after the byte, or kUnknown
+    std::unordered_map<uint64_t, uint32_t> by_key_;
+    std::vector<uint32_t> state_at_;  // the state after the first d bytes of the current path
+    std::vector<uint8_t> path_;
+    size_t synced_ = 0;  // m_ has read path_[0 .. synced_) past where the walk began
+};
+
+// The keyed walk over the whole trie (cuts null) or over only the subtrees rooted at `cuts` (ascending, none inside
+// another), whose tokens it sets; the nodes above them are visited to reach them. False (with `m` as it was): too
+// many states, `out` is incomplete.
+bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts) const {
+    StateWalk w(m, max_depth_);
+    size_t next_cut = 0;
+    uint32_t cut_end = cuts == nullptr ? static_cast<uint32_t>(nodes_.size()) : 0;  // inside a cut below this
     for (uint32_t i = 1; i < nodes_.size();) {
         const Node& n = nodes_[i];
-        const uint32_t d = n.depth;
-        const uint32_t from = state_at[d - 1];
-        if (!allowed[from].has(n.byte)) {
+        if (i >= cut_end) {  // above the cuts: go only towards the next one
+            while (next_cut < cuts->size() && (*cuts)[next_cut] < i) ++next_cut;  // inside refused subtrees
+            if (next_cut == cuts->size()) break;
+            if ((*cuts)[next_cut] >= n.end) {
+                i = n.end;
+                continue;
+            }
+            if ((*cuts)[next_cut] == i) cut_end = n.end;
+        }
+        if (!w.allows(n.depth, n.byte)) {
             i = n.end;
             continue;
         }
-        for (uint32_t t = 0; t < n.n_tokens; ++t) out.set(token_ids_[n.first_token + t]);
-        if (n.end == i + 1) {
-            ++i;
-            continue;
-        }
-        if (synced >= d) {  // the matcher read a sibling path: back to this node's parent
-            m.rollback(synced - (d - 1));
-            synced = d - 1;
-        }
-        path[d - 1] = n.byte;
-        uint32_t& to = next[size_t{from} * 256 + n.byte];
-        if (to == kUnknown) {
-            for (; synced < d; ++synced)
-                if (!m.advance(path[synced])) throw std::logic_error("TokenVocab: a state key misled the walk");
-            const uint32_t s = intern();
-            if (allowed.size() > kMaxWalkStates) {
-                m.rollback(synced);
-                return false;
-            }
-            next[size_t{from} * 256 + n.byte] = s;  // `to` may dangle: intern() grew `next`
-        }
-        state_at[d] = next[size_t{from} * 256 + n.byte];
+        if (i < cut_end)
+            for (uint32_t t = 0; t < n.n_tokens; ++t) out.set(token_ids_[n.first_token + t]);
+        if (n.end > i + 1 && !w.enter(n.depth, n.byte)) return false;
         ++i;
     }
-    m.rollback(synced);
     return true;
+}
+
+// What dotted position `pos` of m's grammar allows on its own (PositionMasks): a keyed walk of a matcher started
+// there. A token the production reads whole is accepted; a byte the production refuses after it could have
+// completed (at a depth past the token's first byte: completing before any byte is the business of the kernel
+// items the completion leads to) cuts the subtree off as context-dependent.
+std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher& m, uint32_t pos) const {
+    auto pm = std::make_shared<PositionMasks>();
+    Matcher inner = m.at_position(pos);
+    TokenMask accepted;
+    accepted.reset(n_tokens_);
+    bool any = false;
+    {
+        StateWalk w(inner, max_depth_);
+        std::vector<uint8_t> complete_above(max_depth_ + 1, 0);  // the path completed the production at depth 1..d
+        for (uint32_t i = 1; i < nodes_.size();) {
+            const Node& n = nodes_[i];
+            const uint32_t d = n.depth;
+            if (!w.allows(d, n.byte)) {
+                if (complete_above[d - 1]) pm->cuts.push_back(i);
+                i = n.end;
+                continue;
+            }
+            for (uint32_t t = 0; t < n.n_tokens; ++t) accepted.set(token_ids_[n.first_token + t]);
+            any = any || n.n_tokens > 0;
+            if (n.end > i + 1) {
+                if (!w.enter(d, n.byte)) {
+                    pm->complete = false;
+                    pm->cuts.clear();
+                    return pm;
+                }
+                complete_above[d] = complete_above[d - 1] || w.accepting(d);
+            }
+            ++i;
+        }
+    }
+    if (any) pm->accepted = std::move(accepted.words);
+    return pm;
+}
+
+// fill_mask's per-position path: the union of the kernel positions' accepted tokens, then the keyed walk over the
+// union of their cuts through `m` itself. False: a state this does not suit (too many kernel positions, a position
+// too large to analyse, too many states in the cuts' walk); `out` is then incomplete.
+bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache) const {
+    std::vector<uint32_t> kernel;
+    m.kernel_positions(kernel);
+    if (kernel.size() > kMaxKernel) return false;
+    std::vector<uint32_t> cuts;
+    for (const uint32_t pos : kernel) {
+        std::shared_ptr<const PositionMasks> pm = cache.find_position(pos);
+        if (pm == nullptr) {
+            pm = analyse_position(m, pos);
+            cache.insert_position(pos, pm);
+        }
+        if (!pm->complete) return false;
+        for (size_t w = 0; w < pm->accepted.size(); ++w) out.words[w] |= pm->accepted[w];
+        cuts.insert(cuts.end(), pm->cuts.begin(), pm->cuts.end());
+    }
+    if (cuts.empty()) return true;
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    size_t kept = 0;  // drop cuts inside another's subtree
+    for (size_t i = 0; i < cuts.size(); ++i)
+        if (kept == 0 || cuts[i] >= nodes_[cuts[kept - 1]].end) cuts[kept++] = cuts[i];
+    cuts.resize(kept);
+    return walk_by_state(m, out, &cuts);
 }
 
 void TokenVocab::fill_mask(Matcher& m, TokenMask& out, MaskCache* cache) const {
@@ -179,9 +303,12 @@ void TokenVocab::fill_mask(Matcher& m, TokenMask& out, MaskCache* cache) const {
     const uint64_t key = m.state_key();
     if (cache->find(key, out) && out.words.size() == (n_tokens_ + 63) / 64) return;
     out.reset(n_tokens_);
-    if (!walk_by_state(m, out)) {
+    if (!fill_by_positions(m, out, *cache)) {
         out.reset(n_tokens_);
-        walk(0, m, out);
+        if (!walk_by_state(m, out, nullptr)) {
+            out.reset(n_tokens_);
+            walk(0, m, out);
+        }
     }
     if (m.accepting())
         for (const int32_t id : stop_ids_) out.set(id);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -33,11 +34,18 @@ struct TokenMask {
 // mask instead of walking the trie again. Shareable between requests using the same grammar and vocabulary (never
 // across grammars: keys of different grammars mean different things), thread-safe. Holds at most `max_masks`
 // masks, dropping the least recently used.
+//
+// It also keeps what each kernel position of the grammar allows on its own (TokenVocab::fill_mask's per-position
+// precomputation, PositionMasks), at most `max_positions` of them, dropping the least recently used.
+struct PositionMasks;
+
 class MaskCache {
   public:
-    // 2048 masks of a 128K-token vocabulary: 32 MiB.
+    // 2048 masks of a 128K-token vocabulary: 32 MiB; 256 positions: at most 4 MiB more.
     static constexpr size_t kDefaultMaxMasks = 2048;
-    explicit MaskCache(size_t max_masks = kDefaultMaxMasks) : max_masks_(max_masks) {}
+    static constexpr size_t kDefaultMaxPositions = 256;
+    explicit MaskCache(size_t max_masks = kDefaultMaxMasks, size_t max_positions = kDefaultMaxPositions)
+        : max_masks_(max_masks), max_positions_(max_positions) {}
 
     bool find(uint64_t key, TokenMask& out);  // copies the mask of `key` into `out` when there is one
     void insert(uint64_t key, const TokenMask& mask);
@@ -45,13 +53,30 @@ class MaskCache {
     int64_t hits() const;
     int64_t misses() const;
 
+    std::shared_ptr<const PositionMasks> find_position(uint32_t pos);
+    void insert_position(uint32_t pos, std::shared_ptr<const PositionMasks> masks);
+    size_t n_positions() const;
+
   private:
     using Entry = std::pair<uint64_t, std::vector<uint64_t>>;
+    using PositionEntry = std::pair<uint32_t, std::shared_ptr<const PositionMasks>>;
     mutable std::mutex mu_;
-    size_t max_masks_;
+    size_t max_masks_, max_positions_;
     std::list<Entry> lru_;  // most recently used first
     std::unordered_map<uint64_t, std::list<Entry>::iterator> by_key_;
+    std::list<PositionEntry> position_lru_;
+    std::unordered_map<uint32_t, std::list<PositionEntry>::iterator> by_position_;
     int64_t hits_ = 0, misses_ = 0;
+};
+
+// What one kernel position allows on its own (see TokenVocab::fill_mask): `accepted`, the tokens read entirely
+// inside the rest of its production (a bit per token; empty: none), and `cuts`, the trie nodes (subtree roots,
+// ascending) where a token leaves the production after it could have completed: those tokens depend on the
+// context. `complete` is false when the position had too many states to analyse: the mask is then walked whole.
+struct PositionMasks {
+    std::vector<uint64_t> accepted;
+    std::vector<uint32_t> cuts;
+    bool complete = true;
 };
 
 class TokenVocab {
@@ -68,7 +93,11 @@ class TokenVocab {
     // The tokens `m` may read next, and the stop tokens when `m` accepts. `m` is unchanged on return.
     void fill_mask(Matcher& m, TokenMask& out) const;
     // The same, taking the mask from `cache` when the state was seen before and adding it otherwise (`cache` must
-    // belong to m's grammar and this vocabulary; null: no cache).
+    // belong to m's grammar and this vocabulary; null: no cache). A new state's mask is put together from its
+    // kernel positions (Matcher::kernel_positions): each position's tokens read entirely inside the rest of its
+    // production, computed once per position and kept in the cache, and a check through `m` of only the tokens
+    // that may run past the production's end (a JSON string's body allows most of the vocabulary whatever follows
+    // the string; only the tokens holding its closing quote depend on the context).
     void fill_mask(Matcher& m, TokenMask& out, MaskCache* cache) const;
 
   private:
@@ -81,8 +110,11 @@ class TokenVocab {
         uint32_t first_token;   // tokens ending here: token_ids_[first_token .. first_token + n_tokens)
         uint32_t n_tokens;
     };
+    class StateWalk;
     void walk(uint32_t node, Matcher& m, TokenMask& out) const;
-    bool walk_by_state(Matcher& m, TokenMask& out) const;
+    bool walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts) const;
+    std::shared_ptr<const PositionMasks> analyse_position(const Matcher& m, uint32_t pos) const;
+    bool fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache) const;
     size_t max_depth_ = 0;
 
     size_t n_tokens_;

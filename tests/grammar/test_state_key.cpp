@@ -316,6 +316,86 @@ TEST(MaskCache, GrammarsWithoutRepeatingStatesMatchTheWalk) {
     expect_cached_masks_match(g, vocab, rng, 2, 4, cache);
 }
 
+// A vocabulary of pieces of JSON: single bytes, common runs, and tokens that run past a string's closing quote.
+TokenVocab json_pieces_vocab() {
+    std::vector<std::string> tokens = {"<eos>"};
+    for (int c = 0x20; c < 0x7F; ++c) tokens.emplace_back(1, static_cast<char>(c));
+    for (const char* t : {"\"",    "\":", "\",\"", "name",     "tags", "count",    "price", "kind",  "child",
+                          "\":\"", "{\"", "\"}",   "[\"",      "\"]",  "12",       "3.",    "e-",    "\\u00",
+                          "\\\"",  "ab",  " the",  "\xC3\xA9", "\xE4", "\xB8\xAD", "\"bb",  "\"a\"", "-1",
+                          "ab\",", "x\"}", "q\"]", "ab\":", "\"a\",\"", "1,", "2]", "a\\n", "\"\"", "ss\"\""})
+        tokens.emplace_back(t);
+    return TokenVocab(tokens, {0});
+}
+
+// The masks put together from kernel positions (a cache that keeps no masks, so every state goes through them; or
+// keeps no positions either, so each is analysed afresh) equal the plain walk.
+TEST(MaskCache, KernelPositionsMatchTheWalk) {
+    std::mt19937 rng(5);
+    size_t positions = 0;
+    for (int n = 0; n < 150;) {
+        const auto g = random_grammar(rng);
+        if (!g) continue;
+        ++n;
+        std::vector<std::string> tokens = {"<eos>"};
+        for (int t = 0; t < 40; ++t) {
+            std::string s;
+            for (size_t len = 1 + rng() % 4; s.size() < len;) s += static_cast<char>('a' + rng() % 5);
+            tokens.push_back(s);
+        }
+        const TokenVocab vocab(tokens, {0});
+        MaskCache cache(0, n % 3 == 0 ? 0 : 64);
+        expect_cached_masks_match(*g, vocab, rng, 4, 20, cache);
+        if (HasFatalFailure()) return;
+        EXPECT_EQ(cache.size(), 0u);
+        positions += cache.n_positions();
+    }
+    EXPECT_GT(positions, 200u);
+    const Grammar g = compile_json_schema(kSchema);
+    const TokenVocab vocab = json_pieces_vocab();
+    for (size_t max_positions : {0, 256}) {
+        MaskCache cache(0, max_positions);
+        expect_cached_masks_match(g, vocab, rng, 20, 60, cache);
+        if (HasFatalFailure()) return;
+        EXPECT_EQ(cache.n_positions() > 0, max_positions > 0);
+    }
+}
+
+// kernel_positions() and at_position(): the start's kernel is one position; inside a production, a matcher started
+// at a kernel position reads the rest of that production alone and accepts where it completes.
+TEST(MaskCache, MatcherStartedInsideAProduction) {
+    const Grammar g = parse_gbnf("root ::= \"x\" inner \"y\" \"z\"\ninner ::= \"a\" inner | \"\"\n");
+    Matcher m(g);
+    std::vector<uint32_t> kernel;
+    m.kernel_positions(kernel);
+    ASSERT_EQ(kernel.size(), 1u);
+    ASSERT_TRUE(m.advance("xaa"));
+    m.kernel_positions(kernel);
+    ASSERT_FALSE(kernel.empty());
+    // Two kernel positions: the rest of root after inner ("yz", complete after z) and the rest of inner's
+    // production after an "a" (more a's, complete anywhere, "y" belongs to the context).
+    bool rest_of_root = false, rest_of_inner = false;
+    for (const uint32_t pos : kernel) {
+        Matcher inner = m.at_position(pos);
+        EXPECT_EQ(inner.position(), 0u);
+        if (inner.advance("yz")) {
+            rest_of_root = true;
+            EXPECT_TRUE(inner.accepting());
+            EXPECT_TRUE(inner.allowed().empty());
+            inner.reset();
+            EXPECT_EQ(inner.position(), 0u);
+            EXPECT_FALSE(inner.advance("yzz"));
+            EXPECT_THROW(inner.rollback(1), std::out_of_range);
+        } else if (inner.advance("aaa")) {
+            rest_of_inner = true;
+            EXPECT_TRUE(inner.accepting());
+            EXPECT_FALSE(inner.advance("y"));
+        }
+    }
+    EXPECT_TRUE(rest_of_root);
+    EXPECT_TRUE(rest_of_inner);
+}
+
 TEST(MaskCache, EvictsTheLeastRecentlyUsed) {
     MaskCache cache(2);
     TokenMask a, b, c, out;
