@@ -39,16 +39,26 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
             token_ids_.push_back(order[lo++]);
             ++nodes_[me].n_tokens;
         }
+        ByteSet below;
         while (lo < hi) {
             const auto c = static_cast<uint8_t>(bytes_[static_cast<size_t>(order[lo])][depth]);
             size_t e = lo;
             while (e < hi && static_cast<uint8_t>(bytes_[static_cast<size_t>(order[e])][depth]) == c) ++e;
+            const auto child = static_cast<uint32_t>(nodes_.size());
             self(self, lo, e, depth + 1, c);
+            below.add(c);
+            below.add(below_[child]);
             lo = e;
         }
         nodes_[me].end = static_cast<uint32_t>(nodes_.size());
+        below_[me] = below;
     };
+    size_t total = 1;  // at most one node per byte of every token, and the root
+    for (const int32_t id : order) total += bytes_[static_cast<size_t>(id)].size();
+    below_.resize(total);
     build(build, 0, order.size(), 0, 0);
+    below_.resize(nodes_.size());
+    below_.shrink_to_fit();
 }
 
 void TokenVocab::walk(uint32_t node, Matcher& m, TokenMask& out) const {
@@ -136,6 +146,8 @@ constexpr size_t kMaxWalkStates = 4096;
 constexpr uint32_t kUnknown = ~uint32_t{0};
 // A state with more kernel positions than this is walked whole rather than put together from its positions.
 constexpr size_t kMaxKernel = 16;
+// Subtrees of fewer nodes are walked node by node rather than tested for a loop.
+constexpr uint32_t kMinSkip = 8;
 
 }  // namespace
 
@@ -145,8 +157,13 @@ constexpr size_t kMaxKernel = 16;
 // the subtrees of refused bytes. The matcher is advanced only to explore a new transition, lazily along the current
 // trie path, and rolled back as the scan leaves the path (and wholly by the destructor). Equal keys mean equal
 // futures, so a state's allowed bytes and transitions stand for every path that reaches it.
+//
+// A state that loops on many bytes (a string's body on every plain character) has them probed all at once; a
+// subtree whose bytes all loop there is then allowed whole without visiting its nodes.
 class TokenVocab::StateWalk {
   public:
+    static constexpr uint32_t kRefused = ~uint32_t{0} - 1;
+
     StateWalk(Matcher& m, size_t max_depth) : m_(m), state_at_(max_depth + 1), path_(max_depth + 1) {
         state_at_[0] = intern();
     }
@@ -154,12 +171,12 @@ class TokenVocab::StateWalk {
     StateWalk(const StateWalk&) = delete;
     StateWalk& operator=(const StateWalk&) = delete;
 
-    // Whether the state after the current path's first d - 1 bytes allows `byte` (a node at depth d).
-    bool allows(uint32_t d, uint8_t byte) const { return allowed_[state_at_[d - 1]].has(byte); }
+    // The state after a node at depth d on the current path's first d - 1 bytes: kRefused, or kUnknown when the
+    // transition has not been taken yet (the node is allowed; enter() finds the state).
+    uint32_t peek(uint32_t d, uint8_t byte) const { return next_[size_t{state_at_[d - 1]} * 256 + byte]; }
     // The state after the path's first d bytes accepts (a whole sentence: the production is complete).
     bool accepting(uint32_t d) const { return accepting_[state_at_[d]] != 0; }
-    // Extends the path with an allowed node at depth d (one that has children: its state is needed). False: past
-    // kMaxWalkStates states, the walk is abandoned.
+    // Extends the path with an allowed node at depth d. False: past kMaxWalkStates states, the walk is abandoned.
     bool enter(uint32_t d, uint8_t byte) {
         const uint32_t from = state_at_[d - 1];
         if (synced_ >= d) {  // the matcher read a sibling path: back to this node's parent
@@ -168,36 +185,101 @@ class TokenVocab::StateWalk {
         }
         path_[d - 1] = byte;
         if (next_[size_t{from} * 256 + byte] == kUnknown) {
-            for (; synced_ < d; ++synced_)
-                if (!m_.advance(path_[synced_])) throw std::logic_error("TokenVocab: a state key misled the walk");
+            sync(d);
             const uint32_t s = intern();
             if (allowed_.size() > kMaxWalkStates) return false;
             next_[size_t{from} * 256 + byte] = s;
+            ++taken_[from];
+            if (s == from) ++self_[from];
         }
         state_at_[d] = next_[size_t{from} * 256 + byte];
         return true;
     }
+    // Whether every byte string over `bytes` stays in the state after the path's first d bytes (entered): the
+    // state's loop, probed the first time this is asked of a state that allows many bytes.
+    bool loops_on(uint32_t d, const ByteSet& bytes) {
+        const uint32_t s = state_at_[d];
+        if (!probed_[s]) {
+            // Probed once the transitions taken so far show a loop (most lead back), so that a chain of states
+            // (a bounded repeat: each byte leads to the next) is not probed state after state.
+            if (self_[s] < kMinLoopBytes / 4 || self_[s] * 4 < taken_[s] * 3) return false;
+            probed_[s] = 1;
+            if (allowed_[s].count() < kMinLoopBytes || !probe(d)) return false;
+        }
+        const ByteSet& l = loop_[s];
+        for (size_t w = 0; w < 4; ++w)
+            if ((bytes.words[w] & ~l.words[w]) != 0) return false;
+        return true;
+    }
 
   private:
+    static constexpr int kMinLoopBytes = 16;
+
+    // The matcher reads the current path's first d bytes (what it has read is a prefix of the path, see enter()).
+    void sync(uint32_t d) {
+        if (synced_ >= d) {
+            m_.rollback(synced_ - d);
+            synced_ = d;
+            return;
+        }
+        for (; synced_ < d; ++synced_)
+            if (!m_.advance(path_[synced_])) throw std::logic_error("TokenVocab: a state key misled the walk");
+    }
+
+    // Takes every allowed transition of the state after the path's first d bytes and records which lead back.
+    bool probe(uint32_t d) {
+        const uint32_t s = state_at_[d];
+        sync(d);
+        ByteSet loop;
+        for (int b = 0; b < 256; ++b) {
+            if (next_[size_t{s} * 256 + static_cast<size_t>(b)] == kUnknown) {
+                m_.advance(static_cast<uint8_t>(b));
+                const uint32_t t = intern();
+                m_.rollback(1);
+                if (allowed_.size() > kMaxWalkStates) return false;
+                next_[size_t{s} * 256 + static_cast<size_t>(b)] = t;
+            }
+            if (next_[size_t{s} * 256 + static_cast<size_t>(b)] == s) loop.add(static_cast<uint8_t>(b));
+        }
+        loop_[s] = loop;
+        return true;
+    }
+
     uint32_t intern() {
         const auto [it, fresh] = by_key_.emplace(m_.state_key(), static_cast<uint32_t>(allowed_.size()));
         if (fresh) {
-            allowed_.push_back(m_.allowed());
+            const ByteSet allowed = m_.allowed();
+            allowed_.push_back(allowed);
             accepting_.push_back(m_.accepting() ? 1 : 0);
-            next_.resize(next_.size() + 256, kUnknown);
+            probed_.push_back(0);
+            taken_.push_back(0);
+            self_.push_back(0);
+            loop_.emplace_back();
+            const size_t base = next_.size();
+            next_.resize(base + 256, kRefused);
+            for (int b = 0; b < 256; ++b)
+                if (allowed.has(static_cast<uint8_t>(b))) next_[base + static_cast<size_t>(b)] = kUnknown;
         }
         return it->second;
     }
 
     Matcher& m_;
-    std::vector<ByteSet> allowed_;   // per state
-    std::vector<uint8_t> accepting_;  // per state
-    std::vector<uint32_t> next_;     // next_[state * 256 + byte]: the state after the byte, or kUnknown
+    std::vector<ByteSet> allowed_, loop_;    // per state
+    std::vector<uint8_t> accepting_, probed_;  // per state
+    std::vector<uint32_t> taken_, self_;  // per state: transitions explored by enter(), of which back to the state
+    std::vector<uint32_t> next_;  // next_[state * 256 + byte]: the state after the byte, kRefused or kUnknown
     std::unordered_map<uint64_t, uint32_t> by_key_;
     std::vector<uint32_t> state_at_;  // the state after the first d bytes of the current path
     std::vector<uint8_t> path_;
     size_t synced_ = 0;  // m_ has read path_[0 .. synced_) past where the walk began
 };
+
+// The tokens of node i's subtree, i's own included: a run of token_ids_.
+void TokenVocab::set_subtree(uint32_t i, TokenMask& out) const {
+    const uint32_t last = nodes_[i].end == nodes_.size() ? static_cast<uint32_t>(token_ids_.size())
+                                                          : nodes_[nodes_[i].end].first_token;
+    for (uint32_t t = nodes_[i].first_token; t < last; ++t) out.set(token_ids_[t]);
+}
 
 // The keyed walk over the whole trie (cuts null) or over only the subtrees rooted at `cuts` (ascending, none inside
 // another), whose tokens it sets; the nodes above them are visited to reach them. False (with `m` as it was): too
@@ -217,13 +299,23 @@ bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uin
             }
             if ((*cuts)[next_cut] == i) cut_end = n.end;
         }
-        if (!w.allows(n.depth, n.byte)) {
+        if (w.peek(n.depth, n.byte) == StateWalk::kRefused) {
             i = n.end;
             continue;
         }
-        if (i < cut_end)
+        if (n.end == i + 1) {
             for (uint32_t t = 0; t < n.n_tokens; ++t) out.set(token_ids_[n.first_token + t]);
-        if (n.end > i + 1 && !w.enter(n.depth, n.byte)) return false;
+            ++i;
+            continue;
+        }
+        if (!w.enter(n.depth, n.byte)) return false;
+        // Tokens a matcher reads whole are allowed, above the cuts too: the subtree is taken whole when it can be.
+        if (n.end - i >= kMinSkip && w.loops_on(n.depth, below_[i])) {
+            set_subtree(i, out);
+            i = n.end;
+            continue;
+        }
+        for (uint32_t t = 0; t < n.n_tokens; ++t) out.set(token_ids_[n.first_token + t]);
         ++i;
     }
     return true;
@@ -238,32 +330,38 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
     Matcher inner = m.at_position(pos);
     TokenMask accepted;
     accepted.reset(n_tokens_);
-    bool any = false;
     {
         StateWalk w(inner, max_depth_);
         std::vector<uint8_t> complete_above(max_depth_ + 1, 0);  // the path completed the production at depth 1..d
         for (uint32_t i = 1; i < nodes_.size();) {
             const Node& n = nodes_[i];
             const uint32_t d = n.depth;
-            if (!w.allows(d, n.byte)) {
+            if (w.peek(d, n.byte) == StateWalk::kRefused) {
                 if (complete_above[d - 1]) pm->cuts.push_back(i);
                 i = n.end;
                 continue;
             }
-            for (uint32_t t = 0; t < n.n_tokens; ++t) accepted.set(token_ids_[n.first_token + t]);
-            any = any || n.n_tokens > 0;
-            if (n.end > i + 1) {
-                if (!w.enter(d, n.byte)) {
-                    pm->complete = false;
-                    pm->cuts.clear();
-                    return pm;
-                }
-                complete_above[d] = complete_above[d - 1] || w.accepting(d);
+            if (n.end == i + 1) {
+                for (uint32_t t = 0; t < n.n_tokens; ++t) accepted.set(token_ids_[n.first_token + t]);
+                ++i;
+                continue;
             }
+            if (!w.enter(d, n.byte)) {
+                pm->complete = false;
+                pm->cuts.clear();
+                return pm;
+            }
+            if (n.end - i >= kMinSkip && w.loops_on(d, below_[i])) {  // read whole, never refused: no cuts
+                set_subtree(i, accepted);
+                i = n.end;
+                continue;
+            }
+            for (uint32_t t = 0; t < n.n_tokens; ++t) accepted.set(token_ids_[n.first_token + t]);
+            complete_above[d] = complete_above[d - 1] || w.accepting(d);
             ++i;
         }
     }
-    if (any) pm->accepted = std::move(accepted.words);
+    if (accepted.count() > 0) pm->accepted = std::move(accepted.words);
     return pm;
 }
 

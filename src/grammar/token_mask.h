@@ -112,6 +112,7 @@ class TokenVocab {
     };
     class StateWalk;
     void walk(uint32_t node, Matcher& m, TokenMask& out) const;
+    void set_subtree(uint32_t node, TokenMask& out) const;
     bool walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts) const;
     std::shared_ptr<const PositionMasks> analyse_position(const Matcher& m, uint32_t pos) const;
     bool fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache) const;
@@ -121,6 +122,7 @@ class TokenVocab {
     std::vector<std::string> bytes_;
     std::vector<int32_t> stop_ids_;
     std::vector<Node> nodes_;  // nodes_[0]: the root (no byte)
+    std::vector<ByteSet> below_;  // per node: the bytes on the edges of its subtree (not the edge into it)
     std::vector<int32_t> token_ids_;
 };
 

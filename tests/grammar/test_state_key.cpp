@@ -361,6 +361,33 @@ TEST(MaskCache, KernelPositionsMatchTheWalk) {
     }
 }
 
+// A vocabulary large enough for the walks' shortcuts (a string's body loops on letters: whole subtrees of words are
+// taken without visiting them), words with quotes, escapes and multi-byte characters among them; masks with and
+// without the cache agree with the plain walk.
+TEST(MaskCache, LargeVocabularyOfWordsMatchesTheWalk) {
+    std::mt19937 rng(11);
+    std::vector<std::string> tokens = {"<eos>"};
+    for (int c = 0x20; c < 0x7F; ++c) tokens.emplace_back(1, static_cast<char>(c));
+    const char* const pieces[] = {"\"", "\\", "\xC3\xA9", "\xE4\xB8\xAD", "\xE4", ",", ":", "\n", "}", "]", "1", "2."};
+    for (int t = 0; t < 3000; ++t) {
+        std::string s;
+        for (size_t len = 2 + rng() % 9; s.size() < len;) {
+            if (rng() % 12 == 0) s += pieces[rng() % std::size(pieces)];
+            else s += static_cast<char>('a' + rng() % 26);
+        }
+        tokens.push_back(s);
+    }
+    const TokenVocab vocab(tokens, {0});
+    const Grammar g = compile_json_schema(
+        R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":{"type":"string"}},)"
+        R"("c":{"type":"string","maxLength":12}},"required":["a","b","c"]})");
+    for (size_t max_masks : {0, 64}) {
+        MaskCache cache(max_masks);
+        expect_cached_masks_match(g, vocab, rng, 6, 40, cache);
+        if (HasFatalFailure()) return;
+    }
+}
+
 // kernel_positions() and at_position(): the start's kernel is one position; inside a production, a matcher started
 // at a kernel position reads the rest of that production alone and accepts where it completes.
 TEST(MaskCache, MatcherStartedInsideAProduction) {
