@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace megactx::grammar {
 
@@ -268,6 +269,37 @@ struct Matcher::Impl {
         const uint32_t k = begin_set();
         add({pos, 0});
         close(k);
+    }
+
+    uint64_t shape(uint32_t pos) const {
+        constexpr size_t kMaxShapeSymbols = 20000;
+        const Compiled& c = *g;
+        std::unordered_map<int32_t, uint32_t> number;  // rule -> the order it was met in
+        std::vector<int32_t> queue;
+        uint64_t h = mix(0x5AA9Eull);
+        size_t n = 0;
+        const auto symbols = [&](uint32_t p) {  // the symbols from dotted position p to the production's end
+            for (; c.next[p] != kEnd; ++p, ++n) {
+                if (c.next[p] == kTerminal) {
+                    const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[p])];
+                    h = mix(h ^ 0x7E4Bull);
+                    for (const uint64_t w : t.words) h = mix(h ^ w);
+                } else {
+                    const auto [it, fresh] = number.emplace(c.next[p], static_cast<uint32_t>(queue.size()));
+                    if (fresh) queue.push_back(c.next[p]);
+                    h = mix(h ^ (uint64_t{it->second} << 8 | 0x2E));
+                }
+            }
+            h = mix(h ^ 0xE4Dull);
+        };
+        symbols(pos);
+        for (size_t q = 0; q < queue.size(); ++q) {
+            const auto r = static_cast<size_t>(queue[q]);
+            h = mix(h ^ (uint64_t{c.rule_begin[r + 1] - c.rule_begin[r]} << 8 | 0x41));
+            for (uint32_t a = c.rule_begin[r]; a < c.rule_begin[r + 1]; ++a) symbols(c.starts[a]);
+            if (n > kMaxShapeSymbols) return 0;
+        }
+        return h | 1;
     }
 
     void kernel(std::vector<uint32_t>& out) const {
@@ -609,6 +641,8 @@ size_t Matcher::position() const { return impl_->sets.size() - 1 - impl_->base; 
 void Matcher::kernel_positions(std::vector<uint32_t>& out) const { impl_->kernel(out); }
 
 Matcher Matcher::at_position(uint32_t pos) const { return Matcher(new Impl(impl_->g, pos)); }
+
+uint64_t Matcher::position_shape(uint32_t pos) const { return impl_->shape(pos); }
 
 bool Matcher::accepting() const { return impl_->sets.back().accepting; }
 

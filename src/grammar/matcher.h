@@ -48,6 +48,11 @@ class Matcher {
     // kernel_positions), with no context around it: it reads what the rest of that production derives, and
     // accepting() is true where the production is complete. The grammar must outlive it.
     Matcher at_position(uint32_t pos) const;
+    // A hash of what at_position(pos) reads, from the grammar's structure alone (the rest of the production and
+    // every rule it reaches, numbered in the order met): equal across grammars that share the piece (a JSON string's
+    // body), so work on it can be shared between them (up to 64-bit collisions). 0 when the piece is too large
+    // (over 20,000 symbols) to be worth hashing.
+    uint64_t position_shape(uint32_t pos) const;
 
   private:
     struct Impl;

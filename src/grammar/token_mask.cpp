@@ -113,7 +113,7 @@ int64_t MaskCache::misses() const {
     return misses_;
 }
 
-std::shared_ptr<const PositionMasks> MaskCache::find_position(uint32_t pos) {
+std::shared_ptr<const PositionMasks> MaskCache::find_position(uint64_t pos) {
     const std::lock_guard<std::mutex> lock(mu_);
     const auto it = by_position_.find(pos);
     if (it == by_position_.end()) return nullptr;
@@ -121,7 +121,7 @@ std::shared_ptr<const PositionMasks> MaskCache::find_position(uint32_t pos) {
     return it->second->second;
 }
 
-void MaskCache::insert_position(uint32_t pos, std::shared_ptr<const PositionMasks> masks) {
+void MaskCache::insert_position(uint64_t pos, std::shared_ptr<const PositionMasks> masks) {
     if (max_positions_ == 0) return;
     const std::lock_guard<std::mutex> lock(mu_);
     if (by_position_.count(pos) != 0) return;
@@ -376,7 +376,12 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
     for (const uint32_t pos : kernel) {
         std::shared_ptr<const PositionMasks> pm = cache.find_position(pos);
         if (pm == nullptr) {
-            pm = analyse_position(m, pos);
+            const uint64_t shape = m.position_shape(pos);
+            if (shape != 0) pm = shared_->find_position(shape);
+            if (pm == nullptr) {
+                pm = analyse_position(m, pos);
+                if (shape != 0) shared_->insert_position(shape, pm);
+            }
             cache.insert_position(pos, pm);
         }
         if (!pm->complete) return false;

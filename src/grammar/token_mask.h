@@ -53,19 +53,20 @@ class MaskCache {
     int64_t hits() const;
     int64_t misses() const;
 
-    std::shared_ptr<const PositionMasks> find_position(uint32_t pos);
-    void insert_position(uint32_t pos, std::shared_ptr<const PositionMasks> masks);
+    // Kept by position (a grammar's cache) or by Matcher::position_shape (the vocabulary's, across grammars).
+    std::shared_ptr<const PositionMasks> find_position(uint64_t key);
+    void insert_position(uint64_t key, std::shared_ptr<const PositionMasks> masks);
     size_t n_positions() const;
 
   private:
     using Entry = std::pair<uint64_t, std::vector<uint64_t>>;
-    using PositionEntry = std::pair<uint32_t, std::shared_ptr<const PositionMasks>>;
+    using PositionEntry = std::pair<uint64_t, std::shared_ptr<const PositionMasks>>;
     mutable std::mutex mu_;
     size_t max_masks_, max_positions_;
     std::list<Entry> lru_;  // most recently used first
     std::unordered_map<uint64_t, std::list<Entry>::iterator> by_key_;
     std::list<PositionEntry> position_lru_;
-    std::unordered_map<uint32_t, std::list<PositionEntry>::iterator> by_position_;
+    std::unordered_map<uint64_t, std::list<PositionEntry>::iterator> by_position_;
     int64_t hits_ = 0, misses_ = 0;
 };
 
@@ -89,6 +90,9 @@ class TokenVocab {
     const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
     const std::string& bytes(int32_t id) const { return bytes_.at(static_cast<size_t>(id)); }
     size_t n_nodes() const { return nodes_.size(); }
+    // Positions analysed for any grammar, kept by their shape: a piece of grammar many grammars share (a JSON
+    // string's body) is analysed once per vocabulary.
+    size_t n_shared_positions() const { return shared_->n_positions(); }
 
     // The tokens `m` may read next, and the stop tokens when `m` accepts. `m` is unchanged on return.
     void fill_mask(Matcher& m, TokenMask& out) const;
@@ -123,6 +127,8 @@ class TokenVocab {
     std::vector<int32_t> stop_ids_;
     std::vector<Node> nodes_;  // nodes_[0]: the root (no byte)
     std::vector<ByteSet> below_;  // per node: the bytes on the edges of its subtree (not the edge into it)
+    // 1,024 positions of a 128K-token vocabulary: at most 16 MiB.
+    std::shared_ptr<MaskCache> shared_ = std::make_shared<MaskCache>(0, 1024);
     std::vector<int32_t> token_ids_;
 };
 

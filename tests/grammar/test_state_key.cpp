@@ -386,6 +386,52 @@ TEST(MaskCache, LargeVocabularyOfWordsMatchesTheWalk) {
         expect_cached_masks_match(g, vocab, rng, 6, 40, cache);
         if (HasFatalFailure()) return;
     }
+    // Another grammar with the same pieces reuses the vocabulary's analyses of them.
+    const size_t shared = vocab.n_shared_positions();
+    EXPECT_GT(shared, 0u);
+    const Grammar g2 = compile_json_schema(R"({"type":"array","items":{"type":"string"}})");
+    MaskCache cache2(0);
+    expect_cached_masks_match(g2, vocab, rng, 6, 40, cache2);
+    EXPECT_GT(cache2.n_positions(), 0u);
+}
+
+std::vector<uint64_t> kernel_shapes(const Grammar& g, std::string_view text) {
+    Matcher m(g);
+    EXPECT_TRUE(m.advance(text)) << text;
+    std::vector<uint32_t> kernel;
+    m.kernel_positions(kernel);
+    std::vector<uint64_t> shapes;
+    for (const uint32_t pos : kernel) shapes.push_back(m.position_shape(pos));
+    std::sort(shapes.begin(), shapes.end());
+    return shapes;
+}
+
+bool share_a_shape(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+    for (const uint64_t x : a)
+        if (x != 0 && std::binary_search(b.begin(), b.end(), x)) return true;
+    return false;
+}
+
+// Position shapes are the grammar's structure: equal for the same piece in different grammars (a string's body in
+// any schema, in the JSON-object grammar), different where the structure differs (a bound one character apart).
+TEST(MaskCache, PositionShapesFollowTheStructure) {
+    const Grammar a = compile_json_schema(R"({"type":"object","properties":{"x":{"type":"string"}}})");
+    const Grammar b = compile_json_schema(R"({"type":"array","items":{"type":"string"}})");
+    const Grammar any = json_object_grammar();
+    const auto in_a = kernel_shapes(a, "{\"x\": \"ab");
+    const auto in_b = kernel_shapes(b, "[\"ab");
+    const auto in_any = kernel_shapes(any, "{\"k\": \"ab");
+    EXPECT_EQ(kernel_shapes(a, "{\"x\": \"abc"), in_a);
+    EXPECT_TRUE(share_a_shape(in_a, in_b));
+    EXPECT_TRUE(share_a_shape(in_a, in_any));
+    const Grammar five = compile_json_schema(R"({"type":"string","maxLength":5})");
+    const Grammar six = compile_json_schema(R"({"type":"string","maxLength":6})");
+    // After the opening quote: the body (bounds differ) and, over the nullable body, the closing quote (the same).
+    const auto in_five = kernel_shapes(five, "\""), in_six = kernel_shapes(six, "\"");
+    ASSERT_EQ(in_five.size(), 2u);
+    ASSERT_EQ(in_six.size(), 2u);
+    EXPECT_TRUE(share_a_shape(in_five, in_six));
+    EXPECT_NE(in_five, in_six);
 }
 
 // kernel_positions() and at_position(): the start's kernel is one position; inside a production, a matcher started
