@@ -1,5 +1,7 @@
 #include "engine/constraint.h"
 
+#include "grammar/frontends.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -20,7 +22,29 @@ std::shared_ptr<const grammar::TokenVocab> make_token_vocab(const Tokenizer& tok
     for (const int32_t id : stop_ids)
         if (id >= 0 && static_cast<size_t>(id) < bytes.size() && std::find(stop.begin(), stop.end(), id) == stop.end())
             stop.push_back(id);
-    return std::make_shared<const grammar::TokenVocab>(bytes, stop);
+    auto vocab = std::make_shared<const grammar::TokenVocab>(bytes, stop);
+    warm_json_pieces(*vocab);
+    return vocab;
+}
+
+void warm_json_pieces(const grammar::TokenVocab& vocab) {
+    // Every JSON type, strings with escapes and multi-byte characters, nesting, whitespace; through an untyped and
+    // a typed grammar (their strings, numbers and whitespace are the same pieces as any schema's).
+    const std::string text =
+        "{\"s\": \"ab c\\u00e9\\n\xC3\xA9\xE4\xB8\xAD\", \"n\": -12.5e3, \"i\": 7, \"b\": true, \"z\": null, "
+        "\"a\": [\"x\", 1, {\"k\": \"v\"}]}";
+    const std::string schema =
+        R"({"type":"object","properties":{"s":{"type":"string"},"n":{"type":"number"},"i":{"type":"integer"},)"
+        R"("b":{"type":"boolean"},"z":{"type":"null"},"a":{"type":"array"}},"required":["s","n","i","b","z","a"]})";
+    for (const grammar::Grammar& g : {grammar::json_object_grammar(), grammar::compile_json_schema(schema)}) {
+        grammar::Matcher m(g);
+        grammar::MaskCache cache(0);
+        grammar::TokenMask mask;
+        for (const char c : text) {
+            vocab.fill_mask(m, mask, &cache);
+            if (!m.advance(static_cast<uint8_t>(c))) throw std::logic_error("warm_json_pieces: the text left the grammar");
+        }
+    }
 }
 
 namespace {

@@ -27,7 +27,13 @@ struct OutputConstraint {
 
 // The model's vocabulary for masks: every token's bytes except the special tokens (never grammar text), and the
 // ids that end the output (`stop_ids`: the model's end-of-sequence tokens), allowed where the grammar may end.
+// Warmed (warm_json_pieces) before it is returned.
 std::shared_ptr<const grammar::TokenVocab> make_token_vocab(const Tokenizer& tok, const std::vector<int32_t>& stop_ids);
+
+// Analyses, in the vocabulary's shared cache, the pieces of grammar every JSON Schema shares (a string's body,
+// numbers, whitespace), by walking a JSON text through the masks of two grammars: so the first schema a server sees
+// does not pay for them in its first masks. A few milliseconds per model.
+void warm_json_pieces(const grammar::TokenVocab& vocab);
 
 // One sequence's progress through its constraint: a matcher over the bytes generated since the constraint started.
 class ConstraintState {
