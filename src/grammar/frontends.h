@@ -3,6 +3,7 @@
 // silently ignored: a JSON Schema keyword that cannot be enforced is an error.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,9 @@ struct ToolCallOptions {
     bool single = false;     // exactly one call (a named function, or OpenAI's parallel_tool_calls: false)
     // tool_choice auto with strict tools: free text (never "<tool_call>") then, optionally, the calls.
     bool text_first = false;
+    // With text_first: instead of free text, content that follows this grammar (a response_format) — the output is
+    // either that content or the calls.
+    std::shared_ptr<const Grammar> text;
     int max_whitespace = 16;  // inside JSON argument values
 };
 

@@ -194,6 +194,21 @@ Symbol Builder::alt(std::vector<Sequence> alternatives, std::string_view hint) {
 
 Symbol Builder::optional(const Symbol& s, std::string_view hint) { return alt({{s}, {}}, hint); }
 
+Symbol Builder::embed(const Grammar& g) {
+    g.validate();
+    std::vector<int32_t> to(g.rules.size());
+    for (size_t r = 0; r < g.rules.size(); ++r) to[r] = rule(g.rules[r].name);
+    for (size_t r = 0; r < g.rules.size(); ++r) {
+        for (const Sequence& alternative : g.rules[r].alternatives) {
+            Sequence copy = alternative;
+            for (Symbol& sym : copy)
+                if (sym.is_rule()) sym.rule = to[static_cast<size_t>(sym.rule)];
+            add_alternative(to[r], std::move(copy));
+        }
+    }
+    return Symbol::ref(to[static_cast<size_t>(g.root)]);
+}
+
 Symbol Builder::repeat(const Symbol& item, int64_t min, int64_t max, std::string_view hint) {
     if (min < 0 || (max >= 0 && max < min))
         throw GrammarError(fmt::format("grammar: repetition {{{},{}}} is empty", min, max));

@@ -99,6 +99,9 @@ class Builder {
     // Any byte string (ε included) in which `forbidden` never occurs: a right-linear grammar of the string-matching
     // automaton's states (Knuth–Morris–Pratt), one rule per matched prefix of `forbidden`.
     Symbol text_without(std::string_view forbidden, std::string_view hint = "text");
+    // A copy of all of `g`'s rules (names made unique), referenced by its root: one grammar inside another (a
+    // response_format's content beside tool calls).
+    Symbol embed(const Grammar& g);
 
     // The grammar rooted at `root`, validated. The builder is left empty.
     Grammar finish(int32_t root);

@@ -1302,6 +1302,7 @@ Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOption
     const Symbol body = options.only.empty() && !options.single
                             ? b.seq({call, b.repeat(b.seq({b.optional(b.literal("\n"), "nl"), call}), 0, -1, "more")})
                             : call;
+    if (options.text_first && options.text) return c.finish(b.alt({{b.embed(*options.text)}, {body}}, "content-or-calls"));
     if (options.text_first) return c.finish(b.seq({b.text_without("<tool_call>"), b.optional(body, "calls")}));
     return c.finish(body);
 }

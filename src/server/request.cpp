@@ -131,17 +131,22 @@ void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p
             p.constraint.param = "tool_choice";
         }
     }
-    // tool_choice auto with strict tools: free text, then calls held to the strict tools' schemas. (With a
-    // response_format as well, the response_format constrains the output and the calls are not held.)
+    // tool_choice auto with strict tools: free text, then calls held to the strict tools' schemas; with a
+    // response_format (or another content constraint) as well, either content that follows it or the calls.
     const bool any_strict = std::any_of(tools.begin(), tools.end(), [](const Json& t) {
         const Json* fn = Fields{t}.get("function");
         return fn && fn->is_object() && Fields{*fn}.boolean("strict").value_or(false);
     });
-    if (any_strict && p.constraint.kind == ConstraintSpec::Kind::kNone && ctx.chat_format == chat::ChatFormat::kGlm5) {
-        p.constraint.kind = ConstraintSpec::Kind::kToolCalls;
-        p.constraint.source = tools.dump();
-        p.constraint.text_first = true;
-        p.constraint.param = "tools";
+    if (any_strict && p.constraint.kind != ConstraintSpec::Kind::kToolCalls &&
+        ctx.chat_format == chat::ChatFormat::kGlm5) {
+        ConstraintSpec calls;
+        calls.kind = ConstraintSpec::Kind::kToolCalls;
+        calls.source = tools.dump();
+        calls.text_first = true;
+        calls.param = "tools";
+        if (p.constraint.kind != ConstraintSpec::Kind::kNone)
+            calls.content = std::make_shared<const ConstraintSpec>(std::move(p.constraint));
+        p.constraint = std::move(calls);
     }
     chat::ChatOptions opt;
     if (const auto effort = f.string("reasoning_effort")) {

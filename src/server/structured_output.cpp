@@ -153,15 +153,60 @@ constexpr size_t kMasksPerGrammar = 512;
 
 }  // namespace
 
-std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const ConstraintSpec& spec, int32_t start_after) {
-    std::call_once(vocab_once_, [this] { vocab_ = make_token_vocab(tokenizer_, stop_ids_); });
+namespace {
+
+// The cache's key: the normalised constraint (kind, options, text), the content's nested.
+std::string cache_key(const ConstraintSpec& spec) {
     std::string key = fmt::format("{}|{}|", static_cast<int>(spec.kind), spec.strict ? 1 : 0);
-    if (spec.kind == ConstraintSpec::Kind::kToolCalls) key += fmt::format("{}|{}|{}|", spec.tool_name, spec.single_call, spec.text_first);
+    if (spec.kind == ConstraintSpec::Kind::kToolCalls)
+        key += fmt::format("{}|{}|{}|", spec.tool_name, spec.single_call, spec.text_first);
     if (spec.kind == ConstraintSpec::Kind::kChoice) {
         for (const std::string& c : spec.choices) key += fmt::format("{}:{}|", c.size(), c);
     } else {
         key += spec.source;
     }
+    if (spec.content) key += fmt::format("|content:{}", cache_key(*spec.content));
+    return key;
+}
+
+// The grammar of `spec` (not kNone). ApiError 400 naming the field whose grammar does not compile.
+grammar::Grammar build_grammar(const ConstraintSpec& spec) {
+    grammar::JsonSchemaOptions jo;
+    jo.additional_properties_default = !spec.strict;
+    try {
+        switch (spec.kind) {
+            case ConstraintSpec::Kind::kJsonSchema:
+                return grammar::compile_json_schema(spec.source, jo);
+            case ConstraintSpec::Kind::kJsonObject:
+                return grammar::json_object_grammar(jo);
+            case ConstraintSpec::Kind::kRegex:
+                return grammar::compile_regex(spec.source);
+            case ConstraintSpec::Kind::kChoice:
+                return grammar::compile_choices(spec.choices);
+            case ConstraintSpec::Kind::kGrammar:
+                return grammar::parse_gbnf(spec.source);
+            case ConstraintSpec::Kind::kToolCalls:
+            case ConstraintSpec::Kind::kNone:
+                break;
+        }
+        if (spec.kind == ConstraintSpec::Kind::kNone) throw std::logic_error("build_grammar: no constraint");
+        grammar::ToolCallOptions to;
+        to.only = spec.tool_name;
+        to.single = spec.single_call;
+        to.text_first = spec.text_first;
+        if (spec.content) to.text = std::make_shared<const grammar::Grammar>(build_grammar(*spec.content));
+        return grammar::compile_glm_tool_calls(spec.source, to);
+    } catch (const grammar::GrammarError& e) {
+        throw ApiError(400, fmt::format("'{}': {}", spec.param, e.what()), spec.param);
+    }
+}
+
+}  // namespace
+
+std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const ConstraintSpec& spec, int32_t start_after) {
+    if (spec.kind == ConstraintSpec::Kind::kNone) return nullptr;
+    std::call_once(vocab_once_, [this] { vocab_ = make_token_vocab(tokenizer_, stop_ids_); });
+    const std::string key = cache_key(spec);
     std::shared_ptr<const grammar::Grammar> g;
     std::shared_ptr<grammar::MaskCache> masks;
     {
@@ -174,39 +219,7 @@ std::shared_ptr<const OutputConstraint> ConstraintCompiler::compile(const Constr
         }
     }
     if (!g) {
-        grammar::JsonSchemaOptions jo;
-        jo.additional_properties_default = !spec.strict;
-        try {
-            switch (spec.kind) {
-                case ConstraintSpec::Kind::kJsonSchema:
-                    g = std::make_shared<const grammar::Grammar>(grammar::compile_json_schema(spec.source, jo));
-                    break;
-                case ConstraintSpec::Kind::kJsonObject:
-                    g = std::make_shared<const grammar::Grammar>(grammar::json_object_grammar(jo));
-                    break;
-                case ConstraintSpec::Kind::kRegex:
-                    g = std::make_shared<const grammar::Grammar>(grammar::compile_regex(spec.source));
-                    break;
-                case ConstraintSpec::Kind::kChoice:
-                    g = std::make_shared<const grammar::Grammar>(grammar::compile_choices(spec.choices));
-                    break;
-                case ConstraintSpec::Kind::kGrammar:
-                    g = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(spec.source));
-                    break;
-                case ConstraintSpec::Kind::kToolCalls: {
-                    grammar::ToolCallOptions to;
-                    to.only = spec.tool_name;
-                    to.single = spec.single_call;
-                    to.text_first = spec.text_first;
-                    g = std::make_shared<const grammar::Grammar>(grammar::compile_glm_tool_calls(spec.source, to));
-                    break;
-                }
-                case ConstraintSpec::Kind::kNone:
-                    return nullptr;
-            }
-        } catch (const grammar::GrammarError& e) {
-            throw ApiError(400, fmt::format("'{}': {}", spec.param, e.what()), spec.param);
-        }
+        g = std::make_shared<const grammar::Grammar>(build_grammar(spec));
         masks = std::make_shared<grammar::MaskCache>(kMasksPerGrammar);
         std::lock_guard<std::mutex> lock(mu_);
         if (cache_.find(key) == cache_.end()) {

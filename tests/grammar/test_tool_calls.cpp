@@ -2,6 +2,8 @@
 // required ones present, string arguments raw, others JSON by their schema.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "grammar/frontends.h"
 #include "grammar/matcher.h"
 
@@ -76,6 +78,37 @@ TEST(ToolCalls, AutoWithStrictToolsIsTextThenCallsHeldToTheirSchemas) {
     EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>30</arg_value></tool_call>"));
     EXPECT_FALSE(matches(g, "<tool_call>get_weather</tool_call>"));  // days is required
     EXPECT_FALSE(matches(g, "x<tool_call>later</tool_call>"));       // no such tool
+}
+
+// tool_choice auto with strict tools and a response_format: the output is content that follows the
+// response_format's grammar (embedded whole) or the calls, never free text, never both.
+TEST(ToolCalls, ContentGrammarOrCalls) {
+    const std::string tools = R"([{"type": "function", "function": {"name": "get_weather", "strict": true,
+        "parameters": {"type": "object", "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 14}},
+        "required": ["days"], "additionalProperties": false}}}])";
+    ToolCallOptions o;
+    o.text_first = true;
+    o.text = std::make_shared<const Grammar>(
+        compile_json_schema(R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})"));
+    const Grammar g = compile_glm_tool_calls(tools, o);
+    EXPECT_TRUE(matches(g, R"({"city": "Oslo"})"));
+    EXPECT_TRUE(matches(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"));
+    EXPECT_FALSE(matches(g, "It is sunny."));
+    EXPECT_FALSE(matches(g, R"({"town": "Oslo"})"));
+    EXPECT_FALSE(matches(g, R"({"city": "Oslo"}<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>)"));
+    EXPECT_FALSE(matches(g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>30</arg_value></tool_call>"));
+}
+
+// Builder::embed copies a grammar's rules under fresh names: two copies of one grammar side by side.
+TEST(ToolCalls, EmbedCopiesAGrammar) {
+    const Grammar inner = parse_gbnf("root ::= \"(\" root \")\" | \"x\"\n");
+    Builder b;
+    const int32_t root = b.rule("root");
+    b.add_alternative(root, {b.embed(inner), b.literal("-"), b.embed(inner)});
+    const Grammar g = b.finish(root);
+    EXPECT_TRUE(matches(g, "((x))-x"));
+    EXPECT_FALSE(matches(g, "((x)-x"));
+    EXPECT_EQ(g.rules.size(), 2 * inner.rules.size() + 1);
 }
 
 TEST(ToolCalls, TextWithoutAStringHoldsNoOccurrence) {

@@ -171,6 +171,41 @@ test('tool_choice required and a named function: GLM tool calls whose arguments 
   expectError(await chat({ tools, tool_choice: 'sometimes' }), 400, 'tool_choice');
 });
 
+test('tool_choice auto with a strict tool and a response_format: content that follows it, or calls held to the tool', async () => {
+  const params = { type: 'object', properties: { days: { type: 'integer', minimum: 1, maximum: 14 } }, required: ['days'],
+    additionalProperties: false };
+  const tools = [{ type: 'function', function: { name: 'get_weather', strict: true, parameters: params } }];
+  const validateArgs = new Ajv().compile(params);
+  const validateContent = new Ajv({ strict: true }).compile(weather);
+  const seen = { content: 0, calls: 0 };
+  for (let seed = 0; seed < 8; seed++) {
+    const r = await client.chat.completions.create({
+      model: 'tiny', messages: user('Weather?'), tools, max_tokens: 400, temperature: 1, seed, ...noThink,
+      response_format: { type: 'json_schema', json_schema: { name: 'weather', strict: true, schema: weather } },
+    });
+    const choice = r.choices[0];
+    const calls = choice.message.tool_calls ?? [];
+    if (calls.length > 0) {
+      seen.calls++;
+      const whole = choice.finish_reason === 'length' ? calls.slice(0, -1) : calls;
+      for (const call of whole) {
+        assert.equal(call.function.name, 'get_weather');
+        assert.ok(validateArgs(JSON.parse(call.function.arguments)), call.function.arguments);
+      }
+    } else {
+      seen.content++;
+      const text = choice.message.content;
+      assert.equal(choice.finish_reason, 'stop', text);
+      assert.ok(validateContent(JSON.parse(text)), `${text}: ${JSON.stringify(validateContent.errors)}`);
+    }
+  }
+  assert.ok(seen.content + seen.calls === 8);
+  // The content's own errors name the content's field.
+  const r = await post('/v1/chat/completions', { model: 'tiny', messages: user('x'), tools, ...noThink,
+    response_format: { type: 'json_schema', json_schema: { name: 'w', schema: { type: 'string', contentEncoding: 'base64' } } } });
+  expectError(r, 400, 'response_format');
+});
+
 test('tool_choice auto with a strict tool: text, and any call held to its schema', async () => {
   const params = { type: 'object', properties: { days: { type: 'integer', minimum: 1, maximum: 14 } }, required: ['days'],
     additionalProperties: false };
