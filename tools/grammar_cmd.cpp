@@ -36,11 +36,6 @@ grammar::Grammar compile_from(const GrammarOptions& o) {
     return grammar::compile_regex(o.regex);
 }
 
-// The vocabulary's bytes and its end-of-output token (the tokenizer's EOS).
-std::shared_ptr<const grammar::TokenVocab> load_vocab(const Tokenizer& tok) {
-    return make_token_vocab(tok, tok.eos_id() >= 0 ? std::vector<int32_t>{tok.eos_id()} : std::vector<int32_t>{});
-}
-
 // Printable form of a token's bytes for messages.
 std::string shown(std::string_view s) {
     std::string out;
@@ -233,6 +228,10 @@ int run_bench(const GrammarOptions& o) {
 
 }  // namespace
 
+std::shared_ptr<const grammar::TokenVocab> load_vocab(const Tokenizer& tok) {
+    return make_token_vocab(tok, tok.eos_id() >= 0 ? std::vector<int32_t>{tok.eos_id()} : std::vector<int32_t>{});
+}
+
 CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
     auto* cmd = app.add_subcommand("grammar", "Structured outputs offline: check a text against a JSON Schema, regex "
                                               "or grammar through the token masks; compile statistics");
@@ -271,6 +270,8 @@ CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
                                            "as JSON; --vocab: the vocabulary's bytes and stop ids");
     source_flags(o.masks);
     text_flags(o.masks);
+    o.masks->add_option("--jsonl", o.jsonl, "One text per line, each a JSON string; one JSON line out per text")
+        ->excludes(o.masks->get_option("--text"), o.masks->get_option("--text-file"));
     o.masks->add_flag("--vocab", o.print_vocab, "Print each id's bytes (hex; empty: a special token, never allowed) "
                                                 "and the stop ids instead");
     o.bench = cmd->add_subcommand("bench", "Mask time per token over JSON Schemas and instances "

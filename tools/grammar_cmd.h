@@ -7,10 +7,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "grammar/token_mask.h"
+
 namespace megactx {
+
+class Tokenizer;
 
 struct GrammarOptions {
     CLI::App* check = nullptr;
@@ -22,6 +27,7 @@ struct GrammarOptions {
     std::string json_schema_file, regex, grammar_file;
     std::vector<std::string> choices;
     std::string text, text_file;
+    std::string jsonl;         // masks: one text per line, each a JSON string
     bool bytes_only = false;   // check the bytes alone, without the tokenizer
     bool print_gbnf = false;   // compile: print the internal grammar as GBNF
     bool print_vocab = false;  // masks: print the vocabulary instead
@@ -29,6 +35,10 @@ struct GrammarOptions {
     bool no_cache = false;     // bench: no MaskCache
     bool strict = false;       // JSON Schema: additionalProperties false unless the schema says otherwise
 };
+
+// The vocabulary as the engine masks it (engine/constraint.h): special tokens never allowed, the tokenizer's EOS
+// ending the output.
+std::shared_ptr<const grammar::TokenVocab> load_vocab(const Tokenizer& tok);
 
 CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o);
 // o.model must be set (main resolves the default model). Returns the exit code.
