@@ -1,6 +1,6 @@
 // The schemas, grammars and regexes xgrammar_compare.test.mjs runs through both implementations, each with
 // instances that both accept. A schema case: `schema`, `values` (each written compact and, where whitespace is
-// allowed, pretty-printed), `strict` (additionalProperties false unless said) and `ws` (whitespace bytes allowed at
+// allowed, pretty-printed) and `texts` written out, `strict` (additionalProperties false unless said) and `ws` (whitespace bytes allowed at
 // each place; 0: compact; `indent`: the pretty-printed form's, 2 unless said). A grammar case: `gbnf` (megactx's GBNF) and `ebnf` (the same language in xgrammar's EBNF)
 // with `texts`. A regex case: `regex` and `texts`.
 
@@ -32,6 +32,8 @@ export const SCHEMAS = [
       { name: 'Ada Lovelace', age: 36, height: 1.65, member: true, nickname: null },
       { name: 'Zoë "Z" \\ Ünal\n', age: -7, member: false },
     ],
+    // Whitespace runs up to the bound (16 bytes), in the places JSON allows them.
+    texts: [`{${' '.repeat(16)}"name" :\t"A",\n${'\t'.repeat(15)}"age":1${' \n'.repeat(8)},"member": true${' '.repeat(16)}}`],
   },
   {
     name: 'enum_const',
@@ -151,12 +153,93 @@ export const SCHEMAS = [
     name: 'whitespace_4',
     ws: 4,
     indent: 1,
+    texts: ['{    "a"\t\t\t\t:[ \n\n true    ,false\n]\n\n\n }'],
     schema: {
       type: 'object',
       properties: { a: { type: 'array', items: { type: 'boolean' } } },
       required: ['a'],
     },
     values: [{ a: [true, false] }],
+  },
+  {
+    name: 'formats',
+    schema: {
+      type: 'object',
+      properties: {
+        day: { type: 'string', format: 'date' },
+        at: { type: 'string', format: 'date-time' },
+        id: { type: 'string', format: 'uuid' },
+        mail: { type: 'string', format: 'email' },
+        ip: { type: 'string', format: 'ipv4' },
+      },
+      required: ['day', 'at', 'id', 'mail', 'ip'],
+    },
+    values: [{ day: '2024-02-29', at: '2024-02-29T13:45:00Z', id: '123e4567-e89b-12d3-a456-426614174000',
+      mail: 'ada@example.com', ip: '192.168.0.1' }],
+  },
+  {
+    name: 'number_bounds',
+    schema: {
+      type: 'object',
+      properties: {
+        ratio: { type: 'number', minimum: 0, maximum: 1 },
+        temp: { type: 'number', exclusiveMinimum: -274 },
+        count: { type: 'integer', minimum: 10 },
+      },
+      required: ['ratio', 'temp', 'count'],
+    },
+    values: [{ ratio: 0.25, temp: -12.5, count: 10 }, { ratio: 1, temp: 300, count: 12345 }],
+  },
+  {
+    name: 'recursive_tree',
+    schema: {
+      $ref: '#/$defs/node',
+      $defs: {
+        node: {
+          type: 'object',
+          properties: { value: { type: 'integer' }, children: { type: 'array', items: { $ref: '#/$defs/node' } } },
+          required: ['value'],
+        },
+      },
+    },
+    values: [{ value: 1, children: [{ value: 2 }, { value: 3, children: [{ value: 4, children: [] }] }] }],
+  },
+  {
+    name: 'combinators',
+    schema: {
+      type: 'object',
+      properties: {
+        shape: {
+          oneOf: [
+            { type: 'object', properties: { kind: { const: 'circle' }, r: { type: 'number' } }, required: ['kind', 'r'] },
+            { type: 'object', properties: { kind: { const: 'square' }, side: { type: 'number' } },
+              required: ['kind', 'side'] },
+          ],
+        },
+        maybe: { type: ['integer', 'null'] },
+      },
+      required: ['shape', 'maybe'],
+    },
+    values: [{ shape: { kind: 'circle', r: 2.5 }, maybe: null }, { shape: { kind: 'square', side: 4 }, maybe: -3 }],
+  },
+  {
+    name: 'all_of',
+    schema: {
+      allOf: [{ type: 'object', properties: { a: { type: 'string' } }, required: ['a'] },
+        { properties: { b: { type: 'boolean' } }, required: ['b'] }],
+    },
+    values: [{ a: 'x', b: false }],
+  },
+  {
+    name: 'typed_additional',
+    schema: { type: 'object', properties: { id: { type: 'integer' } }, required: ['id'],
+      additionalProperties: { type: 'number' } },
+    values: [{ id: 1, x: 2.5, y: -1 }, { id: 7 }],
+  },
+  {
+    name: 'enum_escapes',
+    schema: { type: 'array', items: { enum: ['a"b', 'tab\there', 'ünï', '€uro', ''] }, maxItems: 3 },
+    values: [['a"b', 'ünï', ''], ['€uro']],
   },
 ];
 

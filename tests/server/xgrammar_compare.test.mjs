@@ -27,9 +27,9 @@ function writeTmp(name, text) {
 // The texts a case's states are sampled along: each instance, and the instance cut at a third and at two thirds
 // of its length (its last token then differs from the full text's, giving other states).
 function textsOf(c) {
-  const full = c.values
-    ? c.values.flatMap((v) => ((c.ws ?? 16) > 0 ? [JSON.stringify(v), JSON.stringify(v, null, c.indent ?? 2)] : [JSON.stringify(v)]))
-    : c.texts;
+  const ws = c.ws ?? 16;
+  const written = (v) => (ws > 0 ? [JSON.stringify(v), JSON.stringify(v, null, c.indent ?? 2)] : [JSON.stringify(v)]);
+  const full = [...(c.values ?? []).flatMap(written), ...(c.texts ?? [])];
   const cuts = [];
   for (const t of full) {
     const chars = [...t];

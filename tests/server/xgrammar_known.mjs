@@ -6,8 +6,15 @@
 
 const has = (bytes, pred) => bytes.some(pred);
 const schemaText = (d) => (d.c.schema ? JSON.stringify(d.c.schema) : '');
-// Inside a JSON string whose length is bounded: the last unescaped '"' before the state opens a string value.
 const lengthBounded = (d) => /"(minLength|maxLength)"/.test(schemaText(d));
+// The value being written at the state, when it is a string or a number of a top-level property: its key and the
+// bytes of it so far.
+function currentValue(d) {
+  const m = /"([^"\\]*)"\s*:\s*("(?:[^"\\]|\\.)*|-?[0-9.eE+-]*)$/.exec(d.prefix.toString('latin1'));
+  return m ? { key: m[1], text: m[2], schema: d.c.schema?.properties?.[m[1]] ?? {} } : null;
+}
+const formatOf = (d) => currentValue(d)?.schema.format;
+const startsWith = (bytes, s) => bytes.toString('latin1').startsWith(s);
 
 export const KNOWN = [
   {
@@ -76,5 +83,61 @@ export const KNOWN = [
       '(frontends.h)',
     embedded: true,
     applies: (d) => d.only === 'xgrammar' && d.c.regex?.includes('\\s') && d.bytes[0] === 0xa0,
+  },
+  {
+    name: 'format date: day of month',
+    right: 'megactx',
+    reason: 'megactx\'s full-date allows a month only its days (RFC 3339 section 5.7: 29 in February, 30 in April, ' +
+      'June, September, November); xgrammar\'s allows 30 and 31 in every month',
+    embedded: true,
+    applies: (d) => d.only === 'xgrammar' && /^date/.test(formatOf(d) ?? '') &&
+      /-(02|04|06|09|11)-$/.test(currentValue(d).text) && startsWith(d.bytes, '3'),
+  },
+  {
+    name: 'format date-time: minute 60',
+    right: 'megactx',
+    reason: 'RFC 3339 section 5.6: time-minute is 00-59; xgrammar\'s date-time allows 60 there',
+    embedded: true,
+    applies: (d) => d.only === 'xgrammar' && formatOf(d) === 'date-time' &&
+      /T\d\d:$/.test(currentValue(d).text) && startsWith(d.bytes, '6'),
+  },
+  {
+    name: 'format email: local part and domain',
+    right: 'both',
+    reason: 'megactx\'s email is a strict subset of RFC 5321: a dot-atom local part of letters, digits and ' +
+      '._%+- and a domain of at least two labels; xgrammar\'s allows RFC 5322\'s other atext characters (/ and ' +
+      'the rest) and quoted local parts, and a one-label domain',
+    embedded: true,
+    applies: (d) => d.only === 'xgrammar' && formatOf(d) === 'email',
+  },
+  {
+    name: 'format ipv4: leading zeros',
+    right: 'megactx',
+    reason: 'an ipv4 octet has no leading zero (RFC 2673 dotted-quad, as JSON Schema\'s test suite holds: 087 is ' +
+      'ambiguous, octal to some parsers); xgrammar\'s octet allows 0 followed by digits',
+    embedded: true,
+    applies: (d) => d.only === 'xgrammar' && formatOf(d) === 'ipv4' &&
+      /(^"|\.)0\d/.test(currentValue(d).text + d.bytes.toString('latin1')),
+  },
+  {
+    name: 'number with a bound',
+    right: 'megactx',
+    reason: 'xgrammar 0.1.27 writes exclusiveMinimum -274 on a number as "-274" | ("-" | "0" | [1-9][0-9]*) ' +
+      '("." [0-9]{1,6})?: it allows -274 itself, "-" alone and "-.5", no other negative, and at most 6 fraction ' +
+      'digits; megactx\'s decimal range decomposition is exact',
+    embedded: true,
+    applies: (d) => {
+      const v = currentValue(d);
+      return v?.schema.type === 'number' && ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum']
+        .some((k) => k in v.schema) && /^-?[0-9.]*$/.test(v.text);
+    },
+  },
+  {
+    name: 'allOf ignored by xgrammar',
+    right: 'megactx',
+    reason: 'xgrammar 0.1.27 does not compile allOf with several subschemas (it warns "Support for allOf with ' +
+      'multiple options is still ongoing") and allows any JSON value instead; megactx merges them exactly',
+    embedded: true,
+    applies: (d) => d.only === 'xgrammar' && Array.isArray(d.c.schema?.allOf),
   },
 ];
