@@ -241,6 +241,30 @@ export const SCHEMAS = [
     schema: { type: 'array', items: { enum: ['a"b', 'tab\there', 'ünï', '€uro', ''] }, maxItems: 3 },
     values: [['a"b', 'ünï', ''], ['€uro']],
   },
+  {
+    name: 'optional_middle',
+    schema: {
+      type: 'object',
+      properties: { a: { type: 'integer' }, b: { type: 'string' }, c: { type: 'boolean' }, d: { type: 'object' } },
+      required: ['a', 'c'],
+    },
+    values: [{ a: 1, c: true }, { a: 2, b: 'x', c: false, d: {} }, { a: 3, c: true, d: {} }],
+  },
+  {
+    name: 'negative_ranges',
+    schema: {
+      type: 'array',
+      items: { type: 'integer', minimum: -1234, maximum: -17 },
+      minItems: 2,
+    },
+    values: [[-17, -1234, -999, -100, -18]],
+  },
+  {
+    name: 'unicode_escapes',
+    strict: false,
+    schema: { type: 'object', properties: { s: { type: 'string' } } },
+    texts: ['{"s": "caf\\u00e9 \\u20ac \\n\\/ok"}', '{"s":"\\"quoted\\"","x":[1e10,-0.5E-3,true]}'],
+  },
 ];
 
 // Grammars in both dialects (xgrammar's EBNF is GBNF's syntax for what these use; where a spelling differs, both
@@ -281,5 +305,9 @@ export const REGEXES = [
   { name: 'email', regex: '[a-z0-9._%+-]+@[a-z0-9.-]+\\.[a-z]{2,6}', texts: ['ada.lovelace+x@example.co.uk'] },
   { name: 'phone', regex: '\\(?\\d{3}\\)?[ -]?\\d{3}-\\d{4}', texts: ['(555) 123-4567', '555 123-4567'] },
   { name: 'words', regex: '([A-Z][a-z]+ ){1,3}[A-Z][a-z]+\\.', texts: ['Hello World.', 'One Two Three Four.'] },
+  { name: 'dot', regex: 'a.{2,4}b', texts: ['axyzb', 'a\téb'] },
+  { name: 'anchors', regex: '^\\[[^\\]]*\\]$|^x+$', texts: ['[x)]', '[]', 'xxx'] },
+  { name: 'nested_groups', regex: '((ab|cd)+(ef)?){2}[.?!]*', texts: ['abcdefab!?', 'cdcd'] },
+  { name: 'escapes', regex: '\\$\\d+(\\.\\d\\d)?\\t[\\x41-\\x46\\u00e9]{3}\\\\', texts: ['$12.50\tAéF\\', '$0\tééé\\'] },
   { name: 'hex_or_word', regex: '(0x[0-9a-fA-F]+|[a-z]+|\\w\\s\\w)', texts: ['0xDEADbeef', 'hello', 'a\tb'] },
 ];

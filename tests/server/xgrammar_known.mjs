@@ -13,6 +13,14 @@ function currentValue(d) {
   const m = /"([^"\\]*)"\s*:\s*("(?:[^"\\]|\\.)*|-?[0-9.eE+-]*)$/.exec(d.prefix.toString('latin1'));
   return m ? { key: m[1], text: m[2], schema: d.c.schema?.properties?.[m[1]] ?? {} } : null;
 }
+// Code points U+0080-U+00FF a regex names in a class (\xHH, \u00HH; \s holds U+00A0 for xgrammar).
+function latin1ClassCodePoints(regex) {
+  const cps = new Set();
+  if (!regex) return cps;
+  for (const m of regex.matchAll(/\\(?:x|u00)([89a-fA-F][0-9a-fA-F])/g)) cps.add(parseInt(m[1], 16));
+  if (regex.includes('\\s')) cps.add(0xa0);
+  return cps;
+}
 const formatOf = (d) => currentValue(d)?.schema.format;
 const startsWith = (bytes, s) => bytes.toString('latin1').startsWith(s);
 
@@ -76,13 +84,52 @@ export const KNOWN = [
     applies: (d) => d.only === 'megactx' && lengthBounded(d) && has(d.bytes, (b) => b === 0x5c),
   },
   {
-    name: 'regex \\s and byte A0',
+    name: 'regex class code point U+0080-U+00FF',
     right: 'megactx',
-    reason: 'xgrammar translates the regex class \\s to [\\f\\n\\r\\t\\v \\xa0] and matches \\xa0 as the lone ' +
-      'byte A0, which is not UTF-8 (U+00A0 is C2 A0); megactx\'s \\s is Python\'s re.ASCII [ \\t\\n\\r\\f\\v] ' +
-      '(frontends.h)',
+    reason: 'xgrammar reads a code point from U+0080 to U+00FF in a regex class ([\\xe9], [\\u00e9], and \\s, ' +
+      'which it translates to [\\f\\n\\r\\t\\v \\xa0]) as that one raw byte, which is not UTF-8 (U+00E9 is C3 A9), ' +
+      'and refuses the character itself; megactx matches the code point as its UTF-8 bytes (and \\s is Python\'s ' +
+      're.ASCII [ \\t\\n\\r\\f\\v], frontends.h)',
     embedded: true,
-    applies: (d) => d.only === 'xgrammar' && d.c.regex?.includes('\\s') && d.bytes[0] === 0xa0,
+    applies: (d) => {
+      const cps = latin1ClassCodePoints(d.c.regex);
+      if (d.only === 'xgrammar') return cps.has(d.bytes[0]);
+      return [...cps].some((cp) => d.bytes[0] === Buffer.from(String.fromCodePoint(cp))[0]);
+    },
+  },
+  {
+    name: 'regex dot',
+    right: 'megactx',
+    reason: 'xgrammar\'s regex . matches any one byte: the newline, and each byte of a UTF-8 sequence counted as a ' +
+      'character of .{2,4}; Python\'s (megactx\'s) is one code point other than \\n',
+    embedded: true,
+    applies: (d) => /(^|[^\\])\./.test((d.c.regex ?? '').replace(/\[(\\.|[^\]])*\]/g, '')),
+  },
+  {
+    name: 'object without properties, strict',
+    right: 'both',
+    reason: 'strict mode (--strict: additionalProperties false unless the schema says otherwise) leaves ' +
+      '{"type": "object"} without properties only {}; xgrammar\'s strict mode still allows any members there',
+    embedded: true,
+    applies: (d) => {
+      if (d.only !== 'xgrammar' || d.c.strict === false) return false;
+      const m = /"([^"\\]*)"\s*:\s*\{[^{}]*$/.exec(d.prefix.toString('latin1'));
+      const schema = m && d.c.schema?.properties?.[m[1]];
+      return schema?.type === 'object' && !schema.properties;
+    },
+  },
+  {
+    name: 'declared name as an additional property',
+    right: 'megactx',
+    reason: 'an additional property\'s key is a name that properties does not declare (JSON Schema ' +
+      'additionalProperties); xgrammar\'s additional keys are any string, so a declared key such as "s" may take ' +
+      'any value, where its schema allows only a string; megactx spells the complement of the declared names',
+    embedded: true,
+    applies: (d) => {
+      if (d.only !== 'xgrammar' || d.c.strict !== false) return false;
+      const m = /"([^"\\]*)"\s*:\s*$/.exec(d.prefix.toString('latin1'));
+      return Boolean(m && d.c.schema?.properties?.[m[1]]);
+    },
   },
   {
     name: 'format date: day of month',
