@@ -8,10 +8,10 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { loadXgrammar, loadVocab, megactxJson, fromRanges, fromBitmask } from './xgrammar.mjs';
 import { SCHEMAS, GRAMMARS, REGEXES } from './xgrammar_cases.mjs';
 import { KNOWN } from './xgrammar_known.mjs';
+import { modelDir } from '../tokenizer/model_path.mjs';
 
 const BIN = process.env.MEGACTX_BIN;
 const xgr = loadXgrammar();
@@ -127,10 +127,11 @@ test('masks equal xgrammar\'s over the embedded model\'s vocabulary, but for the
 // The DeepSeek-V3 tokenizer (128K tokens; tests/tokenizer/setup.sh installs it): other token shapes (long runs of
 // spaces, digits split by three) on a part of the cases.
 test('masks equal xgrammar\'s over DeepSeek-V3\'s vocabulary, but for the explained differences', async (t) => {
-  const here = path.dirname(fileURLToPath(import.meta.url));
-  const model = path.join(here, '..', 'tokenizer', 'node_modules', '@lenml', 'tokenizer-deepseek_v3', 'models');
-  if (!fs.existsSync(path.join(model, 'tokenizer.json'))) {
-    t.skip('DeepSeek-V3 tokenizer not installed (bash tests/tokenizer/setup.sh)');
+  let model;
+  try {
+    model = modelDir();
+  } catch (e) {
+    t.skip(e.message);
     return;
   }
   const names = ['person', 'refs_anyof', 'integer_bounds', 'compact', 'arithmetic', 'utf8', 'date', 'phone'];
