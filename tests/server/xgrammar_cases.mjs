@@ -265,6 +265,22 @@ export const SCHEMAS = [
     schema: { type: 'object', properties: { s: { type: 'string' } } },
     texts: ['{"s": "caf\\u00e9 \\u20ac \\n\\/ok"}', '{"s":"\\"quoted\\"","x":[1e10,-0.5E-3,true]}'],
   },
+  {
+    name: 'mixed_enums',
+    schema: {
+      type: 'object',
+      properties: {
+        e: { enum: [1.5, { a: [1, 2] }, [true, null], 'x y'] },
+        u: { type: ['string', 'integer', 'boolean'] },
+        city: { type: 'string', maxLength: 8 },
+        word: { type: 'string', pattern: 'ab+c' },
+      },
+      required: ['e', 'u', 'city', 'word'],
+    },
+    // An enum value is written compact (json_schema.cpp), so the texts are written out.
+    texts: ['{"e": {"a":[1,2]},\n "u": "ü", "city": "Zürich-Ö", "word": "xxabbbcyy"}',
+      '{"e":1.5,"u":3,"city":"","word":"abc"}', '{ "e" : [true,null] , "u" : false , "city" : "Ωμέγα", "word": "-abc" }'],
+  },
 ];
 
 // Grammars in both dialects (xgrammar's EBNF is GBNF's syntax for what these use; where a spelling differs, both

@@ -132,6 +132,17 @@ export const KNOWN = [
     },
   },
   {
+    name: 'unanchored pattern',
+    right: 'megactx',
+    reason: 'JSON Schema\'s pattern is not anchored: "xxabbbcyy" matches "ab+c" (the string contains a match); ' +
+      'xgrammar matches the pattern against the whole string',
+    embedded: true,
+    applies: (d) => {
+      const p = currentValue(d)?.schema.pattern;
+      return d.only === 'megactx' && p !== undefined && !(p.startsWith('^') && p.endsWith('$'));
+    },
+  },
+  {
     name: 'format date: day of month',
     right: 'megactx',
     reason: 'megactx\'s full-date allows a month only its days (RFC 3339 section 5.7: 29 in February, 30 in April, ' +
