@@ -309,10 +309,46 @@ const cyrillic = [...'абвгдеёжзийклмнопрстуфхцчшщъы
 const utf8Ebnf = `root ::= "«" (${cyrillic})+ "» " ("✓" | "✗") [^\\x00-\\x7F]?
 `;
 
+// llama.cpp's grammars/json.gbnf (MIT), as llama.cpp ships it.
+const llamaJson = `root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\\"" (
+    [^"\\\\\\x7F\\x00-\\x1F] |
+    "\\\\" (["\\\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\\n" [ \\t]{0,20}
+`;
+// xgrammar's EBNF has no empty alternative: "" spells it.
+const llamaJsonEbnf = llamaJson.replace('ws ::= |', 'ws ::= "" |');
+const repeats = `root ::= "id:" [0-9]{2,} ("," [a-f]{1,3}){0,2} "." [^\\n.]{3} tail
+tail ::= "" | "!" tail
+`;
+
 export const GRAMMARS = [
   { name: 'arithmetic', gbnf: arithmetic, ebnf: arithmetic, texts: ['(1+2.5)*-3/(4-5)', '12*(3+4)-0.5'] },
   { name: 'list', gbnf: list, ebnf: list, texts: ['[ "ab", "cdefgh",\n"z" ]', '[]', '["x","y"]'] },
   { name: 'key_value', gbnf: kv, ebnf: kv, texts: ['name=megactx # engine\nsize= 42\n', 'a_1=\n'] },
+  { name: 'llama_json', gbnf: llamaJson, ebnf: llamaJsonEbnf,
+    texts: ['{"a": [1, -2.5e+3, "x\\u00e9\\n", true, null],\n  "b": {}}', '{}', '{"k":"Zoë"}'] },
+  { name: 'repeats', gbnf: repeats, ebnf: repeats, texts: ['id:123,ab,f.xy!!!', 'id:00.ä b'] },
   { name: 'utf8', gbnf: utf8, ebnf: utf8Ebnf, texts: ['«привет» ✓', '«ёж» ✗é'] },
 ];
 
