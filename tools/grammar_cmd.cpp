@@ -272,8 +272,11 @@ CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
     text_flags(o.masks);
     o.masks->add_option("--jsonl", o.jsonl, "One text per line, each a JSON string; one JSON line out per text")
         ->excludes(o.masks->get_option("--text"), o.masks->get_option("--text-file"));
-    o.masks->add_flag("--vocab", o.print_vocab, "Print each id's bytes (hex; empty: a special token, never allowed) "
-                                                "and the stop ids instead");
+    o.masks
+        ->add_flag("--vocab", o.print_vocab, "Print each id's bytes (hex; empty: a special token, never allowed) "
+                                             "and the stop ids instead")
+        ->excludes(o.masks->get_option("--json-schema"), o.masks->get_option("--regex"),
+                   o.masks->get_option("--grammar"), o.masks->get_option("--choice"));
     o.bench = cmd->add_subcommand("bench", "Mask time per token over JSON Schemas and instances "
                                            "(DIR/NAME.schema.json + DIR/NAME.instance.json), one thread");
     o.bench->add_option("--dir", o.bench_dir, "Directory of cases")->required()->check(CLI::ExistingDirectory);
