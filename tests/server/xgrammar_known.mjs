@@ -49,15 +49,6 @@ export const KNOWN = [
     },
   },
   {
-    name: '-0 integer',
-    right: 'both',
-    reason: '"-0" is JSON and an integer (value 0); megactx\'s unbounded integer is JSON\'s number grammar without ' +
-      'fraction or exponent, so it writes it, while xgrammar\'s integer rule is "0" | "-"? [1-9] [0-9]*',
-    embedded: true,
-    applies: (d) => d.only === 'megactx' && d.prefix.at(-1) === 0x2d && d.bytes[0] === 0x30 &&
-      /"integer"/.test(schemaText(d)),
-  },
-  {
     name: 'prefixItems array ended early',
     right: 'megactx',
     reason: 'JSON Schema 2020-12: prefixItems constrains the items present and requires none of them (minItems ' +
