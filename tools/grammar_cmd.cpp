@@ -1,4 +1,5 @@
 #include "grammar_cmd.h"
+#include "grammar_masks.h"
 #include "text_file.h"
 
 #include <algorithm>
@@ -33,11 +34,6 @@ grammar::Grammar compile_from(const GrammarOptions& o) {
     if (!o.grammar_file.empty()) return grammar::parse_gbnf(read_text_file(o.grammar_file));
     if (!o.choices.empty()) return grammar::compile_choices(o.choices);
     return grammar::compile_regex(o.regex);
-}
-
-// The vocabulary's bytes and its end-of-output token (the tokenizer's EOS).
-std::shared_ptr<const grammar::TokenVocab> load_vocab(const Tokenizer& tok) {
-    return make_token_vocab(tok, tok.eos_id() >= 0 ? std::vector<int32_t>{tok.eos_id()} : std::vector<int32_t>{});
 }
 
 // Printable form of a token's bytes for messages.
@@ -232,6 +228,10 @@ int run_bench(const GrammarOptions& o) {
 
 }  // namespace
 
+std::shared_ptr<const grammar::TokenVocab> load_vocab(const Tokenizer& tok) {
+    return make_token_vocab(tok, tok.eos_id() >= 0 ? std::vector<int32_t>{tok.eos_id()} : std::vector<int32_t>{});
+}
+
 CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
     auto* cmd = app.add_subcommand("grammar", "Structured outputs offline: check a text against a JSON Schema, regex "
                                               "or grammar through the token masks; compile statistics");
@@ -256,13 +256,27 @@ CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
     };
     o.check = cmd->add_subcommand("check", "Does a text match? Exit 0 yes, 1 no (the first token refused), 2 bad grammar");
     source_flags(o.check);
-    auto* t = o.check->add_option("--text", o.text, "The text");
-    auto* tf = o.check->add_option("--text-file", o.text_file, "A file holding the text");
-    t->excludes(tf);
+    const auto text_flags = [&o](CLI::App* sub) {
+        auto* t = sub->add_option("--text", o.text, "The text");
+        auto* tf = sub->add_option("--text-file", o.text_file, "A file holding the text");
+        t->excludes(tf);
+    };
+    text_flags(o.check);
     o.check->add_flag("--bytes", o.bytes_only, "Match the bytes alone, without the tokenizer's tokens");
     o.compile = cmd->add_subcommand("compile", "Compile a grammar: its size, compile time and first mask time");
     source_flags(o.compile);
     o.compile->add_flag("--print", o.print_gbnf, "Print the compiled grammar as GBNF");
+    o.masks = cmd->add_subcommand("masks", "The allowed token ids before each token of a text and after the last, "
+                                           "as JSON; --vocab: the vocabulary's bytes and stop ids");
+    source_flags(o.masks);
+    text_flags(o.masks);
+    o.masks->add_option("--jsonl", o.jsonl, "One text per line, each a JSON string; one JSON line out per text")
+        ->excludes(o.masks->get_option("--text"), o.masks->get_option("--text-file"));
+    o.masks
+        ->add_flag("--vocab", o.print_vocab, "Print each id's bytes (hex; empty: a special token, never allowed) "
+                                             "and the stop ids instead")
+        ->excludes(o.masks->get_option("--json-schema"), o.masks->get_option("--regex"),
+                   o.masks->get_option("--grammar"), o.masks->get_option("--choice"));
     o.bench = cmd->add_subcommand("bench", "Mask time per token over JSON Schemas and instances "
                                            "(DIR/NAME.schema.json + DIR/NAME.instance.json), one thread");
     o.bench->add_option("--dir", o.bench_dir, "Directory of cases")->required()->check(CLI::ExistingDirectory);
@@ -279,6 +293,7 @@ CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
 
 int grammar_main(const GrammarOptions& o) {
     if (*o.bench) return run_bench(o);
+    if (*o.masks && o.print_vocab) return run_vocab(o);
     if (o.json_schema_file.empty() && o.regex.empty() && o.grammar_file.empty() && o.choices.empty()) {
         std::fprintf(stderr, "megactx grammar: give one of --json-schema, --regex, --grammar, --choice\n");
         return 2;
@@ -292,6 +307,7 @@ int grammar_main(const GrammarOptions& o) {
         return 2;
     }
     const double compile_ms = ms_since(t0);
+    if (*o.masks) return run_masks(o, g);
     return *o.check ? run_check(o, g) : run_compile(o, g, compile_ms);
 }
 

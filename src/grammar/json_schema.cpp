@@ -17,8 +17,8 @@
 //   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
 //   declared properties cannot exceed it; otherwise an error. patternProperties, propertyNames: errors unless empty.
 // - Arrays: prefixItems, items, minItems, maxItems exactly; uniqueItems only false; contains is an error.
-// - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
-//   is not produced under bounds); format int32/int64 as ranges. Numbers: bounds must be integers and are exact; a
+// - Integers: canonical integer text ("-0" is not produced); minimum/maximum/exclusive bounds exactly by decimal
+//   range decomposition; format int32/int64 as ranges. Numbers: bounds must be integers and are exact; a
 //   bounded number is written without an exponent. multipleOf: an error (except 1 on integers); other formats on
 //   numbers are errors.
 // - Strings: minLength/maxLength in code points (an escape is one); pattern (unanchored, as JSON Schema says: the
@@ -192,6 +192,7 @@ class Compiler {
     Symbol any_string();
     Symbol any_number();
     Symbol any_integer();
+    Symbol canonical_integer();
 
     json resolve(const std::string& ref, const std::string& ptr) const;
     json inline_refs(json s, const std::string& ptr, int depth) const;
@@ -222,7 +223,7 @@ class Compiler {
     std::optional<Symbol> ws_;
     // A JSON pointer (or a merged schema's text) → its rule, made before the target compiles (recursion).
     std::map<std::string, int32_t> refs_, merged_;
-    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, key_char_, non_ascii_;
+    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, canonical_integer_, key_char_, non_ascii_;
 };
 
 Symbol Compiler::string_char() {
@@ -260,6 +261,16 @@ Symbol Compiler::any_integer() {
         any_integer_ = b_.seq({b_.optional(lit("-")), natural}, "integer");
     }
     return *any_integer_;
+}
+
+// `type: integer` without bounds: "0", or an optional "-" and digits without a leading zero; "-0" (which JSON
+// numbers allow, so any_integer() keeps it for them) is left out as it is under bounds.
+Symbol Compiler::canonical_integer() {
+    if (!canonical_integer_) {
+        const Symbol positive = b_.seq({b_.bytes(ByteSet::range('1', '9')), b_.repeat(digit(), 0, -1)}, "positive");
+        canonical_integer_ = b_.alt({{lit("0")}, {b_.optional(lit("-")), positive}}, "integer");
+    }
+    return *canonical_integer_;
 }
 
 Symbol Compiler::any_number() {
@@ -688,7 +699,7 @@ Symbol Compiler::integer(const json& s, const std::string& ptr) {
         lo = std::max(lo.value_or(-max - 1), -max - 1);
         hi = std::min(hi.value_or(max), max);
     }
-    if (!lo && !hi) return any_integer();
+    if (!lo && !hi) return canonical_integer();
     if (lo && hi && *lo > *hi) fail(ptr, "the integer bounds allow nothing");
     std::vector<Sequence> alts;
     if (!hi || *hi >= 0)

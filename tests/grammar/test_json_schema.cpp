@@ -139,6 +139,17 @@ TEST(JsonSchema, Types) {
     expect_error(R"({"type": "float"})", {"unknown type", "#/type"});
 }
 
+// "-0" is JSON and, as a value, an integer, but not canonical integer text: an integer without bounds leaves it out
+// as one with bounds does (xgrammar's integer rule, too), while a number keeps it (-0.5 starts with it).
+TEST(JsonSchema, UnboundedIntegerIsCanonical) {
+    const Grammar g = schema(R"({"type": "integer"})");
+    check(g, {"0", "-1", "10", "-907"}, {"-0", "-00", "-01", "00"});
+    check(schema(R"({"type": ["integer", "null"]})"), {"0", "-3", "null"}, {"-0"});
+    check(schema(R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})"), {R"({"n":0})"},
+          {R"({"n":-0})"});
+    check(schema(R"({"type": "number"})"), {"-0", "-0.5", "-0e1"}, {"-00"});
+}
+
 // Integers under bounds: every value in a window checked against the bounds.
 TEST(JsonSchema, IntegerBoundsAreExact) {
     struct Case {

@@ -1,10 +1,11 @@
-// `megactx grammar check / compile` through the real binary on the embedded model's tokenizer: exit 0 for a match,
-// 1 naming the first token refused, 2 for a grammar that does not compile.
+// `megactx grammar check / compile / masks` through the real binary on the embedded model's tokenizer: exit 0 for a
+// match, 1 naming the first token refused, 2 for a grammar that does not compile; masks as JSON.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -89,6 +90,62 @@ TEST(GrammarCli, CompileReportsSizeAndMaskTime) {
     EXPECT_NE(r.output.find("rules "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("first mask"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("root ::="), std::string::npos) << r.output;
+}
+
+// Whether the ranges [[lo, hi], ...] hold `id`.
+bool in_ranges(const nlohmann::json& ranges, int64_t id) {
+    for (const auto& r : ranges)
+        if (r[0].get<int64_t>() <= id && id <= r[1].get<int64_t>()) return true;
+    return false;
+}
+
+TEST(GrammarCli, MasksAlongATextOverTheVocabulary) {
+    const CliRun v = grammar("masks --vocab");
+    ASSERT_EQ(v.exit_code, 0) << v.output;
+    const auto vocab = nlohmann::json::parse(v.output);
+    const auto& tokens = vocab["tokens"];
+    ASSERT_EQ(tokens.size(), vocab["n_tokens"].get<size_t>());
+    ASSERT_EQ(vocab["stop_ids"].size(), 1u);
+    const int64_t eos = vocab["stop_ids"][0];
+    EXPECT_EQ(tokens[static_cast<size_t>(eos)], "");  // special: no bytes
+    EXPECT_EQ(tokens[97], "61");                      // "a"
+
+    const CliRun r = grammar("masks --regex 'ab|ac' --text ab");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto out = nlohmann::json::parse(r.output);
+    const auto& ids = out["ids"];
+    const auto& masks = out["masks"];
+    ASSERT_EQ(masks.size(), ids.size() + 1);
+    EXPECT_EQ(out["refused"], -1);
+    EXPECT_TRUE(out["accepting"].get<bool>());
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_TRUE(in_ranges(masks[i], ids[i])) << i;
+    // Every token allowed first spells "a", "ab" or "ac"; after the whole text, only the end of sequence.
+    int64_t n_first = 0;
+    for (int64_t id = 0; id < vocab["n_tokens"].get<int64_t>(); ++id) {
+        if (!in_ranges(masks[0], id)) continue;
+        const std::string hex = tokens[static_cast<size_t>(id)];
+        EXPECT_TRUE(hex == "61" || hex == "6162" || hex == "6163") << id << " " << hex;
+        ++n_first;
+    }
+    EXPECT_GE(n_first, 1);
+    EXPECT_EQ(masks.back(), nlohmann::json::parse("[[" + std::to_string(eos) + "," + std::to_string(eos) + "]]"));
+}
+
+TEST(GrammarCli, MasksOfManyTextsStopAtARefusedToken) {
+    test::TempDir dir;
+    const std::string jsonl = write(dir, "t.jsonl", "\"123\"\n\"12x\"\n");
+    const CliRun r = grammar("masks --regex '[0-9]+' --jsonl " + jsonl);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    std::istringstream lines(r.output);
+    std::string first, second;
+    ASSERT_TRUE(std::getline(lines, first) && std::getline(lines, second)) << r.output;
+    EXPECT_EQ(nlohmann::json::parse(first)["refused"], -1);
+    const auto refused = nlohmann::json::parse(second);
+    const int64_t at = refused["refused"];
+    ASSERT_GE(at, 0);
+    EXPECT_EQ(refused["masks"].size(), static_cast<size_t>(at) + 1);  // the masks stop at the refused token
+    EXPECT_FALSE(in_ranges(refused["masks"].back(), refused["ids"][static_cast<size_t>(at)]));
+    EXPECT_FALSE(refused["accepting"].get<bool>());
 }
 
 }  // namespace
