@@ -270,6 +270,9 @@ CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
                                            "as JSON; --vocab: the vocabulary's bytes and stop ids");
     source_flags(o.masks);
     text_flags(o.masks);
+    o.masks->add_flag("--no-cache", o.no_cache,
+                      "The plain trie walk for every mask (default: the engine's path, a MaskCache with the masks "
+                      "put together from kernel positions)");
     o.masks->add_option("--jsonl", o.jsonl, "One text per line, each a JSON string; one JSON line out per text")
         ->excludes(o.masks->get_option("--text"), o.masks->get_option("--text-file"));
     o.masks

@@ -2,6 +2,7 @@
 #include "text_file.h"
 
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -41,16 +42,17 @@ json ranges(const grammar::TokenMask& mask, size_t n_tokens) {
     return out;
 }
 
-// One text's masks; `masks` stops at the first token refused.
+// One text's masks, computed as the engine computes them (through `cache`, the grammar's MaskCache; null: the
+// plain trie walk); `masks` stops at the first token refused.
 json masks_along(const Tokenizer& tok, const grammar::TokenVocab& vocab, const grammar::Grammar& g,
-                 const std::string& text) {
+                 const std::string& text, grammar::MaskCache* cache) {
     const std::vector<int32_t> ids = tok.encode(text, false);
     grammar::Matcher m(g);
     grammar::TokenMask mask;
     json masks = json::array();
     int64_t refused = -1;
     for (size_t i = 0; i <= ids.size(); ++i) {
-        vocab.fill_mask(m, mask);
+        vocab.fill_mask(m, mask, cache);
         masks.push_back(ranges(mask, vocab.n_tokens()));
         if (i == ids.size()) break;
         if (!mask.allowed(ids[i])) {
@@ -96,8 +98,10 @@ int run_masks(const GrammarOptions& o, const grammar::Grammar& g) {
                                            : !o.text_file.empty()    ? std::vector{read_text_file(o.text_file)}
                                                                      : std::vector{o.text};
     bool all_taken = true;
+    std::unique_ptr<grammar::MaskCache> cache;
+    if (!o.no_cache) cache = std::make_unique<grammar::MaskCache>();
     for (const std::string& text : texts) {
-        const json out = masks_along(tok, *vocab, g, text);
+        const json out = masks_along(tok, *vocab, g, text, cache.get());
         all_taken = all_taken && out["refused"] == -1;
         std::printf("%s\n", out.dump().c_str());
     }
