@@ -11,7 +11,7 @@ overhead per output token at each level.
 
   python3 bench/bench_serve.py --bin BIN --model DIR --prompts FILE [--levels 1,8,32,64] [--max-tokens 64]
       [--min-requests 16] [--per-stream 1] [--logprobs N] [--server-arg=--flag ...] [--server-cpus 0,1] [--out FILE]
-      [--engine-json FILE]
+      [--engine-json FILE] [--constraint JSON --constrained-fraction 0.5]
 """
 import argparse, asyncio, json, os, re, subprocess, sys, time, urllib.request
 
@@ -94,6 +94,12 @@ async def stream_completion(host, port, body):
     return r
 
 
+def constrained(o, k):
+    """Request k carries --constraint: every 1/fraction-th request, spread evenly (half: every other one)."""
+    return o.constraint is not None and o.constrained_fraction > 0 and \
+        int((k + 1) * o.constrained_fraction) > int(k * o.constrained_fraction)
+
+
 async def run_level(o, host, port, prompts, C, pid):
     N = max(o.per_stream * C, o.min_requests)
     nxt = [0]
@@ -107,8 +113,9 @@ async def run_level(o, host, port, prompts, C, pid):
             k = nxt[0]
             nxt[0] += 1
             p = k % len(prompts)
-            r = await stream_completion(host, port, body(o, prompts[p]))
+            r = await stream_completion(host, port, body(o, prompts[p], constrained(o, k)))
             r["prompt"] = p
+            r["constrained"] = constrained(o, k)
             results.append(r)
 
     await asyncio.gather(*(worker() for _ in range(C)))
@@ -118,7 +125,8 @@ async def run_level(o, host, port, prompts, C, pid):
     out_tok = prompt_tok = 0
     for r in results:
         u = r["usage"]
-        if not u or u["completion_tokens"] != o.max_tokens:
+        # A constrained request ends where its grammar does (end-of-sequence cannot be ignored there).
+        if not u or u["completion_tokens"] > o.max_tokens or (u["completion_tokens"] != o.max_tokens and not r["constrained"]):
             raise RuntimeError(f"expected {o.max_tokens} tokens, got {u}")
         out_tok += u["completion_tokens"]
         prompt_tok += u["prompt_tokens"]
@@ -135,9 +143,12 @@ async def run_level(o, host, port, prompts, C, pid):
             "client_cpu_s": time.process_time() - c0, "output_hashes": outputs}
 
 
-def body(o, prompt):
+def body(o, prompt, constrain=False):
     b = {"model": "bench", "prompt": prompt, "max_tokens": o.max_tokens, "temperature": 0, "ignore_eos": True,
          "stream": True, "stream_options": {"include_usage": True}}
+    if constrain:
+        b.update(o.constraint)
+        del b["ignore_eos"]
     if o.logprobs >= 0:
         b["logprobs"] = o.logprobs
     return b
@@ -166,6 +177,10 @@ async def main():
     ap.add_argument("--logprobs", type=int, default=0, help="logprobs per token; -1: none")
     ap.add_argument("--server-arg", action="append", default=[])
     ap.add_argument("--server-cpus", default=None, help="taskset the server to these cores")
+    ap.add_argument("--constraint", type=json.loads, default=None,
+                    help='request fields that constrain the output, e.g. \'{"structured_outputs": {"regex": "[a-z ]+"}}\'')
+    ap.add_argument("--constrained-fraction", type=float, default=0.0,
+                    help="share of the requests that carry --constraint (0.5: every other one)")
     ap.add_argument("--out")
     ap.add_argument("--engine-json")
     o = ap.parse_args()
@@ -191,7 +206,8 @@ async def main():
            "server_startup_log": log,
            "server_cpus": o.server_cpus, "client_cpus": sorted(os.sched_getaffinity(0)),
            "workload": {"max_tokens": o.max_tokens, "logprobs": o.logprobs, "min_requests": o.min_requests,
-                        "per_stream": o.per_stream, "n_prompts": len(prompts)}, "levels": []}
+                        "per_stream": o.per_stream, "n_prompts": len(prompts), "constraint": o.constraint,
+                        "constrained_fraction": o.constrained_fraction}, "levels": []}
     try:
         await stream_completion(*url, body(o, prompts[0]))  # warm-up
         for C in map(int, o.levels.split(",")):

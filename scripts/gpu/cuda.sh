@@ -4,7 +4,7 @@
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
 #   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve] [invariant] [tier] [spec]
-#                       [specbench] [tierprofile]
+#                       [specbench] [tierprofile] [structured]
 #   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
@@ -254,6 +254,19 @@ if has specbench; then
             --json "$out/bench_spec-$tag.json" >"$out/bench_spec-$tag.log" 2>&1
         summary+=("bench_spec $tag: exit $?")
         grep -E "plain|K [0-9]" "$out/bench_spec-$tag.log" | head -20
+    done
+fi
+if has structured; then
+    # Structured outputs in a batch (issue 51): 32 streams through `serve`, all free against half of them constrained
+    # to a JSON-like list of strings that cannot end before max_tokens (so every request runs its 128 tokens).
+    c='{"structured_outputs": {"regex": "\\[(\"[a-zA-Z0-9 ,.]*\", )*\\]!{64}"}}'
+    for frac in 0 0.5; do
+        taskset -c 2-15 python3 bench/bench_serve.py --bin build-cuda/megactx --model models/glm-demo \
+            --prompts .stage/gpu/prompts.json --levels "${STRUCTURED_LEVELS:-32}" --max-tokens 128 --min-requests 64 \
+            --per-stream 2 --logprobs -1 --server-cpus 0,1 --server-arg=--device --server-arg=cuda \
+            --server-arg=--max-model-len --server-arg=4096 --constraint "$c" --constrained-fraction $frac \
+            --out "$out/structured-$frac.json" >"$out/structured-$frac.log" 2>&1
+        summary+=("structured, constrained share $frac: exit $?, $(grep -ho 'C=[0-9]* [0-9.]* tok/s' "$out/structured-$frac.log" | tr '\n' ' ')")
     done
 fi
 if has cli; then
