@@ -47,6 +47,10 @@ struct JsonSchemaOptions {
     // `additionalProperties` when a schema does not say: false (OpenAI's strict mode) or true (the JSON Schema
     // default).
     bool additional_properties_default = true;
+    // oneOf: only when its branches are provably disjoint (by type, enum/const values, or a required property with
+    // const values), so that "exactly one" holds; otherwise a GrammarError. false: oneOf is anyOf (as llama.cpp and
+    // xgrammar take it), accepting a value that matches two branches.
+    bool exact_one_of = true;
 };
 
 // A JSON Schema (draft 2020-12, the subset issue 51 names) as text; `true`/`{}` is any JSON value. What is exact,

@@ -1,5 +1,5 @@
 // JSON Schema (draft 2020-12) to Grammar: every text the grammar derives is JSON that the schema accepts. The
-// grammar may accept fewer texts than the schema (a sound subset); it never accepts more (oneOf aside, below), so a
+// grammar may accept fewer texts than the schema (a sound subset); it never accepts more, so a
 // keyword that cannot be enforced is a GrammarError naming it and its JSON pointer.
 //
 // Choices:
@@ -26,8 +26,10 @@
 //   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
 //   uuid, email, ipv4, ipv6, hostname, uri, each a strict subset of its RFC; lengths, pattern and format do not
 //   combine.
-// - anyOf and oneOf are alternatives. oneOf is treated as anyOf (as llama.cpp and xgrammar do): the one place the
-//   grammar may accept more than the schema, an instance that matches two branches; exact when they are disjoint.
+// - anyOf and oneOf are alternatives. oneOf compiles only when its branches are provably disjoint (by type, by
+//   enum/const values, or by a required property with const values in both), so "exactly one" holds; otherwise an
+//   error (options.exact_one_of false: oneOf as anyOf, as llama.cpp and xgrammar take it, accepting a value that
+//   matches two branches).
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
 //   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
 //   error. A false branch is dropped; a property whose schema is false is never written.
@@ -197,6 +199,9 @@ class Compiler {
     json resolve(const std::string& ref, const std::string& ptr) const;
     json inline_refs(json s, const std::string& ptr, int depth) const;
     json merge(json a, json b, const std::string& ptr, int depth) const;
+    struct Shape;
+    Shape shape(const json& s, const std::string& ptr, int depth) const;
+    bool disjoint(const json& a, const json& b, const std::string& ptr) const;
 
     Symbol ref(const std::string& ref, const std::string& ptr);
     Symbol merged(const json& m, const std::string& ptr, int depth);
@@ -349,6 +354,116 @@ json Compiler::inline_refs(json s, const std::string& ptr, int depth) const {
     s.erase("$ref");
     target = inline_refs(std::move(target), ptr, depth + 1);
     return merge(std::move(target), std::move(s), ptr, depth + 1);
+}
+
+// oneOf is exact when no value can match two of its branches: what a branch can be, coarsely. `any`: not known
+// (anything may match); otherwise the JSON types it allows ("integer" within "number"), its values when it is an
+// enum or const, and, for objects, the required properties whose values are fixed (discriminators).
+struct Compiler::Shape {
+    bool any = false;
+    std::set<std::string> types;
+    std::optional<std::vector<json>> values;
+    std::map<std::string, std::vector<json>> fixed;
+};
+
+namespace {
+
+std::string type_of(const json& v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "boolean";
+    if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+    if (v.is_number()) return std::floor(v.get<double>()) == v.get<double>() ? "integer" : "number";
+    if (v.is_string()) return "string";
+    if (v.is_array()) return "array";
+    return "object";
+}
+
+bool types_meet(const std::set<std::string>& a, const std::set<std::string>& b) {
+    for (const std::string& t : a) {
+        if (b.count(t)) return true;
+        if ((t == "integer" && b.count("number")) || (t == "number" && b.count("integer"))) return true;
+    }
+    return false;
+}
+
+bool values_meet(const std::vector<json>& a, const std::vector<json>& b) {
+    for (const json& x : a)
+        for (const json& y : b)
+            if (x == y) return true;
+    return false;
+}
+
+}  // namespace
+
+Compiler::Shape Compiler::shape(const json& s, const std::string& ptr, int depth) const {
+    Shape out;
+    if (depth > 16 || !s.is_object() || s.contains("allOf") || s.contains("not")) {
+        out.any = true;
+        return out;
+    }
+    if (s.contains("$ref")) return shape(inline_refs(s, ptr, 0), ptr, depth + 1);
+    for (const char* k : {"anyOf", "oneOf"}) {
+        if (!s.contains(k) || !s[k].is_array()) continue;
+        out.values.emplace();
+        for (const json& branch : s[k]) {
+            if (branch == false) continue;
+            const Shape b = shape(branch, ptr, depth + 1);
+            if (b.any) return b;
+            out.types.insert(b.types.begin(), b.types.end());
+            if (b.values && out.values) out.values->insert(out.values->end(), b.values->begin(), b.values->end());
+            else out.values.reset();
+        }
+        return out;
+    }
+    if (s.contains("const") || s.contains("enum")) {
+        out.values = s.contains("const") ? std::vector<json>{s["const"]}
+                                         : (s["enum"].is_array() ? s["enum"].get<std::vector<json>>() : std::vector<json>{});
+        for (const json& v : *out.values) out.types.insert(type_of(v));
+        return out;
+    }
+    if (s.contains("type")) {
+        out.types = parse_types(s["type"], ptr);
+    } else {
+        for (const auto& item : s.items()) {
+            if (kObjectKeywords.count(item.key())) out.types.insert("object");
+            if (kArrayKeywords.count(item.key())) out.types.insert("array");
+            if (kStringKeywords.count(item.key())) out.types.insert("string");
+            if (kNumberKeywords.count(item.key())) out.types.insert("number");
+        }
+        if (out.types.empty()) {
+            out.any = true;
+            return out;
+        }
+    }
+    if (out.types.count("object") && s.contains("properties") && s["properties"].is_object() && s.contains("required") &&
+        s["required"].is_array()) {
+        for (const json& name : s["required"]) {
+            if (!name.is_string() || !s["properties"].contains(name.get<std::string>())) continue;
+            const Shape p = shape(s["properties"][name.get<std::string>()], ptr, depth + 1);
+            if (!p.any && p.values) out.fixed[name.get<std::string>()] = *p.values;
+        }
+    }
+    return out;
+}
+
+// Whether no JSON value matches both `a` and `b` (false when that cannot be shown from their shapes).
+bool Compiler::disjoint(const json& a, const json& b, const std::string& ptr) const {
+    const Shape x = shape(a, ptr, 0), y = shape(b, ptr, 0);
+    if (x.any || y.any) return false;
+    if (!types_meet(x.types, y.types)) return true;
+    if (x.values && y.values) return !values_meet(*x.values, *y.values);
+    // Objects only in common: a required property fixed to values the other branch never gives it.
+    const bool only_objects = [&] {
+        for (const std::string& t : x.types)
+            if (t != "object" && types_meet({t}, y.types)) return false;
+        return true;
+    }();
+    if (!only_objects) return false;
+    for (const auto& [name, values] : x.fixed) {
+        const auto it = y.fixed.find(name);
+        if (it != y.fixed.end() && !values_meet(values, it->second)) return true;
+    }
+    return false;
 }
 
 json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
@@ -513,6 +628,19 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
                 {rest.empty() ? schema(branches[i], p, depth + 1) : merged(merge(rest, branches[i], p, 0), p, depth)});
         }
         if (alts.empty()) fail(child(ptr, k), fmt::format("every {} branch is false", k));
+        if (std::string_view(k) == "oneOf" && options_.exact_one_of) {
+            for (size_t i = 0; i < branches.size(); ++i)
+                for (size_t j = i + 1; j < branches.size(); ++j) {
+                    if (branches[i] == false || branches[j] == false) continue;
+                    const json bi = rest.empty() ? branches[i] : merge(rest, branches[i], ptr, 0);
+                    const json bj = rest.empty() ? branches[j] : merge(rest, branches[j], ptr, 0);
+                    if (!disjoint(bi, bj, ptr))
+                        fail(child(ptr, k), fmt::format("oneOf branches {} and {} may both match a value (exactly one "
+                                                        "must): not enforceable; use anyOf, or make them disjoint by "
+                                                        "type, enum/const, or a required property with const values",
+                                                        i, j));
+                }
+        }
         return b_.alt(std::move(alts), k);
     }
     if (s.contains("enum") || s.contains("const")) return enumeration(s, ptr);

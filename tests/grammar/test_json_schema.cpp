@@ -416,6 +416,26 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
           {R"({"v":1,"next":{}})", R"({"next":{"v":1,"next":{}}})"});
     check(schema(R"({"type": "integer", "anyOf": [false, {"maximum": 2}]})"), {"2"}, {"3"});
     expect_error(R"({"oneOf": [false]})", {"every oneOf branch is false"});
+    // oneOf compiles only when no value can match two branches: by type, by enum/const values, by a required
+    // property with const values (a discriminator); otherwise it cannot hold "exactly one" and is an error.
+    check(schema(R"({"oneOf": [{"type": "integer"}, {"type": "string"}, {"enum": [true]}]})"), {"1", R"("a")", "true"},
+          {"false", "1.5"});
+    check(schema(R"({"oneOf": [{"enum": [1, 2]}, {"const": 3}]})"), {"1", "3"}, {"4"});
+    check(schema(R"({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "x": {"type": "integer"}},
+                                "required": ["k"]},
+                               {"type": "object", "properties": {"k": {"const": "b"}}, "required": ["k"]}]})"),
+          {R"({"k":"a","x":1})", R"({"k":"b"})"}, {R"({"k":"c"})", "{}"});
+    expect_error(R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 2}]})",
+                 {"oneOf branches 0 and 1 may both match"});
+    expect_error(R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", {"oneOf branches 0 and 1"});
+    expect_error(R"({"oneOf": [{"enum": [1, 2]}, {"const": 2}]})", {"oneOf branches 0 and 1"});
+    expect_error(R"({"oneOf": [{}, {"type": "null"}]})", {"oneOf branches 0 and 1"});
+    {  // exact_one_of false: oneOf as anyOf, a value matching both branches accepted
+        JsonSchemaOptions o;
+        o.exact_one_of = false;
+        check(schema(R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 2}]})", o),
+              {R"("a")", R"("ab")", R"("abcd")"}, {"1"});
+    }
     expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
     expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
                                {"properties": {"b": {}}}]})",
