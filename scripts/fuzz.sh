@@ -14,7 +14,7 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebI
 cmake --build "$build" -j"$(nproc)" --target fuzz_targets
 
 status=0
-for target in safetensors config tool_parser tokenizer api_request; do
+for target in safetensors config tool_parser tokenizer api_request grammar; do
     work="$build/corpus/$target"
     mkdir -p "$work"
     echo "== fuzz_$target for ${seconds}s"
