@@ -2,12 +2,15 @@
 // `check`: does a text match a JSON Schema, regex, GBNF grammar or choice list, token by token through the engine's
 // own masks (exit 0 when it does, 1 when not, naming the first token refused, 2 for a grammar that does not
 // compile); `compile`: the grammar's size, its compile time and the first mask's; `bench`: mask time per token over
-// a directory of JSON Schemas and instances (NAME.schema.json + NAME.instance.json), the figures.
+// a directory of JSON Schemas and instances (NAME.schema.json + NAME.instance.json), the figures;
+// `maskbench`: MaskBench's schemas and instances (grammar_maskbench.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
+
+#include "grammar_maskbench.h"
 
 namespace megactx {
 
@@ -15,6 +18,9 @@ struct GrammarOptions {
     CLI::App* check = nullptr;
     CLI::App* compile = nullptr;
     CLI::App* bench = nullptr;
+    CLI::App* maskbench = nullptr;
+    MaskbenchOptions mb;
+    std::string mb_shard;  // "i/n"
     std::string bench_dir, json_out;
     std::string model;  // tokenizer.json's directory (default: the embedded model)
     std::string json_schema_file, regex, grammar_file;
