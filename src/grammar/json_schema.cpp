@@ -7,7 +7,11 @@
 //   surrogates: code points above U+FFFF are written raw, so each string character is one code point); numbers by
 //   the JSON grammar. Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes
 //   of [ \t\n] at each place; none around the top-level value (the output ends when the value closes).
-// - `enum` and `const` values are emitted in their canonical compact serialization only; they are filtered by
+// - Keywords: those below are enforced; the other validation keywords of drafts 4 to 2020-12 (not, if/then/else,
+//   dependencies, unevaluated*, ...) are errors; a keyword outside the specification is an annotation, as JSON
+//   Schema says of unknown keywords. An $id (draft 4: id) below the root is an error only with a $ref inside it.
+// - `enum` and `const` values are emitted in their canonical serialization: compact tokens, with the whitespace
+//   JSON allows between them inside objects and arrays as everywhere else; they are filtered by
 //   `type`, and other validation keywords beside them are an error.
 // - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
 //   llama.cpp and xgrammar do; a schema with no type-specific keyword allows any value.
@@ -31,8 +35,7 @@
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
 //   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
 //   error. A false branch is dropped; a property whose schema is false is never written.
-// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules;
-//   $id only at the root. Definitions are compiled when referenced, so an unused one is not checked.
+// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules. Definitions are compiled when referenced, so an unused one is not checked.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -54,8 +57,17 @@ namespace {
 // ordered_json: properties keep the schema's order.
 using json = nlohmann::ordered_json;
 
-const std::set<std::string> kAnnotations = {"title",    "description", "$schema",    "$id",      "default",
+// "id" is draft 4's "$id".
+const std::set<std::string> kAnnotations = {"title",    "description", "$schema",    "$id",      "id",       "default",
                                             "examples", "$comment",    "deprecated", "readOnly", "writeOnly"};
+// Keywords of drafts 4 to 2020-12 that constrain values or references and that this front end does not enforce: an
+// error. Any keyword outside the specification ("x-...", a vendor's or a typo's) is an annotation, as JSON Schema
+// says of unknown keywords; it never constrains a value.
+const std::set<std::string> kUnsupported = {
+    "not",          "if",           "then",          "else",           "dependencies",     "dependentRequired",
+    "dependentSchemas", "additionalItems", "unevaluatedItems", "unevaluatedProperties", "maxContains", "minContains",
+    "$dynamicRef",  "$recursiveRef", "$anchor",      "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
+    "contentSchema", "divisibleBy", "disallow", "extends"};
 const std::set<std::string> kObjectKeywords = {"properties",    "required",      "additionalProperties",
                                                "minProperties", "maxProperties", "patternProperties",
                                                "propertyNames"};
@@ -68,11 +80,22 @@ const std::set<std::string> kOtherKeywords = {"type",  "enum", "const", "anyOf",
                                               "allOf", "$ref", "$defs", "definitions"};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "string", "number", "integer"};
 
-bool is_annotation(const std::string& k) { return kAnnotations.count(k) > 0; }
-
-bool is_known(const std::string& k) {
-    return is_annotation(k) || kObjectKeywords.count(k) || kArrayKeywords.count(k) || kStringKeywords.count(k) ||
+bool is_enforced(const std::string& k) {
+    return kObjectKeywords.count(k) || kArrayKeywords.count(k) || kStringKeywords.count(k) ||
            kNumberKeywords.count(k) || kOtherKeywords.count(k);
+}
+
+bool is_annotation(const std::string& k) { return kAnnotations.count(k) || (!is_enforced(k) && !kUnsupported.count(k)); }
+
+bool is_known(const std::string& k) { return !kUnsupported.count(k); }
+
+// Some "$ref" anywhere in `s`.
+bool has_ref(const json& s) {
+    if (s.is_object() && s.contains("$ref")) return true;
+    if (s.is_structured())
+        for (const auto& item : s.items())
+            if (has_ref(item.value())) return true;
+    return false;
 }
 
 std::string child(const std::string& ptr, std::string_view key) {
@@ -201,6 +224,7 @@ class Compiler {
     Symbol merged(const json& m, const std::string& ptr, int depth);
     Symbol typed(const json& s, const std::string& ptr, const std::string& type);
     Symbol enumeration(const json& s, const std::string& ptr);
+    Symbol value_literal(const json& v);
     Symbol string(const json& s, const std::string& ptr);
     Symbol format(const std::string& f, const std::string& ptr);
     Symbol pattern(const std::string& p, const std::string& ptr);
@@ -322,7 +346,10 @@ json Compiler::resolve(const std::string& ref, const std::string& ptr) const {
         const json::json_pointer p(ref.substr(1));
         if (!root_.contains(p)) fail(ptr, fmt::format("$ref \"{}\" names nothing", ref));
         json target = root_.at(p);
-        if (ref == "#" && target.is_object()) target.erase("$id");  // the root's own $id, harmless anywhere
+        if (ref == "#" && target.is_object()) {  // the root's own $id, harmless anywhere
+            target.erase("$id");
+            target.erase("id");
+        }
         return target;
     } catch (const json::exception& e) {
         fail(ptr, fmt::format("$ref \"{}\": {}", ref, e.what()));
@@ -457,8 +484,9 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     bool constrained = false;
     for (const auto& [k, v] : s.items()) {
         if (!is_known(k)) fail(child(ptr, k), fmt::format("unsupported keyword '{}'", k));
-        // An $id below the root would change what "#..." references resolve against.
-        if (k == "$id" && !ptr.empty()) fail(child(ptr, k), "$id below the root is not supported");
+        // An $id below the root would change what "#..." references inside it resolve against.
+        if ((k == "$id" || (k == "id" && v.is_string())) && !ptr.empty() && has_ref(s))
+            fail(child(ptr, k), fmt::format("{} below the root with a $ref inside is not supported", k));
         if (!is_annotation(k) && k != "$defs" && k != "definitions") constrained = true;
     }
     if (!constrained) return any_value();
@@ -553,11 +581,36 @@ Symbol Compiler::enumeration(const json& s, const std::string& ptr) {
         if (types &&
             std::none_of(types->begin(), types->end(), [&](const std::string& t) { return value_has_type(v, t); }))
             continue;
-        const std::string text = v.dump();
-        if (seen.insert(text).second) alts.push_back({lit(text)});
+        if (seen.insert(v.dump()).second) alts.push_back({value_literal(v)});
     }
     if (alts.empty()) fail(ptr, "enum/const allows no value (of the given type)");
     return b_.alt(std::move(alts), "enum");
+}
+
+// One JSON value exactly: its compact tokens, with the whitespace JSON allows between them inside objects and arrays
+// (as everywhere else in the grammar), so that {"a": 1} matches an enum value {"a":1}.
+Symbol Compiler::value_literal(const json& v) {
+    if (!v.is_object() && !v.is_array()) return lit(v.dump());
+    Sequence s{lit(v.is_object() ? "{" : "[")};
+    bool first = true;
+    for (const auto& item : v.items()) {
+        ws(s);
+        if (!first) {
+            s.push_back(lit(","));
+            ws(s);
+        }
+        first = false;
+        if (v.is_object()) {
+            s.push_back(lit(json(item.key()).dump()));
+            ws(s);
+            s.push_back(lit(":"));
+            ws(s);
+        }
+        s.push_back(value_literal(item.value()));
+    }
+    ws(s);
+    s.push_back(lit(v.is_object() ? "}" : "]"));
+    return b_.seq(std::move(s), "const");
 }
 
 Symbol Compiler::string(const json& s, const std::string& ptr) {

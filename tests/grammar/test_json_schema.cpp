@@ -207,12 +207,24 @@ TEST(JsonSchema, StringLengthsCountCodePoints) {
 TEST(JsonSchema, EnumAndConstAreCanonical) {
     const Grammar g = schema(R"({"enum": ["red", "green", 1, null, {"a": [1, 2]}, "q\"\u00e9"]})");
     check(g, {R"("red")", R"("green")", "1", "null", R"({"a":[1,2]})", "\"q\\\"\xC3\xA9\""},
-          {R"("blue")", R"({"a": [1,2]})", "1.0", R"("Red")", "\"q\\\"\\u00e9\""});
+          {R"("blue")", R"({"a":[1,3]})", "1.0", R"("Red")", "\"q\\\"\\u00e9\""});
     check(schema(R"({"type": "string", "enum": ["a", 1]})"), {R"("a")"}, {"1"});
     check(schema(R"({"type": "integer", "enum": [1, 2.0, 2.5, "3"]})"), {"1", "2.0"}, {"2.5", "\"3\""});
     check(schema(R"({"const": {"k": true}})"), {R"({"k":true})"}, {R"({"k":false})", "{}"});
     check(schema(R"({"const": "x", "enum": ["x", "y"]})"), {R"("x")"}, {R"("y")"});
     expect_error(R"({"type": "string", "enum": [1]})", {"no value"});
+}
+
+// An object or array value is its tokens with the whitespace JSON allows between them, as Python's json.dumps
+// writes it ({"a": [1, 2]}) or pretty-printed; never whitespace inside a token or around the whole value.
+TEST(JsonSchema, EnumObjectsAndArraysTakeWhitespace) {
+    const Grammar g = schema(R"({"enum": [{"a": [1, 2], "b": {}}, []]})");
+    check(g, {R"({"a":[1,2],"b":{}})", R"({"a": [1, 2], "b": {}})", "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": { }\n}",
+              "[]", "[ ]"},
+          {R"({"a": [1, 2]})", R"({"a": [1, 2], "b": {}} )", R"( [])", R"({"b": {}, "a": [1, 2]})",
+           R"({"a": [1, 2], "b": {"c": 1}})"});
+    const JsonSchemaOptions compact{.max_whitespace = 0};
+    check(schema(R"({"const": {"k": [true]}})", compact), {R"({"k":[true]})"}, {R"({"k": [true]})"});
     expect_error(R"({"enum": ["a", "bb"], "maxLength": 1})", {"maxLength", "beside enum"});
 }
 
@@ -442,16 +454,30 @@ TEST(JsonSchema, Formats) {
 }
 
 TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
-    expect_error(R"({"properties": {"a": {"type": "string", "foo": 1}}})", {"'foo'", "#/properties/a/foo"});
     expect_error(R"({"items": {"not": {}}})", {"'not'", "#/items/not"});
+    expect_error(R"({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}})", {"'if'"});
+    expect_error(R"({"type": "array", "items": [{"type": "string"}], "additionalItems": false})", {"additionalItems"});
     expect_error(R"({"type": "object", "properties": {"a": {"dependentRequired": {}}}})", {"dependentRequired"});
     expect_error(R"({"type": "object",)", {"parse error"});
     expect_error(R"({"properties": {"a": false}, "required": ["a"]})", {"false schema", "#/properties/a"});
     expect_error("[1]", {"must be an object or a boolean"});
-    expect_error(R"({"$defs": {"x": {"$id": "x.json", "type": "string"}}, "$ref": "#/$defs/x"})", {"$id"});
+    expect_error(R"({"$defs": {"x": {"$id": "x.json", "items": {"$ref": "#/$defs/y"}}, "y": {}}, "$ref": "#/$defs/x"})",
+                 {"$id", "#/$defs/x/$id"});
+    expect_error(R"({"properties": {"a": {"id": "a.json", "properties": {"b": {"$ref": "#"}}}}})", {"id below"});
     check(schema(R"({"$id": "https://example.com/tree", "type": "object", "properties": {"kids": {"type": "array",
         "items": {"$ref": "#", "minProperties": 1}}}, "additionalProperties": false})"),
           {R"({"kids":[{"kids":[]}]})", "{}"}, {R"({"kids":[{}]})"});
+}
+
+// JSON Schema: an unknown keyword is an annotation. An $id (draft 4: id) that no $ref resolves against changes
+// nothing.
+TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
+    check(schema(R"({"type": "object", "properties": {"a": {"type": "string", "foo": 1, "x-order": 2}},
+        "_format": "x", "additionalProperties": false})"),
+          {R"({"a":"x"})", "{}"}, {R"({"a":1})", R"({"b":1})"});
+    check(schema(R"({"id": "http://x/root.json", "type": "object", "properties": {"a": {"id": "#a", "type": "integer"},
+        "b": {"$id": "b.json", "type": "boolean"}}, "additionalProperties": false})"),
+          {R"({"a":1,"b":true})"}, {R"({"a":true})"});
 }
 
 TEST(JsonSchema, JsonObjectGrammar) {
