@@ -15,7 +15,8 @@
 //   `type`, and other validation keywords beside them are an error.
 // - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
 //   llama.cpp and xgrammar do; a schema with no type-specific keyword allows any value.
-// - Objects: declared properties in the schema's order, each optional one may be left out; additional properties
+// - Objects: declared properties in the schema's order, then required ones not declared in `required`'s order (as
+//   llguidance orders them), each optional one may be left out; additional properties
 //   (additionalProperties, default options.additional_properties_default) come after them, with keys that are not
 //   declared names: such keys are spelled without \u escapes so that "not a declared name" is exact (a trie
 //   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
@@ -907,15 +908,22 @@ Symbol Compiler::format(const std::string& f, const std::string& ptr) {
         return quoted(b_.seq({atom, r(b_.seq({lit("."), atom}), 0, 3), lit("@"), domain}, "email"));
     }
     if (f == "uri") {
-        // scheme "://" host [":" port] path ["?" query] ["#" fragment] (RFC 3986 with a reg-name host).
+        // scheme ":" hier-part ["?" query] ["#" fragment] (RFC 3986), the hier-part either "//" [host [":" port]]
+        // path-abempty with a reg-name host, or a path without an authority (path-absolute, -rootless or -empty:
+        // "urn:isbn:0451450523", "mailto:a@b.org").
         const Symbol pct = b_.seq({lit("%"), cls("0-9a-fA-F"), cls("0-9a-fA-F")});
         const Symbol pchar = b_.alt({{cls("a-zA-Z0-9._~!$&'()*+,;=:@-")}, {pct}}, "pchar");
         const Symbol qchar = b_.alt({{pchar}, {cls("/?")}}, "qchar");
-        return quoted(
-            b_.seq({cls("a-zA-Z"), r(cls("a-zA-Z0-9+.-"), 0, -1), lit("://"), hostname(),
-                    b_.optional(b_.seq({lit(":"), r(d, 1, 5)})), r(b_.seq({lit("/"), r(pchar, 0, -1)}), 0, -1),
-                    b_.optional(b_.seq({lit("?"), r(qchar, 0, -1)})), b_.optional(b_.seq({lit("#"), r(qchar, 0, -1)}))},
-                   "uri"));
+        const Symbol segments = r(b_.seq({lit("/"), r(pchar, 0, -1)}), 0, -1);
+        const Symbol authority = b_.seq(
+            {lit("//"), b_.optional(b_.seq({hostname(), b_.optional(b_.seq({lit(":"), r(d, 1, 5)}))})), segments});
+        const Symbol no_authority =
+            b_.seq({b_.optional(lit("/")), b_.optional(b_.seq({r(pchar, 1, -1), segments}))});
+        return quoted(b_.seq({cls("a-zA-Z"), r(cls("a-zA-Z0-9+.-"), 0, -1), lit(":"),
+                              b_.alt({{authority}, {no_authority}}, "hier-part"),
+                              b_.optional(b_.seq({lit("?"), r(qchar, 0, -1)})),
+                              b_.optional(b_.seq({lit("#"), r(qchar, 0, -1)}))},
+                             "uri"));
     }
     fail(ptr, fmt::format("unsupported format '{}'", f));
 }
@@ -1084,11 +1092,12 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     if (s.contains("propertyNames") && s["propertyNames"] != true && s["propertyNames"] != json::object())
         fail(child(ptr, "propertyNames"), "propertyNames is not supported");
     std::set<std::string> required;
+    std::vector<std::string> required_order;  // undeclared required properties come in this order
     if (s.contains("required")) {
         if (!s["required"].is_array()) fail(child(ptr, "required"), "required must be an array");
         for (const json& r : s["required"]) {
             if (!r.is_string()) fail(child(ptr, "required"), "required must list strings");
-            required.insert(r.get<std::string>());
+            if (required.insert(r.get<std::string>()).second) required_order.push_back(r.get<std::string>());
         }
     }
     const json additional =
@@ -1105,7 +1114,7 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
             values.push_back(schema(v, child(child(ptr, "properties"), k)));
         }
     }
-    for (const std::string& r : required)
+    for (const std::string& r : required_order)
         if (std::find(declared.begin(), declared.end(), r) == declared.end()) {
             if (!any_additional)
                 fail(child(ptr, "required"), fmt::format("required '{}' is neither declared nor allowed", r));

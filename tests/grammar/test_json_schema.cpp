@@ -253,6 +253,11 @@ TEST(JsonSchema, PropertiesInOrderOptionalOnesSkipped) {
         "y": {"type": "null"}, "z": {"type": "null"}}, "required": ["z"], "additionalProperties": false})");
     check(last_required, {R"({"z":null})", R"({"x":null,"z":null})", R"({"x":null,"y":null,"z":null})"},
           {R"({"x":null})", R"({,"z":null})", R"({"x":null,,"z":null})", R"({"y":null,"x":null,"z":null})"});
+    // Required properties that are not declared follow the declared ones in `required`'s order, not sorted.
+    const Grammar undeclared = schema(R"({"type": "object", "properties": {"m": {"type": "null"}},
+        "required": ["zeta", "alpha_b", "alpha"], "additionalProperties": {"type": "integer"}})");
+    check(undeclared, {R"({"zeta":1,"alpha_b":2,"alpha":3})", R"({"m":null,"zeta":1,"alpha_b":2,"alpha":3,"k":4})"},
+          {R"({"alpha":3,"alpha_b":2,"zeta":1})", R"({"zeta":1,"alpha_b":2})", R"({"zeta":1,"alpha_b":2,"alpha":"3"})"});
 }
 
 // Every subset of four properties (two required), written in schema order and in another order: accepted exactly
@@ -448,8 +453,11 @@ TEST(JsonSchema, Formats) {
           {R"("1:2:3:4:5:6:7:8:9")", R"(":::")", R"("1::2::3")", R"("12345::")", R"("1:2:3:4:5:6:7")"});
     check(f("hostname"), {R"("example.com")", R"("a-b.c")", R"("localhost")"},
           {R"("-a.com")", R"("a-.com")", R"("a..b")", R"("a_b.com")"});
-    check(f("uri"), {R"("https://example.com/a/b?x=1&y=2#frag")", R"("http://localhost:8080")"},
-          {R"("example.com")", R"("https://exa mple.com")", R"("1http://x.com")"});
+    check(f("uri"),
+          {R"("https://example.com/a/b?x=1&y=2#frag")", R"("http://localhost:8080")", R"("urn:isbn:0451450523")",
+           R"("mailto:a@b.org")", R"("ecdsa-koblitz-pubkey:14RZvYazz9H2")", R"("file:///etc/hosts")", R"("x:/a/b")"},
+          {R"("example.com")", R"("https://exa mple.com")", R"("1http://x.com")", R"(":x")", R"("x:a b")",
+           R"("https://a.com:123456")"});
     expect_error(R"({"type": "string", "format": "color"})", {"unsupported format 'color'", "#/format"});
 }
 
