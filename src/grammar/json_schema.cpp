@@ -1,5 +1,5 @@
 // JSON Schema (draft 2020-12) to Grammar: every text the grammar derives is JSON that the schema accepts. The
-// grammar may accept fewer texts than the schema (a sound subset); it never accepts more (oneOf aside, below), so a
+// grammar may accept fewer texts than the schema (a sound subset); it never accepts more, so a
 // keyword that cannot be enforced is a GrammarError naming it and its JSON pointer.
 //
 // Choices:
@@ -31,8 +31,8 @@
 //   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
 //   uuid, email, ipv4, ipv6, hostname, uri, each a strict subset of its RFC; lengths, pattern and format do not
 //   combine.
-// - anyOf and oneOf are alternatives. oneOf is treated as anyOf (as llama.cpp and xgrammar do): the one place the
-//   grammar may accept more than the schema, an instance that matches two branches; exact when they are disjoint.
+// - anyOf and oneOf are alternatives; oneOf only where no instance can match two branches (their types, enum/const
+//   values or a required property's schemas tell them apart), else an error, so the grammar never accepts more.
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
 //   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
 //   error. A false branch is dropped; a property whose schema is false is never written.
@@ -220,6 +220,9 @@ class Compiler {
     json resolve(const std::string& ref, const std::string& ptr) const;
     json inline_refs(json s, const std::string& ptr, int depth) const;
     json merge(json a, json b, const std::string& ptr, int depth) const;
+    std::set<std::string> kinds(const json& s, int depth) const;
+    bool disjoint(const json& a, const json& b, int depth) const;
+    void check_one_of(const std::vector<json>& branches, const std::string& ptr) const;
 
     Symbol ref(const std::string& ref, const std::string& ptr);
     Symbol merged(const json& m, const std::string& ptr, int depth);
@@ -452,6 +455,114 @@ json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
     return a;
 }
 
+// A value's kind for oneOf's disjointness: its JSON type, integers being numbers.
+std::string kind_of_type(const std::string& t) { return t == "integer" ? "number" : t; }
+
+std::string kind_of_value(const json& v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "boolean";
+    if (v.is_number()) return "number";
+    if (v.is_string()) return "string";
+    return v.is_array() ? "array" : "object";
+}
+
+// The kinds some instance of `s` may have, as far as type, enum, const, $ref, allOf, anyOf and oneOf tell (every
+// kind when they do not).
+std::set<std::string> Compiler::kinds(const json& s, int depth) const {
+    std::set<std::string> all;
+    for (const std::string& t : kTypes) all.insert(kind_of_type(t));
+    if (s.is_boolean()) return s.get<bool>() ? all : std::set<std::string>{};
+    if (!s.is_object() || depth > 16) return all;
+    std::set<std::string> out = all;
+    const auto keep = [&out](const std::set<std::string>& k) {
+        std::set<std::string> both;
+        for (const std::string& x : out)
+            if (k.count(x)) both.insert(x);
+        out = std::move(both);
+    };
+    if (s.contains("type")) {
+        std::set<std::string> k;
+        for (const std::string& t : parse_types(s["type"], "")) k.insert(kind_of_type(t));
+        keep(k);
+    }
+    if (s.contains("const")) keep({kind_of_value(s["const"])});
+    if (s.contains("enum") && s["enum"].is_array()) {
+        std::set<std::string> k;
+        for (const json& v : s["enum"]) k.insert(kind_of_value(v));
+        keep(k);
+    }
+    if (s.contains("$ref") && s["$ref"].is_string()) {
+        try {
+            keep(kinds(resolve(s["$ref"].get<std::string>(), ""), depth + 1));
+        } catch (const GrammarError&) {
+        }
+    }
+    if (s.contains("allOf") && s["allOf"].is_array())
+        for (const json& b : s["allOf"]) keep(kinds(b, depth + 1));
+    for (const char* k : {"anyOf", "oneOf"}) {
+        if (!s.contains(k) || !s[k].is_array()) continue;
+        std::set<std::string> any;
+        for (const json& b : s[k]) any.merge(kinds(b, depth + 1));
+        keep(any);
+    }
+    return out;
+}
+
+// No instance can match both `a` and `b`, provably: their kinds differ, their enum/const values differ, a property
+// both require has disjoint schemas in objects-only branches, or a part that `a` or `b` must also match ($ref,
+// allOf) is disjoint from the other. False when unsure.
+bool Compiler::disjoint(const json& a, const json& b, int depth) const {
+    if (depth > 8) return false;
+    const std::set<std::string> ka = kinds(a, 0), kb = kinds(b, 0);
+    if (std::none_of(ka.begin(), ka.end(), [&](const std::string& k) { return kb.count(k) > 0; })) return true;
+    if (!a.is_object() || !b.is_object()) return false;
+    const auto values = [](const json& s) -> std::optional<json> {
+        if (s.contains("const")) return json::array({s["const"]});
+        if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
+        return std::nullopt;
+    };
+    const auto va = values(a), vb = values(b);
+    const auto in_b = [&](const json& v) { return std::find(vb->begin(), vb->end(), v) != vb->end(); };
+    if (va && vb && std::none_of(va->begin(), va->end(), in_b)) return true;
+    const auto required = [](const json& s, const std::string& p) {
+        return s.contains("required") && s["required"].is_array() &&
+               std::find(s["required"].begin(), s["required"].end(), p) != s["required"].end();
+    };
+    const std::set<std::string> objects{"object"};
+    if (ka == objects && kb == objects && a.contains("properties") && a["properties"].is_object() &&
+        b.contains("properties") && b["properties"].is_object())
+        for (const auto& item : a["properties"].items()) {
+            const std::string& p = item.key();
+            if (b["properties"].contains(p) && required(a, p) && required(b, p) &&
+                disjoint(item.value(), b["properties"][p], depth + 1))
+                return true;
+        }
+    // x ⊆ part and part ∩ y = ∅ give x ∩ y = ∅.
+    const auto via_parts = [&](const json& x, const json& y) {
+        if (x.contains("$ref") && x["$ref"].is_string()) {
+            try {
+                if (disjoint(resolve(x["$ref"].get<std::string>(), ""), y, depth + 1)) return true;
+            } catch (const GrammarError&) {
+            }
+        }
+        if (x.contains("allOf") && x["allOf"].is_array())
+            for (const json& part : x["allOf"])
+                if (disjoint(part, y, depth + 1)) return true;
+        return false;
+    };
+    return via_parts(a, b) || via_parts(b, a);
+}
+
+// oneOf is anyOf when no instance can match two branches; otherwise the grammar would accept those instances.
+void Compiler::check_one_of(const std::vector<json>& branches, const std::string& ptr) const {
+    for (size_t i = 0; i < branches.size(); ++i)
+        for (size_t j = i + 1; j < branches.size(); ++j)
+            if (!disjoint(branches[i], branches[j], 0))
+                fail(ptr, fmt::format("oneOf whose branches may both match is not supported (branches {} and {}; "
+                                      "only branches told apart by type, enum/const or a required property's are)",
+                                      i, j));
+}
+
 Symbol Compiler::ref(const std::string& r, const std::string& ptr) {
     if (auto it = refs_.find(r); it != refs_.end()) return Symbol::ref(it->second);
     const json target = resolve(r, ptr);
@@ -523,14 +634,19 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
         if (!branches.is_array() || branches.empty())
             fail(child(ptr, k), fmt::format("{} must be a non-empty array", k));
         const json rest = siblings({k});
-        std::vector<Sequence> alts;
+        std::vector<json> alt_schemas;  // each branch with the keywords beside it
+        std::vector<std::string> alt_ptrs;
         for (size_t i = 0; i < branches.size(); ++i) {
             if (branches[i] == false) continue;  // matches nothing
-            const std::string p = child(child(ptr, k), std::to_string(i));
-            alts.push_back(
-                {rest.empty() ? schema(branches[i], p, depth + 1) : merged(merge(rest, branches[i], p, 0), p, depth)});
+            alt_ptrs.push_back(child(child(ptr, k), std::to_string(i)));
+            alt_schemas.push_back(rest.empty() ? branches[i] : merge(rest, branches[i], alt_ptrs.back(), 0));
         }
-        if (alts.empty()) fail(child(ptr, k), fmt::format("every {} branch is false", k));
+        if (alt_schemas.empty()) fail(child(ptr, k), fmt::format("every {} branch is false", k));
+        if (std::string_view(k) == "oneOf") check_one_of(alt_schemas, child(ptr, k));
+        std::vector<Sequence> alts;
+        for (size_t i = 0; i < alt_schemas.size(); ++i)
+            alts.push_back({rest.empty() ? schema(alt_schemas[i], alt_ptrs[i], depth + 1)
+                                         : merged(alt_schemas[i], alt_ptrs[i], depth)});
         return b_.alt(std::move(alts), k);
     }
     if (s.contains("enum") || s.contains("const")) return enumeration(s, ptr);

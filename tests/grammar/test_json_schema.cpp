@@ -422,6 +422,15 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
           {R"({"v":1,"next":{}})", R"({"next":{"v":1,"next":{}}})"});
     check(schema(R"({"type": "integer", "anyOf": [false, {"maximum": 2}]})"), {"2"}, {"3"});
     expect_error(R"({"oneOf": [false]})", {"every oneOf branch is false"});
+    // oneOf: only branches that no instance can match both, else an instance matching two would be accepted.
+    expect_error(R"({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})", {"oneOf", "#/oneOf"});
+    expect_error(R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", {"oneOf"});
+    const Grammar tagged = schema(R"({"oneOf": [{"$ref": "#/$defs/a"}, {"type": "object", "properties":
+        {"kind": {"enum": ["b", "c"]}, "x": {"type": "integer"}}, "required": ["kind", "x"]}, {"type": "string"}],
+        "$defs": {"a": {"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]}}})");
+    check(tagged, {R"({"kind":"a"})", R"({"kind":"c","x":1})", R"("s")"}, {R"({"kind":"b"})", R"({"kind":"d","x":1})"});
+    check(schema(R"({"oneOf": [{"enum": [1, 2]}, {"const": 3}, {"allOf": [{"type": "boolean"}]}]})"), {"1", "3", "true"},
+          {"4"});
     expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
     expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
                                {"properties": {"b": {}}}]})",
