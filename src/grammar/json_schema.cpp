@@ -21,7 +21,8 @@
 //   declared names: such keys are spelled without \u escapes so that "not a declared name" is exact (a trie
 //   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
 //   declared properties cannot exceed it; otherwise an error. patternProperties, propertyNames: errors unless empty.
-// - Arrays: prefixItems, items, minItems, maxItems exactly; uniqueItems only false; contains is an error.
+// - Arrays: prefixItems, items, minItems, maxItems exactly (and the older items-as-an-array with additionalItems);
+//   uniqueItems only false; contains is an error.
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
 //   is not produced under bounds); format int32/int64 as ranges. Numbers: bounds must be integers and are exact; a
 //   bounded number is written without an exponent. multipleOf: an error (except 1 on integers); other formats on
@@ -66,14 +67,14 @@ const std::set<std::string> kAnnotations = {"title",    "description", "$schema"
 // says of unknown keywords; it never constrains a value.
 const std::set<std::string> kUnsupported = {
     "not",          "if",           "then",          "else",           "dependencies",     "dependentRequired",
-    "dependentSchemas", "additionalItems", "unevaluatedItems", "unevaluatedProperties", "maxContains", "minContains",
+    "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "maxContains", "minContains",
     "$dynamicRef",  "$recursiveRef", "$anchor",      "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
     "contentSchema", "divisibleBy", "disallow", "extends"};
 const std::set<std::string> kObjectKeywords = {"properties",    "required",      "additionalProperties",
                                                "minProperties", "maxProperties", "patternProperties",
                                                "propertyNames"};
-const std::set<std::string> kArrayKeywords = {"items",    "prefixItems", "minItems",
-                                              "maxItems", "uniqueItems", "contains"};
+const std::set<std::string> kArrayKeywords = {"items",       "prefixItems", "additionalItems", "minItems",
+                                              "maxItems",    "uniqueItems", "contains"};
 const std::set<std::string> kStringKeywords = {"minLength", "maxLength", "pattern", "format"};
 const std::set<std::string> kNumberKeywords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                                "multipleOf"};
@@ -1321,13 +1322,19 @@ Symbol Compiler::array(const json& s, const std::string& ptr) {
     if (s.contains("contains")) fail(child(ptr, "contains"), "contains is not supported");
     if (s.contains("uniqueItems") && s["uniqueItems"] != false)
         fail(child(ptr, "uniqueItems"), "uniqueItems is not supported");
+    // Drafts 4 to 2019-09 write prefixItems as an array-valued items, and the items after it as additionalItems
+    // (which means nothing beside a schema-valued items).
+    const bool tuple = s.contains("items") && s["items"].is_array();
+    if (tuple && s.contains("prefixItems")) fail(child(ptr, "items"), "an array-valued items beside prefixItems");
+    const char* prefix_key = tuple ? "items" : "prefixItems";
     std::vector<Symbol> prefix;
-    if (s.contains("prefixItems")) {
-        if (!s["prefixItems"].is_array()) fail(child(ptr, "prefixItems"), "prefixItems must be an array");
-        for (size_t i = 0; i < s["prefixItems"].size(); ++i)
-            prefix.push_back(schema(s["prefixItems"][i], child(child(ptr, "prefixItems"), std::to_string(i))));
+    if (s.contains(prefix_key)) {
+        if (!s[prefix_key].is_array()) fail(child(ptr, prefix_key), "prefixItems must be an array");
+        for (size_t i = 0; i < s[prefix_key].size(); ++i)
+            prefix.push_back(schema(s[prefix_key][i], child(child(ptr, prefix_key), std::to_string(i))));
     }
-    const json items = s.contains("items") ? s["items"] : json(true);
+    const char* items_key = tuple ? "additionalItems" : "items";
+    const json items = s.contains(items_key) ? s[items_key] : json(true);
     const auto count = [&](const char* k, int64_t dflt) { return bound_keyword(s, k, dflt, ptr); };
     const auto k = static_cast<int64_t>(prefix.size());
     const int64_t min = count("minItems", 0);
@@ -1335,7 +1342,7 @@ Symbol Compiler::array(const json& s, const std::string& ptr) {
     if (items == false) max = max < 0 ? k : std::min(max, k);
     if (max >= 0 && min > max) fail(ptr, "the array constraints allow nothing");
     std::optional<Symbol> item;
-    if (items != false && (max < 0 || max > k)) item = schema(items, child(ptr, "items"));
+    if (items != false && (max < 0 || max > k)) item = schema(items, child(ptr, items_key));
     const auto comma = [&](const Symbol& x) {
         Sequence c;
         ws(c);

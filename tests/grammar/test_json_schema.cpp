@@ -357,6 +357,14 @@ TEST(JsonSchema, Arrays) {
     expect_error(R"({"type": "array", "uniqueItems": true})", {"uniqueItems", "#/uniqueItems"});
     expect_error(R"({"type": "array", "contains": {"type": "integer"}})", {"contains"});
     expect_error(R"({"type": "array", "minItems": 3, "maxItems": 2})", {"allow nothing"});
+    // Draft 4's tuples: an array-valued items, then additionalItems (any value when absent).
+    check(schema(R"({"items": [{"type": "string"}, {"type": "integer"}], "additionalItems": false})"),
+          {"[]", R"(["a"])", R"(["a",1])"}, {R"(["a",1,2])", "[1]"});
+    check(schema(R"({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "null"}})"),
+          {R"(["a",null,null])"}, {R"(["a",1])"});
+    check(schema(R"({"type": "array", "items": [{"type": "string"}]})"), {R"(["a",1,{}])"}, {"[1]"});
+    check(schema(R"({"type": "array", "items": {"type": "integer"}, "additionalItems": false})"), {"[1,2]"}, {"[\"a\"]"});
+    expect_error(R"({"prefixItems": [{}], "items": [{}]})", {"prefixItems", "#/items"});
 }
 
 TEST(JsonSchema, RefsRecurse) {
@@ -473,7 +481,6 @@ TEST(JsonSchema, Formats) {
 TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
     expect_error(R"({"items": {"not": {}}})", {"'not'", "#/items/not"});
     expect_error(R"({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}})", {"'if'"});
-    expect_error(R"({"type": "array", "items": [{"type": "string"}], "additionalItems": false})", {"additionalItems"});
     expect_error(R"({"type": "object", "properties": {"a": {"dependentRequired": {}}}})", {"dependentRequired"});
     expect_error(R"({"type": "object",)", {"parse error"});
     expect_error(R"({"properties": {"a": false}, "required": ["a"]})", {"false schema", "#/properties/a"});
