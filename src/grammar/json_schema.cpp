@@ -20,7 +20,8 @@
 //   (additionalProperties, default options.additional_properties_default) come after them, with keys that are not
 //   declared names: such keys are spelled without \u escapes so that "not a declared name" is exact (a trie
 //   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
-//   declared properties cannot exceed it; otherwise an error. patternProperties, propertyNames: errors unless empty.
+//   declared properties cannot exceed it; otherwise an error. patternProperties with additionalProperties false,
+//   one value schema for all patterns and no declared name matching one; propertyNames: an error unless empty.
 // - Arrays: prefixItems, items, minItems, maxItems exactly (and the older items-as-an-array with additionalItems);
 //   uniqueItems only false; contains is an error.
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
@@ -52,6 +53,7 @@
 
 #include "grammar/frontend_common.h"
 #include "grammar/frontends.h"
+#include "grammar/matcher.h"
 
 namespace megactx::grammar {
 namespace {
@@ -238,6 +240,9 @@ class Compiler {
     Symbol object(const json& s, const std::string& ptr);
     Symbol array(const json& s, const std::string& ptr);
     Symbol additional_key(const std::vector<std::string>& declared);
+    std::optional<std::pair<Symbol, Symbol>> pattern_members(const json& s, const std::string& ptr,
+                                                             const std::vector<std::string>& declared,
+                                                             bool any_additional);
     Symbol key_char_except(const std::set<uint32_t>& cps);
     std::optional<Symbol> spell(uint32_t cp);
 
@@ -1167,6 +1172,37 @@ std::optional<Symbol> Compiler::spell(uint32_t cp) {
     return b_.alt(std::move(alts), "key-cp");
 }
 
+// patternProperties' keys and their value, where that is exact: the other keys not allowed (additionalProperties
+// false), one value schema for every pattern (so a key matching two needs nothing more), and no declared property
+// matching a pattern (so the keys are apart from the declared ones). Keys are not checked for duplicates, as
+// additional properties' are not. nullopt: no patternProperties.
+std::optional<std::pair<Symbol, Symbol>> Compiler::pattern_members(const json& s, const std::string& ptr,
+                                                                   const std::vector<std::string>& declared,
+                                                                   bool any_additional) {
+    if (!s.contains("patternProperties")) return std::nullopt;
+    const std::string pp = child(ptr, "patternProperties");
+    if (!s["patternProperties"].is_object()) fail(pp, "patternProperties must be an object");
+    if (s["patternProperties"].empty()) return std::nullopt;
+    if (any_additional) fail(pp, "patternProperties is supported only with additionalProperties false");
+    const json& value = s["patternProperties"].begin().value();
+    std::vector<Sequence> keys;
+    for (const auto& item : s["patternProperties"].items()) {
+        if (item.value() != value) fail(pp, "patternProperties with different schemas is not supported");
+        const std::string p = child(pp, item.key());
+        Compiler alone(json::object(), options_);
+        const Grammar g = alone.finish(alone.pattern(item.key(), p));
+        for (const std::string& name : declared) {
+            const std::string quoted = json(name).dump();
+            if (quoted.find('\\') != std::string::npos || matches(g, quoted))
+                fail(p, fmt::format("declared property '{}' matching a patternProperties pattern is not supported",
+                                    name));
+        }
+        keys.push_back({pattern(item.key(), p)});
+    }
+    return std::pair{b_.alt(std::move(keys), "pattern-key"),
+                     schema(value, child(pp, s["patternProperties"].begin().key()))};
+}
+
 // A quoted key that is none of `declared`: the complement of their trie.
 Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
     if (declared.empty()) return any_string();
@@ -1204,8 +1240,6 @@ Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
 }
 
 Symbol Compiler::object(const json& s, const std::string& ptr) {
-    if (s.contains("patternProperties") && !(s["patternProperties"].is_object() && s["patternProperties"].empty()))
-        fail(child(ptr, "patternProperties"), "patternProperties is not supported");
     if (s.contains("propertyNames") && s["propertyNames"] != true && s["propertyNames"] != json::object())
         fail(child(ptr, "propertyNames"), "propertyNames is not supported");
     std::set<std::string> required;
@@ -1256,7 +1290,9 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         if (!s["maxProperties"].is_number_unsigned()) fail(child(ptr, "maxProperties"), "must be an integer");
         const uint64_t m = s["maxProperties"].get<uint64_t>();
         if (m < n_required) fail(child(ptr, "maxProperties"), "maxProperties below the required count allows nothing");
-        if (any_additional || m < n)
+        const bool patterns = s.contains("patternProperties") && s["patternProperties"].is_object() &&
+                              !s["patternProperties"].empty();
+        if (any_additional || patterns || m < n)
             fail(child(ptr, "maxProperties"), "maxProperties below the possible property count is not supported");
     }
     const auto member = [&](const Symbol& key, const Symbol& value) {
@@ -1280,6 +1316,7 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     std::optional<Symbol> extra;
     if (any_additional)
         extra = member(additional_key(declared), schema(additional, child(ptr, "additionalProperties")));
+    if (auto p = pattern_members(s, ptr, declared, any_additional)) extra = member(p->first, p->second);
     // after[i]: the members from i on when one has been written (each after a comma); first[i]: the same when none
     // has been written and at least one must be (so "{" ws ws "}" cannot double the whitespace bound).
     std::vector<Symbol> after(n + 1);

@@ -337,7 +337,19 @@ TEST(JsonSchema, PropertyCounts) {
           {R"({"b":1})"}, {"{}"});
     expect_error(R"({"properties": {"b": {}}, "minProperties": 2})", {"minProperties", "#/minProperties"});
     expect_error(R"({"type": "object", "maxProperties": 3})", {"maxProperties"});
-    expect_error(R"({"patternProperties": {"^x": {}}})", {"patternProperties"});
+    expect_error(R"({"patternProperties": {"^x": {}}})", {"patternProperties", "additionalProperties false"});
+    // patternProperties: with no other keys allowed, one value schema, and declared names outside the patterns.
+    const Grammar map = schema(R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+        "patternProperties": {"^[A-Z]{2}$": {"type": "string"}, "^x-": {"type": "string"}},
+        "additionalProperties": false})");
+    check(map, {R"({"id":1})", R"({"id":1,"EN":"a","FR":"b"})", R"({"id":1,"x-tag":"t"})"},
+          {R"({"id":1,"ENG":"a"})", R"({"id":1,"EN":1})", R"({"EN":"a"})", R"({"id":1,"en":"a"})"});
+    expect_error(R"({"properties": {"ab": {}}, "patternProperties": {"^a": {}}, "additionalProperties": false})",
+                 {"'ab'", "#/patternProperties/^a"});
+    expect_error(R"({"patternProperties": {"^a": {"type": "string"}, "^b": {}}, "additionalProperties": false})",
+                 {"different schemas"});
+    expect_error(R"({"patternProperties": {"^a": {}}, "additionalProperties": false, "maxProperties": 2})",
+                 {"maxProperties"});
     expect_error(R"({"propertyNames": {"maxLength": 3}})", {"propertyNames"});
 }
 
