@@ -29,8 +29,8 @@
 //   bounded number is written without an exponent. multipleOf: an error (except 1 on integers); other formats on
 //   numbers are errors.
 // - Strings: minLength/maxLength in code points (an escape is one); pattern (unanchored, as JSON Schema says: the
-//   string contains a match; the regex front end's syntax) where the matched characters are written unescaped, so
-//   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
+//   string contains a match; the regex front end's syntax), the matched characters that JSON must escape written
+//   as their escapes (\" \\ \n ..., \u00XX); format: date-time, date, time,
 //   uuid, email, ipv4, ipv6, hostname, uri, each a strict subset of its RFC; lengths, pattern and format do not
 //   combine.
 // - anyOf and oneOf are alternatives; oneOf only where no instance can match two branches (their types, enum/const
@@ -235,6 +235,7 @@ class Compiler {
     Symbol string(const json& s, const std::string& ptr);
     Symbol format(const std::string& f, const std::string& ptr);
     Symbol pattern(const std::string& p, const std::string& ptr);
+    Symbol escaped(const ByteSet& chars);
     Symbol integer(const json& s, const std::string& ptr);
     Symbol number(const json& s, const std::string& ptr);
     Symbol object(const json& s, const std::string& ptr);
@@ -1050,6 +1051,31 @@ Symbol Compiler::format(const std::string& f, const std::string& ptr) {
     fail(ptr, fmt::format("unsupported format '{}'", f));
 }
 
+// The bytes of a pattern's terminal as JSON string text: those that need no escape as they are, '"' and '\\' and the
+// control characters by their escapes (\u00XX, either case, for those without a two-character one).
+Symbol Compiler::escaped(const ByteSet& chars) {
+    ByteSet bad = ByteSet::range(0, 0x1F);
+    bad.add('"');
+    bad.add('\\');
+    if (chars.intersect(bad).empty()) return Symbol::terminal(chars);
+    std::vector<Sequence> alts;
+    if (const ByteSet raw = chars.intersect(bad.complement()); !raw.empty()) alts.push_back({Symbol::terminal(raw)});
+    for (int c = 0; c < 0x100; ++c) {
+        if (!bad.has(static_cast<uint8_t>(c)) || !chars.has(static_cast<uint8_t>(c))) continue;
+        const auto* e = std::find_if(std::begin(kShortEscapes), std::end(kShortEscapes),
+                                     [&](const auto& x) { return x.second == static_cast<uint32_t>(c); });
+        if (e != std::end(kShortEscapes)) {
+            alts.push_back({lit(std::string{'\\', e->first})});
+        } else {
+            const int d = c % 16;
+            ByteSet last = ByteSet::of(static_cast<uint8_t>(d < 10 ? '0' + d : 'a' + d - 10));
+            if (d >= 10) last.add(static_cast<uint8_t>('A' + d - 10));
+            alts.push_back({lit(fmt::format("\\u00{}", c / 16)), Symbol::terminal(last)});
+        }
+    }
+    return b_.alt(std::move(alts), "escaped");
+}
+
 Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
     // Anchors at the ends: a top-level alternation would make stripping them wrong.
     int depth = 0;
@@ -1079,8 +1105,9 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
                      (body.back() == '$' || body.back() == 'Z' || body.back() == 'z');
     if (end) body.erase(body.size() - (body.back() == '$' ? 1 : 2));
     if (top_alt && (start || end)) fail(ptr, "anchors with a top-level | are not supported; group the alternatives");
-    // The matched characters are written unescaped: compile the pattern alone, drop the bytes that would need an
-    // escape (they are ASCII, so never inside a multi-byte character), keep what still derives something.
+    // The pattern matches the string's characters, not its JSON text: compile it alone, then copy it with each
+    // character that JSON must escape spelled as its escape (they are ASCII, so never inside a multi-byte
+    // character).
     Builder sub;
     Grammar g;
     try {
@@ -1090,14 +1117,6 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
     } catch (const GrammarError& e) {
         fail(ptr, fmt::format("pattern \"{}\": {}", p, e.what()));
     }
-    ByteSet bad = ByteSet::range(0, 0x1F);
-    bad.add('"');
-    bad.add('\\');
-    const ByteSet keep = bad.complement();
-    for (Rule& rule : g.rules)
-        for (Sequence& seq : rule.alternatives)
-            for (Symbol& sym : seq)
-                if (!sym.is_rule()) sym.bytes = sym.bytes.intersect(keep);
     std::vector<bool> productive(g.rules.size(), false);
     const auto ok = [&](const Sequence& seq) {
         return std::all_of(seq.begin(), seq.end(), [&](const Symbol& s) {
@@ -1110,8 +1129,6 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
             if (!productive[i] && std::any_of(g.rules[i].alternatives.begin(), g.rules[i].alternatives.end(), ok))
                 productive[i] = changed = true;
     }
-    if (!productive[static_cast<size_t>(g.root)])
-        fail(ptr, fmt::format("pattern \"{}\" matches only text that would need JSON escapes", p));
     std::vector<int32_t> map(g.rules.size(), -1);
     for (size_t i = 0; i < g.rules.size(); ++i)
         if (productive[i]) map[i] = b_.rule(g.rules[i].name);
@@ -1120,7 +1137,7 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
         for (const Sequence& seq : g.rules[i].alternatives) {
             if (!ok(seq)) continue;
             Sequence out;
-            for (const Symbol& s : seq) out.push_back(s.is_rule() ? Symbol::ref(map[static_cast<size_t>(s.rule)]) : s);
+            for (const Symbol& s : seq) out.push_back(s.is_rule() ? Symbol::ref(map[static_cast<size_t>(s.rule)]) : escaped(s.bytes));
             b_.add_alternative(map[i], std::move(out));
         }
     }

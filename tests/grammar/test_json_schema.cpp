@@ -411,10 +411,14 @@ TEST(JsonSchema, PatternsAreUnanchoredAndNeedNoEscapes) {
     check(pat("c$"), {R"("abc")", R"("\u00e9c")"}, {R"("cab")"});
     check(pat("\\Ax\\Z"), {R"("x")"}, {R"("xx")"});
     check(pat("(cat|dog)s?"), {R"("hotdogs")", R"("cat")"}, {R"("cow")"});
-    // The matched characters need no escape: a quote inside the match is left out, outside it is any character.
-    check(pat("^.+$"), {R"("a b")", "\"\xC3\xA9\""}, {R"("a\"b")", R"("a\nb")", R"("")"});
+    // The pattern matches characters; those JSON must escape are written as their escapes (MaskBench's "\{.*\}"
+    // holding a quoted JSON text), the others as they are.
+    check(pat("^.+$"), {R"("a b")", "\"\xC3\xA9\"", R"("a\"b")", R"("{\"k\": 1}")", R"("\t\\")"},
+          {R"("a\nb")", R"("")", R"("a"b")"});
     check(pat("x"), {R"("\"x\\")"}, {R"("\u0078")"});
-    expect_error(R"({"type": "string", "pattern": "^\"$"})", {"JSON escapes", "#/pattern"});
+    check(pat("^\"$"), {R"("\"")"}, {R"(""")", R"("\u0022")"});
+    check(pat("^[\\x00-\\x1f]$"), {R"("\u0001")", R"("\u001f")", R"("\u001F")", R"("\n")", R"("\b")"},
+          {R"("\u0020")", R"("\u000a")", "\"\x01\""});
     expect_error(R"({"type": "string", "pattern": "^a|b$"})", {"top-level |"});
     expect_error(R"j({"type": "string", "pattern": "a(?=b)"})j", {"pattern", "#/pattern"});
     expect_error(R"({"type": "string", "pattern": "a", "maxLength": 3})", {"cannot be combined"});
