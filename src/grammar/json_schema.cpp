@@ -20,8 +20,9 @@
 //   (additionalProperties, default options.additional_properties_default) come after them, with keys that are not
 //   declared names: such keys are spelled without \u escapes so that "not a declared name" is exact (a trie
 //   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
-//   declared properties cannot exceed it; otherwise an error. patternProperties with additionalProperties false,
-//   one value schema for all patterns and no declared name matching one; propertyNames: an error unless empty.
+//   declared properties cannot exceed it; otherwise an error. patternProperties with one value schema for all
+//   patterns and no declared name matching one, its keys instead of additional properties (a subset where those
+//   are allowed); propertyNames: an error unless empty.
 // - Arrays: prefixItems, items, minItems, maxItems exactly (and the older items-as-an-array with additionalItems);
 //   uniqueItems only false; contains is an error.
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
@@ -242,8 +243,7 @@ class Compiler {
     Symbol array(const json& s, const std::string& ptr);
     Symbol additional_key(const std::vector<std::string>& declared);
     std::optional<std::pair<Symbol, Symbol>> pattern_members(const json& s, const std::string& ptr,
-                                                             const std::vector<std::string>& declared,
-                                                             bool any_additional);
+                                                             const std::vector<std::string>& declared);
     Symbol key_char_except(const std::set<uint32_t>& cps);
     std::optional<Symbol> spell(uint32_t cp);
 
@@ -1189,18 +1189,17 @@ std::optional<Symbol> Compiler::spell(uint32_t cp) {
     return b_.alt(std::move(alts), "key-cp");
 }
 
-// patternProperties' keys and their value, where that is exact: the other keys not allowed (additionalProperties
-// false), one value schema for every pattern (so a key matching two needs nothing more), and no declared property
-// matching a pattern (so the keys are apart from the declared ones). Keys are not checked for duplicates, as
-// additional properties' are not. nullopt: no patternProperties.
+// patternProperties' keys and their value: one value schema for every pattern (so a key matching two needs nothing
+// more) and no declared property matching a pattern (so the keys are apart from the declared ones). They take the
+// place of additional properties: where those are allowed (a key that matches no pattern) the grammar is a subset
+// and writes none. Keys are not checked for duplicates, as additional properties' are not. nullopt: no
+// patternProperties.
 std::optional<std::pair<Symbol, Symbol>> Compiler::pattern_members(const json& s, const std::string& ptr,
-                                                                   const std::vector<std::string>& declared,
-                                                                   bool any_additional) {
+                                                                   const std::vector<std::string>& declared) {
     if (!s.contains("patternProperties")) return std::nullopt;
     const std::string pp = child(ptr, "patternProperties");
     if (!s["patternProperties"].is_object()) fail(pp, "patternProperties must be an object");
     if (s["patternProperties"].empty()) return std::nullopt;
-    if (any_additional) fail(pp, "patternProperties is supported only with additionalProperties false");
     const json& value = s["patternProperties"].begin().value();
     std::vector<Sequence> keys;
     for (const auto& item : s["patternProperties"].items()) {
@@ -1331,9 +1330,11 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     std::vector<Symbol> members;
     for (size_t i = 0; i < n; ++i) members.push_back(member(lit(json(names[i]).dump()), values[i]));
     std::optional<Symbol> extra;
-    if (any_additional)
+    if (auto p = pattern_members(s, ptr, declared)) {
+        extra = member(p->first, p->second);
+    } else if (any_additional) {
         extra = member(additional_key(declared), schema(additional, child(ptr, "additionalProperties")));
-    if (auto p = pattern_members(s, ptr, declared, any_additional)) extra = member(p->first, p->second);
+    }
     // after[i]: the members from i on when one has been written (each after a comma); first[i]: the same when none
     // has been written and at least one must be (so "{" ws ws "}" cannot double the whitespace bound).
     std::vector<Symbol> after(n + 1);

@@ -337,7 +337,9 @@ TEST(JsonSchema, PropertyCounts) {
           {R"({"b":1})"}, {"{}"});
     expect_error(R"({"properties": {"b": {}}, "minProperties": 2})", {"minProperties", "#/minProperties"});
     expect_error(R"({"type": "object", "maxProperties": 3})", {"maxProperties"});
-    expect_error(R"({"patternProperties": {"^x": {}}})", {"patternProperties", "additionalProperties false"});
+    // Where other keys are allowed too, the grammar writes only the pattern's (a subset).
+    check(schema(R"({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}})"), {R"({"x-a":1})", "{}"},
+          {R"({"x-a":"1"})", R"({"y":1})"});
     // patternProperties: with no other keys allowed, one value schema, and declared names outside the patterns.
     const Grammar map = schema(R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
         "patternProperties": {"^[A-Z]{2}$": {"type": "string"}, "^x-": {"type": "string"}},
