@@ -515,9 +515,9 @@ std::set<std::string> Compiler::kinds(const json& s, int depth) const {
     return out;
 }
 
-// No instance can match both `a` and `b`, provably: their kinds differ, their enum/const values differ, a property
-// both require has disjoint schemas in objects-only branches, or a part that `a` or `b` must also match ($ref,
-// allOf) is disjoint from the other. False when unsure.
+// No instance can match both `a` and `b`, provably: their kinds differ, their enum/const values differ, in
+// objects-only branches a property one requires has disjoint schemas in the two (or the other allows no such key),
+// or a part that `a` or `b` must also match ($ref, allOf) is disjoint from the other. False when unsure.
 bool Compiler::disjoint(const json& a, const json& b, int depth) const {
     if (depth > 8) return false;
     const std::set<std::string> ka = kinds(a, 0), kb = kinds(b, 0);
@@ -531,19 +531,24 @@ bool Compiler::disjoint(const json& a, const json& b, int depth) const {
     const auto va = values(a), vb = values(b);
     const auto in_b = [&](const json& v) { return std::find(vb->begin(), vb->end(), v) != vb->end(); };
     if (va && vb && std::none_of(va->begin(), va->end(), in_b)) return true;
-    const auto required = [](const json& s, const std::string& p) {
-        return s.contains("required") && s["required"].is_array() &&
-               std::find(s["required"].begin(), s["required"].end(), p) != s["required"].end();
+    // An object of x has its required property p, with a value of x's schema for p; an object of y with p must give
+    // it y's schema for p (false where y allows no such key): disjoint schemas make the objects disjoint.
+    const auto value_schema = [](const json& s, const std::string& p) -> json {
+        if (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(p))
+            return s["properties"][p];
+        if (s.contains("patternProperties")) return true;
+        return s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+    };
+    const auto by_required = [&](const json& x, const json& y) {
+        if (!x.contains("required") || !x["required"].is_array()) return false;
+        for (const json& p : x["required"])
+            if (p.is_string() && disjoint(value_schema(x, p.get<std::string>()), value_schema(y, p.get<std::string>()),
+                                          depth + 1))
+                return true;
+        return false;
     };
     const std::set<std::string> objects{"object"};
-    if (ka == objects && kb == objects && a.contains("properties") && a["properties"].is_object() &&
-        b.contains("properties") && b["properties"].is_object())
-        for (const auto& item : a["properties"].items()) {
-            const std::string& p = item.key();
-            if (b["properties"].contains(p) && required(a, p) && required(b, p) &&
-                disjoint(item.value(), b["properties"][p], depth + 1))
-                return true;
-        }
+    if (ka == objects && kb == objects && (by_required(a, b) || by_required(b, a))) return true;
     // x ⊆ part and part ∩ y = ∅ give x ∩ y = ∅.
     const auto via_parts = [&](const json& x, const json& y) {
         if (x.contains("$ref") && x["$ref"].is_string()) {

@@ -457,6 +457,15 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
     check(tagged, {R"({"kind":"a"})", R"({"kind":"c","x":1})", R"("s")"}, {R"({"kind":"b"})", R"({"kind":"d","x":1})"});
     check(schema(R"({"oneOf": [{"enum": [1, 2]}, {"const": 3}, {"allOf": [{"type": "boolean"}]}]})"), {"1", "3", "true"},
           {"4"});
+    // Told apart by a property one branch requires and the other forbids (additionalProperties false) or types
+    // differently when present.
+    check(schema(R"({"type": "object", "oneOf": [
+        {"properties": {"graph": {"type": "string"}}, "required": ["graph"], "additionalProperties": false},
+        {"properties": {"graphs": {"type": "array"}}, "additionalProperties": false},
+        {"properties": {"n": {"type": "integer"}, "graph": {"type": "null"}}, "required": ["n"]}]})"),
+          {R"({"graph":"g"})", R"({"graphs":[]})", "{}", R"({"n":1,"graph":null})"}, {R"({"graph":1})"});
+    expect_error(R"({"type": "object", "oneOf": [{"properties": {"a": {"type": "string"}}, "required": ["a"]},
+        {"properties": {"b": {}}}]})", {"oneOf"});
     expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
     expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
                                {"properties": {"b": {}}}]})",
