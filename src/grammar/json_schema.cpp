@@ -38,7 +38,8 @@
 //   values or a required property's schemas tell them apart), else an error, so the grammar never accepts more.
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
 //   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
-//   error. A false branch is dropped; a property whose schema is false is never written.
+//   error. A false branch is dropped; a property whose schema is false (or an enum with no value of its type) is
+//   never written.
 // - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules. Definitions are compiled when referenced, so an unused one is not checked.
 #include <fmt/format.h>
 
@@ -181,6 +182,17 @@ bool value_has_type(const json& v, const std::string& t) {
     if (t == "number") return v.is_number();
     if (v.is_number_integer()) return true;
     return v.is_number_float() && std::floor(v.get<double>()) == v.get<double>();
+}
+
+// An enum or const none of whose values has the schema's type: no value matches it.
+bool no_enum_value(const json& s) {
+    if (!s.is_object() || !s.contains("type") || !(s.contains("enum") || s.contains("const"))) return false;
+    if (s.contains("enum") && !s["enum"].is_array()) return false;
+    const std::set<std::string> types = parse_types(s["type"], "");
+    const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+    return std::none_of(values.begin(), values.end(), [&](const json& v) {
+        return std::any_of(types.begin(), types.end(), [&](const std::string& t) { return value_has_type(v, t); });
+    });
 }
 
 class Compiler {
@@ -1281,7 +1293,7 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         if (!s["properties"].is_object()) fail(child(ptr, "properties"), "properties must be an object");
         for (const auto& [k, v] : s["properties"].items()) {
             declared.push_back(k);
-            if (v == false && !required.count(k)) continue;  // may not appear at all
+            if ((v == false || no_enum_value(v)) && !required.count(k)) continue;  // may not appear at all
             names.push_back(k);
             values.push_back(schema(v, child(child(ptr, "properties"), k)));
         }

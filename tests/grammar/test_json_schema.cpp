@@ -213,6 +213,12 @@ TEST(JsonSchema, EnumAndConstAreCanonical) {
     check(schema(R"({"const": {"k": true}})"), {R"({"k":true})"}, {R"({"k":false})", "{}"});
     check(schema(R"({"const": "x", "enum": ["x", "y"]})"), {R"("x")"}, {R"("y")"});
     expect_error(R"({"type": "string", "enum": [1]})", {"no value"});
+    // An optional property whose enum has no value of its type can only be left out.
+    check(schema(R"({"type": "object", "properties": {"a": {"type": "array", "enum": ["x"]}, "b": {"type": "integer"}},
+        "additionalProperties": false})"),
+          {"{}", R"({"b":1})"}, {R"({"a":"x"})", R"({"a":["x"]})"});
+    expect_error(R"({"type": "object", "properties": {"a": {"type": "array", "const": "x"}}, "required": ["a"]})",
+                 {"no value"});
 }
 
 // An object or array value is its tokens with the whitespace JSON allows between them, as Python's json.dumps
