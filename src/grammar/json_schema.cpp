@@ -7,7 +7,8 @@
 //   surrogates: code points above U+FFFF are written raw, so each string character is one code point); numbers by
 //   the JSON grammar. Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes
 //   of [ \t\n] at each place; none around the top-level value (the output ends when the value closes).
-// - Keywords: those below are enforced; the other validation keywords of drafts 4 to 2020-12 (not, if/then/else,
+// - `not` where it has an exact positive form (not false, not not X, not type, not one required property).
+// - Keywords: those below are enforced; the other validation keywords of drafts 4 to 2020-12 (if/then/else,
 //   dependencies, unevaluated*, ...) are errors; a keyword outside the specification is an annotation, as JSON
 //   Schema says of unknown keywords. An $id (draft 4: id) below the root is an error only with a $ref inside it.
 // - `enum` and `const` values are emitted in their canonical serialization: compact tokens, with the whitespace
@@ -70,7 +71,7 @@ const std::set<std::string> kAnnotations = {"title",    "description", "$schema"
 // error. Any keyword outside the specification ("x-...", a vendor's or a typo's) is an annotation, as JSON Schema
 // says of unknown keywords; it never constrains a value.
 const std::set<std::string> kUnsupported = {
-    "not",          "if",           "then",          "else",           "dependencies",     "dependentRequired",
+    "if",           "then",          "else",           "dependencies",     "dependentRequired",
     "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "maxContains", "minContains",
     "$dynamicRef",  "$recursiveRef", "$anchor",      "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
     "contentSchema", "divisibleBy", "disallow", "extends"};
@@ -82,8 +83,8 @@ const std::set<std::string> kArrayKeywords = {"items",       "prefixItems", "add
 const std::set<std::string> kStringKeywords = {"minLength", "maxLength", "pattern", "format"};
 const std::set<std::string> kNumberKeywords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                                "multipleOf"};
-const std::set<std::string> kOtherKeywords = {"type",  "enum", "const", "anyOf",      "oneOf",
-                                              "allOf", "$ref", "$defs", "definitions"};
+const std::set<std::string> kOtherKeywords = {"type", "enum",  "const", "anyOf",      "oneOf",
+                                              "not",  "allOf", "$ref",  "$defs", "definitions"};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "string", "number", "integer"};
 
 bool is_enforced(const std::string& k) {
@@ -239,6 +240,7 @@ class Compiler {
     std::set<std::string> kinds(const json& s, int depth) const;
     bool disjoint(const json& a, const json& b, int depth) const;
     void check_one_of(const std::vector<json>& branches, const std::string& ptr) const;
+    json without_not(const json& s, const std::string& ptr) const;
 
     Symbol ref(const std::string& ref, const std::string& ptr);
     Symbol merged(const json& m, const std::string& ptr, int depth);
@@ -577,6 +579,42 @@ bool Compiler::disjoint(const json& a, const json& b, int depth) const {
     return via_parts(a, b) || via_parts(b, a);
 }
 
+// `s` without its `not`, where that has an exact positive form: not false (nothing more), not {"not": X} (X), not
+// {"type": T} (the other types), not {"required": [p]} (an object without p); any other `not` is an error.
+json Compiler::without_not(const json& s, const std::string& ptr) const {
+    json rest = s;
+    rest.erase("not");
+    const json& n = s["not"];
+    const std::string p = child(ptr, "not");
+    const auto only = [&](const char* k) {
+        return n.is_object() && n.contains(k) &&
+               std::all_of(n.items().begin(), n.items().end(),
+                           [&](const auto& item) { return item.key() == k || is_annotation(item.key()); });
+    };
+    if (n == false) return rest;
+    if (only("not")) {
+        if (n["not"] == true) return rest;
+        return merge(rest, n["not"], p, 0);
+    }
+    if (only("type")) {
+        const std::set<std::string> t = parse_types(n["type"], p);
+        if (t.count("integer") && !t.count("number"))
+            fail(p, "not {\"type\": \"integer\"} (numbers that are not integers) is not supported");
+        json others = json::array();
+        for (const std::string& x : kTypes)
+            if (x != "integer" && !t.count(x)) others.push_back(x);
+        if (others.empty()) fail(p, "not every type allows nothing");
+        return merge(rest, json{{"type", others}}, p, 0);
+    }
+    if (only("required") && n["required"].is_array() && n["required"].size() == 1 && n["required"][0].is_string()) {
+        json out = merge(rest, json{{"type", "object"}}, p, 0);
+        if (!out.contains("properties")) out["properties"] = json::object();
+        out["properties"][n["required"][0].get<std::string>()] = false;
+        return out;
+    }
+    fail(p, "'not' is supported only as not false, not not, not type and not one required property");
+}
+
 // oneOf is anyOf when no instance can match two branches; otherwise the grammar would accept those instances.
 void Compiler::check_one_of(const std::vector<json>& branches, const std::string& ptr) const {
     for (size_t i = 0; i < branches.size(); ++i)
@@ -626,6 +664,7 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
         if (!is_annotation(k) && k != "$defs" && k != "definitions") constrained = true;
     }
     if (!constrained) return any_value();
+    if (s.contains("not")) return schema(without_not(s, ptr), ptr, depth + 1);
     // Keywords beside $ref / allOf / anyOf / oneOf restrict each branch: merge them in.
     const auto siblings = [&](std::initializer_list<const char*> drop) {
         json rest = json::object();

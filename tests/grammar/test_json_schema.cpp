@@ -512,7 +512,8 @@ TEST(JsonSchema, Formats) {
 }
 
 TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
-    expect_error(R"({"items": {"not": {}}})", {"'not'", "#/items/not"});
+    expect_error(R"({"items": {"not": {"enum": [1]}}})", {"'not'", "#/items/not"});
+    expect_error(R"({"items": {"not": {}}})", {"#/items"});
     expect_error(R"({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}})", {"'if'"});
     expect_error(R"({"type": "object", "properties": {"a": {"dependentRequired": {}}}})", {"dependentRequired"});
     expect_error(R"({"type": "object",)", {"parse error"});
@@ -524,6 +525,18 @@ TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
     check(schema(R"({"$id": "https://example.com/tree", "type": "object", "properties": {"kids": {"type": "array",
         "items": {"$ref": "#", "minProperties": 1}}}, "additionalProperties": false})"),
           {R"({"kids":[{"kids":[]}]})", "{}"}, {R"({"kids":[{}]})"});
+}
+
+// `not` where it has an exact positive form.
+TEST(JsonSchema, NotInItsPositiveForms) {
+    check(schema(R"({"not": {"type": ["string", "number"]}})"), {"null", "true", "{}", "[]"}, {R"("a")", "1", "1.5"});
+    check(schema(R"({"type": ["integer", "string"], "not": {"type": "string"}})"), {"1"}, {R"("a")", "1.5"});
+    check(schema(R"({"not": {"not": {"type": "integer", "minimum": 2}}})"), {"2", "7"}, {"1", R"("a")"});
+    check(schema(R"({"type": "integer", "not": false})"), {"1"}, {R"("a")"});
+    check(schema(R"({"properties": {"a": {}, "b": {}}, "not": {"required": ["a"]}})"), {"{}", R"({"b":1})"},
+          {R"({"a":1})", R"({"b":1,"a":2})", "1"});
+    expect_error(R"({"not": {"type": "integer"}})", {"integer", "#/not"});
+    expect_error(R"({"not": {"required": ["a", "b"]}})", {"'not'"});
 }
 
 // JSON Schema: an unknown keyword is an annotation. An $id (draft 4: id) that no $ref resolves against changes
