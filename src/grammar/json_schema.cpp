@@ -1133,9 +1133,11 @@ Symbol Compiler::escaped(const ByteSet& chars) {
 }
 
 Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
-    // Anchors at the ends: a top-level alternation would make stripping them wrong.
+    // A string contains a match of a|b when it contains one of a or of b: each top-level branch on its own, with its
+    // own anchors.
     int depth = 0;
-    bool in_class = false, top_alt = false;
+    bool in_class = false;
+    std::vector<size_t> bars;  // top-level '|'s
     for (size_t i = 0; i < p.size(); ++i) {
         if (p[i] == '\\') {
             ++i;
@@ -1148,8 +1150,18 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
         } else if (p[i] == ')') {
             --depth;
         } else if (p[i] == '|' && depth == 0) {
-            top_alt = true;
+            bars.push_back(i);
         }
+    }
+    if (!bars.empty()) {
+        std::vector<Sequence> alts;
+        size_t from = 0;
+        bars.push_back(p.size());
+        for (const size_t bar : bars) {
+            alts.push_back({pattern(p.substr(from, bar - from), ptr)});
+            from = bar + 1;
+        }
+        return b_.alt(std::move(alts), "pattern-alt");
     }
     std::string body = p;
     const size_t n_start = body.starts_with('^') ? 1 : body.starts_with("\\A") ? 2 : 0;
@@ -1160,7 +1172,6 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
     const bool end = !body.empty() && n_backslashes % 2 == (body.back() == '$' ? 0 : 1) &&
                      (body.back() == '$' || body.back() == 'Z' || body.back() == 'z');
     if (end) body.erase(body.size() - (body.back() == '$' ? 1 : 2));
-    if (top_alt && (start || end)) fail(ptr, "anchors with a top-level | are not supported; group the alternatives");
     // The pattern matches the string's characters, not its JSON text: compile it alone, then copy it with each
     // character that JSON must escape spelled as its escape (they are ASCII, so never inside a multi-byte
     // character).

@@ -427,7 +427,8 @@ TEST(JsonSchema, PatternsAreUnanchoredAndNeedNoEscapes) {
     check(pat("^\"$"), {R"("\"")"}, {R"(""")", R"("\u0022")"});
     check(pat("^[\\x00-\\x1f]$"), {R"("\u0001")", R"("\u001f")", R"("\u001F")", R"("\n")", R"("\b")"},
           {R"("\u0020")", R"("\u000a")", "\"\x01\""});
-    expect_error(R"({"type": "string", "pattern": "^a|b$"})", {"top-level |"});
+    // Top-level alternatives, each with its own anchors.
+    check(pat("^ab|cd$|ef"), {R"("abz")", R"("zcd")", R"("zefz")"}, {R"("zab")", R"("cdz")", R"("e f")"});
     expect_error(R"j({"type": "string", "pattern": "a(?=b)"})j", {"pattern", "#/pattern"});
     expect_error(R"({"type": "string", "pattern": "a", "maxLength": 3})", {"cannot be combined"});
 }
