@@ -48,7 +48,8 @@ TEST(GrammarMaskbench, CountsAndNamesTheFailures) {
         {"valid": false, "data": {"days": 15}}, {"valid": false, "data": {"days": "3"}},
         {"valid": true, "data": {"days": 20}}]})");
     // An unsupported keyword: a compile error, counted by its reason.
-    write(data, "b.json", R"({"schema": {"not": {"type": "string"}}, "tests": [{"valid": true, "data": 1}]})");
+    write(data, "b.json", R"({"schema": {"type": "object", "dependencies": {"a": ["b"]}},
+        "tests": [{"valid": true, "data": {}}]})");
     // "10" is a prefix of allowed numbers: every token is allowed, only the end of sequence refuses it.
     write(data, "c.json", R"({"schema": {"type": "integer", "minimum": 100}, "tests": [{"valid": false, "data": 10},
         {"valid": true, "data": 100}, {"valid": true, "data": 1.5}]})");
@@ -67,7 +68,7 @@ TEST(GrammarMaskbench, CountsAndNamesTheFailures) {
     EXPECT_EQ(j["schemas"], 4);
     EXPECT_EQ(j["compiled"], 3);
     EXPECT_EQ(j["compile_errors"], 1);
-    EXPECT_EQ(j["compile_errors_top"][0]["reason"], "unsupported keyword 'not'");
+    EXPECT_EQ(j["compile_errors_top"][0]["reason"], "unsupported keyword 'dependencies'");
     EXPECT_EQ(j["valid_instances"], 5);
     EXPECT_EQ(j["valid_rejected"], 2);  // a.json's {"days": 20} and c.json's 1.5
     EXPECT_EQ(j["invalid_instances"], 3);
