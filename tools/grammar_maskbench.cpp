@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -21,6 +20,7 @@
 #include "grammar/frontends.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
+#include "tokenizer/chat_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megactx {
@@ -31,86 +31,6 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
 
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-void append_python_float(double d, std::string& out) {
-    char buf[64];
-    // Shortest round-trip digits, as Python's repr: d.ddde±XX.
-    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-    std::string_view s(buf, static_cast<size_t>(end - buf));
-    if (s.front() == '-') {
-        out += '-';
-        s.remove_prefix(1);
-    }
-    const size_t e = s.find('e');
-    std::string digits;
-    for (const char c : s.substr(0, e))
-        if (c != '.') digits += c;
-    int exp10 = 0;
-    std::from_chars(s.data() + e + (s[e + 1] == '+' ? 2 : 1), s.data() + s.size(), exp10);
-    const int point = exp10 + 1;  // digits d1 d2 ... stand for 0.d1d2... × 10^point
-    const auto n = static_cast<int>(digits.size());
-    if (point <= -4 || point > 16) {
-        out += digits[0];
-        if (n > 1) out += "." + digits.substr(1);
-        out += fmt::format("e{}{:02d}", exp10 < 0 ? '-' : '+', std::abs(exp10));
-    } else if (point <= 0) {
-        out += "0." + std::string(static_cast<size_t>(-point), '0') + digits;
-    } else if (point >= n) {
-        out += digits + std::string(static_cast<size_t>(point - n), '0') + ".0";
-    } else {
-        out += digits.substr(0, static_cast<size_t>(point)) + "." + digits.substr(static_cast<size_t>(point));
-    }
-}
-
-void append_python_string(const std::string& s, std::string& out) {
-    out += '"';
-    for (const char ch : s) {
-        const auto c = static_cast<unsigned char>(ch);
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-                else out += ch;
-        }
-    }
-    out += '"';
-}
-
-void append_python_json(const json& v, std::string& out) {
-    switch (v.type()) {
-        case json::value_t::object: {
-            out += '{';
-            bool first = true;
-            for (const auto& [k, x] : v.items()) {
-                if (!first) out += ", ";
-                first = false;
-                append_python_string(k, out);
-                out += ": ";
-                append_python_json(x, out);
-            }
-            out += '}';
-            break;
-        }
-        case json::value_t::array: {
-            out += '[';
-            for (size_t i = 0; i < v.size(); ++i) {
-                if (i > 0) out += ", ";
-                append_python_json(v[i], out);
-            }
-            out += ']';
-            break;
-        }
-        case json::value_t::string: append_python_string(v.get_ref<const std::string&>(), out); break;
-        case json::value_t::number_float: append_python_float(v.get<double>(), out); break;
-        default: out += v.dump();  // null, booleans, integers: the same text in both
-    }
-}
 
 // What one schema gave. Travels from the child process to the parent (and into --per-schema) as JSON.
 struct SchemaResult {
@@ -218,7 +138,7 @@ void run_tests(const Bench& b, const json& tests, const grammar::Grammar& g, gra
     grammar::Matcher m(g);
     for (size_t i = 0; i < tests.size(); ++i) {
         const bool valid = tests[i].at("valid").get<bool>();
-        const std::string text = python_json_dumps(tests[i].at("data"));
+        const std::string text = chat::py_json_dumps(tests[i].at("data"));
         const std::string refused = walk_instance(b, text, m, cache, r.mask_us);
         (valid ? r.n_valid : r.n_invalid)++;
         if (valid && !refused.empty()) {
@@ -484,12 +404,6 @@ void merge_files(const MaskbenchOptions& o, Summary& s) {
 }
 
 }  // namespace
-
-std::string python_json_dumps(const json& v) {
-    std::string out;
-    append_python_json(v, out);
-    return out;
-}
 
 std::string compile_error_reason(const std::string& message) {
     std::string m = message;

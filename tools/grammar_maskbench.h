@@ -8,7 +8,6 @@
 // under a timer, so a compile or a mask that runs past the limit (or crashes) is counted and the run goes on.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,12 +24,6 @@ struct MaskbenchOptions {
     std::string per_schema_out;           // one JSON line per schema as it finishes, mask times included
     std::vector<std::string> merge_files;  // summarize these per-schema files (shards) instead of running
 };
-
-// JSON text as Python's json.dumps(value, indent=None, ensure_ascii=False) writes it (MaskBench's instances): ", "
-// and ": " separators, keys in the document's order, strings with \" \\ \n \r \t \b \f and \u00XX for the other
-// control characters, everything else raw; floats as Python's repr (shortest round trip, an exponent below 1e-4 or
-// from 1e16, ".0" on integral values).
-std::string python_json_dumps(const nlohmann::ordered_json& v);
 
 // A compile error's reason, for counting: the message without its "json schema: " prefix and "(at /pointer)", with
 // double-quoted text as "…" and numbers as N ('keyword' names stay).

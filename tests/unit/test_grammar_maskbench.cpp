@@ -11,20 +11,22 @@
 
 #include "../../tools/grammar_maskbench.h"
 #include "test_util.h"
+#include "tokenizer/chat_json.h"
 
 namespace megactx {
 namespace {
 
 using json = nlohmann::ordered_json;
 
+// MaskBench writes instances with json.dumps(data, indent=None, ensure_ascii=False): chat::py_json_dumps.
 TEST(GrammarMaskbench, InstancesAreWrittenAsPythonJsonDumps) {
-    EXPECT_EQ(python_json_dumps(json::parse(R"({"b": [1, 2.0, true, null], "a": {}, "c": []})")),
+    EXPECT_EQ(chat::py_json_dumps(json::parse(R"({"b": [1, 2.0, true, null], "a": {}, "c": []})")),
               R"({"b": [1, 2.0, true, null], "a": {}, "c": []})");
-    EXPECT_EQ(python_json_dumps(json::parse(R"("é\n\t\u0001\"\\/")")), "\"é\\n\\t\\u0001\\\"\\\\/\"");
+    EXPECT_EQ(chat::py_json_dumps(json::parse(R"("é\n\t\u0001\"\\/")")), "\"é\\n\\t\\u0001\\\"\\\\/\"");
     // Python's float repr: shortest digits; an exponent below 1e-4 and from 1e16, with two digits at least.
-    EXPECT_EQ(python_json_dumps(json::parse("[0.1, 1e-05, 0.0001, 1e15, 1e16, 1.5e-7, -0.0, 123.456, 2.5e+300]")),
+    EXPECT_EQ(chat::py_json_dumps(json::parse("[0.1, 1e-05, 0.0001, 1e15, 1e16, 1.5e-7, -0.0, 123.456, 2.5e+300]")),
               "[0.1, 1e-05, 0.0001, 1000000000000000.0, 1e+16, 1.5e-07, -0.0, 123.456, 2.5e+300]");
-    EXPECT_EQ(python_json_dumps(json::parse("-12345678901234567")), "-12345678901234567");
+    EXPECT_EQ(chat::py_json_dumps(json::parse("-12345678901234567")), "-12345678901234567");
 }
 
 TEST(GrammarMaskbench, CompileErrorReasonsDropWhereAndValues) {
