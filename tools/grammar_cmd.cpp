@@ -226,6 +226,51 @@ int run_bench(const GrammarOptions& o) {
     return n_failed == 0 ? 0 : 1;
 }
 
+void add_maskbench_command(CLI::App* cmd, GrammarOptions& o) {
+    auto* mb = o.maskbench = cmd->add_subcommand(
+        "maskbench", "MaskBench (guidance-ai/jsonschemabench maskbench/data): schemas compiled, valid instances "
+                     "accepted, invalid ones rejected, mask time per token and time to first mask, one thread");
+    auto* data = mb->add_option("--data", o.mb.data_dir, "maskbench/data: one JSON file per schema and its tests")
+                     ->check(CLI::ExistingDirectory);
+    auto* merge = mb->add_option("--merge", o.mb.merge_files,
+                                 "Summarize --per-schema files of earlier runs (the shards) instead of running");
+    data->excludes(merge);
+    mb->add_option("--model", o.model, "Model directory whose tokenizer.json gives the vocabulary (default: the "
+                                          "embedded glm-demo model)");
+    mb->add_option("--limit", o.mb.limit, "The first N files (of the shard; 0: all)")->check(CLI::NonNegativeNumber);
+    mb->add_option("--shard", o.mb_shard, "i/n: every n-th file from the i-th (0-based) of the sorted list");
+    mb->add_option("--json", o.mb.json_out, "Write the summary as JSON");
+    mb->add_option("--per-schema", o.mb.per_schema_out, "Write one JSON line per schema (with its mask times)");
+    mb->add_option("--timeout-ms", o.mb.timeout_ms, "A compile or one mask past this counts the schema as a timeout")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 3600000));
+    mb->add_option("--max-whitespace", o.mb.max_whitespace, "Whitespace bytes allowed at each place")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+}
+
+int maskbench_main(GrammarOptions o) {
+    if (o.mb.data_dir.empty() && o.mb.merge_files.empty()) {
+        std::fprintf(stderr, "megactx grammar maskbench: give --data (or --merge)\n");
+        return 2;
+    }
+    if (!o.mb_shard.empty()) {
+        const size_t slash = o.mb_shard.find('/');
+        try {
+            o.mb.shard = std::stoi(o.mb_shard.substr(0, slash));
+            o.mb.n_shards = slash == std::string::npos ? 0 : std::stoi(o.mb_shard.substr(slash + 1));
+        } catch (const std::exception&) {
+            o.mb.n_shards = 0;
+        }
+        if (o.mb.n_shards < 1 || o.mb.shard < 0 || o.mb.shard >= o.mb.n_shards) {
+            std::fprintf(stderr, "megactx grammar maskbench: --shard %s: want i/n with 0 <= i < n\n", o.mb_shard.c_str());
+            return 2;
+        }
+    }
+    o.mb.model = o.model;
+    return run_maskbench(o.mb);
+}
+
 }  // namespace
 
 std::shared_ptr<const grammar::TokenVocab> load_vocab(const Tokenizer& tok) {
@@ -291,12 +336,14 @@ CLI::App* add_grammar_command(CLI::App& app, GrammarOptions& o) {
         ->capture_default_str()
         ->check(CLI::Range(0, 64));
     o.bench->add_flag("--strict", o.strict, "additionalProperties false unless a schema says otherwise");
+    add_maskbench_command(cmd, o);
     return cmd;
 }
 
 int grammar_main(const GrammarOptions& o) {
     if (*o.bench) return run_bench(o);
     if (*o.masks && o.print_vocab) return run_vocab(o);
+    if (*o.maskbench) return maskbench_main(o);
     if (o.json_schema_file.empty() && o.regex.empty() && o.grammar_file.empty() && o.choices.empty()) {
         std::fprintf(stderr, "megactx grammar: give one of --json-schema, --regex, --grammar, --choice\n");
         return 2;

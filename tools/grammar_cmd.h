@@ -3,7 +3,8 @@
 // own masks (exit 0 when it does, 1 when not, naming the first token refused, 2 for a grammar that does not
 // compile); `compile`: the grammar's size, its compile time and the first mask's; `bench`: mask time per token over
 // a directory of JSON Schemas and instances (NAME.schema.json + NAME.instance.json), the figures; `masks`:
-// the allowed tokens at every token boundary of a text, and the vocabulary, as JSON (grammar_masks.h).
+// the allowed tokens at every token boundary of a text, and the vocabulary, as JSON (grammar_masks.h);
+// `maskbench`: MaskBench's schemas and instances (grammar_maskbench.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "grammar/token_mask.h"
+#include "grammar_maskbench.h"
 
 namespace megactx {
 
@@ -22,6 +24,9 @@ struct GrammarOptions {
     CLI::App* compile = nullptr;
     CLI::App* bench = nullptr;
     CLI::App* masks = nullptr;
+    CLI::App* maskbench = nullptr;
+    MaskbenchOptions mb;
+    std::string mb_shard;  // "i/n"
     std::string bench_dir, json_out;
     std::string model;  // tokenizer.json's directory (default: the embedded model)
     std::string json_schema_file, regex, grammar_file;

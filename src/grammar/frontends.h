@@ -47,8 +47,8 @@ struct JsonSchemaOptions {
     // `additionalProperties` when a schema does not say: false (OpenAI's strict mode) or true (the JSON Schema
     // default).
     bool additional_properties_default = true;
-    // oneOf: only when its branches are provably disjoint (by type, enum/const values, or a required property with
-    // const values), so that "exactly one" holds; otherwise a GrammarError. false: oneOf is anyOf (as llama.cpp and
+    // oneOf: only when its branches are provably disjoint (their types, enum/const values or a required property's
+    // schemas tell them apart), so that "exactly one" holds; otherwise a GrammarError. false: oneOf is anyOf (as llama.cpp and
     // xgrammar take it), accepting a value that matches two branches.
     bool exact_one_of = true;
 };

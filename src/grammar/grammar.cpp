@@ -159,7 +159,8 @@ void Builder::count(int64_t n) {
 
 int32_t Builder::rule(std::string_view name) {
     std::string base(name.empty() ? "r" : name), unique = base;
-    for (int i = 1; names_.count(unique); ++i) unique = fmt::format("{}-{}", base, i);
+    // Suffixes are tried from the last one given for this base, so n rules of one name cost O(n), not O(n²).
+    for (int& i = next_suffix_[base]; names_.count(unique); ++i) unique = fmt::format("{}-{}", base, i + 1);
     names_.insert(unique);
     g_.rules.push_back(Rule{unique, {}});
     count(1);
@@ -350,6 +351,7 @@ Grammar Builder::finish(int32_t root) {
     Grammar out = std::move(g_);
     g_ = Grammar{};
     names_.clear();
+    next_suffix_.clear();
     n_symbols_ = 0;
     return out;
 }

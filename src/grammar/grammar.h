@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -110,6 +111,7 @@ class Builder {
     void count(int64_t n);
     Grammar g_;
     std::unordered_set<std::string> names_;  // in use: rule() makes each name unique with a numeric suffix
+    std::unordered_map<std::string, int> next_suffix_;  // per base name: where rule() looks for a free suffix
     int64_t n_symbols_ = 0, max_symbols_;
 };
 

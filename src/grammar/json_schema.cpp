@@ -7,34 +7,42 @@
 //   surrogates: code points above U+FFFF are written raw, so each string character is one code point); numbers by
 //   the JSON grammar. Whitespace only between tokens inside objects and arrays, at most options.max_whitespace bytes
 //   of [ \t\n] at each place; none around the top-level value (the output ends when the value closes).
-// - `enum` and `const` values are emitted in their canonical compact serialization only; they are filtered by
+// - `not` where it has an exact positive form (not false, not not X, not type, not one required property).
+// - Keywords: those below are enforced; the other validation keywords of drafts 4 to 2020-12 (if/then/else,
+//   dependencies, unevaluated*, ...) are errors; a keyword outside the specification is an annotation, as JSON
+//   Schema says of unknown keywords. An $id (draft 4: id) below the root is an error only with a $ref inside it.
+// - `enum` and `const` values are emitted in their canonical serialization: compact tokens, with the whitespace
+//   JSON allows between them inside objects and arrays as everywhere else; they are filtered by
 //   `type`, and other validation keywords beside them are an error.
 // - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
 //   llama.cpp and xgrammar do; a schema with no type-specific keyword allows any value.
-// - Objects: declared properties in the schema's order, each optional one may be left out; additional properties
+// - Objects: declared properties in the schema's order, then required ones not declared in `required`'s order (as
+//   llguidance orders them), each optional one may be left out; additional properties
 //   (additionalProperties, default options.additional_properties_default) come after them, with keys that are not
 //   declared names: such keys are spelled without \u escapes so that "not a declared name" is exact (a trie
 //   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
-//   declared properties cannot exceed it; otherwise an error. patternProperties, propertyNames: errors unless empty.
-// - Arrays: prefixItems, items, minItems, maxItems exactly; uniqueItems only false; contains is an error.
-// - Integers: canonical integer text ("-0" is not produced); minimum/maximum/exclusive bounds exactly by decimal
-//   range decomposition; format int32/int64 as ranges. Numbers: bounds must be integers and are exact; a
+//   declared properties cannot exceed it; otherwise an error. patternProperties with one value schema for all
+//   patterns and no declared name matching one, its keys instead of additional properties (a subset where those
+//   are allowed); propertyNames: an error unless empty.
+// - Arrays: prefixItems, items, minItems, maxItems exactly (and the older items-as-an-array with additionalItems);
+//   uniqueItems only false; contains is an error.
+// - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
+//   is not produced under bounds); format int32/int64 as ranges. Numbers: bounds must be integers and are exact; a
 //   bounded number is written without an exponent. multipleOf: an error (except 1 on integers); other formats on
 //   numbers are errors.
 // - Strings: minLength/maxLength in code points (an escape is one); pattern (unanchored, as JSON Schema says: the
-//   string contains a match; the regex front end's syntax) where the matched characters are written unescaped, so
-//   the pattern's language is intersected with the characters that need no escape; format: date-time, date, time,
+//   string contains a match; the regex front end's syntax), the matched characters that JSON must escape written
+//   as their escapes (\" \\ \n ..., \u00XX); format: date-time, date, time,
 //   uuid, email, ipv4, ipv6, hostname, uri, each a strict subset of its RFC; lengths, pattern and format do not
 //   combine.
-// - anyOf and oneOf are alternatives. oneOf compiles only when its branches are provably disjoint (by type, by
-//   enum/const values, or by a required property with const values in both), so "exactly one" holds; otherwise an
-//   error (options.exact_one_of false: oneOf as anyOf, as llama.cpp and xgrammar take it, accepting a value that
-//   matches two branches).
+// - anyOf and oneOf are alternatives; oneOf only where no instance can match two branches (their types, enum/const
+//   values or a required property's schemas tell them apart), else an error, so the grammar never accepts more
+//   (options.exact_one_of false: oneOf as anyOf, as llama.cpp and xgrammar take it).
 //   allOf, and keywords beside anyOf/oneOf/$ref, are merged into one schema when that is exact (properties, required,
 //   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
-//   error. A false branch is dropped; a property whose schema is false is never written.
-// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules;
-//   $id only at the root. Definitions are compiled when referenced, so an unused one is not checked.
+//   error. A false branch is dropped; a property whose schema is false (or an enum with no value of its type) is
+//   never written.
+// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules. Definitions are compiled when referenced, so an unused one is not checked.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -49,6 +57,7 @@
 
 #include "grammar/frontend_common.h"
 #include "grammar/frontends.h"
+#include "grammar/matcher.h"
 
 namespace megactx::grammar {
 namespace {
@@ -56,25 +65,45 @@ namespace {
 // ordered_json: properties keep the schema's order.
 using json = nlohmann::ordered_json;
 
-const std::set<std::string> kAnnotations = {"title",    "description", "$schema",    "$id",      "default",
+// "id" is draft 4's "$id".
+const std::set<std::string> kAnnotations = {"title",    "description", "$schema",    "$id",      "id",       "default",
                                             "examples", "$comment",    "deprecated", "readOnly", "writeOnly"};
+// Keywords of drafts 4 to 2020-12 that constrain values or references and that this front end does not enforce: an
+// error. Any keyword outside the specification ("x-...", a vendor's or a typo's) is an annotation, as JSON Schema
+// says of unknown keywords; it never constrains a value.
+const std::set<std::string> kUnsupported = {
+    "if",           "then",          "else",           "dependencies",     "dependentRequired",
+    "dependentSchemas", "unevaluatedItems", "unevaluatedProperties", "maxContains", "minContains",
+    "$dynamicRef",  "$recursiveRef", "$anchor",      "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
+    "contentSchema", "divisibleBy", "disallow", "extends"};
 const std::set<std::string> kObjectKeywords = {"properties",    "required",      "additionalProperties",
                                                "minProperties", "maxProperties", "patternProperties",
                                                "propertyNames"};
-const std::set<std::string> kArrayKeywords = {"items",    "prefixItems", "minItems",
-                                              "maxItems", "uniqueItems", "contains"};
+const std::set<std::string> kArrayKeywords = {"items",       "prefixItems", "additionalItems", "minItems",
+                                              "maxItems",    "uniqueItems", "contains"};
 const std::set<std::string> kStringKeywords = {"minLength", "maxLength", "pattern", "format"};
 const std::set<std::string> kNumberKeywords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                                "multipleOf"};
-const std::set<std::string> kOtherKeywords = {"type",  "enum", "const", "anyOf",      "oneOf",
-                                              "allOf", "$ref", "$defs", "definitions"};
+const std::set<std::string> kOtherKeywords = {"type", "enum",  "const", "anyOf",      "oneOf",
+                                              "not",  "allOf", "$ref",  "$defs", "definitions"};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "string", "number", "integer"};
 
-bool is_annotation(const std::string& k) { return kAnnotations.count(k) > 0; }
-
-bool is_known(const std::string& k) {
-    return is_annotation(k) || kObjectKeywords.count(k) || kArrayKeywords.count(k) || kStringKeywords.count(k) ||
+bool is_enforced(const std::string& k) {
+    return kObjectKeywords.count(k) || kArrayKeywords.count(k) || kStringKeywords.count(k) ||
            kNumberKeywords.count(k) || kOtherKeywords.count(k);
+}
+
+bool is_annotation(const std::string& k) { return kAnnotations.count(k) || (!is_enforced(k) && !kUnsupported.count(k)); }
+
+bool is_known(const std::string& k) { return !kUnsupported.count(k); }
+
+// Some "$ref" anywhere in `s`.
+bool has_ref(const json& s) {
+    if (s.is_object() && s.contains("$ref")) return true;
+    if (s.is_structured())
+        for (const auto& item : s.items())
+            if (has_ref(item.value())) return true;
+    return false;
 }
 
 std::string child(const std::string& ptr, std::string_view key) {
@@ -157,6 +186,17 @@ bool value_has_type(const json& v, const std::string& t) {
     return v.is_number_float() && std::floor(v.get<double>()) == v.get<double>();
 }
 
+// An enum or const none of whose values has the schema's type: no value matches it.
+bool no_enum_value(const json& s) {
+    if (!s.is_object() || !s.contains("type") || !(s.contains("enum") || s.contains("const"))) return false;
+    if (s.contains("enum") && !s["enum"].is_array()) return false;
+    const std::set<std::string> types = parse_types(s["type"], "");
+    const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+    return std::none_of(values.begin(), values.end(), [&](const json& v) {
+        return std::any_of(types.begin(), types.end(), [&](const std::string& t) { return value_has_type(v, t); });
+    });
+}
+
 class Compiler {
   public:
     Compiler(json root, const JsonSchemaOptions& options) : root_(std::move(root)), options_(options) {
@@ -199,22 +239,27 @@ class Compiler {
     json resolve(const std::string& ref, const std::string& ptr) const;
     json inline_refs(json s, const std::string& ptr, int depth) const;
     json merge(json a, json b, const std::string& ptr, int depth) const;
-    struct Shape;
-    Shape shape(const json& s, const std::string& ptr, int depth) const;
-    bool disjoint(const json& a, const json& b, const std::string& ptr) const;
+    std::set<std::string> kinds(const json& s, int depth) const;
+    bool disjoint(const json& a, const json& b, int depth) const;
+    void check_one_of(const std::vector<json>& branches, const std::string& ptr) const;
+    json without_not(const json& s, const std::string& ptr) const;
 
     Symbol ref(const std::string& ref, const std::string& ptr);
     Symbol merged(const json& m, const std::string& ptr, int depth);
     Symbol typed(const json& s, const std::string& ptr, const std::string& type);
     Symbol enumeration(const json& s, const std::string& ptr);
+    Symbol value_literal(const json& v);
     Symbol string(const json& s, const std::string& ptr);
     Symbol format(const std::string& f, const std::string& ptr);
     Symbol pattern(const std::string& p, const std::string& ptr);
+    Symbol escaped(const ByteSet& chars);
     Symbol integer(const json& s, const std::string& ptr);
     Symbol number(const json& s, const std::string& ptr);
     Symbol object(const json& s, const std::string& ptr);
     Symbol array(const json& s, const std::string& ptr);
     Symbol additional_key(const std::vector<std::string>& declared);
+    std::optional<std::pair<Symbol, Symbol>> pattern_members(const json& s, const std::string& ptr,
+                                                             const std::vector<std::string>& declared);
     Symbol key_char_except(const std::set<uint32_t>& cps);
     std::optional<Symbol> spell(uint32_t cp);
 
@@ -338,7 +383,10 @@ json Compiler::resolve(const std::string& ref, const std::string& ptr) const {
         const json::json_pointer p(ref.substr(1));
         if (!root_.contains(p)) fail(ptr, fmt::format("$ref \"{}\" names nothing", ref));
         json target = root_.at(p);
-        if (ref == "#" && target.is_object()) target.erase("$id");  // the root's own $id, harmless anywhere
+        if (ref == "#" && target.is_object()) {  // the root's own $id, harmless anywhere
+            target.erase("$id");
+            target.erase("id");
+        }
         return target;
     } catch (const json::exception& e) {
         fail(ptr, fmt::format("$ref \"{}\": {}", ref, e.what()));
@@ -354,116 +402,6 @@ json Compiler::inline_refs(json s, const std::string& ptr, int depth) const {
     s.erase("$ref");
     target = inline_refs(std::move(target), ptr, depth + 1);
     return merge(std::move(target), std::move(s), ptr, depth + 1);
-}
-
-// oneOf is exact when no value can match two of its branches: what a branch can be, coarsely. `any`: not known
-// (anything may match); otherwise the JSON types it allows ("integer" within "number"), its values when it is an
-// enum or const, and, for objects, the required properties whose values are fixed (discriminators).
-struct Compiler::Shape {
-    bool any = false;
-    std::set<std::string> types;
-    std::optional<std::vector<json>> values;
-    std::map<std::string, std::vector<json>> fixed;
-};
-
-namespace {
-
-std::string type_of(const json& v) {
-    if (v.is_null()) return "null";
-    if (v.is_boolean()) return "boolean";
-    if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
-    if (v.is_number()) return std::floor(v.get<double>()) == v.get<double>() ? "integer" : "number";
-    if (v.is_string()) return "string";
-    if (v.is_array()) return "array";
-    return "object";
-}
-
-bool types_meet(const std::set<std::string>& a, const std::set<std::string>& b) {
-    for (const std::string& t : a) {
-        if (b.count(t)) return true;
-        if ((t == "integer" && b.count("number")) || (t == "number" && b.count("integer"))) return true;
-    }
-    return false;
-}
-
-bool values_meet(const std::vector<json>& a, const std::vector<json>& b) {
-    for (const json& x : a)
-        for (const json& y : b)
-            if (x == y) return true;
-    return false;
-}
-
-}  // namespace
-
-Compiler::Shape Compiler::shape(const json& s, const std::string& ptr, int depth) const {
-    Shape out;
-    if (depth > 16 || !s.is_object() || s.contains("allOf") || s.contains("not")) {
-        out.any = true;
-        return out;
-    }
-    if (s.contains("$ref")) return shape(inline_refs(s, ptr, 0), ptr, depth + 1);
-    for (const char* k : {"anyOf", "oneOf"}) {
-        if (!s.contains(k) || !s[k].is_array()) continue;
-        out.values.emplace();
-        for (const json& branch : s[k]) {
-            if (branch == false) continue;
-            const Shape b = shape(branch, ptr, depth + 1);
-            if (b.any) return b;
-            out.types.insert(b.types.begin(), b.types.end());
-            if (b.values && out.values) out.values->insert(out.values->end(), b.values->begin(), b.values->end());
-            else out.values.reset();
-        }
-        return out;
-    }
-    if (s.contains("const") || s.contains("enum")) {
-        out.values = s.contains("const") ? std::vector<json>{s["const"]}
-                                         : (s["enum"].is_array() ? s["enum"].get<std::vector<json>>() : std::vector<json>{});
-        for (const json& v : *out.values) out.types.insert(type_of(v));
-        return out;
-    }
-    if (s.contains("type")) {
-        out.types = parse_types(s["type"], ptr);
-    } else {
-        for (const auto& item : s.items()) {
-            if (kObjectKeywords.count(item.key())) out.types.insert("object");
-            if (kArrayKeywords.count(item.key())) out.types.insert("array");
-            if (kStringKeywords.count(item.key())) out.types.insert("string");
-            if (kNumberKeywords.count(item.key())) out.types.insert("number");
-        }
-        if (out.types.empty()) {
-            out.any = true;
-            return out;
-        }
-    }
-    if (out.types.count("object") && s.contains("properties") && s["properties"].is_object() && s.contains("required") &&
-        s["required"].is_array()) {
-        for (const json& name : s["required"]) {
-            if (!name.is_string() || !s["properties"].contains(name.get<std::string>())) continue;
-            const Shape p = shape(s["properties"][name.get<std::string>()], ptr, depth + 1);
-            if (!p.any && p.values) out.fixed[name.get<std::string>()] = *p.values;
-        }
-    }
-    return out;
-}
-
-// Whether no JSON value matches both `a` and `b` (false when that cannot be shown from their shapes).
-bool Compiler::disjoint(const json& a, const json& b, const std::string& ptr) const {
-    const Shape x = shape(a, ptr, 0), y = shape(b, ptr, 0);
-    if (x.any || y.any) return false;
-    if (!types_meet(x.types, y.types)) return true;
-    if (x.values && y.values) return !values_meet(*x.values, *y.values);
-    // Objects only in common: a required property fixed to values the other branch never gives it.
-    const bool only_objects = [&] {
-        for (const std::string& t : x.types)
-            if (t != "object" && types_meet({t}, y.types)) return false;
-        return true;
-    }();
-    if (!only_objects) return false;
-    for (const auto& [name, values] : x.fixed) {
-        const auto it = y.fixed.find(name);
-        if (it != y.fixed.end() && !values_meet(values, it->second)) return true;
-    }
-    return false;
 }
 
 json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
@@ -550,6 +488,155 @@ json Compiler::merge(json a, json b, const std::string& ptr, int depth) const {
     return a;
 }
 
+// A value's kind for oneOf's disjointness: its JSON type, integers being numbers.
+std::string kind_of_type(const std::string& t) { return t == "integer" ? "number" : t; }
+
+std::string kind_of_value(const json& v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "boolean";
+    if (v.is_number()) return "number";
+    if (v.is_string()) return "string";
+    return v.is_array() ? "array" : "object";
+}
+
+// The kinds some instance of `s` may have, as far as type, enum, const, $ref, allOf, anyOf and oneOf tell (every
+// kind when they do not).
+std::set<std::string> Compiler::kinds(const json& s, int depth) const {
+    std::set<std::string> all;
+    for (const std::string& t : kTypes) all.insert(kind_of_type(t));
+    if (s.is_boolean()) return s.get<bool>() ? all : std::set<std::string>{};
+    if (!s.is_object() || depth > 16) return all;
+    std::set<std::string> out = all;
+    const auto keep = [&out](const std::set<std::string>& k) {
+        std::set<std::string> both;
+        for (const std::string& x : out)
+            if (k.count(x)) both.insert(x);
+        out = std::move(both);
+    };
+    if (s.contains("type")) {
+        std::set<std::string> k;
+        for (const std::string& t : parse_types(s["type"], "")) k.insert(kind_of_type(t));
+        keep(k);
+    }
+    if (s.contains("const")) keep({kind_of_value(s["const"])});
+    if (s.contains("enum") && s["enum"].is_array()) {
+        std::set<std::string> k;
+        for (const json& v : s["enum"]) k.insert(kind_of_value(v));
+        keep(k);
+    }
+    if (s.contains("$ref") && s["$ref"].is_string()) {
+        try {
+            keep(kinds(resolve(s["$ref"].get<std::string>(), ""), depth + 1));
+        } catch (const GrammarError&) {
+        }
+    }
+    if (s.contains("allOf") && s["allOf"].is_array())
+        for (const json& b : s["allOf"]) keep(kinds(b, depth + 1));
+    for (const char* k : {"anyOf", "oneOf"}) {
+        if (!s.contains(k) || !s[k].is_array()) continue;
+        std::set<std::string> any;
+        for (const json& b : s[k]) any.merge(kinds(b, depth + 1));
+        keep(any);
+    }
+    return out;
+}
+
+// No instance can match both `a` and `b`, provably: their kinds differ, their enum/const values differ, in
+// objects-only branches a property one requires has disjoint schemas in the two (or the other allows no such key),
+// or a part that `a` or `b` must also match ($ref, allOf) is disjoint from the other. False when unsure.
+bool Compiler::disjoint(const json& a, const json& b, int depth) const {
+    if (depth > 8) return false;
+    const std::set<std::string> ka = kinds(a, 0), kb = kinds(b, 0);
+    if (std::none_of(ka.begin(), ka.end(), [&](const std::string& k) { return kb.count(k) > 0; })) return true;
+    if (!a.is_object() || !b.is_object()) return false;
+    const auto values = [](const json& s) -> std::optional<json> {
+        if (s.contains("const")) return json::array({s["const"]});
+        if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
+        return std::nullopt;
+    };
+    const auto va = values(a), vb = values(b);
+    const auto in_b = [&](const json& v) { return std::find(vb->begin(), vb->end(), v) != vb->end(); };
+    if (va && vb && std::none_of(va->begin(), va->end(), in_b)) return true;
+    // An object of x has its required property p, with a value of x's schema for p; an object of y with p must give
+    // it y's schema for p (false where y allows no such key): disjoint schemas make the objects disjoint.
+    const auto value_schema = [](const json& s, const std::string& p) -> json {
+        if (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(p))
+            return s["properties"][p];
+        if (s.contains("patternProperties")) return true;
+        return s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+    };
+    const auto by_required = [&](const json& x, const json& y) {
+        if (!x.contains("required") || !x["required"].is_array()) return false;
+        for (const json& p : x["required"])
+            if (p.is_string() && disjoint(value_schema(x, p.get<std::string>()), value_schema(y, p.get<std::string>()),
+                                          depth + 1))
+                return true;
+        return false;
+    };
+    const std::set<std::string> objects{"object"};
+    if (ka == objects && kb == objects && (by_required(a, b) || by_required(b, a))) return true;
+    // x ⊆ part and part ∩ y = ∅ give x ∩ y = ∅.
+    const auto via_parts = [&](const json& x, const json& y) {
+        if (x.contains("$ref") && x["$ref"].is_string()) {
+            try {
+                if (disjoint(resolve(x["$ref"].get<std::string>(), ""), y, depth + 1)) return true;
+            } catch (const GrammarError&) {
+            }
+        }
+        if (x.contains("allOf") && x["allOf"].is_array())
+            for (const json& part : x["allOf"])
+                if (disjoint(part, y, depth + 1)) return true;
+        return false;
+    };
+    return via_parts(a, b) || via_parts(b, a);
+}
+
+// `s` without its `not`, where that has an exact positive form: not false (nothing more), not {"not": X} (X), not
+// {"type": T} (the other types), not {"required": [p]} (an object without p); any other `not` is an error.
+json Compiler::without_not(const json& s, const std::string& ptr) const {
+    json rest = s;
+    rest.erase("not");
+    const json& n = s["not"];
+    const std::string p = child(ptr, "not");
+    const auto only = [&](const char* k) {
+        return n.is_object() && n.contains(k) &&
+               std::all_of(n.items().begin(), n.items().end(),
+                           [&](const auto& item) { return item.key() == k || is_annotation(item.key()); });
+    };
+    if (n == false) return rest;
+    if (only("not")) {
+        if (n["not"] == true) return rest;
+        return merge(rest, n["not"], p, 0);
+    }
+    if (only("type")) {
+        const std::set<std::string> t = parse_types(n["type"], p);
+        if (t.count("integer") && !t.count("number"))
+            fail(p, "not {\"type\": \"integer\"} (numbers that are not integers) is not supported");
+        json others = json::array();
+        for (const std::string& x : kTypes)
+            if (x != "integer" && !t.count(x)) others.push_back(x);
+        if (others.empty()) fail(p, "not every type allows nothing");
+        return merge(rest, json{{"type", others}}, p, 0);
+    }
+    if (only("required") && n["required"].is_array() && n["required"].size() == 1 && n["required"][0].is_string()) {
+        json out = merge(rest, json{{"type", "object"}}, p, 0);
+        if (!out.contains("properties")) out["properties"] = json::object();
+        out["properties"][n["required"][0].get<std::string>()] = false;
+        return out;
+    }
+    fail(p, "'not' is supported only as not false, not not, not type and not one required property");
+}
+
+// oneOf is anyOf when no instance can match two branches; otherwise the grammar would accept those instances.
+void Compiler::check_one_of(const std::vector<json>& branches, const std::string& ptr) const {
+    for (size_t i = 0; i < branches.size(); ++i)
+        for (size_t j = i + 1; j < branches.size(); ++j)
+            if (!disjoint(branches[i], branches[j], 0))
+                fail(ptr, fmt::format("oneOf whose branches may both match is not supported (branches {} and {}; "
+                                      "only branches told apart by type, enum/const or a required property's are)",
+                                      i, j));
+}
+
 Symbol Compiler::ref(const std::string& r, const std::string& ptr) {
     if (auto it = refs_.find(r); it != refs_.end()) return Symbol::ref(it->second);
     const json target = resolve(r, ptr);
@@ -583,11 +670,13 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     bool constrained = false;
     for (const auto& [k, v] : s.items()) {
         if (!is_known(k)) fail(child(ptr, k), fmt::format("unsupported keyword '{}'", k));
-        // An $id below the root would change what "#..." references resolve against.
-        if (k == "$id" && !ptr.empty()) fail(child(ptr, k), "$id below the root is not supported");
+        // An $id below the root would change what "#..." references inside it resolve against.
+        if ((k == "$id" || (k == "id" && v.is_string())) && !ptr.empty() && has_ref(s))
+            fail(child(ptr, k), fmt::format("{} below the root with a $ref inside is not supported", k));
         if (!is_annotation(k) && k != "$defs" && k != "definitions") constrained = true;
     }
     if (!constrained) return any_value();
+    if (s.contains("not")) return schema(without_not(s, ptr), ptr, depth + 1);
     // Keywords beside $ref / allOf / anyOf / oneOf restrict each branch: merge them in.
     const auto siblings = [&](std::initializer_list<const char*> drop) {
         json rest = json::object();
@@ -620,27 +709,19 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
         if (!branches.is_array() || branches.empty())
             fail(child(ptr, k), fmt::format("{} must be a non-empty array", k));
         const json rest = siblings({k});
-        std::vector<Sequence> alts;
+        std::vector<json> alt_schemas;  // each branch with the keywords beside it
+        std::vector<std::string> alt_ptrs;
         for (size_t i = 0; i < branches.size(); ++i) {
             if (branches[i] == false) continue;  // matches nothing
-            const std::string p = child(child(ptr, k), std::to_string(i));
-            alts.push_back(
-                {rest.empty() ? schema(branches[i], p, depth + 1) : merged(merge(rest, branches[i], p, 0), p, depth)});
+            alt_ptrs.push_back(child(child(ptr, k), std::to_string(i)));
+            alt_schemas.push_back(rest.empty() ? branches[i] : merge(rest, branches[i], alt_ptrs.back(), 0));
         }
-        if (alts.empty()) fail(child(ptr, k), fmt::format("every {} branch is false", k));
-        if (std::string_view(k) == "oneOf" && options_.exact_one_of) {
-            for (size_t i = 0; i < branches.size(); ++i)
-                for (size_t j = i + 1; j < branches.size(); ++j) {
-                    if (branches[i] == false || branches[j] == false) continue;
-                    const json bi = rest.empty() ? branches[i] : merge(rest, branches[i], ptr, 0);
-                    const json bj = rest.empty() ? branches[j] : merge(rest, branches[j], ptr, 0);
-                    if (!disjoint(bi, bj, ptr))
-                        fail(child(ptr, k), fmt::format("oneOf branches {} and {} may both match a value (exactly one "
-                                                        "must): not enforceable; use anyOf, or make them disjoint by "
-                                                        "type, enum/const, or a required property with const values",
-                                                        i, j));
-                }
-        }
+        if (alt_schemas.empty()) fail(child(ptr, k), fmt::format("every {} branch is false", k));
+        if (std::string_view(k) == "oneOf" && options_.exact_one_of) check_one_of(alt_schemas, child(ptr, k));
+        std::vector<Sequence> alts;
+        for (size_t i = 0; i < alt_schemas.size(); ++i)
+            alts.push_back({rest.empty() ? schema(alt_schemas[i], alt_ptrs[i], depth + 1)
+                                         : merged(alt_schemas[i], alt_ptrs[i], depth)});
         return b_.alt(std::move(alts), k);
     }
     if (s.contains("enum") || s.contains("const")) return enumeration(s, ptr);
@@ -692,11 +773,36 @@ Symbol Compiler::enumeration(const json& s, const std::string& ptr) {
         if (types &&
             std::none_of(types->begin(), types->end(), [&](const std::string& t) { return value_has_type(v, t); }))
             continue;
-        const std::string text = v.dump();
-        if (seen.insert(text).second) alts.push_back({lit(text)});
+        if (seen.insert(v.dump()).second) alts.push_back({value_literal(v)});
     }
     if (alts.empty()) fail(ptr, "enum/const allows no value (of the given type)");
     return b_.alt(std::move(alts), "enum");
+}
+
+// One JSON value exactly: its compact tokens, with the whitespace JSON allows between them inside objects and arrays
+// (as everywhere else in the grammar), so that {"a": 1} matches an enum value {"a":1}.
+Symbol Compiler::value_literal(const json& v) {
+    if (!v.is_object() && !v.is_array()) return lit(v.dump());
+    Sequence s{lit(v.is_object() ? "{" : "[")};
+    bool first = true;
+    for (const auto& item : v.items()) {
+        ws(s);
+        if (!first) {
+            s.push_back(lit(","));
+            ws(s);
+        }
+        first = false;
+        if (v.is_object()) {
+            s.push_back(lit(json(item.key()).dump()));
+            ws(s);
+            s.push_back(lit(":"));
+            ws(s);
+        }
+        s.push_back(value_literal(item.value()));
+    }
+    ws(s);
+    s.push_back(lit(v.is_object() ? "}" : "]"));
+    return b_.seq(std::move(s), "const");
 }
 
 Symbol Compiler::string(const json& s, const std::string& ptr) {
@@ -993,23 +1099,57 @@ Symbol Compiler::format(const std::string& f, const std::string& ptr) {
         return quoted(b_.seq({atom, r(b_.seq({lit("."), atom}), 0, 3), lit("@"), domain}, "email"));
     }
     if (f == "uri") {
-        // scheme "://" host [":" port] path ["?" query] ["#" fragment] (RFC 3986 with a reg-name host).
+        // scheme ":" hier-part ["?" query] ["#" fragment] (RFC 3986), the hier-part either "//" [host [":" port]]
+        // path-abempty with a reg-name host, or a path without an authority (path-absolute, -rootless or -empty:
+        // "urn:isbn:0451450523", "mailto:a@b.org").
         const Symbol pct = b_.seq({lit("%"), cls("0-9a-fA-F"), cls("0-9a-fA-F")});
         const Symbol pchar = b_.alt({{cls("a-zA-Z0-9._~!$&'()*+,;=:@-")}, {pct}}, "pchar");
         const Symbol qchar = b_.alt({{pchar}, {cls("/?")}}, "qchar");
-        return quoted(
-            b_.seq({cls("a-zA-Z"), r(cls("a-zA-Z0-9+.-"), 0, -1), lit("://"), hostname(),
-                    b_.optional(b_.seq({lit(":"), r(d, 1, 5)})), r(b_.seq({lit("/"), r(pchar, 0, -1)}), 0, -1),
-                    b_.optional(b_.seq({lit("?"), r(qchar, 0, -1)})), b_.optional(b_.seq({lit("#"), r(qchar, 0, -1)}))},
-                   "uri"));
+        const Symbol segments = r(b_.seq({lit("/"), r(pchar, 0, -1)}), 0, -1);
+        const Symbol authority = b_.seq(
+            {lit("//"), b_.optional(b_.seq({hostname(), b_.optional(b_.seq({lit(":"), r(d, 1, 5)}))})), segments});
+        const Symbol no_authority =
+            b_.seq({b_.optional(lit("/")), b_.optional(b_.seq({r(pchar, 1, -1), segments}))});
+        return quoted(b_.seq({cls("a-zA-Z"), r(cls("a-zA-Z0-9+.-"), 0, -1), lit(":"),
+                              b_.alt({{authority}, {no_authority}}, "hier-part"),
+                              b_.optional(b_.seq({lit("?"), r(qchar, 0, -1)})),
+                              b_.optional(b_.seq({lit("#"), r(qchar, 0, -1)}))},
+                             "uri"));
     }
     fail(ptr, fmt::format("unsupported format '{}'", f));
 }
 
+// The bytes of a pattern's terminal as JSON string text: those that need no escape as they are, '"' and '\\' and the
+// control characters by their escapes (\u00XX, either case, for those without a two-character one).
+Symbol Compiler::escaped(const ByteSet& chars) {
+    ByteSet bad = ByteSet::range(0, 0x1F);
+    bad.add('"');
+    bad.add('\\');
+    if (chars.intersect(bad).empty()) return Symbol::terminal(chars);
+    std::vector<Sequence> alts;
+    if (const ByteSet raw = chars.intersect(bad.complement()); !raw.empty()) alts.push_back({Symbol::terminal(raw)});
+    for (int c = 0; c < 0x100; ++c) {
+        if (!bad.has(static_cast<uint8_t>(c)) || !chars.has(static_cast<uint8_t>(c))) continue;
+        const auto* e = std::find_if(std::begin(kShortEscapes), std::end(kShortEscapes),
+                                     [&](const auto& x) { return x.second == static_cast<uint32_t>(c); });
+        if (e != std::end(kShortEscapes)) {
+            alts.push_back({lit(std::string{'\\', e->first})});
+        } else {
+            const int d = c % 16;
+            ByteSet last = ByteSet::of(static_cast<uint8_t>(d < 10 ? '0' + d : 'a' + d - 10));
+            if (d >= 10) last.add(static_cast<uint8_t>('A' + d - 10));
+            alts.push_back({lit(fmt::format("\\u00{}", c / 16)), Symbol::terminal(last)});
+        }
+    }
+    return b_.alt(std::move(alts), "escaped");
+}
+
 Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
-    // Anchors at the ends: a top-level alternation would make stripping them wrong.
+    // A string contains a match of a|b when it contains one of a or of b: each top-level branch on its own, with its
+    // own anchors.
     int depth = 0;
-    bool in_class = false, top_alt = false;
+    bool in_class = false;
+    std::vector<size_t> bars;  // top-level '|'s
     for (size_t i = 0; i < p.size(); ++i) {
         if (p[i] == '\\') {
             ++i;
@@ -1022,8 +1162,18 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
         } else if (p[i] == ')') {
             --depth;
         } else if (p[i] == '|' && depth == 0) {
-            top_alt = true;
+            bars.push_back(i);
         }
+    }
+    if (!bars.empty()) {
+        std::vector<Sequence> alts;
+        size_t from = 0;
+        bars.push_back(p.size());
+        for (const size_t bar : bars) {
+            alts.push_back({pattern(p.substr(from, bar - from), ptr)});
+            from = bar + 1;
+        }
+        return b_.alt(std::move(alts), "pattern-alt");
     }
     std::string body = p;
     const size_t n_start = body.starts_with('^') ? 1 : body.starts_with("\\A") ? 2 : 0;
@@ -1034,9 +1184,9 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
     const bool end = !body.empty() && n_backslashes % 2 == (body.back() == '$' ? 0 : 1) &&
                      (body.back() == '$' || body.back() == 'Z' || body.back() == 'z');
     if (end) body.erase(body.size() - (body.back() == '$' ? 1 : 2));
-    if (top_alt && (start || end)) fail(ptr, "anchors with a top-level | are not supported; group the alternatives");
-    // The matched characters are written unescaped: compile the pattern alone, drop the bytes that would need an
-    // escape (they are ASCII, so never inside a multi-byte character), keep what still derives something.
+    // The pattern matches the string's characters, not its JSON text: compile it alone, then copy it with each
+    // character that JSON must escape spelled as its escape (they are ASCII, so never inside a multi-byte
+    // character).
     Builder sub;
     Grammar g;
     try {
@@ -1046,14 +1196,6 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
     } catch (const GrammarError& e) {
         fail(ptr, fmt::format("pattern \"{}\": {}", p, e.what()));
     }
-    ByteSet bad = ByteSet::range(0, 0x1F);
-    bad.add('"');
-    bad.add('\\');
-    const ByteSet keep = bad.complement();
-    for (Rule& rule : g.rules)
-        for (Sequence& seq : rule.alternatives)
-            for (Symbol& sym : seq)
-                if (!sym.is_rule()) sym.bytes = sym.bytes.intersect(keep);
     std::vector<bool> productive(g.rules.size(), false);
     const auto ok = [&](const Sequence& seq) {
         return std::all_of(seq.begin(), seq.end(), [&](const Symbol& s) {
@@ -1066,8 +1208,6 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
             if (!productive[i] && std::any_of(g.rules[i].alternatives.begin(), g.rules[i].alternatives.end(), ok))
                 productive[i] = changed = true;
     }
-    if (!productive[static_cast<size_t>(g.root)])
-        fail(ptr, fmt::format("pattern \"{}\" matches only text that would need JSON escapes", p));
     std::vector<int32_t> map(g.rules.size(), -1);
     for (size_t i = 0; i < g.rules.size(); ++i)
         if (productive[i]) map[i] = b_.rule(g.rules[i].name);
@@ -1076,7 +1216,7 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
         for (const Sequence& seq : g.rules[i].alternatives) {
             if (!ok(seq)) continue;
             Sequence out;
-            for (const Symbol& s : seq) out.push_back(s.is_rule() ? Symbol::ref(map[static_cast<size_t>(s.rule)]) : s);
+            for (const Symbol& s : seq) out.push_back(s.is_rule() ? Symbol::ref(map[static_cast<size_t>(s.rule)]) : escaped(s.bytes));
             b_.add_alternative(map[i], std::move(out));
         }
     }
@@ -1128,6 +1268,36 @@ std::optional<Symbol> Compiler::spell(uint32_t cp) {
     return b_.alt(std::move(alts), "key-cp");
 }
 
+// patternProperties' keys and their value: one value schema for every pattern (so a key matching two needs nothing
+// more) and no declared property matching a pattern (so the keys are apart from the declared ones). They take the
+// place of additional properties: where those are allowed (a key that matches no pattern) the grammar is a subset
+// and writes none. Keys are not checked for duplicates, as additional properties' are not. nullopt: no
+// patternProperties.
+std::optional<std::pair<Symbol, Symbol>> Compiler::pattern_members(const json& s, const std::string& ptr,
+                                                                   const std::vector<std::string>& declared) {
+    if (!s.contains("patternProperties")) return std::nullopt;
+    const std::string pp = child(ptr, "patternProperties");
+    if (!s["patternProperties"].is_object()) fail(pp, "patternProperties must be an object");
+    if (s["patternProperties"].empty()) return std::nullopt;
+    const json& value = s["patternProperties"].begin().value();
+    std::vector<Sequence> keys;
+    for (const auto& item : s["patternProperties"].items()) {
+        if (item.value() != value) fail(pp, "patternProperties with different schemas is not supported");
+        const std::string p = child(pp, item.key());
+        Compiler alone(json::object(), options_);
+        const Grammar g = alone.finish(alone.pattern(item.key(), p));
+        for (const std::string& name : declared) {
+            const std::string quoted = json(name).dump();
+            if (quoted.find('\\') != std::string::npos || matches(g, quoted))
+                fail(p, fmt::format("declared property '{}' matching a patternProperties pattern is not supported",
+                                    name));
+        }
+        keys.push_back({pattern(item.key(), p)});
+    }
+    return std::pair{b_.alt(std::move(keys), "pattern-key"),
+                     schema(value, child(pp, s["patternProperties"].begin().key()))};
+}
+
 // A quoted key that is none of `declared`: the complement of their trie.
 Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
     if (declared.empty()) return any_string();
@@ -1165,16 +1335,15 @@ Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
 }
 
 Symbol Compiler::object(const json& s, const std::string& ptr) {
-    if (s.contains("patternProperties") && !(s["patternProperties"].is_object() && s["patternProperties"].empty()))
-        fail(child(ptr, "patternProperties"), "patternProperties is not supported");
     if (s.contains("propertyNames") && s["propertyNames"] != true && s["propertyNames"] != json::object())
         fail(child(ptr, "propertyNames"), "propertyNames is not supported");
     std::set<std::string> required;
+    std::vector<std::string> required_order;  // undeclared required properties come in this order
     if (s.contains("required")) {
         if (!s["required"].is_array()) fail(child(ptr, "required"), "required must be an array");
         for (const json& r : s["required"]) {
             if (!r.is_string()) fail(child(ptr, "required"), "required must list strings");
-            required.insert(r.get<std::string>());
+            if (required.insert(r.get<std::string>()).second) required_order.push_back(r.get<std::string>());
         }
     }
     const json additional =
@@ -1186,12 +1355,12 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         if (!s["properties"].is_object()) fail(child(ptr, "properties"), "properties must be an object");
         for (const auto& [k, v] : s["properties"].items()) {
             declared.push_back(k);
-            if (v == false && !required.count(k)) continue;  // may not appear at all
+            if ((v == false || no_enum_value(v)) && !required.count(k)) continue;  // may not appear at all
             names.push_back(k);
             values.push_back(schema(v, child(child(ptr, "properties"), k)));
         }
     }
-    for (const std::string& r : required)
+    for (const std::string& r : required_order)
         if (std::find(declared.begin(), declared.end(), r) == declared.end()) {
             if (!any_additional)
                 fail(child(ptr, "required"), fmt::format("required '{}' is neither declared nor allowed", r));
@@ -1216,7 +1385,9 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         if (!s["maxProperties"].is_number_unsigned()) fail(child(ptr, "maxProperties"), "must be an integer");
         const uint64_t m = s["maxProperties"].get<uint64_t>();
         if (m < n_required) fail(child(ptr, "maxProperties"), "maxProperties below the required count allows nothing");
-        if (any_additional || m < n)
+        const bool patterns = s.contains("patternProperties") && s["patternProperties"].is_object() &&
+                              !s["patternProperties"].empty();
+        if (any_additional || patterns || m < n)
             fail(child(ptr, "maxProperties"), "maxProperties below the possible property count is not supported");
     }
     const auto member = [&](const Symbol& key, const Symbol& value) {
@@ -1238,8 +1409,11 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     std::vector<Symbol> members;
     for (size_t i = 0; i < n; ++i) members.push_back(member(lit(json(names[i]).dump()), values[i]));
     std::optional<Symbol> extra;
-    if (any_additional)
+    if (auto p = pattern_members(s, ptr, declared)) {
+        extra = member(p->first, p->second);
+    } else if (any_additional) {
         extra = member(additional_key(declared), schema(additional, child(ptr, "additionalProperties")));
+    }
     // after[i]: the members from i on when one has been written (each after a comma); first[i]: the same when none
     // has been written and at least one must be (so "{" ws ws "}" cannot double the whitespace bound).
     std::vector<Symbol> after(n + 1);
@@ -1282,13 +1456,19 @@ Symbol Compiler::array(const json& s, const std::string& ptr) {
     if (s.contains("contains")) fail(child(ptr, "contains"), "contains is not supported");
     if (s.contains("uniqueItems") && s["uniqueItems"] != false)
         fail(child(ptr, "uniqueItems"), "uniqueItems is not supported");
+    // Drafts 4 to 2019-09 write prefixItems as an array-valued items, and the items after it as additionalItems
+    // (which means nothing beside a schema-valued items).
+    const bool tuple = s.contains("items") && s["items"].is_array();
+    if (tuple && s.contains("prefixItems")) fail(child(ptr, "items"), "an array-valued items beside prefixItems");
+    const char* prefix_key = tuple ? "items" : "prefixItems";
     std::vector<Symbol> prefix;
-    if (s.contains("prefixItems")) {
-        if (!s["prefixItems"].is_array()) fail(child(ptr, "prefixItems"), "prefixItems must be an array");
-        for (size_t i = 0; i < s["prefixItems"].size(); ++i)
-            prefix.push_back(schema(s["prefixItems"][i], child(child(ptr, "prefixItems"), std::to_string(i))));
+    if (s.contains(prefix_key)) {
+        if (!s[prefix_key].is_array()) fail(child(ptr, prefix_key), "prefixItems must be an array");
+        for (size_t i = 0; i < s[prefix_key].size(); ++i)
+            prefix.push_back(schema(s[prefix_key][i], child(child(ptr, prefix_key), std::to_string(i))));
     }
-    const json items = s.contains("items") ? s["items"] : json(true);
+    const char* items_key = tuple ? "additionalItems" : "items";
+    const json items = s.contains(items_key) ? s[items_key] : json(true);
     const auto count = [&](const char* k, int64_t dflt) { return bound_keyword(s, k, dflt, ptr); };
     const auto k = static_cast<int64_t>(prefix.size());
     const int64_t min = count("minItems", 0);
@@ -1296,7 +1476,7 @@ Symbol Compiler::array(const json& s, const std::string& ptr) {
     if (items == false) max = max < 0 ? k : std::min(max, k);
     if (max >= 0 && min > max) fail(ptr, "the array constraints allow nothing");
     std::optional<Symbol> item;
-    if (items != false && (max < 0 || max > k)) item = schema(items, child(ptr, "items"));
+    if (items != false && (max < 0 || max > k)) item = schema(items, child(ptr, items_key));
     const auto comma = [&](const Symbol& x) {
         Sequence c;
         ws(c);

@@ -218,12 +218,30 @@ TEST(JsonSchema, StringLengthsCountCodePoints) {
 TEST(JsonSchema, EnumAndConstAreCanonical) {
     const Grammar g = schema(R"({"enum": ["red", "green", 1, null, {"a": [1, 2]}, "q\"\u00e9"]})");
     check(g, {R"("red")", R"("green")", "1", "null", R"({"a":[1,2]})", "\"q\\\"\xC3\xA9\""},
-          {R"("blue")", R"({"a": [1,2]})", "1.0", R"("Red")", "\"q\\\"\\u00e9\""});
+          {R"("blue")", R"({"a":[1,3]})", "1.0", R"("Red")", "\"q\\\"\\u00e9\""});
     check(schema(R"({"type": "string", "enum": ["a", 1]})"), {R"("a")"}, {"1"});
     check(schema(R"({"type": "integer", "enum": [1, 2.0, 2.5, "3"]})"), {"1", "2.0"}, {"2.5", "\"3\""});
     check(schema(R"({"const": {"k": true}})"), {R"({"k":true})"}, {R"({"k":false})", "{}"});
     check(schema(R"({"const": "x", "enum": ["x", "y"]})"), {R"("x")"}, {R"("y")"});
     expect_error(R"({"type": "string", "enum": [1]})", {"no value"});
+    // An optional property whose enum has no value of its type can only be left out.
+    check(schema(R"({"type": "object", "properties": {"a": {"type": "array", "enum": ["x"]}, "b": {"type": "integer"}},
+        "additionalProperties": false})"),
+          {"{}", R"({"b":1})"}, {R"({"a":"x"})", R"({"a":["x"]})"});
+    expect_error(R"({"type": "object", "properties": {"a": {"type": "array", "const": "x"}}, "required": ["a"]})",
+                 {"no value"});
+}
+
+// An object or array value is its tokens with the whitespace JSON allows between them, as Python's json.dumps
+// writes it ({"a": [1, 2]}) or pretty-printed; never whitespace inside a token or around the whole value.
+TEST(JsonSchema, EnumObjectsAndArraysTakeWhitespace) {
+    const Grammar g = schema(R"({"enum": [{"a": [1, 2], "b": {}}, []]})");
+    check(g, {R"({"a":[1,2],"b":{}})", R"({"a": [1, 2], "b": {}})", "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": { }\n}",
+              "[]", "[ ]"},
+          {R"({"a": [1, 2]})", R"({"a": [1, 2], "b": {}} )", R"( [])", R"({"b": {}, "a": [1, 2]})",
+           R"({"a": [1, 2], "b": {"c": 1}})"});
+    const JsonSchemaOptions compact{.max_whitespace = 0};
+    check(schema(R"({"const": {"k": [true]}})", compact), {R"({"k":[true]})"}, {R"({"k": [true]})"});
     expect_error(R"({"enum": ["a", "bb"], "maxLength": 1})", {"maxLength", "beside enum"});
 }
 
@@ -252,6 +270,11 @@ TEST(JsonSchema, PropertiesInOrderOptionalOnesSkipped) {
         "y": {"type": "null"}, "z": {"type": "null"}}, "required": ["z"], "additionalProperties": false})");
     check(last_required, {R"({"z":null})", R"({"x":null,"z":null})", R"({"x":null,"y":null,"z":null})"},
           {R"({"x":null})", R"({,"z":null})", R"({"x":null,,"z":null})", R"({"y":null,"x":null,"z":null})"});
+    // Required properties that are not declared follow the declared ones in `required`'s order, not sorted.
+    const Grammar undeclared = schema(R"({"type": "object", "properties": {"m": {"type": "null"}},
+        "required": ["zeta", "alpha_b", "alpha"], "additionalProperties": {"type": "integer"}})");
+    check(undeclared, {R"({"zeta":1,"alpha_b":2,"alpha":3})", R"({"m":null,"zeta":1,"alpha_b":2,"alpha":3,"k":4})"},
+          {R"({"alpha":3,"alpha_b":2,"zeta":1})", R"({"zeta":1,"alpha_b":2})", R"({"zeta":1,"alpha_b":2,"alpha":"3"})"});
 }
 
 // Every subset of four properties (two required), written in schema order and in another order: accepted exactly
@@ -331,7 +354,21 @@ TEST(JsonSchema, PropertyCounts) {
           {R"({"b":1})"}, {"{}"});
     expect_error(R"({"properties": {"b": {}}, "minProperties": 2})", {"minProperties", "#/minProperties"});
     expect_error(R"({"type": "object", "maxProperties": 3})", {"maxProperties"});
-    expect_error(R"({"patternProperties": {"^x": {}}})", {"patternProperties"});
+    // Where other keys are allowed too, the grammar writes only the pattern's (a subset).
+    check(schema(R"({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}})"), {R"({"x-a":1})", "{}"},
+          {R"({"x-a":"1"})", R"({"y":1})"});
+    // patternProperties: with no other keys allowed, one value schema, and declared names outside the patterns.
+    const Grammar map = schema(R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+        "patternProperties": {"^[A-Z]{2}$": {"type": "string"}, "^x-": {"type": "string"}},
+        "additionalProperties": false})");
+    check(map, {R"({"id":1})", R"({"id":1,"EN":"a","FR":"b"})", R"({"id":1,"x-tag":"t"})"},
+          {R"({"id":1,"ENG":"a"})", R"({"id":1,"EN":1})", R"({"EN":"a"})", R"({"id":1,"en":"a"})"});
+    expect_error(R"({"properties": {"ab": {}}, "patternProperties": {"^a": {}}, "additionalProperties": false})",
+                 {"'ab'", "#/patternProperties/^a"});
+    expect_error(R"({"patternProperties": {"^a": {"type": "string"}, "^b": {}}, "additionalProperties": false})",
+                 {"different schemas"});
+    expect_error(R"({"patternProperties": {"^a": {}}, "additionalProperties": false, "maxProperties": 2})",
+                 {"maxProperties"});
     expect_error(R"({"propertyNames": {"maxLength": 3}})", {"propertyNames"});
 }
 
@@ -351,6 +388,14 @@ TEST(JsonSchema, Arrays) {
     expect_error(R"({"type": "array", "uniqueItems": true})", {"uniqueItems", "#/uniqueItems"});
     expect_error(R"({"type": "array", "contains": {"type": "integer"}})", {"contains"});
     expect_error(R"({"type": "array", "minItems": 3, "maxItems": 2})", {"allow nothing"});
+    // Draft 4's tuples: an array-valued items, then additionalItems (any value when absent).
+    check(schema(R"({"items": [{"type": "string"}, {"type": "integer"}], "additionalItems": false})"),
+          {"[]", R"(["a"])", R"(["a",1])"}, {R"(["a",1,2])", "[1]"});
+    check(schema(R"({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "null"}})"),
+          {R"(["a",null,null])"}, {R"(["a",1])"});
+    check(schema(R"({"type": "array", "items": [{"type": "string"}]})"), {R"(["a",1,{}])"}, {"[1]"});
+    check(schema(R"({"type": "array", "items": {"type": "integer"}, "additionalItems": false})"), {"[1,2]"}, {"[\"a\"]"});
+    expect_error(R"({"prefixItems": [{}], "items": [{}]})", {"prefixItems", "#/items"});
 }
 
 TEST(JsonSchema, RefsRecurse) {
@@ -385,11 +430,16 @@ TEST(JsonSchema, PatternsAreUnanchoredAndNeedNoEscapes) {
     check(pat("c$"), {R"("abc")", R"("\u00e9c")"}, {R"("cab")"});
     check(pat("\\Ax\\Z"), {R"("x")"}, {R"("xx")"});
     check(pat("(cat|dog)s?"), {R"("hotdogs")", R"("cat")"}, {R"("cow")"});
-    // The matched characters need no escape: a quote inside the match is left out, outside it is any character.
-    check(pat("^.+$"), {R"("a b")", "\"\xC3\xA9\""}, {R"("a\"b")", R"("a\nb")", R"("")"});
+    // The pattern matches characters; those JSON must escape are written as their escapes (MaskBench's "\{.*\}"
+    // holding a quoted JSON text), the others as they are.
+    check(pat("^.+$"), {R"("a b")", "\"\xC3\xA9\"", R"("a\"b")", R"("{\"k\": 1}")", R"("\t\\")"},
+          {R"("a\nb")", R"("")", R"("a"b")"});
     check(pat("x"), {R"("\"x\\")"}, {R"("\u0078")"});
-    expect_error(R"({"type": "string", "pattern": "^\"$"})", {"JSON escapes", "#/pattern"});
-    expect_error(R"({"type": "string", "pattern": "^a|b$"})", {"top-level |"});
+    check(pat("^\"$"), {R"("\"")"}, {R"(""")", R"("\u0022")"});
+    check(pat("^[\\x00-\\x1f]$"), {R"("\u0001")", R"("\u001f")", R"("\u001F")", R"("\n")", R"("\b")"},
+          {R"("\u0020")", R"("\u000a")", "\"\x01\""});
+    // Top-level alternatives, each with its own anchors.
+    check(pat("^ab|cd$|ef"), {R"("abz")", R"("zcd")", R"("zefz")"}, {R"("zab")", R"("cdz")", R"("e f")"});
     expect_error(R"j({"type": "string", "pattern": "a(?=b)"})j", {"pattern", "#/pattern"});
     expect_error(R"({"type": "string", "pattern": "a", "maxLength": 3})", {"cannot be combined"});
 }
@@ -425,17 +475,33 @@ TEST(JsonSchema, AnyOfOneOfAllOf) {
                                 "required": ["k"]},
                                {"type": "object", "properties": {"k": {"const": "b"}}, "required": ["k"]}]})"),
           {R"({"k":"a","x":1})", R"({"k":"b"})"}, {R"({"k":"c"})", "{}"});
-    expect_error(R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 2}]})",
-                 {"oneOf branches 0 and 1 may both match"});
-    expect_error(R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", {"oneOf branches 0 and 1"});
-    expect_error(R"({"oneOf": [{"enum": [1, 2]}, {"const": 2}]})", {"oneOf branches 0 and 1"});
-    expect_error(R"({"oneOf": [{}, {"type": "null"}]})", {"oneOf branches 0 and 1"});
+    expect_error(R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 2}]})", {"oneOf"});
+    expect_error(R"({"oneOf": [{"enum": [1, 2]}, {"const": 2}]})", {"oneOf"});
+    expect_error(R"({"oneOf": [{}, {"type": "null"}]})", {"oneOf"});
     {  // exact_one_of false: oneOf as anyOf, a value matching both branches accepted
         JsonSchemaOptions o;
         o.exact_one_of = false;
         check(schema(R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 2}]})", o),
               {R"("a")", R"("ab")", R"("abcd")"}, {"1"});
     }
+    // oneOf: only branches that no instance can match both, else an instance matching two would be accepted.
+    expect_error(R"({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})", {"oneOf", "#/oneOf"});
+    expect_error(R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", {"oneOf"});
+    const Grammar tagged = schema(R"({"oneOf": [{"$ref": "#/$defs/a"}, {"type": "object", "properties":
+        {"kind": {"enum": ["b", "c"]}, "x": {"type": "integer"}}, "required": ["kind", "x"]}, {"type": "string"}],
+        "$defs": {"a": {"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]}}})");
+    check(tagged, {R"({"kind":"a"})", R"({"kind":"c","x":1})", R"("s")"}, {R"({"kind":"b"})", R"({"kind":"d","x":1})"});
+    check(schema(R"({"oneOf": [{"enum": [1, 2]}, {"const": 3}, {"allOf": [{"type": "boolean"}]}]})"), {"1", "3", "true"},
+          {"4"});
+    // Told apart by a property one branch requires and the other forbids (additionalProperties false) or types
+    // differently when present.
+    check(schema(R"({"type": "object", "oneOf": [
+        {"properties": {"graph": {"type": "string"}}, "required": ["graph"], "additionalProperties": false},
+        {"properties": {"graphs": {"type": "array"}}, "additionalProperties": false},
+        {"properties": {"n": {"type": "integer"}, "graph": {"type": "null"}}, "required": ["n"]}]})"),
+          {R"({"graph":"g"})", R"({"graphs":[]})", "{}", R"({"n":1,"graph":null})"}, {R"({"graph":1})"});
+    expect_error(R"({"type": "object", "oneOf": [{"properties": {"a": {"type": "string"}}, "required": ["a"]},
+        {"properties": {"b": {}}}]})", {"oneOf"});
     expect_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", {"disjoint types"});
     expect_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
                                {"properties": {"b": {}}}]})",
@@ -467,22 +533,51 @@ TEST(JsonSchema, Formats) {
           {R"("1:2:3:4:5:6:7:8:9")", R"(":::")", R"("1::2::3")", R"("12345::")", R"("1:2:3:4:5:6:7")"});
     check(f("hostname"), {R"("example.com")", R"("a-b.c")", R"("localhost")"},
           {R"("-a.com")", R"("a-.com")", R"("a..b")", R"("a_b.com")"});
-    check(f("uri"), {R"("https://example.com/a/b?x=1&y=2#frag")", R"("http://localhost:8080")"},
-          {R"("example.com")", R"("https://exa mple.com")", R"("1http://x.com")"});
+    check(f("uri"),
+          {R"("https://example.com/a/b?x=1&y=2#frag")", R"("http://localhost:8080")", R"("urn:isbn:0451450523")",
+           R"("mailto:a@b.org")", R"("ecdsa-koblitz-pubkey:14RZvYazz9H2")", R"("file:///etc/hosts")", R"("x:/a/b")"},
+          {R"("example.com")", R"("https://exa mple.com")", R"("1http://x.com")", R"(":x")", R"("x:a b")",
+           R"("https://a.com:123456")"});
     expect_error(R"({"type": "string", "format": "color"})", {"unsupported format 'color'", "#/format"});
 }
 
 TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
-    expect_error(R"({"properties": {"a": {"type": "string", "foo": 1}}})", {"'foo'", "#/properties/a/foo"});
-    expect_error(R"({"items": {"not": {}}})", {"'not'", "#/items/not"});
+    expect_error(R"({"items": {"not": {"enum": [1]}}})", {"'not'", "#/items/not"});
+    expect_error(R"({"items": {"not": {}}})", {"#/items"});
+    expect_error(R"({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}})", {"'if'"});
     expect_error(R"({"type": "object", "properties": {"a": {"dependentRequired": {}}}})", {"dependentRequired"});
     expect_error(R"({"type": "object",)", {"parse error"});
     expect_error(R"({"properties": {"a": false}, "required": ["a"]})", {"false schema", "#/properties/a"});
     expect_error("[1]", {"must be an object or a boolean"});
-    expect_error(R"({"$defs": {"x": {"$id": "x.json", "type": "string"}}, "$ref": "#/$defs/x"})", {"$id"});
+    expect_error(R"({"$defs": {"x": {"$id": "x.json", "items": {"$ref": "#/$defs/y"}}, "y": {}}, "$ref": "#/$defs/x"})",
+                 {"$id", "#/$defs/x/$id"});
+    expect_error(R"({"properties": {"a": {"id": "a.json", "properties": {"b": {"$ref": "#"}}}}})", {"id below"});
     check(schema(R"({"$id": "https://example.com/tree", "type": "object", "properties": {"kids": {"type": "array",
         "items": {"$ref": "#", "minProperties": 1}}}, "additionalProperties": false})"),
           {R"({"kids":[{"kids":[]}]})", "{}"}, {R"({"kids":[{}]})"});
+}
+
+// `not` where it has an exact positive form.
+TEST(JsonSchema, NotInItsPositiveForms) {
+    check(schema(R"({"not": {"type": ["string", "number"]}})"), {"null", "true", "{}", "[]"}, {R"("a")", "1", "1.5"});
+    check(schema(R"({"type": ["integer", "string"], "not": {"type": "string"}})"), {"1"}, {R"("a")", "1.5"});
+    check(schema(R"({"not": {"not": {"type": "integer", "minimum": 2}}})"), {"2", "7"}, {"1", R"("a")"});
+    check(schema(R"({"type": "integer", "not": false})"), {"1"}, {R"("a")"});
+    check(schema(R"({"properties": {"a": {}, "b": {}}, "not": {"required": ["a"]}})"), {"{}", R"({"b":1})"},
+          {R"({"a":1})", R"({"b":1,"a":2})", "1"});
+    expect_error(R"({"not": {"type": "integer"}})", {"integer", "#/not"});
+    expect_error(R"({"not": {"required": ["a", "b"]}})", {"'not'"});
+}
+
+// JSON Schema: an unknown keyword is an annotation. An $id (draft 4: id) that no $ref resolves against changes
+// nothing.
+TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
+    check(schema(R"({"type": "object", "properties": {"a": {"type": "string", "foo": 1, "x-order": 2}},
+        "_format": "x", "additionalProperties": false})"),
+          {R"({"a":"x"})", "{}"}, {R"({"a":1})", R"({"b":1})"});
+    check(schema(R"({"id": "http://x/root.json", "type": "object", "properties": {"a": {"id": "#a", "type": "integer"},
+        "b": {"$id": "b.json", "type": "boolean"}}, "additionalProperties": false})"),
+          {R"({"a":1,"b":true})"}, {R"({"a":true})"});
 }
 
 TEST(JsonSchema, JsonObjectGrammar) {

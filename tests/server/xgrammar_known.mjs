@@ -97,6 +97,24 @@ export const KNOWN = [
     applies: (d) => /(^|[^\\])\./.test((d.c.regex ?? '').replace(/\[(\\.|[^\]])*\]/g, '')),
   },
   {
+    name: 'whitespace inside an enum/const object or array',
+    right: 'both',
+    reason: 'an enum/const value that is an object or an array may be written with JSON whitespace between its ' +
+      'tokens in megactx (as MaskBench writes instances, json.dumps with ", " and ": "), within the same bound as ' +
+      'elsewhere; xgrammar takes only the compact text. Both are the same JSON value',
+    embedded: true,
+    applies: (d) => {
+      if (d.only !== 'megactx' || !has(d.bytes, (b) => b === 0x20 || b === 0x09 || b === 0x0a)) return false;
+      // The last property whose value opened with { or [ and whose enum/const holds an object or array.
+      const keys = [...d.prefix.toString('latin1').matchAll(/"([^"\\]*)"\s*:\s*(?=[{[])/g)].map((m) => m[1]);
+      return keys.some((k) => {
+        const schema = d.c.schema?.properties?.[k];
+        const values = schema ? [...(schema.enum ?? []), ...('const' in schema ? [schema.const] : [])] : [];
+        return values.some((v) => v !== null && typeof v === 'object');
+      });
+    },
+  },
+  {
     name: 'object without properties, strict',
     right: 'both',
     reason: 'strict mode (--strict: additionalProperties false unless the schema says otherwise) leaves ' +
