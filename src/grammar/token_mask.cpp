@@ -160,11 +160,46 @@ constexpr uint32_t kMinSkip = 8;
 //
 // A state that loops on many bytes (a string's body on every plain character) has them probed all at once; a
 // subtree whose bytes all loop there is then allowed whole without visiting its nodes.
+// Transitions between matcher states identified by Matcher::state_key(), as the walks below take them: per state its
+// allowed bytes, whether it accepts, its loop (once probed) and the state after each byte (kRefused, kUnknown until
+// taken). A walk owns one, or the grammar's MaskCache lends its own so that the analyses of kernel positions share
+// what they explored (the positions of a bounded repeat pass through the same states one after another).
+struct StateTable {
+    std::unordered_map<uint64_t, uint32_t> by_key;
+    std::vector<ByteSet> allowed, loop;
+    std::vector<uint8_t> accepting, probed;
+    std::vector<uint32_t> taken, self;  // transitions explored by enter(), of which back to the state
+    std::vector<uint32_t> next;         // next[state * 256 + byte]
+    size_t size() const { return allowed.size(); }
+};
+
+MaskCache::MaskCache(size_t max_masks, size_t max_positions)
+    : max_masks_(max_masks), max_positions_(max_positions), table_(std::make_unique<StateTable>()) {}
+
+MaskCache::~MaskCache() = default;
+
+std::pair<std::unique_lock<std::mutex>, StateTable*> MaskCache::analysis_table() {
+    std::unique_lock<std::mutex> lock(table_mu_);
+    if (table_->size() > kMaxTableStates) *table_ = StateTable{};  // 256 entries a state: bounded
+    return {std::move(lock), table_.get()};
+}
+
+// A trie walk over matcher states identified by Matcher::state_key() rather than over the matcher itself: where the
+// grammar loops (a JSON string's body), nearly every byte leads back to a state seen before, so a transition already
+// taken is a table look-up instead of an Earley step, and the walk is a scan of the trie in node order that skips
+// the subtrees of refused bytes. The matcher is advanced only to explore a new transition, lazily along the current
+// trie path, and rolled back as the scan leaves the path (and wholly by the destructor). Equal keys mean equal
+// futures, so a state's allowed bytes and transitions stand for every path that reaches it.
+//
+// A state that loops on many bytes (a string's body on every plain character) has them probed all at once; a
+// subtree whose bytes all loop there is then allowed whole without visiting its nodes.
 class TokenVocab::StateWalk {
   public:
     static constexpr uint32_t kRefused = ~uint32_t{0} - 1;
 
-    StateWalk(Matcher& m, size_t max_depth) : m_(m), state_at_(max_depth + 1), path_(max_depth + 1) {
+    // `table`: transitions to start from and add to (null: the walk's own).
+    StateWalk(Matcher& m, size_t max_depth, StateTable* table = nullptr)
+        : m_(m), t_(table != nullptr ? *table : own_), state_at_(max_depth + 1), path_(max_depth + 1) {
         state_at_[0] = intern();
     }
     ~StateWalk() { m_.rollback(synced_); }
@@ -173,10 +208,10 @@ class TokenVocab::StateWalk {
 
     // The state after a node at depth d on the current path's first d - 1 bytes: kRefused, or kUnknown when the
     // transition has not been taken yet (the node is allowed; enter() finds the state).
-    uint32_t peek(uint32_t d, uint8_t byte) const { return next_[size_t{state_at_[d - 1]} * 256 + byte]; }
+    uint32_t peek(uint32_t d, uint8_t byte) const { return t_.next[size_t{state_at_[d - 1]} * 256 + byte]; }
     // The state after the path's first d bytes accepts (a whole sentence: the production is complete).
-    bool accepting(uint32_t d) const { return accepting_[state_at_[d]] != 0; }
-    // Extends the path with an allowed node at depth d. False: past kMaxWalkStates states, the walk is abandoned.
+    bool accepting(uint32_t d) const { return t_.accepting[state_at_[d]] != 0; }
+    // Extends the path with an allowed node at depth d. False: past kMaxWalkStates new states, the walk is abandoned.
     bool enter(uint32_t d, uint8_t byte) {
         const uint32_t from = state_at_[d - 1];
         if (synced_ >= d) {  // the matcher read a sibling path: back to this node's parent
@@ -184,29 +219,29 @@ class TokenVocab::StateWalk {
             synced_ = d - 1;
         }
         path_[d - 1] = byte;
-        if (next_[size_t{from} * 256 + byte] == kUnknown) {
+        if (t_.next[size_t{from} * 256 + byte] == kUnknown) {
             sync(d);
             const uint32_t s = intern();
-            if (allowed_.size() > kMaxWalkStates) return false;
-            next_[size_t{from} * 256 + byte] = s;
-            ++taken_[from];
-            if (s == from) ++self_[from];
+            if (added_ > kMaxWalkStates) return false;
+            t_.next[size_t{from} * 256 + byte] = s;
+            ++t_.taken[from];
+            if (s == from) ++t_.self[from];
         }
-        state_at_[d] = next_[size_t{from} * 256 + byte];
+        state_at_[d] = t_.next[size_t{from} * 256 + byte];
         return true;
     }
     // Whether every byte string over `bytes` stays in the state after the path's first d bytes (entered): the
     // state's loop, probed the first time this is asked of a state that allows many bytes.
     bool loops_on(uint32_t d, const ByteSet& bytes) {
         const uint32_t s = state_at_[d];
-        if (!probed_[s]) {
+        if (!t_.probed[s]) {
             // Probed once the transitions taken so far show a loop (most lead back), so that a chain of states
             // (a bounded repeat: each byte leads to the next) is not probed state after state.
-            if (self_[s] < kMinLoopBytes / 4 || self_[s] * 4 < taken_[s] * 3) return false;
-            probed_[s] = 1;
-            if (allowed_[s].count() < kMinLoopBytes || !probe(d)) return false;
+            if (t_.self[s] < kMinLoopBytes / 4 || t_.self[s] * 4 < t_.taken[s] * 3) return false;
+            t_.probed[s] = 1;
+            if (t_.allowed[s].count() < kMinLoopBytes || !probe(d)) return false;
         }
-        const ByteSet& l = loop_[s];
+        const ByteSet& l = t_.loop[s];
         for (size_t w = 0; w < 4; ++w)
             if ((bytes.words[w] & ~l.words[w]) != 0) return false;
         return true;
@@ -232,43 +267,42 @@ class TokenVocab::StateWalk {
         sync(d);
         ByteSet loop;
         for (int b = 0; b < 256; ++b) {
-            if (next_[size_t{s} * 256 + static_cast<size_t>(b)] == kUnknown) {
+            if (t_.next[size_t{s} * 256 + static_cast<size_t>(b)] == kUnknown) {
                 m_.advance(static_cast<uint8_t>(b));
                 const uint32_t t = intern();
                 m_.rollback(1);
-                if (allowed_.size() > kMaxWalkStates) return false;
-                next_[size_t{s} * 256 + static_cast<size_t>(b)] = t;
+                if (added_ > kMaxWalkStates) return false;
+                t_.next[size_t{s} * 256 + static_cast<size_t>(b)] = t;
             }
-            if (next_[size_t{s} * 256 + static_cast<size_t>(b)] == s) loop.add(static_cast<uint8_t>(b));
+            if (t_.next[size_t{s} * 256 + static_cast<size_t>(b)] == s) loop.add(static_cast<uint8_t>(b));
         }
-        loop_[s] = loop;
+        t_.loop[s] = loop;
         return true;
     }
 
     uint32_t intern() {
-        const auto [it, fresh] = by_key_.emplace(m_.state_key(), static_cast<uint32_t>(allowed_.size()));
+        const auto [it, fresh] = t_.by_key.emplace(m_.state_key(), static_cast<uint32_t>(t_.size()));
         if (fresh) {
+            ++added_;
             const ByteSet allowed = m_.allowed();
-            allowed_.push_back(allowed);
-            accepting_.push_back(m_.accepting() ? 1 : 0);
-            probed_.push_back(0);
-            taken_.push_back(0);
-            self_.push_back(0);
-            loop_.emplace_back();
-            const size_t base = next_.size();
-            next_.resize(base + 256, kRefused);
+            t_.allowed.push_back(allowed);
+            t_.accepting.push_back(m_.accepting() ? 1 : 0);
+            t_.probed.push_back(0);
+            t_.taken.push_back(0);
+            t_.self.push_back(0);
+            t_.loop.emplace_back();
+            const size_t base = t_.next.size();
+            t_.next.resize(base + 256, kRefused);
             for (int b = 0; b < 256; ++b)
-                if (allowed.has(static_cast<uint8_t>(b))) next_[base + static_cast<size_t>(b)] = kUnknown;
+                if (allowed.has(static_cast<uint8_t>(b))) t_.next[base + static_cast<size_t>(b)] = kUnknown;
         }
         return it->second;
     }
 
     Matcher& m_;
-    std::vector<ByteSet> allowed_, loop_;    // per state
-    std::vector<uint8_t> accepting_, probed_;  // per state
-    std::vector<uint32_t> taken_, self_;  // per state: transitions explored by enter(), of which back to the state
-    std::vector<uint32_t> next_;  // next_[state * 256 + byte]: the state after the byte, kRefused or kUnknown
-    std::unordered_map<uint64_t, uint32_t> by_key_;
+    StateTable own_;
+    StateTable& t_;
+    size_t added_ = 0;                // states this walk added to t_
     std::vector<uint32_t> state_at_;  // the state after the first d bytes of the current path
     std::vector<uint8_t> path_;
     size_t synced_ = 0;  // m_ has read path_[0 .. synced_) past where the walk began
@@ -325,13 +359,14 @@ bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uin
 // there. A token the production reads whole is accepted; a byte the production refuses after it could have
 // completed (at a depth past the token's first byte: completing before any byte is the business of the kernel
 // items the completion leads to) cuts the subtree off as context-dependent.
-std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher& m, uint32_t pos) const {
+std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher& m, uint32_t pos,
+                                                                   StateTable* table) const {
     auto pm = std::make_shared<PositionMasks>();
     Matcher inner = m.at_position(pos);
     TokenMask accepted;
     accepted.reset(n_tokens_);
     {
-        StateWalk w(inner, max_depth_);
+        StateWalk w(inner, max_depth_, table);
         std::vector<uint8_t> complete_above(max_depth_ + 1, 0);  // the path completed the production at depth 1..d
         for (uint32_t i = 1; i < nodes_.size();) {
             const Node& n = nodes_[i];
@@ -379,7 +414,8 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
             const uint64_t shape = m.position_shape(pos);
             if (shape != 0) pm = shared_->find_position(shape);
             if (pm == nullptr) {
-                pm = analyse_position(m, pos);
+                auto [lock, table] = cache.analysis_table();
+                pm = analyse_position(m, pos, table);
                 if (shape != 0) shared_->insert_position(shape, pm);
             }
             cache.insert_position(pos, pm);

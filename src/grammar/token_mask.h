@@ -38,14 +38,19 @@ struct TokenMask {
 // It also keeps what each kernel position of the grammar allows on its own (TokenVocab::fill_mask's per-position
 // precomputation, PositionMasks), at most `max_positions` of them, dropping the least recently used.
 struct PositionMasks;
+struct StateTable;
 
 class MaskCache {
   public:
     // 2048 masks of a 128K-token vocabulary: 32 MiB; 256 positions: at most 4 MiB more.
     static constexpr size_t kDefaultMaxMasks = 2048;
     static constexpr size_t kDefaultMaxPositions = 256;
-    explicit MaskCache(size_t max_masks = kDefaultMaxMasks, size_t max_positions = kDefaultMaxPositions)
-        : max_masks_(max_masks), max_positions_(max_positions) {}
+    // The analyses' shared transitions are dropped past this many states (256 entries each: 8 MiB).
+    static constexpr size_t kMaxTableStates = 8192;
+    explicit MaskCache(size_t max_masks = kDefaultMaxMasks, size_t max_positions = kDefaultMaxPositions);
+    ~MaskCache();
+    MaskCache(const MaskCache&) = delete;
+    MaskCache& operator=(const MaskCache&) = delete;
 
     bool find(uint64_t key, TokenMask& out);  // copies the mask of `key` into `out` when there is one
     void insert(uint64_t key, const TokenMask& mask);
@@ -57,6 +62,9 @@ class MaskCache {
     std::shared_ptr<const PositionMasks> find_position(uint64_t key);
     void insert_position(uint64_t key, std::shared_ptr<const PositionMasks> masks);
     size_t n_positions() const;
+    // The transitions between states that the analyses of kernel positions have taken (TokenVocab::fill_mask),
+    // lent with its lock held.
+    std::pair<std::unique_lock<std::mutex>, StateTable*> analysis_table();
 
   private:
     using Entry = std::pair<uint64_t, std::vector<uint64_t>>;
@@ -68,6 +76,8 @@ class MaskCache {
     std::list<PositionEntry> position_lru_;
     std::unordered_map<uint64_t, std::list<PositionEntry>::iterator> by_position_;
     int64_t hits_ = 0, misses_ = 0;
+    std::mutex table_mu_;
+    std::unique_ptr<StateTable> table_;
 };
 
 // What one kernel position allows on its own (see TokenVocab::fill_mask): `accepted`, the tokens read entirely
@@ -118,7 +128,7 @@ class TokenVocab {
     void walk(uint32_t node, Matcher& m, TokenMask& out) const;
     void set_subtree(uint32_t node, TokenMask& out) const;
     bool walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts) const;
-    std::shared_ptr<const PositionMasks> analyse_position(const Matcher& m, uint32_t pos) const;
+    std::shared_ptr<const PositionMasks> analyse_position(const Matcher& m, uint32_t pos, StateTable* table) const;
     bool fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache) const;
     size_t max_depth_ = 0;
 
