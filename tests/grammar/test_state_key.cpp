@@ -260,6 +260,17 @@ void expect_cached_masks_match(const Grammar& g, const TokenVocab& vocab, std::m
     }
 }
 
+// An end-of-sequence token and 40 random words of 1 to 4 letters from a-e (the random grammars' alphabet).
+TokenVocab random_words_vocab(std::mt19937& rng) {
+    std::vector<std::string> tokens = {"<eos>"};
+    for (int t = 0; t < 40; ++t) {
+        std::string s;
+        for (size_t len = 1 + rng() % 4; s.size() < len;) s += static_cast<char>('a' + rng() % 5);
+        tokens.push_back(s);
+    }
+    return TokenVocab(tokens, {0});
+}
+
 TEST(MaskCache, RandomGrammarsAndVocabulariesMatchTheWalk) {
     std::mt19937 rng(3);
     int64_t hits = 0;
@@ -267,13 +278,7 @@ TEST(MaskCache, RandomGrammarsAndVocabulariesMatchTheWalk) {
         const auto g = random_grammar(rng);
         if (!g) continue;
         ++n;
-        std::vector<std::string> tokens = {"<eos>"};
-        for (int t = 0; t < 40; ++t) {
-            std::string s;
-            for (size_t len = 1 + rng() % 4; s.size() < len;) s += static_cast<char>('a' + rng() % 5);
-            tokens.push_back(s);
-        }
-        const TokenVocab vocab(tokens, {0});
+        const TokenVocab vocab = random_words_vocab(rng);
         MaskCache cache(rng() % 2 == 0 ? 4 : 64);  // a small cache evicts too
         expect_cached_masks_match(*g, vocab, rng, 4, 20, cache);
         if (HasFatalFailure()) return;
@@ -337,13 +342,7 @@ TEST(MaskCache, KernelPositionsMatchTheWalk) {
         const auto g = random_grammar(rng);
         if (!g) continue;
         ++n;
-        std::vector<std::string> tokens = {"<eos>"};
-        for (int t = 0; t < 40; ++t) {
-            std::string s;
-            for (size_t len = 1 + rng() % 4; s.size() < len;) s += static_cast<char>('a' + rng() % 5);
-            tokens.push_back(s);
-        }
-        const TokenVocab vocab(tokens, {0});
+        const TokenVocab vocab = random_words_vocab(rng);
         MaskCache cache(0, n % 3 == 0 ? 0 : 64);
         expect_cached_masks_match(*g, vocab, rng, 4, 20, cache);
         if (HasFatalFailure()) return;
