@@ -166,6 +166,10 @@ class ProfilingOps final : public Ops {
         const Timer timer(stats_[kGatherRows]);  // counted with the gathers: both are row moves at the end of a step
         inner_.argmax_rows(x, out);
     }
+    void mask_rows(Tensor& x, const Tensor& rows, const Tensor& bits) override {
+        const Timer timer(stats_[kGatherRows]);  // with argmax_rows: both end a step
+        inner_.mask_rows(x, rows, bits);
+    }
     void add(Tensor& y, const Tensor& x) override {
         const Timer timer(stats_[kAdd]);
         inner_.add(y, x);

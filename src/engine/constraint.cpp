@@ -107,6 +107,11 @@ std::string ConstraintState::error() const {
     return fmt::format("structured output: token {} leaves the grammar after {} bytes", refused_, matcher_.position());
 }
 
+const grammar::TokenMask* ConstraintState::ready_mask() const {
+    if (!active_ || ended_ || stuck_ || !prepared_ || mask_.count() == 0) return nullptr;
+    return &mask_;
+}
+
 void ConstraintState::prepare() {
     if (!active_ || ended_ || stuck_ || prepared_) return;
     c_->vocab->fill_mask(matcher_, mask_, c_->masks.get());

@@ -51,6 +51,10 @@ class ConstraintState {
     // The token was generated. False: the grammar refuses it (only a caller that ignored the mask gets this).
     bool accept(int32_t token);
     bool active() const { return active_; }
+    // The mask prepare() computed for the next token (no drafts), when the constraint is active and the mask allows
+    // a token; null otherwise. The engine applies it on the backend (Ops::mask_rows) and takes the row's argmax
+    // there, so a greedy constrained row's logits never leave the device.
+    const grammar::TokenMask* ready_mask() const;
     // The last mask without drafts allowed nothing: no token of the vocabulary continues the output.
     bool stuck() const { return stuck_; }
     // Why accept() refused a token, for the request's error.

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 
@@ -29,12 +30,16 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-// A request whose next token is the argmax of the raw logits: greedy, no penalties, no logit bias, no grammar.
-bool raw_greedy(const Sequence& s) {
+// A request whose next token is the argmax of its logits after its grammar's mask, if any: greedy, no penalties,
+// no logit bias.
+bool plain_greedy(const Sequence& s) {
     const SamplingParams& sp = s.params.sampling;
-    return s.sampler->greedy() && !s.constraint && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
+    return s.sampler->greedy() && sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
            sp.repetition_penalty == 1.0f && sp.logit_bias.empty();
 }
+
+// A request whose next token is the argmax of the raw logits: greedy, no penalties, no logit bias, no grammar.
+bool raw_greedy(const Sequence& s) { return plain_greedy(s) && !s.constraint; }
 
 int64_t resolve_max_model_len(const ModelConfig& c, const EngineConfig& e) {
     const int64_t len = e.max_model_len > 0 ? e.max_model_len : c.max_position_embeddings;
@@ -348,8 +353,7 @@ bool Engine::step_once() {
     // decode computes them for the last token and for each draft it verifies.
     std::vector<std::vector<int32_t>> feeds(plan.chunks.size());
     std::vector<int64_t> first_row(plan.chunks.size());
-    bool host_logits = false;  // a scored row's token needs its logits on the host (below)
-    const auto needs_logits = [](const Sequence& s) { return !raw_greedy(s) || s.params.top_logprobs >= 0; };
+    std::vector<ScoredChunk> scored;  // the chunks whose rows have logits, in row order
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
         const ScheduledChunk& ch = plan.chunks[c];
         Sequence* s = ch.seq;
@@ -360,11 +364,11 @@ bool Engine::step_once() {
             feeds[c].push_back(s->tokens.back());
             feeds[c].insert(feeds[c].end(), s->drafts.begin(), s->drafts.begin() + (ch.n_tokens - 1));
             batch.add_sequence(&s->kv.blocks, feeds[c].data(), ch.n_tokens, s->n_computed, true);
-            host_logits = host_logits || needs_logits(*s);
+            scored.push_back({s, ch.n_tokens, true});
             continue;
         }
         const bool last = s->n_computed + ch.n_tokens == static_cast<int64_t>(s->tokens.size());
-        host_logits = host_logits || (last && needs_logits(*s));
+        if (last) scored.push_back({s, 1, false});
         batch.add_sequence(&s->kv.blocks, s->tokens.data() + s->n_computed, ch.n_tokens, s->n_computed, false);
         batch.want_logits.back() = last;
     }
@@ -375,13 +379,15 @@ bool Engine::step_once() {
     for (const ScheduledChunk& ch : plan.chunks)
         if (ch.seq->constraint) ch.seq->constraint->prepare();
     const int64_t vocab = model_.config().vocab_size;
-    // The logits come back only when a scored row's token needs them (sampling, penalties or bias,
-    // log-probabilities); otherwise the device takes every row's argmax and only the ids come back. A greedy batch
-    // then moves 4 bytes a row instead of a vocabulary of floats, and the host scans no row (GLM-5.2: 154,880 logits
-    // a row, (K + 1) rows a verifying request). With the logits on the host, a greedy row's argmax is taken there.
+    // The logits come back only for the rows whose token needs them (sampling, penalties or bias, a grammar,
+    // log-probabilities); the device takes the other rows' argmaxes and only their ids come back. A greedy row
+    // then moves 4 bytes instead of a vocabulary of floats and the host scans nothing (GLM-5.2: 154,880 logits
+    // a row, (K + 1) rows a verifying request), also beside constrained or sampled rows in the same batch. With
+    // its logits on the host, a greedy row's argmax is taken there.
     std::vector<int32_t> ids;
     std::vector<float> logits;
-    fetch_scored(out.logits, host_logits, &logits, &ids);
+    std::vector<int64_t> at;
+    fetch_scored(out.logits, route_rows(scored, out.logits), &logits, &at, &ids);
     const auto t_forwarded = std::chrono::steady_clock::now();
     counters_.target_s += std::chrono::duration<double>(t_forwarded - t_forward).count();
 
@@ -402,12 +408,15 @@ bool Engine::step_once() {
             continue;
         }
         const int64_t n_rows = verify ? ch.n_tokens : 1;
-        const float* rows = host_logits ? logits.data() + row * vocab : nullptr;
-        const bool by_argmax = raw_greedy(*s);  // the token is the row's argmax
+        // A sequence's rows are all on the host or none, and consecutive there.
+        const int64_t h = at[static_cast<size_t>(row)];
+        const float* rows = h >= 0 ? logits.data() + h * vocab : nullptr;
+        // The token is the row's argmax: of the raw logits, or of the logits its grammar's mask left on the device.
+        const bool by_argmax = rows == nullptr || raw_greedy(*s);
         std::vector<int32_t> host_best;
-        if (by_argmax && host_logits)
+        if (by_argmax && rows)
             for (int64_t i = 0; i < n_rows; ++i) host_best.push_back(argmax(rows + i * vocab, vocab));
-        const int32_t* best = host_logits ? host_best.data() : ids.data() + row;  // the rows' argmaxes
+        const int32_t* best = rows ? host_best.data() : ids.data() + row;  // the rows' argmaxes
         row += n_rows;
         std::vector<int32_t> toks;
         if (verify) {
@@ -473,20 +482,72 @@ bool Engine::step_once() {
     return true;
 }
 
-void Engine::fetch_scored(const Tensor& logits, bool host, std::vector<float>* lg, std::vector<int32_t>* ids) {
-    const int64_t n = logits.numel() / std::max<int64_t>(model_.config().vocab_size, 1);
+std::vector<uint8_t> Engine::route_rows(const std::vector<ScoredChunk>& scored, Tensor logits) {
+    std::vector<uint8_t> need;
+    std::vector<int32_t> masked;  // rows whose grammar mask is applied on the device, and the masks' words
+    std::vector<const grammar::TokenMask*> masks;
+    size_t words = 0;
+    int64_t row = 0;
+    for (const ScoredChunk& sc : scored) {
+        const Sequence& s = *sc.seq;
+        bool device = plain_greedy(s) && s.params.top_logprobs < 0;
+        if (device && s.constraint) {
+            // A verification's rows follow drafts, whose masks the host computes; before its start token
+            // (thinking) a one-row decode is free.
+            const grammar::TokenMask* m = sc.verify ? nullptr : s.constraint->ready_mask();
+            device = !sc.verify && (m != nullptr || !s.constraint->active());
+            if (device && m != nullptr) {
+                masked.push_back(static_cast<int32_t>(row));
+                masks.push_back(m);
+                words = std::max(words, m->words.size());
+            }
+        }
+        need.insert(need.end(), static_cast<size_t>(sc.n_rows), !device);
+        row += sc.n_rows;
+    }
+    if (!masked.empty()) {
+        static_assert(std::endian::native == std::endian::little, "a mask's 64-bit words read as pairs of 32");
+        std::vector<uint64_t> bits(masked.size() * words, 0);
+        for (size_t j = 0; j < masks.size(); ++j)
+            std::copy(masks[j]->words.begin(), masks[j]->words.end(), bits.begin() + static_cast<long>(j * words));
+        Tensor t = ops_.alloc(DType::I32, {static_cast<int64_t>(masked.size()), static_cast<int64_t>(2 * words)});
+        ops_.upload(bits.data(), t);
+        ops_.mask_rows(logits, ops_.upload_i32(masked), t);
+    }
+    return need;
+}
+
+void Engine::fetch_scored(const Tensor& logits, const std::vector<uint8_t>& need, std::vector<float>* lg,
+                          std::vector<int64_t>* at, std::vector<int32_t>* ids) {
+    const int64_t vocab = model_.config().vocab_size;
+    const int64_t n = logits.numel() / std::max<int64_t>(vocab, 1);
+    MEGACTX_CHECK(static_cast<int64_t>(need.size()) == n, "{} scored rows, {} logit rows", need.size(), n);
     lg->clear();
     ids->clear();
+    at->assign(static_cast<size_t>(n), -1);
     if (n == 0) return;
-    if (host) {
-        lg->resize(static_cast<size_t>(logits.numel()));
+    std::vector<int32_t> host_rows;
+    for (int64_t i = 0; i < n; ++i)
+        if (need[static_cast<size_t>(i)]) {
+            (*at)[static_cast<size_t>(i)] = static_cast<int64_t>(host_rows.size());
+            host_rows.push_back(static_cast<int32_t>(i));
+        }
+    const auto m = static_cast<int64_t>(host_rows.size());
+    if (m < n) {
+        Tensor t = ops_.alloc(DType::I32, {n});
+        ops_.argmax_rows(logits, t);
+        ids->resize(static_cast<size_t>(n));
+        ops_.download(t, ids->data());
+    }
+    if (m == 0) return;
+    lg->resize(static_cast<size_t>(m * vocab));
+    if (m == n) {
         ops_.download(logits, lg->data());
         return;
     }
-    Tensor t = ops_.alloc(DType::I32, {n});
-    ops_.argmax_rows(logits, t);
-    ids->resize(static_cast<size_t>(n));
-    ops_.download(t, ids->data());
+    Tensor picked = ops_.alloc(DType::F32, {m, vocab});  // the rows that need their logits, gathered on the device
+    ops_.gather_rows(logits, ops_.upload_i32(host_rows), picked);
+    ops_.download(picked, lg->data());
 }
 
 std::vector<float> Engine::penalized(const Sequence& s, const float* row, const std::vector<int32_t>& extra) const {
@@ -663,20 +724,22 @@ void Engine::draft_steps(const ForwardResult& m, const Drafting& d) {
     // One row per active sequence: the logits of its next draft on the host (lg) when a sequence samples or
     // processes them, else only their argmaxes (best), as for the target's rows.
     std::vector<float> lg;
+    std::vector<int64_t> at;
     std::vector<int32_t> best;
     const auto take = [&](const Tensor& logits) {
-        const bool host = std::any_of(active.begin(), active.end(), [&](size_t i) { return !raw_greedy(*d.seqs[i]); });
-        fetch_scored(logits, host, &lg, &best);
+        std::vector<uint8_t> need(active.size());
+        for (size_t a = 0; a < active.size(); ++a) need[a] = !raw_greedy(*d.seqs[active[a]]);
+        fetch_scored(logits, need, &lg, &at, &best);
     };
     take(m.logits);
     while (true) {
         std::vector<size_t> still;
         for (size_t a = 0; a < active.size(); ++a) {
             Sequence* s = d.seqs[active[a]];
-            if (!best.empty()) {
+            if (at[a] < 0) {
                 s->drafts.push_back(best[a]);
             } else {
-                const std::vector<float> q = target_probs(*s, lg.data() + static_cast<int64_t>(a) * vocab, s->drafts);
+                const std::vector<float> q = target_probs(*s, lg.data() + at[a] * vocab, s->drafts);
                 const int32_t tok = s->sampler->greedy()
                                         ? static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin())
                                         : s->sampler->draw(q);

@@ -121,10 +121,24 @@ class Engine {
     // Sequence s's tokens decided by one target row (or, verifying drafts, by its rows): appends them, reports
     // each to the sink, and returns the finish reason, if any.
     FinishReason accept_tokens(Sequence* s, const std::vector<int32_t>& toks, const float* rows, int64_t n_rows);
-    // A forward's scored rows as the host needs them: with `host` (a row samples, processes its logits or reports
-    // log-probabilities) the logits in *lg, otherwise each row's argmax taken on the backend in *ids, so that only
-    // ids leave the device (GLM-5.2: 154,880 logits a row). The other vector is left empty.
-    void fetch_scored(const Tensor& logits, bool host, std::vector<float>* lg, std::vector<int32_t>* ids);
+    // A chunk of a step whose rows have logits: a verification's K + 1 rows, or a prompt's or decode's last row.
+    struct ScoredChunk {
+        Sequence* seq;
+        int64_t n_rows;
+        bool verify;
+    };
+    // Where each scored row's token is decided: on the host (1: its logits come back: sampling, penalties, bias,
+    // log-probabilities, a verification under a grammar) or by the backend's argmax (0), after the grammar's mask
+    // for the next token, which this applies to the row on the backend (Ops::mask_rows).
+    std::vector<uint8_t> route_rows(const std::vector<ScoredChunk>& scored, Tensor logits);
+    // A forward's scored rows as the host needs them. Rows with need[i] (the row samples, processes its logits,
+    // follows a grammar or reports log-probabilities) bring their logits to the host, only those rows: row i at
+    // lg->data() + (*at)[i] * vocab, (*at)[i] = -1 for the others. When some row needs no logits, every row's
+    // argmax is taken on the backend into *ids, so a batch with a few constrained or sampled requests moves
+    // their rows and ids, not a vocabulary of floats for every row (GLM-5.2: 154,880 logits a row); when every
+    // row needs its logits, *ids stays empty.
+    void fetch_scored(const Tensor& logits, const std::vector<uint8_t>& need, std::vector<float>* lg,
+                      std::vector<int64_t>* at, std::vector<int32_t>* ids);
     // A row's logits after the request's penalties and logit bias, with `output_extra` (drafts) appended to its
     // output; and the distribution Sampler::probs makes of them.
     std::vector<float> penalized(const Sequence& s, const float* row, const std::vector<int32_t>& output_extra) const;

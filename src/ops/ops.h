@@ -226,6 +226,10 @@ class Ops {
     // out[i] = the index of row i's largest value; the lowest index wins ties (Sampler's argmax).
     //                                                           x [n, d] F32, out [n] I32
     virtual void argmax_rows(const Tensor& x, Tensor& out) = 0;
+    // x[rows[j], c] = -inf for every column c whose bit is clear in mask j: bit c % 32 of bits[j, c / 32]; the
+    // columns from 32·w on have no bit and are cleared (a grammar's token masks, whose vocabulary may be shorter
+    // than the model's).                                        x [n, d] F32, rows [m] I32, bits [m, w] I32
+    virtual void mask_rows(Tensor& x, const Tensor& rows, const Tensor& bits) = 0;
     // y += x (elementwise)
     virtual void add(Tensor& y, const Tensor& x) = 0;
     // Copies columns [c0, c0 + out.cols) of x into out.          x [n, d], out [n, d']

@@ -373,6 +373,30 @@ TEST_F(CudaOpsTest, EmbeddingRopeAndCopies) {
         EXPECT_EQ(gathered[1], gathered[0]);
         EXPECT_EQ(gathered[0], (std::vector<int32_t>{9, 8, 2, 1, 4, -1, 70000, 3}));
     }
+    {  // grammar masks on vocabulary-sized rows: random bits, a mask shorter than the row, then the argmax
+        const int64_t n = 6, d = 8193, w = 200;  // 6,400 columns have bits; 6,400.. are cleared
+        auto x = randv(n * d);
+        std::mt19937 rng(11);
+        std::vector<int32_t> bits(3 * w);
+        for (int32_t& b : bits) b = static_cast<int32_t>(rng() & rng());  // about a quarter of the bits set
+        std::vector<float> masked[2];
+        std::vector<int32_t> ids[2];
+        int i = 0;
+        for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get()}) {
+            Tensor t = put(*ops, x, {n, d});
+            ops->mask_rows(t, put_i32(*ops, {4, 0, 5}, {3}), put_i32(*ops, bits, {3, w}));
+            masked[i] = get(*ops, t);
+            Tensor out = ops->alloc(DType::I32, {n});
+            ops->argmax_rows(t, out);
+            ids[i].resize(n);
+            ops->download(out, ids[i].data());
+            ++i;
+        }
+        EXPECT_EQ(masked[1], masked[0]);
+        EXPECT_EQ(ids[1], ids[0]);
+        EXPECT_TRUE(std::isinf(masked[0][4 * d + d - 1]));
+        EXPECT_EQ(masked[0][1 * d + d - 1], x[1 * d + d - 1]);  // an unmasked row
+    }
 }
 
 // Geometry of the MLA cases: (rank, rope) of the latent, heads, nope/v dims.

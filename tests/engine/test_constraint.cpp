@@ -156,6 +156,54 @@ TEST(Constraint, SpeculativeGreedyEqualsPlainGreedy) {
     EXPECT_EQ(runs[0], runs[2]);
 }
 
+TEST(Constraint, GreedyMasksOnTheBackendEqualMasksOnTheHost) {
+    // A greedy constrained row without log-probabilities is masked on the backend (Ops::mask_rows) and decided by
+    // the backend's argmax; asking for log-probabilities brings its logits to the host and masks them there. The
+    // tokens are the same, and a free greedy request beside them decodes as it does alone.
+    Harness h;
+    auto c = std::make_shared<OutputConstraint>();
+    c->grammar = numbers_grammar();
+    c->vocab = h.vocab;
+    GenerationParams free_params;
+    free_params.max_tokens = 12;
+    free_params.ignore_eos = true;
+    const auto run = [&](int64_t top_logprobs, bool with_free, bool with_sampled) {
+        EngineConfig cfg;
+        cfg.n_kv_blocks = 64;
+        Engine e(h.model, h.ops, cfg);
+        std::vector<int64_t> ids;
+        for (int32_t i = 0; i < 4; ++i) {
+            GenerationParams g = constrained(c, 0.0f, 0);
+            g.top_logprobs = top_logprobs;
+            ids.push_back(e.submit({5, 9, 17, 40 + i}, g, h.sink()));
+        }
+        if (with_free) ids.push_back(e.submit({5, 9, 17}, free_params, h.sink()));
+        if (with_sampled) e.submit({5, 9, 18}, constrained(c, 1.0f, 7), h.sink());
+        while (e.step()) {
+        }
+        std::vector<std::vector<int32_t>> toks;
+        for (const int64_t id : ids) {
+            EXPECT_NE(h.out[id].finish, FinishReason::kError) << h.out[id].error;
+            toks.push_back(h.out[id].tokens);
+        }
+        h.out.clear();
+        return toks;
+    };
+    const auto host = run(0, false, false), device = run(-1, false, false);
+    EXPECT_EQ(device, host);
+    const auto mixed = run(-1, true, true);
+    ASSERT_EQ(mixed.size(), 5u);
+    EXPECT_EQ(std::vector<std::vector<int32_t>>(mixed.begin(), mixed.begin() + 4), host);
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 64;
+    Engine alone(h.model, h.ops, cfg);
+    const int64_t id = alone.submit({5, 9, 17}, free_params, h.sink());
+    while (alone.step()) {
+    }
+    EXPECT_EQ(mixed[4], h.out[id].tokens);
+    EXPECT_EQ(mixed[4].size(), 12u);
+}
+
 TEST(Constraint, StartsAfterTheGivenToken) {
     Harness h;
     auto c = std::make_shared<OutputConstraint>();

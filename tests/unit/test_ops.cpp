@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backend/cpu/cpu_ops.h"
@@ -33,6 +34,30 @@ TEST(CpuOps, TopkIndicesOrderAndTies) {
     EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 4}));  // 4 (3.0), then ties 1, 2 before 5; ascending
     topk_indices(s, 6, 10, out);
     EXPECT_EQ(out.size(), 6u);
+}
+
+TEST(CpuOps, MaskRowsClearsTheColumnsWhoseBitIsClear) {
+    CpuOps ops;
+    const int64_t n = 4, d = 70;
+    Tensor x = random_tensor(ops, {n, d}, 5);
+    const std::vector<float> before(x.f32(), x.f32() + n * d);
+    Tensor rows = ops.upload_i32({2, 0});
+    // Row 2 keeps columns 3 and 33 (word 1, bit 1); row 0 keeps 63 only. Columns 64.. have no bit: cleared.
+    Tensor bits = ops.alloc(DType::I32, {2, 2});
+    const uint32_t words[4] = {1u << 3, 1u << 1, 0u, 1u << 31};
+    std::memcpy(bits.i32(), words, sizeof(words));
+    ops.mask_rows(x, rows, bits);
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < d; ++c) {
+            const float v = x.f32()[r * d + c];
+            const bool kept = r == 1 || r == 3 || (r == 2 && (c == 3 || c == 33)) || (r == 0 && c == 63);
+            if (kept) {
+                EXPECT_EQ(v, before[static_cast<size_t>(r * d + c)]) << r << "," << c;
+            } else {
+                EXPECT_TRUE(std::isinf(v) && v < 0) << r << "," << c;
+            }
+        }
+    EXPECT_THROW(ops.mask_rows(x, ops.upload_i32({4}), ops.alloc(DType::I32, {1, 3})), Error);
 }
 
 TEST(CpuOps, RopeInterleavedPairs) {

@@ -616,6 +616,21 @@ void CpuOps::argmax_rows(const Tensor& x, Tensor& out) {
     }
 }
 
+void CpuOps::mask_rows(Tensor& x, const Tensor& rows, const Tensor& bits) {
+    const int64_t d = x.shape.back(), n = rows_of(x), m = rows.numel();
+    MEGACTX_CHECK(bits.shape.size() == 2 && bits.dim(0) == m, "mask_rows: {} rows and {} masks", m,
+                  bits.shape.empty() ? 0 : bits.dim(0));
+    const int64_t w = bits.dim(1);
+    for (int64_t j = 0; j < m; ++j) {
+        const int32_t r = rows.i32()[j];
+        MEGACTX_CHECK(r >= 0 && r < n, "mask_rows: row {} of {}", r, n);
+        float* row = x.f32() + r * d;
+        const auto* words = reinterpret_cast<const uint32_t*>(bits.i32() + j * w);
+        for (int64_t c = 0; c < d; ++c)
+            if (c >= 32 * w || ((words[c / 32] >> (c % 32)) & 1u) == 0) row[c] = -std::numeric_limits<float>::infinity();
+    }
+}
+
 void CpuOps::add(Tensor& y, const Tensor& x) {
     float* py = y.f32();
     const float* px = x.f32();

@@ -46,6 +46,7 @@ public:
     Tensor alloc_host(DType dtype, std::vector<int64_t> shape) override { return alloc(dtype, std::move(shape)); }
     void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override;
     void argmax_rows(const Tensor& x, Tensor& out) override;
+    void mask_rows(Tensor& x, const Tensor& rows, const Tensor& bits) override;
     void add(Tensor& y, const Tensor& x) override;
     void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;
     void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;

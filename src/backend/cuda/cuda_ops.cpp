@@ -1689,6 +1689,15 @@ void CudaOps::argmax_rows(const Tensor& x, Tensor& out) {
     after_op("argmax_rows");
 }
 
+void CudaOps::mask_rows(Tensor& x, const Tensor& rows, const Tensor& bits) {
+    const int64_t m = rows.numel();
+    MEGACTX_CHECK(bits.shape.size() == 2 && bits.dim(0) == m, "mask_rows: {} rows and {} masks", m,
+                  bits.shape.empty() ? 0 : bits.dim(0));
+    MEGACTX_CUDA_CHECK(launch_mask_rows(x.f32(), rows_of(x), x.shape.back(), rows.i32(),
+                                        reinterpret_cast<const uint32_t*>(bits.i32()), m, bits.dim(1), stream_));
+    after_op("mask_rows");
+}
+
 void CudaOps::add(Tensor& y, const Tensor& x) {
     MEGACTX_CUDA_CHECK(launch_add(y.f32(), x.f32(), y.numel(), stream_));
     after_op("add");

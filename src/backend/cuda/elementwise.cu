@@ -167,6 +167,24 @@ __global__ void argmax_rows_kernel(int32_t* out, const float* x, int64_t d) {
     if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] < 0 ? 0 : best_i[0];
 }
 
+// One block per masked row, its threads striding over the columns.
+__global__ void mask_rows_kernel(float* x, int64_t n, int64_t d, const int32_t* rows, const uint32_t* bits, int64_t w) {
+    const int32_t r = rows[blockIdx.x];
+    if (r < 0 || r >= n) return;
+    float* row = x + r * d;
+    const uint32_t* words = bits + blockIdx.x * w;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+        if (c >= 32 * w || ((words[c / 32] >> (c % 32)) & 1u) == 0) row[c] = -INFINITY;
+}
+
+cudaError_t launch_mask_rows(float* x, int64_t n, int64_t d, const int32_t* rows, const uint32_t* bits, int64_t m,
+                             int64_t w, cudaStream_t stream) {
+    if (m == 0 || d == 0) return cudaSuccess;
+    if (m > 2147483647) return cudaErrorInvalidValue;
+    mask_rows_kernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(x, n, d, rows, bits, w);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_argmax_rows(int32_t* out, const float* x, int64_t n, int64_t d, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     argmax_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(out, x, d);

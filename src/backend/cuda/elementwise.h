@@ -18,6 +18,10 @@ cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream)
 cudaError_t launch_gather_rows(float* out, const float* x, const int32_t* rows, int64_t m, int64_t d,
                                cudaStream_t stream);
 // out[i] = argmax_c x[i, c], the lowest c on ties        x [n, d], out [n]
+// x[rows[j], c] = -inf where bit c of mask j (w 32-bit words) is clear or c >= 32·w (Ops::mask_rows); rows out of
+// [0, n) are skipped.
+cudaError_t launch_mask_rows(float* x, int64_t n, int64_t d, const int32_t* rows, const uint32_t* bits, int64_t m,
+                             int64_t w, cudaStream_t stream);
 cudaError_t launch_argmax_rows(int32_t* out, const float* x, int64_t n, int64_t d, cudaStream_t stream);
 // out[i, :] = table[ids[i], :] dequantised: elem 0 = f32, 1 = bf16, 2 = fp8 e4m3 × scale_inv[r / block, c / block]
 //   ids [n], table [vocab, cols], scale_inv [ceil(vocab / block), ceil(cols / block)], out [n, cols]
