@@ -242,6 +242,10 @@ CudaOps::~CudaOps() {
     if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
     if (fork_ != nullptr) cudaEventDestroy(fork_);
     for (cudaEvent_t e : fetched_) cudaEventDestroy(e);
+    for (CopyListSlot& slot : copy_lists_) {
+        if (slot.uploaded != nullptr) cudaEventDestroy(slot.uploaded);
+        if (slot.list != nullptr) cudaFreeHost(slot.list);
+    }
     if (stall_clock_ != nullptr) cudaFree(stall_clock_);
     if (stall_host_ != nullptr) cudaFreeHost(stall_host_);
     cudaStreamDestroy(stream_);
@@ -1642,23 +1646,35 @@ void CudaOps::copy_blocks(const std::vector<BlockCopy>& copies) {
     if (copies.empty()) return;
     bind_thread();
     MEGACTX_CHECK(recording_ == nullptr, "copy_blocks: KV blocks move between steps, not inside a recorded graph");
-    std::vector<DeviceBlockCopy> list;
-    list.reserve(copies.size());
+    // The copy list goes up from a pinned ring slot, so the upload is asynchronous and the host does not wait for
+    // the device: a slot is written again only after the event of its last upload (a step or more ago) has fired.
+    CopyListSlot& slot = copy_lists_[n_copy_lists_++ % copy_lists_.size()];
+    if (slot.uploaded == nullptr) MEGACTX_CUDA_CHECK(cudaEventCreateWithFlags(&slot.uploaded, cudaEventDisableTiming));
+    else MEGACTX_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
+    if (slot.capacity < copies.size()) {
+        if (slot.list != nullptr) MEGACTX_CUDA_CHECK(cudaFreeHost(slot.list));
+        slot.capacity = std::max<size_t>(copies.size(), 2 * slot.capacity);
+        void* p = nullptr;
+        MEGACTX_CUDA_CHECK(cudaHostAlloc(&p, slot.capacity * sizeof(DeviceBlockCopy), cudaHostAllocDefault));
+        slot.list = static_cast<DeviceBlockCopy*>(p);
+    }
     int64_t max_bytes = 0;
     bool vec16 = true;
-    for (const BlockCopy& c : copies) {
-        list.push_back({c.src, c.dst, c.bytes});
+    for (size_t i = 0; i < copies.size(); ++i) {
+        const BlockCopy& c = copies[i];
+        slot.list[i] = {c.src, c.dst, c.bytes};
         max_bytes = std::max(max_bytes, c.bytes);
         vec16 = vec16 && reinterpret_cast<uintptr_t>(c.src) % 16 == 0 && reinterpret_cast<uintptr_t>(c.dst) % 16 == 0 &&
                 c.bytes % 16 == 0;
     }
-    const size_t bytes = list.size() * sizeof(DeviceBlockCopy);
+    const size_t bytes = copies.size() * sizeof(DeviceBlockCopy);
+    // The device table is released in stream order: whatever reuses it runs on stream_ after the copy kernel.
     Tensor table = alloc(DType::F8_E4M3, {static_cast<int64_t>(bytes)});
-    MEGACTX_CUDA_CHECK(cudaMemcpyAsync(table.data, list.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    MEGACTX_CUDA_CHECK(cudaMemcpyAsync(table.data, slot.list, bytes, cudaMemcpyHostToDevice, stream_));
+    MEGACTX_CUDA_CHECK(cudaEventRecord(slot.uploaded, stream_));
     MEGACTX_CUDA_CHECK(launch_copy_blocks(static_cast<const DeviceBlockCopy*>(table.data),
-                                          static_cast<int64_t>(list.size()), max_bytes, vec16, stream_));
+                                          static_cast<int64_t>(copies.size()), max_bytes, vec16, stream_));
     after_op("copy_blocks");
-    MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `list` is pageable host memory
 }
 
 Tensor CudaOps::alloc_host(DType dtype, std::vector<int64_t> shape) {

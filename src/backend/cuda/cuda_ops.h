@@ -13,6 +13,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,7 @@
 
 namespace megactx::cuda {
 
+struct DeviceBlockCopy;  // kv_tier.h
 struct MoeFp8Params;    // moe_fp8.h
 struct MoeSmallParams;  // moe.h
 struct InvariantGemmParams;  // invariant_gemm.h
@@ -215,6 +217,14 @@ class CudaOps final : public Ops {
     std::vector<cudaEvent_t> fetched_;
     int64_t n_fetches_ = 0;
     bool tier_overlap_ = true;
+    // copy_blocks' copy lists: pinned host slots used in turn, each with the event of its last upload.
+    struct CopyListSlot {
+        DeviceBlockCopy* list = nullptr;
+        size_t capacity = 0;
+        cudaEvent_t uploaded = nullptr;
+    };
+    std::array<CopyListSlot, 4> copy_lists_{};
+    int64_t n_copy_lists_ = 0;
     // The copy stream's gather grid (MEGACTX_TIER_FETCH_BLOCKS; 0: a warp per row). A full grid of a batch-8
     // gather (16K rows, 2,048 CTAs) crowds out the GEMMs beside it: bench_model host-tier overlap A/B.
     int tier_fetch_blocks_ = 64;

@@ -132,8 +132,10 @@ cudaError_t launch_copy_blocks(const DeviceBlockCopy* copies, int64_t n, int64_t
                                cudaStream_t stream) {
     if (n == 0 || max_bytes == 0) return cudaSuccess;
     if (n > 2147483647) return cudaErrorInvalidValue;
-    // A 64-row FP8 latent block is 41,984 B = 2,624 vectors: ~11 threads' worth of 16 B each over 256 threads.
-    const int64_t per_block = kThreads * (vec16 ? 16 : 1) * 8;
+    // One vector per thread, so every load of a copy is in flight at once (reads of mapped host memory are
+    // latency-bound: 2 CTAs of a 64-row FP8 latent block, 41,984 B, looping 5 times each left the link idle).
+    // A 41,984-B block is 11 CTAs of 256 × 16 B.
+    const int64_t per_block = kThreads * (vec16 ? 16 : 1);
     const auto chunks = static_cast<unsigned>(std::min<int64_t>((max_bytes + per_block - 1) / per_block, 65535));
     const dim3 grid(static_cast<unsigned>(n), chunks);
     if (vec16) {
