@@ -134,7 +134,14 @@ std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
         int64_t read = 0;
         for (const int32_t b : promoted_last_) read += hits[static_cast<size_t>(b)] > 0;
         stats_.promotions_unread += n - read;
-        limit_ = 2 * read < n ? std::max<int64_t>(1, limit_ / 2) : std::min(max_promotions_, 2 * limit_);
+        if (2 * read < n) {
+            if (limit_ == 1) probe_gap_ = std::min(kMaxProbeGap, 2 * probe_gap_);  // a single probe missed
+            limit_ = std::max<int64_t>(1, limit_ / 2);
+        } else {
+            limit_ = std::min(max_promotions_, 2 * limit_);
+            probe_gap_ = 1;
+            next_probe_ = now_;
+        }
         promoted_last_.clear();
     }
     // out: device frames emptied; in: host blocks moved up; back: staged blocks into the host frames vacated. A
@@ -143,7 +150,7 @@ std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
     std::vector<TierMove> out, in, back;
     std::vector<int32_t> vacated;
     int64_t n_swaps = 0;
-    const auto n_promote = std::min<int64_t>(limit_, static_cast<int64_t>(wanted.size()));
+    const auto n_promote = now_ >= next_probe_ ? std::min<int64_t>(limit_, static_cast<int64_t>(wanted.size())) : 0;
     for (int64_t k = 0; k < n_promote; ++k) {
         const int32_t b = wanted[static_cast<size_t>(k)].second;
         const auto i = static_cast<size_t>(b);
@@ -170,6 +177,7 @@ std::vector<TierMove> KvTiers::end_step(const std::vector<int32_t>& hits) {
         ++stats_.promotions;
     }
     free_host_.insert(free_host_.end(), vacated.begin(), vacated.end());
+    if (!promoted_last_.empty()) next_probe_ = now_ + probe_gap_;
     ++now_;
     std::vector<TierMove> moves = std::move(out);
     moves.insert(moves.end(), in.begin(), in.end());

@@ -123,10 +123,11 @@ TEST(KvTiers, SwapsOfOneStepUseOneStagingBlockEachInThreePhases) {
     expect_frames_distinct(t, {0, 1, 2, 3, 4});
 }
 
-// Promotions that are not read again halve the per-step limit (down to 1); promotions that are read double it back.
+// Promotions that are not read again halve the per-step limit (down to 1), then space the single probes out
+// (1, 2, 4, ... steps apart, up to 32); promotions that are read double the limit back, a probe at a time.
 TEST(KvTiers, PromotionsBackOffWhileThePromotedBlocksAreNotReadAgain) {
-    // 16 device blocks, 300 host blocks in use and 100 host frames free (demotions need no staging).
-    const int32_t n_device = 16, n_host = 400, n_used = n_device + 300;
+    // 16 device blocks, 360 host blocks in use and 40 host frames free (demotions need no staging).
+    const int32_t n_device = 16, n_host = 400, n_used = n_device + 360;
     KvTiers t(n_device, n_host, 8);
     for (int32_t b = 0; b < n_used; ++b) t.place(b);
     std::vector<int32_t> hits(static_cast<size_t>(n_device + n_host), 0);
@@ -140,7 +141,7 @@ TEST(KvTiers, PromotionsBackOffWhileThePromotedBlocksAreNotReadAgain) {
         }
     };
     std::vector<int64_t> promoted;
-    for (int32_t step = 0; step < 8; ++step) {
+    for (int32_t step = 0; step < 40; ++step) {
         const int64_t before = t.stats().promotions;
         moving(step);
         t.end_step(hits);
@@ -151,16 +152,22 @@ TEST(KvTiers, PromotionsBackOffWhileThePromotedBlocksAreNotReadAgain) {
     EXPECT_EQ(promoted[1], 4);  // none of them was read again: 8 → 4 → 2 → 1
     EXPECT_EQ(promoted[2], 2);
     EXPECT_EQ(promoted[3], 1);
-    EXPECT_EQ(promoted[7], 1);  // and it keeps probing with one
+    // Then single probes, each missed one doubling the gap to the next: steps 4, 6, 10, 18, 34.
+    std::vector<int32_t> probes;
+    for (int32_t step = 4; step < 40; ++step) {
+        EXPECT_LE(promoted[static_cast<size_t>(step)], 1) << step;
+        if (promoted[static_cast<size_t>(step)] == 1) probes.push_back(step);
+    }
+    EXPECT_EQ(probes, (std::vector<int32_t>{4, 6, 10, 18, 34}));
     EXPECT_EQ(t.promotion_limit(), 1);
-    EXPECT_EQ(t.stats().promotions_unread, t.stats().promotions - 1);  // the last step's are not judged yet
+    EXPECT_EQ(t.stats().promotions_unread, t.stats().promotions);  // the last probe (34) was judged at 35
 
     // A stable selection: the promoted blocks are read again, and the limit doubles back to 8.
     hits.assign(hits.size(), 0);
-    for (int32_t j = 0; j < 8; ++j) hits[static_cast<size_t>(n_device + 200 + j)] = 3;
-    for (int32_t step = 0; step < 6; ++step) t.end_step(hits);
+    for (int32_t j = 0; j < 8; ++j) hits[static_cast<size_t>(n_device + 340 + j)] = 3;
+    for (int32_t step = 0; step < 40; ++step) t.end_step(hits);
     EXPECT_EQ(t.promotion_limit(), 8);
-    for (int32_t j = 0; j < 8; ++j) EXPECT_GE(t.loc()[static_cast<size_t>(n_device + 200 + j)], 0) << j;
+    for (int32_t j = 0; j < 8; ++j) EXPECT_GE(t.loc()[static_cast<size_t>(n_device + 340 + j)], 0) << j;
     std::set<int32_t> all;
     for (int32_t b = 0; b < n_used; ++b) all.insert(b);
     expect_frames_distinct(t, all);
