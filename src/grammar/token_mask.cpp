@@ -402,24 +402,42 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
 
 // fill_mask's per-position path: the union of the kernel positions' accepted tokens, then the keyed walk over the
 // union of their cuts through `m` itself. False: a state this does not suit (too many kernel positions, a position
-// too large to analyse, too many states in the cuts' walk); `out` is then incomplete.
+// too large to analyse, several positions not analysed yet, too many states in the cuts' walk); `out` is then
+// incomplete.
 bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache) const {
     std::vector<uint32_t> kernel;
     m.kernel_positions(kernel);
     if (kernel.size() > kMaxKernel) return false;
-    std::vector<uint32_t> cuts;
-    for (const uint32_t pos : kernel) {
-        std::shared_ptr<const PositionMasks> pm = cache.find_position(pos);
-        if (pm == nullptr) {
-            const uint64_t shape = m.position_shape(pos);
-            if (shape != 0) pm = shared_->find_position(shape);
-            if (pm == nullptr) {
-                auto [lock, table] = cache.analysis_table();
-                pm = analyse_position(m, pos, table);
-                if (shape != 0) shared_->insert_position(shape, pm);
+    // The positions' analyses, from the grammar's cache or the vocabulary's (by shape). One not analysed yet is
+    // analysed now; when several are missing, only the first is, and this mask walks the state instead (false):
+    // each analysis walks the trie, so a cold state with several wide positions would cost a walk per position
+    // (MaskBench's p99.9); later masks find the others.
+    std::vector<std::shared_ptr<const PositionMasks>> found(kernel.size());
+    size_t n_missing = 0, first_missing = kernel.size();
+    for (size_t i = 0; i < kernel.size(); ++i) {
+        found[i] = cache.find_position(kernel[i]);
+        if (found[i] == nullptr) {
+            const uint64_t shape = m.position_shape(kernel[i]);
+            if (shape != 0 && (found[i] = shared_->find_position(shape)) != nullptr) {
+                cache.insert_position(kernel[i], found[i]);
+            } else if (n_missing++ == 0) {
+                first_missing = i;
             }
-            cache.insert_position(pos, pm);
         }
+    }
+    if (n_missing > 0) {
+        const uint32_t pos = kernel[first_missing];
+        const uint64_t shape = m.position_shape(pos);
+        {
+            auto [lock, table] = cache.analysis_table();
+            found[first_missing] = analyse_position(m, pos, table);
+        }
+        if (shape != 0) shared_->insert_position(shape, found[first_missing]);
+        cache.insert_position(pos, found[first_missing]);
+        if (n_missing > 1) return false;
+    }
+    std::vector<uint32_t> cuts;
+    for (const std::shared_ptr<const PositionMasks>& pm : found) {
         if (!pm->complete) return false;
         for (size_t w = 0; w < pm->accepted.size(); ++w) out.words[w] |= pm->accepted[w];
         cuts.insert(cuts.end(), pm->cuts.begin(), pm->cuts.end());

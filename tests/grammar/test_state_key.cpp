@@ -394,6 +394,29 @@ TEST(MaskCache, LargeVocabularyOfWordsMatchesTheWalk) {
     EXPECT_GT(cache2.n_positions(), 0u);
 }
 
+// A cold state whose kernel positions are all unanalysed analyses one of them per mask and walks the state for the
+// rest (one trie walk for a position, one for the state, not one per position); the masks stay the walk's.
+TEST(MaskCache, AColdStateAnalysesOnePositionPerMask) {
+    const Grammar g = compile_json_schema(
+        R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"]})");
+    std::mt19937 rng(2);
+    const TokenVocab vocab = json_pieces_vocab();  // a vocabulary of its own: nothing shared is analysed yet
+    Matcher m(g);
+    ASSERT_TRUE(m.advance("{\"a\": 12"));
+    std::vector<uint32_t> kernel;
+    m.kernel_positions(kernel);
+    ASSERT_GE(kernel.size(), 2u);
+    TokenMask plain, cached;
+    vocab.fill_mask(m, plain);
+    MaskCache cache(0);  // keeps no masks: every call goes through the positions
+    for (size_t call = 1; call <= kernel.size() + 1; ++call) {
+        vocab.fill_mask(m, cached, &cache);
+        EXPECT_EQ(cached.words, plain.words) << "call " << call;
+        EXPECT_LE(cache.n_positions(), std::min(call, kernel.size())) << "call " << call;
+    }
+    EXPECT_EQ(cache.n_positions(), kernel.size());
+}
+
 std::vector<uint64_t> kernel_shapes(const Grammar& g, std::string_view text) {
     Matcher m(g);
     EXPECT_TRUE(m.advance(text)) << text;
