@@ -178,7 +178,7 @@ def make_facts(a, haystack_path, haystack_paras):
     every = "\n".join(texts)
     leaked |= {k for k in held_keys if re.search(rf"\b{re.escape(k)}\b", every, re.IGNORECASE)}
     print(f"  held-out split: {len(held_frames)} frames and {len(held_keys)} keys seen, none in the facts data"
-          if not leaked else f"  held-out frames or keys in the facts data: {sorted(leaked)}")
+          if not leaked else f"  held-out frames or keys in the facts data: {sorted(map(str, leaked))}")
     print(f"  train split: {len(train_frames)} frames, {len(train_keys)} keys")
     meta = np.array(meta, np.int64)
     return meta, np.array(at, np.int32), texts, samples_per_length, not leaked
