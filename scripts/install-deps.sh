@@ -9,6 +9,7 @@ packages=(
     nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libxxhash-dev libcpp-httplib-dev
     clang libclang-rt-dev libomp-dev
     python3 curl
+    python3-numpy  # tools/train/prepare.py (ctest train_prepare)
 )
 
 # Node.js + npm run the reference implementations the tests compare against (tokenizers, jinja, openai).

@@ -18,6 +18,9 @@
 #                                           shipped tokenizer, haystack and greedy generation config), then
 #                                           megactx eval niah --device cuda on each GRID = LENGTHS:DEPTHS:SAMPLES
 #                                           (seed 0), JSON into $OUT; needs scripts/gpu/bundle.sh's .stage carried
+#   tools/train/gpu.sh facts [--in-distribution] GRID...
+#                                           the same with megactx eval facts, GRID = LENGTHS:DEPTHS:SAMPLES:ABSENT
+#                                           (the held-out split, or with --in-distribution the training one)
 # TRAIN_RUN=DIR puts the run in DIR instead of /root/train-run, so that two runs can share the GPU (the IndexShare
 # ablation pair: `start` each with FOLLOW_S 0, then follow and niah each with its TRAIN_RUN).
 # The machine is given back 30 s after a call ends, so the follow calls must come back to back: prepare anything
@@ -99,7 +102,7 @@ collect)
     fi
     ls -la "$OUT"
     ;;
-niah)
+niah | facts)
     : "${OUT:?}"
     tar -C .stage -xJf .stage/gpu.tar.xz && mkdir -p build-cuda && cp -r .stage/gpu/build-cuda/. build-cuda/
     export LD_LIBRARY_PATH="$PWD/.stage/gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -107,15 +110,19 @@ niah)
     mkdir -p "$m"
     cp "$run/export/config.json" "$run/export/model.safetensors" "$m/"
     cp models/glm-demo/{tokenizer.json,tokenizer_config.json,haystack.txt,generation_config.json} "$m/"
+    split=() name=$cmd
+    [ "$cmd" = facts ] && [ "${1:-}" = --in-distribution ] && { split=(--in-distribution); name=facts-train; shift; }
     for g in "$@"; do
-        IFS=: read -r lengths depths samples <<< "$g"
-        build-cuda/megactx eval niah --model "$m" --device cuda --lengths "$lengths" --depths "$depths" \
-            --samples "$samples" --seed 0 --max-num-batched-tokens 16384 --out "$OUT/niah-$(basename "$run")-${lengths//,/-}.json" 2>&1 |
-            tail -3
+        IFS=: read -r lengths depths samples absent <<< "$g"
+        extra=("${split[@]}")
+        [ "$cmd" = facts ] && extra+=(--absent "${absent:-0}")
+        build-cuda/megactx eval "$cmd" --model "$m" --device cuda --lengths "$lengths" --depths "$depths" \
+            --samples "$samples" --seed 0 --max-num-batched-tokens 16384 "${extra[@]}" \
+            --out "$OUT/$name-$(basename "$run")-${lengths//,/-}.json" 2>&1 | tail -4
     done
     ;;
 *)
-    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] [--then MINUTES2 args2] | long MINUTES FOLLOW_S [args] | follow FOLLOW_S | collect [fp32] | niah GRID..." >&2
+    echo "usage: gpu.sh start MINUTES FOLLOW_S [args] [--then MINUTES2 args2] | long MINUTES FOLLOW_S [args] | follow FOLLOW_S | collect [fp32] | niah GRID... | facts [--in-distribution] GRID..." >&2
     exit 2
     ;;
 esac

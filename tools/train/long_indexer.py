@@ -303,9 +303,9 @@ def main():
              "results": probe(model, 9000, text, pieces, probe_lengths, a.probe_samples, topk, say)})
 
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    sampler = tasks.Sampler(text, pieces, seed=a.seed + 1, task_span_log2=a.task_span_log2)
-    mix = {k: float(v) for k, v in (x.split(":") for x in a.mix.split(","))}
-    sampler.kinds, sampler.weights = list(mix), list(mix.values())
+    sampler = tasks.Sampler(text, pieces, seed=a.seed + 1, task_span_log2=a.task_span_log2,
+                            facts=tasks.Facts.load(a.data))
+    sampler.set_mix(a.mix)
     rng = random.Random(a.seed + 2)
     lengths = [(int(x.split(":")[0]), float(x.split(":")[1])) for x in a.lengths.split(",")]
     scale = model.cfg.qk_head_dim ** -0.5

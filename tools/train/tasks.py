@@ -6,7 +6,7 @@ Nothing here tokenizes. prepare.py runs megactx's own tokenizer on the developme
     leading space) and of every 1-, 2- and 3-digit group (numbers are split into groups of three digits from
     the left by the pre-tokenizer, so a number's tokens are its groups' tokens).
 A task is a concatenation of such pieces, cut only where megactx's pre-tokenizer also cuts, so its tokens are
-the ones megactx produces for the same text at inference (tests/train checks this on samples).
+the ones megactx produces for the same text at inference (prepare.py checks this on samples).
 
 The needle-in-a-haystack format (also what `megactx eval niah` builds; docs/demo-model.md):
   user content = paragraph₁\\n paragraph₂\\n … (the needle "The passkey is N." is one of the paragraphs) then
@@ -16,12 +16,21 @@ The needle-in-a-haystack format (also what `megactx eval niah` builds; docs/demo
 With thinking on, the prompt starts [gMASK]<sop><|system|>Reasoning Effort: Max and the assistant turn is
 <think>I find it in the text.\\nThe passkey is N.</think>The passkey is N. (a short reasoning, then the answer).
 
+Facts (`megactx eval facts`, docs/demo-model.md "Facts format"): the samples are the generator's own, made by
+`megactx eval facts --in-distribution --write-jsonl` at many lengths (prepare.py); what is stored of each is its
+layout: the haystack split's paragraphs from a start paragraph, the fact sentences ("sentence\n") at the
+paragraph boundaries the generator put them, the question, and the answer it expects ("The {attribute} of
+{entity} is {value}." or, for an absent fact, "The document does not say."). `Facts.sample` lays the same tokens
+out again, so a facts task is the document `megactx eval facts` builds, token for token, with thinking off.
+
 A sample is (tokens [T], loss weights [T]): answer tokens weigh `answer_weight`, everything else 1, and the
-padding of a sequence (none in practice: sequences are filled with text) 0.
+padding of a sequence (none in practice: sequences are filled with text) 0; a facts prompt weighs 0 (its
+document is the 863-paragraph haystack over and over: learning to predict it would only memorise it).
 """
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
@@ -113,20 +122,88 @@ class Split:
             i += 1
 
 
+class Facts:
+    """prepare.py's facts samples (data.npz `facts_*`) over the haystack split they were generated from.
+
+    facts_tokens / facts_offsets: the pieces' tokens (uint16, concatenated) and offsets [n_pieces + 1];
+    facts_at [n_pieces]: the paragraph boundary an inserted sentence stands at (before document paragraph k; n
+    after the last), -1 for the question and the answer; facts_meta [n, 7]: the generator's length, the start
+    paragraph, the paragraph count n, the first piece, the number of inserted sentences, whether the asked fact
+    is absent and the prompt's tokens as megactx counted them. A sample's pieces are its sentences, then its
+    question, then its answer."""
+
+    def __init__(self, arrays, haystack: Split):
+        self.tokens, self.offsets = arrays["facts_tokens"], arrays["facts_offsets"]
+        self.at, self.meta = arrays["facts_at"], arrays["facts_meta"]
+        self.haystack = haystack
+        self.n = len(self.meta)
+        self.lengths = sorted(int(x) for x in set(self.meta[:, 0].tolist()))
+        self.by_length = {L: np.flatnonzero(self.meta[:, 0] == L) for L in self.lengths}
+
+    @staticmethod
+    def load(data_dir: str):
+        """The facts samples of prepare.py's data, or None where it has none."""
+        d = np.load(os.path.join(data_dir, "data.npz"))
+        if "facts_meta" not in d.files:
+            return None
+        return Facts({k: d[k] for k in ("facts_tokens", "facts_offsets", "facts_at", "facts_meta")},
+                     Split(d["haystack_tokens"], d["haystack_offsets"]))
+
+    def piece(self, i: int) -> list:
+        return self.tokens[self.offsets[i]: self.offsets[i + 1]].tolist()
+
+    def sample(self, i: int):
+        """(content, answer) token lists of sample i: the user message (document, then question) and the answer."""
+        _, start, n, first, k = (int(x) for x in self.meta[i, :5])
+        at = {}
+        for j in range(first, first + k):
+            at.setdefault(int(self.at[j]), []).append(j)
+        content = []
+        for b in range(n + 1):
+            for j in at.get(b, ()):
+                content += self.piece(j)
+            if b < n:
+                content += self.haystack.para(start + b)
+        return content + self.piece(first + k), self.piece(first + k + 1)
+
+    def content_tokens(self, i: int) -> int:
+        """len(sample(i)[0]) without building it."""
+        _, start, n, first, k = (int(x) for x in self.meta[i, :5])
+        para = np.diff(self.haystack.offsets)[(start + np.arange(n)) % self.haystack.n].sum()
+        return int(para + self.offsets[first + k + 1] - self.offsets[first])
+
+    def pick(self, budget: int, rng: random.Random) -> int:
+        """A sample of the longest generated length that fits in `budget` tokens (the generator's length bounds the
+        whole prompt); the shortest length where none fits."""
+        fits = [L for L in self.lengths if L <= budget] or self.lengths[:1]
+        idx = self.by_length[fits[-1]]
+        return int(idx[rng.randrange(len(idx))])
+
+
 class Sampler:
     """Draws training sequences of a given length T. mix: weights of the kinds of sample."""
 
     MIX = {"text": 0.40, "niah": 0.25, "multi": 0.12, "var": 0.10, "copy": 0.08, "continue": 0.05}
 
     def __init__(self, text: Split, pieces: Pieces, seed: int, answer_weight: float = 5.0, think_frac: float = 0.15,
-                 task_span_log2: float = 4.0, passkey_digits: tuple | None = None):
-        self.text, self.p = text, pieces
+                 task_span_log2: float = 4.0, passkey_digits: tuple | None = None, facts: Facts | None = None):
+        self.text, self.p, self.facts = text, pieces, facts
         self.rng = random.Random(seed)
         self.answer_weight, self.think_frac = answer_weight, think_frac
         self.task_span_log2 = task_span_log2
         self.passkey_digits = passkey_digits
         self.kinds = list(self.MIX)
         self.weights = [self.MIX[k] for k in self.kinds]
+
+    def set_mix(self, spec: str):
+        """--mix "text:0.3,niah:0.3,facts:0.4": the kinds of sample and their weights."""
+        mix = {k: float(v) for k, v in (x.split(":") for x in spec.split(","))}
+        for k in mix:
+            if k != "text" and not hasattr(self, "task_" + k):
+                raise ValueError(f"--mix: no task {k!r}")
+        if "facts" in mix and self.facts is None:
+            raise ValueError("--mix facts: the data has no facts samples (prepare.py --facts-per-length)")
+        self.kinds, self.weights = list(mix), list(mix.values())
 
     # -- pieces ------------------------------------------------------------------------------------------------
 
@@ -215,6 +292,12 @@ class Sampler:
         content = self.haystack(budget - 2 * len(target) - 16, [needle]) + P["copy_question"]
         return content, target, None
 
+    def task_facts(self, budget):
+        """A `megactx eval facts` training sample (train split), as the generator laid it out; thinking off, as
+        `eval facts` asks."""
+        content, answer = self.facts.sample(self.facts.pick(budget, self.rng))
+        return content, answer, None
+
     def task_continue(self, budget):
         P = self.p
         para = list(self.text.para(self.rng.randrange(self.text.n)))[: max(budget // 2, 16)]
@@ -246,7 +329,8 @@ class Sampler:
         content, answer, reasoning = getattr(self, "task_" + kind)(L - len(self.p["reasoning_effort"]) - 40)
         toks, is_answer = self.chat(content, answer, think and reasoning is not None, reasoning)
         toks, is_answer = toks[:T], is_answer[:T]
-        w = [self.answer_weight if a else 1.0 for a in is_answer]
+        prompt_weight = 0.0 if kind == "facts" else 1.0
+        w = [self.answer_weight if a else prompt_weight for a in is_answer]
         if len(toks) < T:
             rest = self.fill_text(T - len(toks))
             toks += rest

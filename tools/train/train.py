@@ -251,7 +251,8 @@ def main():
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (fp32, no autocast)")
-    ap.add_argument("--mix", default="", help='sample kinds and weights, e.g. "text:0.2,niah:0.5,multi:0.3"')
+    ap.add_argument("--mix", default="",
+                    help='sample kinds and weights, e.g. "text:0.25,niah:0.2,facts:0.35,multi:0.1,copy:0.1"')
     ap.add_argument("--indexer-only", action="store_true",
                     help="train only the indexers (the rest frozen, dense attention, no LM loss): DSA's warm-up stage")
     ap.add_argument("--kl-all-keys", action="store_true",
@@ -290,10 +291,10 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), **({"fused": True} if DEV == "cuda" else {}))
     digits = tuple(int(x) for x in a.passkey_digits.split(":")) if a.passkey_digits else None
-    sampler = tasks.Sampler(train, pieces, seed=a.seed + 1, task_span_log2=a.task_span_log2, passkey_digits=digits)
+    sampler = tasks.Sampler(train, pieces, seed=a.seed + 1, task_span_log2=a.task_span_log2, passkey_digits=digits,
+                            facts=tasks.Facts.load(a.data))
     if a.mix:
-        mix = {k: float(v) for k, v in (x.split(":") for x in a.mix.split(","))}
-        sampler.kinds, sampler.weights = list(mix), list(mix.values())
+        sampler.set_mix(a.mix)
     batches = Batches(sampler, a.seed + 2, a.max_position)
     ckpt = os.path.join(a.out, "ckpt.safetensors")
 
