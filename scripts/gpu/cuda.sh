@@ -258,9 +258,10 @@ if has specbench; then
 fi
 if has structured; then
     # Structured outputs in a batch (issue 51): 32 streams through `serve`, all free against half of them constrained
-    # to a JSON-like list of strings that cannot end before max_tokens (so every request runs its 128 tokens).
+    # to a JSON-like list of strings that cannot end before max_tokens (so every request runs its 128 tokens), and
+    # all of them (STRUCTURED_FRACTIONS).
     c='{"structured_outputs": {"regex": "\\[(\"[a-zA-Z0-9 ,.]*\", )*\\]!{64}"}}'
-    for frac in 0 0.5; do
+    for frac in ${STRUCTURED_FRACTIONS:-0 0.5 1}; do
         taskset -c 2-15 python3 bench/bench_serve.py --bin build-cuda/megactx --model models/glm-demo \
             --prompts .stage/gpu/prompts.json --levels "${STRUCTURED_LEVELS:-32}" --max-tokens 128 --min-requests 64 \
             --per-stream 2 --logprobs -1 --server-cpus 0,1 --server-arg=--device --server-arg=cuda \
