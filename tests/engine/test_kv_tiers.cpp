@@ -414,6 +414,46 @@ TEST_P(TieredKvEngine, BatchedRequestsAndAHostTierPrefixHitEqualTheUntieredEngin
 
 INSTANTIATE_TEST_SUITE_P(StagingRows, TieredKvEngine, ::testing::Values(int64_t{0}, int64_t{3}));
 
+// MTP speculation over a host tier: a verification's K + 1 rows select more rows, gathered from the host in the
+// staging passes. Greedy tokens equal plain decoding's, tiered or not; with a forced acceptance (drafts accepted at
+// random whatever the target says, so most verifications keep several rows) the tiered engine's tokens equal the
+// untiered one's.
+TEST(TieredKvEngine, SpeculativeDecodingEqualsTheUntieredEngine) {
+    Harness h;
+    ASSERT_TRUE(h.model.has_mtp());
+    const auto serve = [&](int64_t k, int64_t host_blocks, int64_t staging_rows, double forced, EngineStats* stats) {
+        EngineConfig cfg;
+        cfg.n_kv_blocks = host_blocks > 0 ? 2 : 32;
+        cfg.n_kv_host_blocks = host_blocks;
+        cfg.kv_staging_rows = staging_rows;
+        cfg.speculative_tokens = k;
+        cfg.forced_acceptance_length = forced;
+        cfg.forced_acceptance_seed = 5;
+        cfg.scheduler.max_num_batched_tokens = 96;
+        Engine e(h.model, h.ops, cfg);
+        std::vector<int64_t> ids;
+        for (uint32_t i = 0; i < 3; ++i) ids.push_back(e.submit(h.prompt(60 + 50 * i, 40 + i), greedy(20), h.sink()));
+        while (e.step()) {
+        }
+        if (stats) *stats = e.stats();
+        std::vector<std::vector<int32_t>> out;
+        for (const int64_t id : ids) out.push_back(h.tokens[id]);
+        h.tokens.clear();
+        return out;
+    };
+    const auto plain = serve(0, 0, 0, 0.0, nullptr);
+    EXPECT_EQ(serve(3, 0, 0, 0.0, nullptr), plain);
+    EngineStats tiered;
+    EXPECT_EQ(serve(3, 30, 0, 0.0, &tiered), plain);
+    EXPECT_GT(tiered.kv_fetched_rows, 0);
+    EXPECT_EQ(serve(3, 30, 3, 0.0, nullptr), plain);
+    EngineStats forced;
+    const auto forced_flat = serve(3, 0, 0, 3.0, &forced);
+    EXPECT_GT(forced.spec.mean_acceptance_length(), 2.0);
+    EXPECT_EQ(serve(3, 30, 0, 3.0, nullptr), forced_flat);
+    EXPECT_EQ(serve(3, 30, 3, 3.0, nullptr), forced_flat);
+}
+
 TEST(KvTierBlocks, StagingRowsFollowTheStepUpToAnEighthOfTheDeviceBudget) {
     const GlmDsaModel model(test::fixture_dir("freq_offset_f32"));
     const ModelConfig& c = model.config();
