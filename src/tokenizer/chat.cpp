@@ -230,12 +230,45 @@ std::string render_deepseek_v3(const std::vector<Message>& messages, const Json&
 
 std::string render_chat(ChatFormat format, const std::vector<Message>& messages, const Json& tools,
                         const ChatOptions& options) {
-    return format == ChatFormat::kGlm5 ? render_glm5(messages, tools, options)
-                                       : render_deepseek_v3(messages, tools, options);
+    if (options.continue_final_message) {
+        MEGACTX_CHECK(!options.add_generation_prompt,
+                      "continue_final_message and add_generation_prompt cannot both be true");
+        MEGACTX_CHECK(!messages.empty() && messages.back().role == Role::kAssistant,
+                      "continue_final_message: the last message must be an assistant message");
+    }
+    std::string out;
+    switch (format) {
+        case ChatFormat::kGlm5: out = render_glm5(messages, tools, options); break;
+        case ChatFormat::kDeepSeekV3: out = render_deepseek_v3(messages, tools, options); break;
+        case ChatFormat::kDeepSeekV32: out = render_deepseek_v32(messages, tools, options); break;
+    }
+    // Both DeepSeek formats close an assistant turn with end-of-sentence; GLM's turns have no end marker.
+    static constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
+    if (options.continue_final_message && format != ChatFormat::kGlm5 && std::string_view(out).ends_with(kEos))
+        out.resize(out.size() - kEos.size());
+    return out;
 }
 
 bool prompt_opens_reasoning(ChatFormat format, const ChatOptions& options) {
     return format == ChatFormat::kGlm5 && options.add_generation_prompt && options.enable_thinking;
+}
+
+bool prompt_opens_reasoning(std::string_view prompt) { return prompt.ends_with("<think>"); }
+
+std::optional<ChatFormat> chat_format_for_model_type(std::string_view model_type) {
+    if (model_type == "glm_moe_dsa") return ChatFormat::kGlm5;
+    if (model_type == "deepseek_v3") return ChatFormat::kDeepSeekV3;
+    if (model_type == "deepseek_v32") return ChatFormat::kDeepSeekV32;
+    return std::nullopt;
+}
+
+const char* chat_format_name(ChatFormat format) {
+    switch (format) {
+        case ChatFormat::kGlm5: return "glm5";
+        case ChatFormat::kDeepSeekV3: return "deepseek_v3";
+        case ChatFormat::kDeepSeekV32: return "deepseek_v32";
+    }
+    return "?";
 }
 
 ReasoningEffort parse_reasoning_effort(const std::string& value) {
@@ -288,7 +321,10 @@ std::vector<Message> messages_from_json(const Json& messages) {
         MEGACTX_CHECK(j.is_object(), "{}: expected an object, got {}", field, j.type_name());
         Message m;
         const std::string role = string_field(j, "role", field, true);
-        if (role == "system" || role == "developer") m.role = Role::kSystem;  // OpenAI's newer name for system
+        if (role == "system" || role == "developer") {  // developer: OpenAI's newer name for system
+            m.role = Role::kSystem;
+            m.developer = role == "developer";
+        }
         else if (role == "user") m.role = Role::kUser;
         else if (role == "assistant") m.role = Role::kAssistant;
         else if (role == "tool") m.role = Role::kTool;
