@@ -179,7 +179,14 @@ size_t parse_one_call(std::string_view text, size_t p, const ParserOptions& opt,
 
 namespace {
 
-bool is_ascii_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+// The format writes content + "\n\n" + a DSML block; that blank line belongs to the block (the reference parser's
+// start token is "\n\n<｜DSML｜function_calls"), so it is cut from the content before a block.
+constexpr std::string_view kDsmlSeparator = "\n\n";
+
+std::string_view without_dsml_separator(std::string_view content) {
+    if (content.ends_with(kDsmlSeparator)) content.remove_suffix(kDsmlSeparator.size());
+    return content;
+}
 
 // Parses the DSML block whose body starts at `p` (just after its opening tag); appends its named calls to `out`.
 // Returns the position after the block (text.size() when unterminated).
@@ -218,9 +225,7 @@ ParsedOutput parse_output(std::string_view text, const ParserOptions& opt) {
                                   pos);
         std::string_view before = text.substr(pos, hit.first == npos ? npos : hit.first - pos);
         const bool block = hit.second == kDsmlBlockOpen || hit.second == kDsmlBlockOpenAlt;
-        // The blank line the format puts between content and a DSML block is not content.
-        if (block)
-            while (!before.empty() && is_ascii_space(before.back())) before.remove_suffix(1);
+        if (block) before = without_dsml_separator(before);
         out.content += before;
         if (hit.first == npos) break;
         pos = hit.first + hit.second.size();
@@ -320,8 +325,7 @@ void StreamingOutputParser::run(bool final) {
         const auto [pos, tag] = find_tag(std::string_view(buf_), tags);
         if (pos != npos) {
             std::string_view before = std::string_view(buf_).substr(0, pos);
-            if (tag == kDsmlBlockOpen || tag == kDsmlBlockOpenAlt)  // the blank line before a block is not content
-                while (!before.empty() && is_ascii_space(before.back())) before.remove_suffix(1);
+            if (tag == kDsmlBlockOpen || tag == kDsmlBlockOpenAlt) before = without_dsml_separator(before);
             take_text(before);
             const std::string t(tag);  // buf_ is about to change
             buf_.erase(0, pos + t.size());
@@ -331,9 +335,9 @@ void StreamingOutputParser::run(bool final) {
         size_t safe = buf_.size();
         if (!final) {
             safe -= tag_holdback(std::string_view(buf_), tags);
-            // Whitespace in content may turn out to precede a DSML block (and be dropped): held until decided.
+            // Newlines ending the content may be the separator before a DSML block (and be cut): held until decided.
             if (dsml && state_ == State::kContent)
-                while (safe > 0 && is_ascii_space(buf_[safe - 1])) --safe;
+                for (size_t k = 0; k < kDsmlSeparator.size() && safe > 0 && buf_[safe - 1] == '\n'; ++k) --safe;
             if (emits_text()) safe = utf8_complete_prefix(std::string_view(buf_).substr(0, safe));
         }
         take_text(std::string_view(buf_).substr(0, safe));

@@ -138,7 +138,8 @@ TEST(DsmlParser, MalformedInput) {
     // Without tools the markup is content.
     ParserOptions no_tools = o;
     no_tools.parse_tool_calls = false;
-    const std::string text = "x" + block(call("bash", param("command", "true", "ls")));
+    std::string text = "x";
+    text += block(call("bash", param("command", "true", "ls")));
     EXPECT_EQ(parse_output(text, no_tools).content, text);
 }
 
@@ -185,6 +186,55 @@ TEST(DsmlParser, GoldConversationRoundTrips) {
         check_streaming(generated, po, {1}, true);
         check_streaming(generated, po, {3, 7, 1, 20}, true);
     }
+}
+
+// The reference encoder's random conversations (tests/data/deepseek_v32/cases.json): every assistant turn that
+// follows a user turn or complete tool results, rendered after its context, parses back to its reasoning (in
+// thinking mode), content and calls, whole and streamed. Turns whose text holds a think tag are left out: the
+// reference parser refuses those too.
+TEST(DsmlParser, ReferenceCasesRoundTrip) {
+    const Json cases = Json::parse(read_file(std::string(MEGACTX_TEST_DATA) + "/deepseek_v32/cases.json"));
+    ASSERT_TRUE(cases.is_array());
+    size_t n_checked = 0, n_calls = 0;
+    for (const Json& c : cases) {
+        const std::vector<Message> messages = messages_from_json(c["messages"]);
+        ChatOptions o;
+        o.enable_thinking = c["thinking"].get<bool>();
+        for (size_t i = 0; i < messages.size(); ++i) {
+            const Message& m = messages[i];
+            const auto has_think = [](const std::optional<std::string>& s) {
+                return s && s->find("think>") != std::string::npos;
+            };
+            if (m.role != Role::kAssistant || has_think(m.content) || has_think(m.reasoning_content)) continue;
+            const std::vector<Message> context(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
+            const std::string before = render_deepseek_v32(context, c["tools"], o);
+            if (!before.ends_with(o.enable_thinking ? "<think>" : "</think>")) continue;
+            std::vector<Message> with = context;
+            with.push_back(m);
+            std::string generated = render_deepseek_v32(with, c["tools"], o).substr(before.size());
+            generated.resize(generated.size() - std::string_view("<｜end▁of▁sentence｜>").size());
+
+            ParserOptions po = parser_options_for(ChatFormat::kDeepSeekV32, o, c["tools"]);
+            po.start_in_reasoning = prompt_opens_reasoning(before);
+            po.parse_tool_calls = true;  // calls may name tools the request did not offer
+            const ParsedOutput r = parse_output(generated, po);
+            EXPECT_EQ(r.reasoning, o.enable_thinking ? m.reasoning_content.value_or("") : "") << generated;
+            EXPECT_EQ(r.content, m.content.value_or("")) << generated;
+            ASSERT_EQ(r.tool_calls.size(), m.tool_calls.size()) << generated;
+            for (size_t k = 0; k < r.tool_calls.size(); ++k) {
+                EXPECT_EQ(r.tool_calls[k].name, m.tool_calls[k].name);
+                EXPECT_EQ(Json::parse(r.tool_calls[k].arguments),
+                          Json::parse(m.tool_calls[k].arguments.get<std::string>()))
+                    << generated;
+            }
+            check_streaming(generated, po, {1}, true);
+            check_streaming(generated, po, {2, 5, 13}, true);
+            ++n_checked;
+            n_calls += r.tool_calls.size();
+        }
+    }
+    EXPECT_GE(n_checked, 20u);
+    EXPECT_GE(n_calls, 10u);
 }
 
 // Generated outputs: DSML pieces, partial tags, stray tags and multi-byte text in random order.

@@ -39,6 +39,21 @@ TEST(DeepSeekV32Format, GoldPromptFromDeepSeek) {
     EXPECT_EQ(render_chat(ChatFormat::kDeepSeekV32, messages_from_json(input["messages"]), input["tools"], o), gold);
 }
 
+// Random conversations (chat and thinking mode, developer turns, tools with and without a system message, tool
+// calls with every JSON type, missing tool results, null content) and the prompt DeepSeek's reference encoder
+// renders for each (tests/data/deepseek_v32/make_cases.py).
+TEST(DeepSeekV32Format, ReferenceEncoderCases) {
+    const Json cases = Json::parse(read_file(std::string(MEGACTX_TEST_DATA) + "/deepseek_v32/cases.json"));
+    ASSERT_GE(cases.size(), 40u);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const Json& c = cases[i];
+        ChatOptions o;
+        o.enable_thinking = c["thinking"].get<bool>();
+        EXPECT_EQ(render_deepseek_v32(messages_from_json(c["messages"]), c["tools"], o), c["expected"].get<std::string>())
+            << "case " << i << ": " << c["messages"].dump();
+    }
+}
+
 TEST(DeepSeekV32Format, ChatModeClosesTheThinkBlockAfterEveryUserTurn) {
     EXPECT_EQ(dsv32(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},
                         {"role":"assistant","content":"Hello!","reasoning_content":"greet"},
