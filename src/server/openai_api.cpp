@@ -292,28 +292,32 @@ RequestContext OpenAiApi::request_context() const {
 }
 
 HttpResponse OpenAiApi::answer(const HttpRequest& req, const std::function<Json(const RequestContext&)>& fn) {
-    auto count = [this](int status) {
-        metrics_.inc("megactx_requests_total", 1, fmt::format("status=\"{}\"", status));
-    };
     try {
         if (closed_.load()) throw ApiError(503, "the server is shutting down");
         check_auth(req);
         const Json out = fn(request_context());
-        count(200);
+        count_request(200);
         return json_response(200, out);
-    } catch (const ApiError& e) {
-        count(e.status);
-        return error_response(e);
     } catch (const std::exception& e) {
-        count(500);
-        return error_response(ApiError(500, std::string("internal error: ") + e.what()));
+        return failed(e);
     }
 }
 
+void OpenAiApi::count_request(int status) {
+    metrics_.inc("megactx_requests_total", 1, fmt::format("status=\"{}\"", status));
+}
+
+HttpResponse OpenAiApi::failed(const std::exception& error) {
+    if (const auto* e = dynamic_cast<const ApiError*>(&error)) {
+        count_request(e->status);
+        return error_response(*e);
+    }
+    count_request(500);
+    return error_response(ApiError(500, std::string("internal error: ") + error.what()));
+}
+
 HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
-    auto count = [this](int status) {
-        metrics_.inc("megactx_requests_total", 1, fmt::format("status=\"{}\"", status));
-    };
+    auto count = [this](int status) { count_request(status); };
     try {
         if (closed_.load()) throw ApiError(503, "the server is shutting down");
         if (!engine_.alive()) throw ApiError(503, "the engine has stopped; the server cannot generate");
@@ -582,12 +586,8 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             record(*pending);
         };
         return r;
-    } catch (const ApiError& e) {
-        count(e.status);
-        return error_response(e);
     } catch (const std::exception& e) {
-        count(500);
-        return error_response(ApiError(500, std::string("internal error: ") + e.what()));
+        return failed(e);
     }
 }
 

@@ -50,6 +50,9 @@ class OpenAiApi {
     // A request answered at once with JSON (no generation): auth, errors and the request count as for the others.
     HttpResponse answer(const HttpRequest& req, const std::function<chat::Json(const RequestContext&)>& fn);
     RequestContext request_context() const;
+    void count_request(int status);  // megactx_requests_total{status}
+    // The response for an exception out of a handler: an ApiError as it says, anything else a 500; counted.
+    HttpResponse failed(const std::exception& error);
     void check_auth(const HttpRequest& req) const;
     // A finished request's speculative-decoding counts into /metrics, and the low-acceptance warning.
     void record_speculation(const SpecStats& s);

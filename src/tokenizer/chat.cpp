@@ -40,19 +40,6 @@ void check_tools(const Json& tools) {
         MEGACTX_CHECK(tools[i].is_object(), "tools[{}]: expected an object, got {}", i, tools[i].type_name());
 }
 
-// The arguments of an assistant tool call as the object GLM renders key by key.
-Json arguments_object(const ToolCall& tc, size_t i_msg, size_t i_call) {
-    Json args = tc.arguments;
-    if (args.is_string()) {
-        args = Json::parse(args.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
-        MEGACTX_CHECK(!args.is_discarded(), "messages[{}].tool_calls[{}].function.arguments: not valid JSON", i_msg,
-                      i_call);
-    }
-    MEGACTX_CHECK(args.is_object(), "messages[{}].tool_calls[{}].function.arguments: expected a JSON object, got {}",
-                  i_msg, i_call, args.type_name());
-    return args;
-}
-
 // The GLM template's tool_to_json macro: `{"key": <json>, ...}` without `defer_loading` and `strict`. The key is
 // printed between quotes unescaped, as the template does.
 std::string glm_tool_json(const Json& tool) {
@@ -80,6 +67,18 @@ constexpr std::string_view kGlmToolsFooter =
     "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
 
 }  // namespace
+
+Json tool_call_arguments(const ToolCall& tc, size_t i_msg, size_t i_call) {
+    Json args = tc.arguments;
+    if (args.is_string()) {
+        args = Json::parse(args.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+        MEGACTX_CHECK(!args.is_discarded(), "messages[{}].tool_calls[{}].function.arguments: not valid JSON", i_msg,
+                      i_call);
+    }
+    MEGACTX_CHECK(args.is_object(), "messages[{}].tool_calls[{}].function.arguments: expected a JSON object, got {}",
+                  i_msg, i_call, args.type_name());
+    return args;
+}
 
 std::string render_glm5(const std::vector<Message>& messages, const Json& tools, const ChatOptions& options) {
     check_tools(tools);
@@ -145,7 +144,7 @@ std::string render_glm5(const std::vector<Message>& messages, const Json& tools,
                     const ToolCall& tc = m.tool_calls[j];
                     out += "<tool_call>";
                     out += tc.name;
-                    const Json args = arguments_object(tc, i, j);
+                    const Json args = tool_call_arguments(tc, i, j);
                     for (const auto& [k, v] : args.items()) {
                         out += "<arg_key>";
                         out += k;

@@ -76,6 +76,10 @@ bool prompt_opens_reasoning(ChatFormat format, const ChatOptions& options);
 // thinking mode after a user turn or tool results).
 bool prompt_opens_reasoning(std::string_view prompt);
 
+// The arguments of messages[i_msg].tool_calls[i_call] as a JSON object (JSON text is parsed), as GLM and
+// DeepSeek-V3.2 render them key by key; anything else is an error naming the field.
+Json tool_call_arguments(const ToolCall& tool_call, size_t i_msg, size_t i_call);
+
 // OpenAI `messages` JSON → messages. Content may be a string, null, or a list of text parts
 // ({"type":"text","text":…} or plain strings), which are concatenated. Errors name the field
 // (`messages[2].tool_calls[0].function.name: …`).

@@ -73,14 +73,7 @@ std::string tools_section(const Json& tools) {
 // `<｜DSML｜parameter name="k" string="true|false">v</｜DSML｜parameter>` per argument, joined by newlines: string
 // values raw, others json.dumps.
 std::string dsml_parameters(const ToolCall& tc, size_t i_msg, size_t i_call) {
-    Json args = tc.arguments;
-    if (args.is_string()) {
-        args = Json::parse(args.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
-        MEGACTX_CHECK(!args.is_discarded(), "messages[{}].tool_calls[{}].function.arguments: not valid JSON", i_msg,
-                      i_call);
-    }
-    MEGACTX_CHECK(args.is_object(), "messages[{}].tool_calls[{}].function.arguments: expected a JSON object, got {}",
-                  i_msg, i_call, args.type_name());
+    const Json args = tool_call_arguments(tc, i_msg, i_call);
     std::string out;
     bool first = true;
     for (const auto& [key, value] : args.items()) {

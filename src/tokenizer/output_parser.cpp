@@ -47,40 +47,48 @@ std::string call_id(const ParserOptions& opt, int index) { return opt.id_prefix 
 
 }  // namespace
 
-std::map<std::string, std::set<std::string>> string_args_from_tools(const Json& tools) {
-    std::map<std::string, std::set<std::string>> out;
-    if (!tools.is_array()) return out;
+namespace {
+
+// Calls fn(name, parameters) for each function of an OpenAI `tools` array (`parameters`: its JSON schema object, or
+// null when absent or not an object).
+template <class F>
+void for_each_function(const Json& tools, F fn) {
+    if (!tools.is_array()) return;
     for (const Json& tool : tools) {
         if (!tool.is_object()) continue;
-        const Json& fn = tool.contains("function") ? tool["function"] : tool;
-        if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string()) continue;
-        auto& names = out[fn["name"].get<std::string>()];
-        const auto params = fn.find("parameters");
-        if (params == fn.end() || !params->is_object()) continue;
-        const auto props = params->find("properties");
-        if (props == params->end() || !props->is_object()) continue;
+        const Json& f = tool.contains("function") ? tool["function"] : tool;
+        if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) continue;
+        const auto params = f.find("parameters");
+        static const Json kNone;
+        fn(f["name"].get<std::string>(), params != f.end() && params->is_object() ? *params : kNone);
+    }
+}
+
+}  // namespace
+
+std::map<std::string, std::set<std::string>> string_args_from_tools(const Json& tools) {
+    std::map<std::string, std::set<std::string>> out;
+    for_each_function(tools, [&](const std::string& name, const Json& params) {
+        auto& names = out[name];
+        const auto props = params.is_object() ? params.find("properties") : params.end();
+        if (props == params.end() || !props->is_object()) return;
         for (const auto& [arg, schema] : props->items())
             if (schema.is_object() && schema.value("type", Json()) == "string") names.insert(arg);
-    }
+    });
     return out;
 }
 
 std::map<std::string, ToolParams> tool_params_from_tools(const Json& tools) {
     std::map<std::string, ToolParams> out;
-    if (!tools.is_array()) return out;
-    for (const Json& tool : tools) {
-        if (!tool.is_object()) continue;
-        const Json& fn = tool.contains("function") ? tool["function"] : tool;
-        if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string()) continue;
-        ToolParams& tp = out[fn["name"].get<std::string>()];
-        const auto params = fn.find("parameters");
-        if (params == fn.end() || !params->is_object()) continue;
-        if (const auto props = params->find("properties"); props != params->end() && props->is_object())
+    for_each_function(tools, [&](const std::string& name, const Json& params) {
+        ToolParams& tp = out[name];
+        if (!params.is_object()) return;
+        if (const auto props = params.find("properties"); props != params.end() && props->is_object())
             for (const auto& [arg, schema] : props->items()) tp.properties.push_back(arg);
-        if (const auto req = params->find("required"); req != params->end() && req->is_array())
+        if (const auto req = params.find("required"); req != params.end() && req->is_array())
             for (const Json& r : *req)
                 if (r.is_string()) tp.required.insert(r.get<std::string>());
-    }
+    });
     return out;
 }
 
