@@ -1,7 +1,8 @@
 // The OpenAI-compatible API over the engine: request JSON → validated generation request (server/request.h)
 // → engine → response JSON or SSE chunks, with reasoning_content and tool_calls parsed from the output. A
 // request whose client goes away is cancelled, streamed or not. Endpoints: /v1/chat/completions, /v1/completions,
-// /v1/models, /health, /metrics, and vLLM's /tokenize and /detokenize (server/tokenize_api.h). HTTP-library-free: handlers take HttpRequest and return HttpResponse (server/http.h).
+// /v1/models, /health, /metrics, and vLLM's /tokenize and /detokenize (server/tokenize_api.h). HTTP-library-free:
+// handlers take HttpRequest and return HttpResponse (server/http.h).
 #pragma once
 
 #include <atomic>

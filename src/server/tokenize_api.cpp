@@ -37,14 +37,14 @@ bool present(const Json& body, const char* key) {
 Json tokenize_request(const std::string& text, const RequestContext& ctx) {
     const Json body = request_object(text, ctx);
     const bool has_prompt = present(body, "prompt"), has_messages = present(body, "messages");
-    if (has_prompt && has_messages)
-        throw ApiError(400, "send either 'prompt' or 'messages', not both", "messages");
+    if (has_prompt && has_messages) throw ApiError(400, "send either 'prompt' or 'messages', not both", "messages");
     if (!has_prompt && !has_messages) throw ApiError(400, "'prompt' or 'messages' is required", "prompt");
 
     std::vector<int32_t> ids;
     if (has_prompt) {
         if (!body["prompt"].is_string()) throw ApiError(400, "'prompt' must be a string", "prompt");
-        ids = ctx.tokenizer->encode(body["prompt"].get_ref<const std::string&>(), flag(body, "add_special_tokens", true));
+        ids =
+            ctx.tokenizer->encode(body["prompt"].get_ref<const std::string&>(), flag(body, "add_special_tokens", true));
     } else {
         // The prompt /v1/chat/completions would send to the model; its special tokens are in the text already.
         const std::vector<chat::Message> messages = chat_messages_from_request(body);
@@ -56,7 +56,8 @@ Json tokenize_request(const std::string& text, const RequestContext& ctx) {
     const bool strs = flag(body, "return_token_strs", false);
     const auto n = static_cast<int64_t>(ids.size());
     if (n > ctx.max_model_len) {
-        throw ApiError(400, fmt::format("the prompt is {} tokens; the maximum context length is {}", n, ctx.max_model_len),
+        throw ApiError(400,
+                       fmt::format("the prompt is {} tokens; the maximum context length is {}", n, ctx.max_model_len),
                        has_prompt ? "prompt" : "messages", "context_length_exceeded");
     }
     Json out = {{"count", n}, {"max_model_len", ctx.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};
@@ -83,8 +84,8 @@ Json detokenize_request(const std::string& text, const RequestContext& ctx, cons
                                                      : t.get<int64_t>() >= 0 && t.get<int64_t>() < ctx.vocab_size;
         if (!in_range) {
             throw ApiError(400,
-                           fmt::format("'tokens[{}]': {} is not a token id (the vocabulary has {} tokens)", i,
-                                       t.dump(), ctx.vocab_size),
+                           fmt::format("'tokens[{}]': {} is not a token id (the vocabulary has {} tokens)", i, t.dump(),
+                                       ctx.vocab_size),
                            "tokens");
         }
         const auto id = static_cast<int32_t>(t.get<int64_t>());

@@ -111,8 +111,8 @@ std::string render_deepseek_v32(const std::vector<Message>& messages, const Json
     const bool has_tools = tools.is_array() && !tools.empty();
     // The tools go into the first message when it is a system message, else into an empty system message put
     // in front of the conversation (no index below moves: that message is rendered before the loop).
-    const bool tools_in_first = has_tools && !messages.empty() && messages[0].role == Role::kSystem &&
-                                !messages[0].developer;
+    const bool tools_in_first =
+        has_tools && !messages.empty() && messages[0].role == Role::kSystem && !messages[0].developer;
 
     int64_t i_last_user = -1;  // user or developer
     for (size_t i = messages.size(); i-- > 0;)
@@ -134,8 +134,7 @@ std::string render_deepseek_v32(const std::vector<Message>& messages, const Json
         switch (m.role) {
             case Role::kSystem:
                 if (m.developer) {
-                    MEGACTX_CHECK(!text_of(m).empty(), "messages[{}]: a developer message needs non-empty content",
-                                  i);
+                    MEGACTX_CHECK(!text_of(m).empty(), "messages[{}]: a developer message needs non-empty content", i);
                     out += kUserTurn;
                     out += "\n\n# The user's message is: ";
                     out += text_of(m);

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <optional>
-#include <tuple>
 #include <set>
+#include <tuple>
 
 #include "tokenizer/tag_scan.h"
 
@@ -46,10 +46,8 @@ std::string json_string(std::string_view s) {
 
 DsmlBlock parse_dsml_block(std::string_view body, bool final) {
     static constexpr std::array<std::string_view, 3> kBlockTags{kInvokeOpen, kBlockClose, kBlockCloseAlt};
-    static constexpr std::array<std::string_view, 4> kInvokeTags{kParamOpen, kInvokeClose, kBlockClose,
-                                                                 kBlockCloseAlt};
-    static constexpr std::array<std::string_view, 4> kValueTags{kParamClose, kInvokeClose, kBlockClose,
-                                                                kBlockCloseAlt};
+    static constexpr std::array<std::string_view, 4> kInvokeTags{kParamOpen, kInvokeClose, kBlockClose, kBlockCloseAlt};
+    static constexpr std::array<std::string_view, 4> kValueTags{kParamClose, kInvokeClose, kBlockClose, kBlockCloseAlt};
     DsmlBlock b;
     size_t pos = 0;
     const auto close_invoke = [&](std::string_view tag, size_t after) {
@@ -97,7 +95,9 @@ DsmlBlock parse_dsml_block(std::string_view body, bool final) {
                 // An open value: at the end it is complete; before, keep back what may become a closing tag or
                 // finish a UTF-8 character.
                 std::string_view value = body.substr(v);
-                if (!final) value = value.substr(0, utf8_complete_prefix(value.substr(0, value.size() - tag_holdback(value, kValueTags))));
+                if (!final)
+                    value = value.substr(
+                        0, utf8_complete_prefix(value.substr(0, value.size() - tag_holdback(value, kValueTags))));
                 param.value = std::string(value);
                 param.closed = final;
                 b.invokes.back().params.push_back(std::move(param));

@@ -4,7 +4,8 @@
 //   - GLM tool calls: `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>` → {id, name,
 //     arguments: JSON text}, values typed by the tool schema / JSON-ness (vLLM glm47 convention).
 //   - DeepSeek-V3.2 tool calls: `<｜DSML｜function_calls>` blocks of `<｜DSML｜invoke name="…">` with typed
-//     `<｜DSML｜parameter name="…" string="true|false">` values (dsml.h), the spurious `arguments` wrapper repaired.
+//     `<｜DSML｜parameter name="…" string="true|false">` values (dsml.h), the spurious `arguments` wrapper
+//     repaired.
 //   - streaming: StreamingOutputParser takes arbitrary chunks (down to single bytes) and emits deltas whose
 //     concatenation equals parse_output() on the whole text; tags split across chunks never leak, and no delta
 //     ends inside a UTF-8 character.

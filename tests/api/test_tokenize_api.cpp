@@ -72,7 +72,8 @@ TEST_F(TokenizeApi, PromptWithAndWithoutSpecialTokens) {
 TEST_F(TokenizeApi, MessagesRenderAsChatCompletionsDoes) {
     const Json msgs = Json::parse(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}])");
     const Json r = tokenize({{"messages", msgs}});
-    EXPECT_EQ(decode(r["tokens"]), "[gMASK]<sop><|system|>Reasoning Effort: Max<|system|>Be brief.<|user|>Hi<|assistant|><think>");
+    EXPECT_EQ(decode(r["tokens"]),
+              "[gMASK]<sop><|system|>Reasoning Effort: Max<|system|>Be brief.<|user|>Hi<|assistant|><think>");
     EXPECT_EQ(r["tokens"].get<std::vector<int32_t>>(),
               tok_->encode(chat::render_glm5(chat::messages_from_json(msgs), Json(), {}), false));
     const Json off = tokenize({{"messages", msgs}, {"chat_template_kwargs", {{"enable_thinking", false}}}});
@@ -132,8 +133,9 @@ TEST_F(TokenizeApi, BadTokenizeRequestsNameTheField) {
     EXPECT_EQ(e({{"prompt", long_prompt}}).first, 400);  // beyond max_model_len (512)
     // DeepSeek-V3.2: a tool result with no call to answer.
     EXPECT_EQ(error_of([&] {
-                  tokenize({{"messages", Json::parse(R"([{"role":"user","content":"u"},{"role":"tool","content":"r"}])")}},
-                           chat::ChatFormat::kDeepSeekV32);
+                  tokenize(
+                      {{"messages", Json::parse(R"([{"role":"user","content":"u"},{"role":"tool","content":"r"}])")}},
+                      chat::ChatFormat::kDeepSeekV32);
               }),
               P(400, "messages"));
 }
@@ -141,7 +143,8 @@ TEST_F(TokenizeApi, BadTokenizeRequestsNameTheField) {
 TEST_F(TokenizeApi, DetokenizeRoundTripsAndChecksIds) {
     const Json t = tokenize({{"prompt", "Round trip: é 日本 🙂"}, {"add_special_tokens", false}});
     const auto d = decodable();
-    EXPECT_EQ(detokenize_request(Json{{"tokens", t["tokens"]}}.dump(), ctx(), d)["prompt"], "Round trip: é 日本 🙂");
+    EXPECT_EQ(detokenize_request(Json{{"tokens", t["tokens"]}}.dump(), ctx(), d)["prompt"],
+              "Round trip: é 日本 🙂");
     // Padding ids of the model's vocabulary decode to nothing.
     Json padded = t["tokens"];
     padded.push_back(ctx().vocab_size - 1);
@@ -177,7 +180,8 @@ TEST_F(TokenizeApi, ChatCompletionsOnDeepSeekV32ParseDsmlAndFollowThinking) {
     // Tool results in thinking mode end in <think> too; the parser starts in reasoning from the prompt.
     p = parse_api_request(R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":null,
         "tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"ok"}],
-        "max_tokens":4,"chat_template_kwargs":{"thinking":true},"tools":)" + tools + "}",
+        "max_tokens":4,"chat_template_kwargs":{"thinking":true},"tools":)" +
+                              tools + "}",
                           true, c);
     EXPECT_TRUE(p.parser.start_in_reasoning);
     EXPECT_TRUE(tok_->decode(p.prompt, false).ends_with("</function_results>\n\n<think>"));

@@ -17,8 +17,12 @@ inline ParsedOutput reassemble(const std::vector<StreamDelta>& deltas) {
     ParsedOutput r;
     for (const StreamDelta& d : deltas) {
         switch (d.kind) {
-            case StreamDelta::Kind::kContent: r.content += d.text; break;
-            case StreamDelta::Kind::kReasoning: r.reasoning += d.text; break;
+            case StreamDelta::Kind::kContent:
+                r.content += d.text;
+                break;
+            case StreamDelta::Kind::kReasoning:
+                r.reasoning += d.text;
+                break;
             case StreamDelta::Kind::kToolCallBegin:
                 EXPECT_EQ(d.index, static_cast<int>(r.tool_calls.size())) << "tool calls start in index order";
                 EXPECT_TRUE(d.text.empty());
@@ -58,7 +62,7 @@ inline void expect_same(const ParsedOutput& a, const ParsedOutput& b, const std:
 
 // Streams `text` in chunks of the given sizes (cycled) and checks the result against parse_output().
 inline void check_streaming(std::string_view text, const ParserOptions& opt, const std::vector<size_t>& sizes,
-                     bool input_is_utf8) {
+                            bool input_is_utf8) {
     const ParsedOutput whole = parse_output(text, opt);
     for (const auto& tc : whole.tool_calls) {
         const Json args = Json::parse(tc.arguments, nullptr, false);

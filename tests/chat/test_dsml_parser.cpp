@@ -65,11 +65,10 @@ TEST(DsmlParser, ReasoningContentAndTypedCalls) {
 }
 
 TEST(DsmlParser, NonStringValues) {
-    const auto r = parse_output(
-        block(call("f", param("o", "false", "{\"a\":[1,2],\"b\":null}") + param("t", "false", "true") +
-                        param("q", "false", "\"quoted\"") + param("bad", "false", "{not json") +
-                        param("u", "false", "日本"))),
-        dsv32_options(false));
+    const auto r = parse_output(block(call("f", param("o", "false", "{\"a\":[1,2],\"b\":null}") +
+                                                    param("t", "false", "true") + param("q", "false", "\"quoted\"") +
+                                                    param("bad", "false", "{not json") + param("u", "false", "日本"))),
+                                dsv32_options(false));
     ASSERT_EQ(r.tool_calls.size(), 1u);
     EXPECT_EQ(r.tool_calls[0].arguments,
               R"({"o": {"a": [1, 2], "b": null}, "t": true, "q": "quoted", "bad": "{not json", "u": "日本"})");
@@ -96,8 +95,7 @@ TEST(DsmlParser, SpuriousArgumentsWrapperIsRepaired) {
               R"({"location": "Oslo", "days": 2})");
     EXPECT_EQ(args(call("get_weather", param("arguments", "true", R"({"location": "Oslo"})"))),
               R"({"location": "Oslo"})");
-    EXPECT_EQ(args(call("get_weather", param("input", "false", R"({"location": "Oslo"})"))),
-              R"({"location": "Oslo"})");
+    EXPECT_EQ(args(call("get_weather", param("input", "false", R"({"location": "Oslo"})"))), R"({"location": "Oslo"})");
     // A bare string goes to the tool's one required string parameter.
     EXPECT_EQ(args(call("bash", param("arguments", "true", "cd /x && ls"))), R"({"command": "cd /x && ls"})");
     // Not a wrapper: the tool declares `arguments`, there are other parameters, the tool is unknown, or the value
@@ -112,26 +110,28 @@ TEST(DsmlParser, SpuriousArgumentsWrapperIsRepaired) {
 TEST(DsmlParser, MalformedInput) {
     const ParserOptions o = dsv32_options(false);
     // Unterminated block and call: closed at the end; an open value is complete.
-    auto r = parse_output("Hi\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"bash\">\n"
-                          "<｜DSML｜parameter name=\"command\" string=\"true\">echo hi",
-                          o);
+    auto r = parse_output(
+        "Hi\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"bash\">\n"
+        "<｜DSML｜parameter name=\"command\" string=\"true\">echo hi",
+        o);
     EXPECT_EQ(r.content, "Hi");
     ASSERT_EQ(r.tool_calls.size(), 1u);
     EXPECT_EQ(r.tool_calls[0].arguments, R"({"command": "echo hi"})");
     // An incomplete invoke header at the end is dropped; an empty name drops the call.
-    r = parse_output(block(call("", param("a", "true", "x")) + call("bash", "")) + "<｜DSML｜function_calls><｜DSML｜invoke na",
-                     o);
+    r = parse_output(
+        block(call("", param("a", "true", "x")) + call("bash", "")) + "<｜DSML｜function_calls><｜DSML｜invoke na", o);
     ASSERT_EQ(r.tool_calls.size(), 1u);
     EXPECT_EQ(r.tool_calls[0].name, "bash");
     EXPECT_EQ(r.tool_calls[0].arguments, "{}");
     EXPECT_EQ(r.tool_calls[0].id, "call_0");
     // A missing parameter close is ended by the invoke's; a repeated name keeps its first value; text after the
     // block is content; DeepSeek-V4's block name is accepted.
-    r = parse_output("<｜DSML｜tool_calls><｜DSML｜invoke name=\"bash\"><｜DSML｜parameter name=\"command\" "
-                     "string=\"true\">a</｜DSML｜parameter><｜DSML｜parameter name=\"command\" string=\"true\">b"
-                     "</｜DSML｜parameter><｜DSML｜parameter name=\"timeout\" string=\"false\">5</｜DSML｜invoke>"
-                     "</｜DSML｜tool_calls> after",
-                     o);
+    r = parse_output(
+        "<｜DSML｜tool_calls><｜DSML｜invoke name=\"bash\"><｜DSML｜parameter name=\"command\" "
+        "string=\"true\">a</｜DSML｜parameter><｜DSML｜parameter name=\"command\" string=\"true\">b"
+        "</｜DSML｜parameter><｜DSML｜parameter name=\"timeout\" string=\"false\">5</｜DSML｜invoke>"
+        "</｜DSML｜tool_calls> after",
+        o);
     ASSERT_EQ(r.tool_calls.size(), 1u);
     EXPECT_EQ(r.tool_calls[0].arguments, R"({"command": "a", "timeout": 5})");
     EXPECT_EQ(r.content, " after");
@@ -239,14 +239,39 @@ TEST(DsmlParser, ReferenceCasesRoundTrip) {
 
 // Generated outputs: DSML pieces, partial tags, stray tags and multi-byte text in random order.
 std::string random_dsml_output(std::mt19937& rng) {
-    static const char* kPieces[] = {
-        "<think>", "</think>", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜DSML｜tool_calls>",
-        "<｜DSML｜invoke name=\"bash\">", "<｜DSML｜invoke name=\"get_weather\">", "<｜DSML｜invoke name=\"\">",
-        "<｜DSML｜invoke", "</｜DSML｜invoke>", "<｜DSML｜parameter name=\"command\" string=\"true\">",
-        "<｜DSML｜parameter name=\"arguments\" string=\"true\">", "<｜DSML｜parameter name=\"days\" string=\"false\">",
-        "<｜DSML｜parameter name=\"location\">", "</｜DSML｜parameter>", "<｜DSML｜", "</｜DSML｜para", "<｜", "<", ">",
-        "\"", "text", " ", "\n", "\n\n", "42", "{\"location\": \"x\"}", "[1, {\"a\": null}]", "é", "日本", "🙂", "{",
-        "}"};
+    static const char* kPieces[] = {"<think>",
+                                    "</think>",
+                                    "<｜DSML｜function_calls>",
+                                    "</｜DSML｜function_calls>",
+                                    "<｜DSML｜tool_calls>",
+                                    "<｜DSML｜invoke name=\"bash\">",
+                                    "<｜DSML｜invoke name=\"get_weather\">",
+                                    "<｜DSML｜invoke name=\"\">",
+                                    "<｜DSML｜invoke",
+                                    "</｜DSML｜invoke>",
+                                    "<｜DSML｜parameter name=\"command\" string=\"true\">",
+                                    "<｜DSML｜parameter name=\"arguments\" string=\"true\">",
+                                    "<｜DSML｜parameter name=\"days\" string=\"false\">",
+                                    "<｜DSML｜parameter name=\"location\">",
+                                    "</｜DSML｜parameter>",
+                                    "<｜DSML｜",
+                                    "</｜DSML｜para",
+                                    "<｜",
+                                    "<",
+                                    ">",
+                                    "\"",
+                                    "text",
+                                    " ",
+                                    "\n",
+                                    "\n\n",
+                                    "42",
+                                    "{\"location\": \"x\"}",
+                                    "[1, {\"a\": null}]",
+                                    "é",
+                                    "日本",
+                                    "🙂",
+                                    "{",
+                                    "}"};
     std::string s;
     for (int n = static_cast<int>(rng() % 40); n > 0; --n) s += kPieces[rng() % std::size(kPieces)];
     return s;
@@ -294,8 +319,9 @@ TEST(DsmlParser, StreamsStringArgumentsAsTheyArrive) {
     EXPECT_TRUE(p.finish().empty());
     // A possible wrapper is held back until its call closes, then sent repaired.
     StreamingOutputParser w(dsv32_options(false));
-    d = w.feed("<｜DSML｜function_calls><｜DSML｜invoke name=\"bash\"><｜DSML｜parameter name=\"arguments\" "
-               "string=\"true\">ls -l");
+    d = w.feed(
+        "<｜DSML｜function_calls><｜DSML｜invoke name=\"bash\"><｜DSML｜parameter name=\"arguments\" "
+        "string=\"true\">ls -l");
     ASSERT_EQ(d.size(), 1u);
     EXPECT_EQ(d[0].kind, StreamDelta::Kind::kToolCallBegin);
     d = w.feed("</｜DSML｜parameter></｜DSML｜invoke>");

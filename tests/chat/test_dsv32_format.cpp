@@ -49,17 +49,20 @@ TEST(DeepSeekV32Format, ReferenceEncoderCases) {
         const Json& c = cases[i];
         ChatOptions o;
         o.enable_thinking = c["thinking"].get<bool>();
-        EXPECT_EQ(render_deepseek_v32(messages_from_json(c["messages"]), c["tools"], o), c["expected"].get<std::string>())
+        EXPECT_EQ(render_deepseek_v32(messages_from_json(c["messages"]), c["tools"], o),
+                  c["expected"].get<std::string>())
             << "case " << i << ": " << c["messages"].dump();
     }
 }
 
 TEST(DeepSeekV32Format, ChatModeClosesTheThinkBlockAfterEveryUserTurn) {
-    EXPECT_EQ(dsv32(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},
+    EXPECT_EQ(
+        dsv32(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},
                         {"role":"assistant","content":"Hello!","reasoning_content":"greet"},
                         {"role":"user","content":"Bye"}])"),
-              std::string(kBos) +
-                  "Be brief.<｜User｜>Hi<｜Assistant｜></think>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜></think>");
+        std::string(kBos) +
+            "Be "
+            "brief.<｜User｜>Hi<｜Assistant｜></think>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜></think>");
 }
 
 TEST(DeepSeekV32Format, ThinkingModeOpensThinkOnlyAfterTheLastUserTurn) {
@@ -68,16 +71,17 @@ TEST(DeepSeekV32Format, ThinkingModeOpensThinkOnlyAfterTheLastUserTurn) {
                                     {"role":"user","content":"Bye"}])",
                                 true);
     // The earlier turn's reasoning is dropped; the prompt leaves the model inside <think>.
-    EXPECT_EQ(p, std::string(kBos) +
-                     "<｜User｜>Hi<｜Assistant｜></think>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜><think>");
+    EXPECT_EQ(p,
+              std::string(kBos) +
+                  "<｜User｜>Hi<｜Assistant｜></think>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜><think>");
     EXPECT_TRUE(prompt_opens_reasoning(p));
     EXPECT_FALSE(prompt_opens_reasoning(dsv32(R"([{"role":"user","content":"Hi"}])")));
 }
 
 TEST(DeepSeekV32Format, AssistantAfterTheLastUserTurnKeepsItsReasoningInThinkingMode) {
-    EXPECT_EQ(dsv32(R"([{"role":"user","content":"Q"},{"role":"assistant","content":"A","reasoning_content":"R"}])",
-                    true),
-              std::string(kBos) + "<｜User｜>Q<｜Assistant｜><think>R</think>A<｜end▁of▁sentence｜>");
+    EXPECT_EQ(
+        dsv32(R"([{"role":"user","content":"Q"},{"role":"assistant","content":"A","reasoning_content":"R"}])", true),
+        std::string(kBos) + "<｜User｜>Q<｜Assistant｜><think>R</think>A<｜end▁of▁sentence｜>");
     // Without reasoning the block is still closed.
     EXPECT_EQ(dsv32(R"([{"role":"user","content":"Q"},{"role":"assistant","content":"A"}])", true),
               std::string(kBos) + "<｜User｜>Q<｜Assistant｜><think></think>A<｜end▁of▁sentence｜>");
@@ -97,8 +101,9 @@ TEST(DeepSeekV32Format, ToolsWithoutASystemMessageGoInFront) {
     const std::string p = dsv32(R"([{"role":"user","content":"Hi"}])", false,
                                 R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
     EXPECT_TRUE(p.starts_with(std::string(kBos) + "\n\n## Tools\n\nYou have access")) << p;
-    EXPECT_TRUE(p.ends_with("<functions>\n{\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}\n</functions>\n"
-                            "<｜User｜>Hi<｜Assistant｜></think>"))
+    EXPECT_TRUE(
+        p.ends_with("<functions>\n{\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}\n</functions>\n"
+                    "<｜User｜>Hi<｜Assistant｜></think>"))
         << p;
 }
 
