@@ -92,12 +92,16 @@ void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p
         if (tc->is_string() && *tc == "required") forced = true;
         if (forced) {
             if (tools.empty()) throw ApiError(400, "tool_choice requires a non-empty 'tools'", "tool_choice");
-            if (ctx.chat_format != chat::ChatFormat::kGlm5)
-                throw ApiError(400, "tool_choice 'required' and named functions need the GLM-5 chat format", "tool_choice");
+            if (ctx.chat_format == chat::ChatFormat::kDeepSeekV3)
+                throw ApiError(400,
+                               "tool_choice 'required' and named functions need the GLM-5 or DeepSeek-V3.2 chat "
+                               "format",
+                               "tool_choice");
             if (p.constraint.kind != ConstraintSpec::Kind::kNone)
                 throw ApiError(400, fmt::format("tool_choice and '{}' both constrain the output: send one",
                                                 p.constraint.param), "tool_choice");
             p.constraint.kind = ConstraintSpec::Kind::kToolCalls;
+            p.constraint.dsml = ctx.chat_format == chat::ChatFormat::kDeepSeekV32;
             p.constraint.source = tools.dump();
             p.constraint.tool_name = only;
             p.constraint.single_call = !f.boolean("parallel_tool_calls").value_or(true);
@@ -111,9 +115,10 @@ void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p
         return fn && fn->is_object() && Fields{*fn}.boolean("strict").value_or(false);
     });
     if (any_strict && p.constraint.kind != ConstraintSpec::Kind::kToolCalls &&
-        ctx.chat_format == chat::ChatFormat::kGlm5) {
+        ctx.chat_format != chat::ChatFormat::kDeepSeekV3) {
         ConstraintSpec calls;
         calls.kind = ConstraintSpec::Kind::kToolCalls;
+        calls.dsml = ctx.chat_format == chat::ChatFormat::kDeepSeekV32;
         calls.source = tools.dump();
         calls.text_first = true;
         calls.param = "tools";

@@ -5,6 +5,7 @@
 
 #include "server/api_error.h"
 #include "server/request.h"
+#include "server/structured_output.h"
 #include "server/tokenize_api.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -185,6 +186,37 @@ TEST_F(TokenizeApi, ChatCompletionsOnDeepSeekV32ParseDsmlAndFollowThinking) {
                           true, c);
     EXPECT_TRUE(p.parser.start_in_reasoning);
     EXPECT_TRUE(tok_->decode(p.prompt, false).ends_with("</function_results>\n\n<think>"));
+}
+
+TEST_F(TokenizeApi, DeepSeekV32ToolChoiceConstrainsToDsmlCalls) {
+    RequestContext c = ctx(chat::ChatFormat::kDeepSeekV32);
+    c.max_model_len = 8192;
+    const std::string tools = R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+        "properties":{"x":{"type":"integer"}},"required":["x"]}}}])";
+    ApiRequest p = parse_api_request(
+        R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"tool_choice":"required","tools":)" + tools +
+            "}",
+        true, c);
+    EXPECT_EQ(p.constraint.kind, ConstraintSpec::Kind::kToolCalls);
+    EXPECT_TRUE(p.constraint.dsml);
+    ConstraintCompiler compiler(*tok_, {0});
+    EXPECT_NE(compiler.compile(p.constraint, -1), nullptr);
+    // Strict tools under tool_choice auto: text, then DSML calls held to the schema.
+    const std::string strict =
+        R"([{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object",
+        "properties":{"x":{"type":"integer"}},"required":["x"]}}}])";
+    p = parse_api_request(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"tools":)" + strict + "}",
+                          true, c);
+    EXPECT_EQ(p.constraint.kind, ConstraintSpec::Kind::kToolCalls);
+    EXPECT_TRUE(p.constraint.text_first);
+    EXPECT_TRUE(p.constraint.dsml);
+    // DeepSeek-V3's format has no tool-call syntax to constrain.
+    EXPECT_EQ(error_of([&] {
+                  parse_api_request(
+                      R"({"messages":[{"role":"user","content":"Hi"}],"tool_choice":"required","tools":)" + tools + "}",
+                      true, ctx(chat::ChatFormat::kDeepSeekV3));
+              }).first,
+              400);
 }
 
 }  // namespace
