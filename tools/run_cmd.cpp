@@ -112,6 +112,10 @@ class Runner {
           decodable_(decodable_ids(tok, engine.model().config().vocab_size)),
           dim_(isatty(STDERR_FILENO) != 0) {
         chat_.enable_thinking = o.think;
+        const std::string& model_type = engine.model().config().model_type;
+        const auto format = chat::chat_format_for_model_type(model_type);
+        MEGACTX_CHECK(format.has_value(), "model_type '{}' has no chat format", model_type);
+        format_ = *format;
         if (!o.system.empty()) system_ = chat::Message{chat::Role::kSystem, o.system, std::nullopt, {}, ""};
         clear();
     }
@@ -127,7 +131,7 @@ class Runner {
         std::vector<chat::Message> messages = history_;
         messages.push_back(chat::Message{chat::Role::kUser, text, std::nullopt, {}, ""});
         const std::string rendered =
-            o_.raw ? text : chat::render_chat(chat::ChatFormat::kGlm5, messages, chat::Json(), chat_);
+            o_.raw ? text : chat::render_chat(format_, messages, chat::Json(), chat_);
         std::vector<int32_t> ids = o_.raw ? tok_.encode(text, true) : tok_.encode(rendered, false);
         if (o_.print_prompt) std::fprintf(stderr, "%s\n", rendered.c_str());
         MEGACTX_CHECK(!ids.empty(), "the prompt is empty");
@@ -138,7 +142,9 @@ class Runner {
         GenerationParams gen = gen_;
         gen.max_tokens = std::min(gen.max_tokens, limit - n_prompt);
 
-        Stream st(tok_, decodable_, o_.stop, chat::parser_options_for(chat::ChatFormat::kGlm5, chat_, chat::Json()));
+        chat::ParserOptions popt = chat::parser_options_for(format_, chat_, chat::Json());
+        popt.start_in_reasoning = !o_.raw && chat::prompt_opens_reasoning(rendered);
+        Stream st(tok_, decodable_, o_.stop, popt);
         const auto t_submit = Clock::now();
         engine_.submit(std::move(ids), gen, [this, &st](const TokenEvent& ev) {
             std::lock_guard<std::mutex> lock(st.mu);
@@ -257,6 +263,7 @@ class Runner {
     std::vector<bool> decodable_;
     bool dim_;
     chat::ChatOptions chat_;
+    chat::ChatFormat format_ = chat::ChatFormat::kGlm5;  // the model's, by its model_type
     std::optional<chat::Message> system_;
     std::vector<chat::Message> history_;
 };

@@ -56,7 +56,11 @@ struct JsonSchemaOptions {
 // A JSON Schema (draft 2020-12, the subset issue 51 names) as text; `true`/`{}` is any JSON value. What is exact,
 // what is a subset and what is an error: the comment at the top of grammar/json_schema.cpp.
 Grammar compile_json_schema(std::string_view schema_json, const JsonSchemaOptions& options = {});
+// The tool-call syntax a chat format uses: GLM's <tool_call> blocks or DeepSeek-V3.2's DSML.
+enum class ToolCallFormat { kGlm, kDsml };
+
 struct ToolCallOptions {
+    ToolCallFormat format = ToolCallFormat::kGlm;
     std::string only;        // a named function (tool_choice {"function": {"name"}}); empty: any of the tools
     bool single = false;     // exactly one call (a named function, or OpenAI's parallel_tool_calls: false)
     // tool_choice auto with strict tools: free text (never "<tool_call>") then, optionally, the calls.
@@ -73,6 +77,11 @@ struct ToolCallOptions {
 // present, no others); a string argument is raw text without '<' (GLM writes strings unquoted up to </arg_value>),
 // constrained only by `enum`; other arguments are JSON by their schema.
 Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOptions& options = {});
+// The same in the syntax options.format names. DSML: the calls in one `<｜DSML｜function_calls>\n … \n</｜DSML｜
+// function_calls>` block, one call per line, each parameter `<｜DSML｜parameter name="K" string="true|false">V
+// </｜DSML｜parameter>\n` (string="true" exactly for string-typed arguments), as DeepSeek-V3.2's encoder writes
+// them; under text_first the text before the block never holds `<｜DSML｜function_calls>`.
+Grammar compile_tool_calls(std::string_view tools_json, const ToolCallOptions& options = {});
 
 // Any JSON object (`response_format: {"type": "json_object"}`).
 Grammar json_object_grammar(const JsonSchemaOptions& options = {});

@@ -1524,21 +1524,50 @@ json parse(std::string_view text) {
     }
 }
 
-// GLM's tool calls (docs/chat-formats.md): <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>,
-// a newline allowed after the name and after each tag pair as the model writes them. A string argument is its raw
-// text, the others JSON (json.dumps spacing fits the whitespace bound).
-Symbol glm_tool_call(Compiler& c, const json& tool, const std::string& ptr, bool any_arguments) {
+// One call's pieces in a format's syntax (docs/chat-formats.md):
+//   GLM:  <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>, a newline allowed after the
+//         name and after each tag pair as the model writes them;
+//   DSML: <｜DSML｜invoke name="NAME">\n<｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>\n...
+//         </｜DSML｜invoke>, as DeepSeek-V3.2's encoder writes them.
+// A string argument is its raw text, the others JSON (json.dumps spacing fits the whitespace bound).
+struct CallSyntax {
+    ToolCallFormat format;
+
+    Symbol open(Builder& b, const std::string& name) const {
+        if (format == ToolCallFormat::kGlm)
+            return b.seq({b.literal("<tool_call>"), b.literal(name), b.optional(b.literal("\n"), "nl")}, "open");
+        return b.literal("<｜DSML｜invoke name=\"" + name + "\">\n");
+    }
+    Symbol close(Builder& b) const {
+        return b.literal(format == ToolCallFormat::kGlm ? "</tool_call>" : "</｜DSML｜invoke>");
+    }
+    // One argument: key (a literal or any key), value, and whether the value is a string (DSML's attribute).
+    Symbol arg(Builder& b, Symbol key, Symbol value, std::optional<bool> is_string) const {
+        if (format == ToolCallFormat::kGlm) {
+            const Symbol nl = b.optional(b.literal("\n"), "nl");
+            return b.seq({b.literal("<arg_key>"), key, b.literal("</arg_key>"), nl, b.literal("<arg_value>"), value,
+                          b.literal("</arg_value>"), nl},
+                         "arg");
+        }
+        const Symbol attr = is_string ? b.literal(*is_string ? "true" : "false")
+                                      : b.alt({{b.literal("true")}, {b.literal("false")}}, "string-attr");
+        return b.seq({b.literal("<｜DSML｜parameter name=\""), key, b.literal("\" string=\""), attr, b.literal("\">"),
+                      value, b.literal("</｜DSML｜parameter>\n")},
+                     "arg");
+    }
+};
+
+Symbol tool_call(Compiler& c, const json& tool, const std::string& ptr, bool any_arguments, const CallSyntax& syn) {
     Builder& b = c.builder();
     const json& fn = tool.at("function");
     const std::string name = fn.at("name").get<std::string>();
-    const Symbol nl = b.optional(b.literal("\n"), "nl");
-    if (any_arguments) {  // a tool that is not strict: any keys and values, none holding '<'
+    if (any_arguments) {  // a tool that is not strict: any keys and values, none holding '<' (nor '"' in a DSML key)
         const Symbol raw = b.repeat(b.utf8_char_except(ByteSet::of('<')), 0, -1, "raw");
-        const Symbol arg = b.seq({b.literal("<arg_key>"), raw, b.literal("</arg_key>"), nl, b.literal("<arg_value>"), raw,
-                                  b.literal("</arg_value>"), nl},
-                                 "arg");
-        return b.seq({b.literal("<tool_call>"), b.literal(name), nl, b.repeat(arg, 0, -1, "args"),
-                      b.literal("</tool_call>")},
+        ByteSet dsml_key = ByteSet::of('<');
+        dsml_key.add('"');
+        const Symbol key =
+            syn.format == ToolCallFormat::kGlm ? raw : b.repeat(b.utf8_char_except(dsml_key), 0, -1, "key");
+        return b.seq({syn.open(b, name), b.repeat(syn.arg(b, key, raw, std::nullopt), 0, -1, "args"), syn.close(b)},
                      "call");
     }
     json params = fn.contains("parameters") ? fn["parameters"] : json::object();
@@ -1578,24 +1607,29 @@ Symbol glm_tool_call(Compiler& c, const json& tool, const std::string& ptr, bool
             } else {
                 value = c.schema(v, at);
             }
-            args.push_back({k, b.seq({b.literal("<arg_key>"), b.literal(k), b.literal("</arg_key>"), nl,
-                                      b.literal("<arg_value>"), value, b.literal("</arg_value>"), nl},
-                                     "arg")});
+            args.push_back({k, syn.arg(b, b.literal(k), value, is_string)});
         }
     }
     for (const std::string& r : required)
         if (std::none_of(args.begin(), args.end(), [&](const auto& a) { return a.first == r; }))
             fail(child(ptr, "parameters"), fmt::format("required argument '{}' is not among the properties", r));
     // Arguments in the schema's order; an optional one may be left out.
-    Sequence seq{b.literal("<tool_call>"), b.literal(name), nl};
+    Sequence seq{syn.open(b, name)};
     for (const auto& [k, sym] : args) seq.push_back(required.count(k) ? sym : b.optional(sym, "opt-arg"));
-    seq.push_back(b.literal("</tool_call>"));
+    seq.push_back(syn.close(b));
     return b.seq(std::move(seq), "call");
 }
 
 }  // namespace
 
 Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOptions& options) {
+    ToolCallOptions glm = options;
+    glm.format = ToolCallFormat::kGlm;
+    return compile_tool_calls(tools_json, glm);
+}
+
+Grammar compile_tool_calls(std::string_view tools_json, const ToolCallOptions& options) {
+    const CallSyntax syn{options.format};
     const json tools = parse(tools_json);
     if (!tools.is_array() || tools.empty()) throw GrammarError("tool calls: 'tools' must be a non-empty array");
     JsonSchemaOptions jo;
@@ -1613,16 +1647,22 @@ Grammar compile_glm_tool_calls(std::string_view tools_json, const ToolCallOption
                                            "{{\"name\", \"parameters\"}}}}", ptr));
         if (!options.only.empty() && t["function"]["name"] != options.only) continue;
         const bool strict = t["function"].value("strict", false) == true;
-        calls.push_back({glm_tool_call(c, t, ptr, options.text_first && !strict)});
+        calls.push_back({tool_call(c, t, ptr, options.text_first && !strict, syn)});
     }
     if (calls.empty()) throw GrammarError(fmt::format("tool calls: no tool is named '{}'", options.only));
     const Symbol call = b.alt(std::move(calls), "tool");
-    // One call for a named function; one or more, a newline allowed between, for `required`.
-    const Symbol body = options.only.empty() && !options.single
-                            ? b.seq({call, b.repeat(b.seq({b.optional(b.literal("\n"), "nl"), call}), 0, -1, "more")})
-                            : call;
+    // One call for a named function; one or more, a newline allowed between (GLM) or required (DSML), for `required`.
+    const bool glm = options.format == ToolCallFormat::kGlm;
+    const Symbol sep = glm ? b.optional(b.literal("\n"), "nl") : b.literal("\n");
+    Symbol body =
+        options.only.empty() && !options.single ? b.seq({call, b.repeat(b.seq({sep, call}), 0, -1, "more")}) : call;
+    // DSML calls sit in one <｜DSML｜function_calls> block.
+    const std::string_view block_open = glm ? "<tool_call>" : "<｜DSML｜function_calls>";
+    if (!glm)
+        body =
+            b.seq({b.literal("<｜DSML｜function_calls>\n"), body, b.literal("\n</｜DSML｜function_calls>")}, "block");
     if (options.text_first && options.text) return c.finish(b.alt({{b.embed(*options.text)}, {body}}, "content-or-calls"));
-    if (options.text_first) return c.finish(b.seq({b.text_without("<tool_call>"), b.optional(body, "calls")}));
+    if (options.text_first) return c.finish(b.seq({b.text_without(block_open), b.optional(body, "calls")}));
     return c.finish(body);
 }
 

@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/output_text.h"
 #include "server/request.h"
+#include "server/tokenize_api.h"
 #include "tokenizer/output_parser.h"
 
 namespace megactx {
@@ -272,21 +273,56 @@ HttpResponse OpenAiApi::metrics(const HttpRequest&) {
 HttpResponse OpenAiApi::chat_completions(const HttpRequest& req) { return handle(req, true); }
 HttpResponse OpenAiApi::completions(const HttpRequest& req) { return handle(req, false); }
 
+HttpResponse OpenAiApi::tokenize(const HttpRequest& req) {
+    return answer(req, [&](const RequestContext& ctx) { return tokenize_request(req.body, ctx); });
+}
+
+HttpResponse OpenAiApi::detokenize(const HttpRequest& req) {
+    return answer(req, [&](const RequestContext& ctx) { return detokenize_request(req.body, ctx, decodable_); });
+}
+
+RequestContext OpenAiApi::request_context() const {
+    RequestContext ctx;
+    ctx.tokenizer = tokenizer_;
+    ctx.vocab_size = engine_.model().config().vocab_size;
+    ctx.max_model_len = engine_.max_model_len();
+    ctx.served_model_name = config_.served_model_name;
+    ctx.chat_format = config_.chat_format;
+    return ctx;
+}
+
+HttpResponse OpenAiApi::answer(const HttpRequest& req, const std::function<Json(const RequestContext&)>& fn) {
+    try {
+        if (closed_.load()) throw ApiError(503, "the server is shutting down");
+        check_auth(req);
+        const Json out = fn(request_context());
+        count_request(200);
+        return json_response(200, out);
+    } catch (const std::exception& e) {
+        return failed(e);
+    }
+}
+
+void OpenAiApi::count_request(int status) {
+    metrics_.inc("megactx_requests_total", 1, fmt::format("status=\"{}\"", status));
+}
+
+HttpResponse OpenAiApi::failed(const std::exception& error) {
+    if (const auto* e = dynamic_cast<const ApiError*>(&error)) {
+        count_request(e->status);
+        return error_response(*e);
+    }
+    count_request(500);
+    return error_response(ApiError(500, std::string("internal error: ") + error.what()));
+}
+
 HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
-    auto count = [this](int status) {
-        metrics_.inc("megactx_requests_total", 1, fmt::format("status=\"{}\"", status));
-    };
+    auto count = [this](int status) { count_request(status); };
     try {
         if (closed_.load()) throw ApiError(503, "the server is shutting down");
         if (!engine_.alive()) throw ApiError(503, "the engine has stopped; the server cannot generate");
         check_auth(req);
-        RequestContext ctx;
-        ctx.tokenizer = tokenizer_;
-        ctx.vocab_size = engine_.model().config().vocab_size;
-        ctx.max_model_len = engine_.max_model_len();
-        ctx.served_model_name = config_.served_model_name;
-        ctx.chat_format = config_.chat_format;
-        ApiRequest p = parse_api_request(req.body, is_chat, ctx);
+        ApiRequest p = parse_api_request(req.body, is_chat, request_context());
         if (p.constraint.kind != ConstraintSpec::Kind::kNone) {
             if (!constraints_)
                 throw ApiError(400, "structured outputs need the model's tokenizer.json", p.constraint.param);
@@ -550,12 +586,8 @@ HttpResponse OpenAiApi::handle(const HttpRequest& req, bool is_chat) {
             record(*pending);
         };
         return r;
-    } catch (const ApiError& e) {
-        count(e.status);
-        return error_response(e);
     } catch (const std::exception& e) {
-        count(500);
-        return error_response(ApiError(500, std::string("internal error: ") + e.what()));
+        return failed(e);
     }
 }
 

@@ -1,16 +1,19 @@
 // The OpenAI-compatible API over the engine: request JSON → validated generation request (server/request.h)
 // → engine → response JSON or SSE chunks, with reasoning_content and tool_calls parsed from the output. A
 // request whose client goes away is cancelled, streamed or not. Endpoints: /v1/chat/completions, /v1/completions,
-// /v1/models, /health, /metrics. HTTP-library-free: handlers take HttpRequest and return HttpResponse (server/http.h).
+// /v1/models, /health, /metrics, and vLLM's /tokenize and /detokenize (server/tokenize_api.h). HTTP-library-free:
+// handlers take HttpRequest and return HttpResponse (server/http.h).
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "engine/engine.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/request.h"
 #include "server/structured_output.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -34,6 +37,8 @@ class OpenAiApi {
     HttpResponse models(const HttpRequest& req);
     HttpResponse health(const HttpRequest& req);
     HttpResponse metrics(const HttpRequest& req);
+    HttpResponse tokenize(const HttpRequest& req);
+    HttpResponse detokenize(const HttpRequest& req);
 
     // Stops taking new requests (shutdown): they get 503.
     void close() { closed_.store(true); }
@@ -43,6 +48,12 @@ class OpenAiApi {
 
   private:
     HttpResponse handle(const HttpRequest& req, bool chat);
+    // A request answered at once with JSON (no generation): auth, errors and the request count as for the others.
+    HttpResponse answer(const HttpRequest& req, const std::function<chat::Json(const RequestContext&)>& fn);
+    RequestContext request_context() const;
+    void count_request(int status);  // megactx_requests_total{status}
+    // The response for an exception out of a handler: an ApiError as it says, anything else a 500; counted.
+    HttpResponse failed(const std::exception& error);
     void check_auth(const HttpRequest& req) const;
     // A finished request's speculative-decoding counts into /metrics, and the low-acceptance warning.
     void record_speculation(const SpecStats& s);

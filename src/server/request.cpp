@@ -71,35 +71,8 @@ struct Fields {
 void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p) {
     if (!ctx.tokenizer)
         throw ApiError(400, "this model has no tokenizer.json: use /v1/completions with token ids");
-    const Json* msgs = f.get("messages");
-    if (!msgs) throw ApiError(400, "'messages' is required", "messages");
-    if (!msgs->is_array() || msgs->empty())
-        throw ApiError(400, "'messages' must be a non-empty array", "messages");
-    std::vector<chat::Message> messages;
-    try {
-        messages = chat::messages_from_json(*msgs);
-    } catch (const Error& e) {
-        throw ApiError(400, e.what(), "messages");
-    }
-    Json tools = Json::array();
-    if (const Json* t = f.get("tools")) {
-        if (!t->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
-        for (size_t i = 0; i < t->size(); ++i) {
-            const Json& tool = (*t)[i];
-            const std::string at = fmt::format("tools[{}]", i);
-            if (!tool.is_object()) throw ApiError(400, at + " must be an object", "tools");
-            const auto type = Fields{tool}.string("type");
-            if (type != "function") throw ApiError(400, at + ".type must be 'function'", "tools");
-            const Json* fn = Fields{tool}.get("function");
-            if (!fn || !fn->is_object()) throw ApiError(400, at + ".function must be an object", "tools");
-            const auto name = Fields{*fn}.string("name");
-            if (!name || name->empty()) throw ApiError(400, at + ".function.name must be a non-empty string", "tools");
-            if (const Json* params = Fields{*fn}.get("parameters"); params && !params->is_object()) {
-                throw ApiError(400, at + ".function.parameters must be an object", "tools");
-            }
-        }
-        tools = *t;
-    }
+    const std::vector<chat::Message> messages = chat_messages_from_request(f.j);
+    Json tools = tools_from_request(f.j);
     if (const Json* tc = f.get("tool_choice")) {
         // required / a named function: the output is tool calls in the model's format, under a grammar.
         std::string only;
@@ -119,12 +92,16 @@ void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p
         if (tc->is_string() && *tc == "required") forced = true;
         if (forced) {
             if (tools.empty()) throw ApiError(400, "tool_choice requires a non-empty 'tools'", "tool_choice");
-            if (ctx.chat_format != chat::ChatFormat::kGlm5)
-                throw ApiError(400, "tool_choice 'required' and named functions need the GLM-5 chat format", "tool_choice");
+            if (ctx.chat_format == chat::ChatFormat::kDeepSeekV3)
+                throw ApiError(400,
+                               "tool_choice 'required' and named functions need the GLM-5 or DeepSeek-V3.2 chat "
+                               "format",
+                               "tool_choice");
             if (p.constraint.kind != ConstraintSpec::Kind::kNone)
                 throw ApiError(400, fmt::format("tool_choice and '{}' both constrain the output: send one",
                                                 p.constraint.param), "tool_choice");
             p.constraint.kind = ConstraintSpec::Kind::kToolCalls;
+            p.constraint.dsml = ctx.chat_format == chat::ChatFormat::kDeepSeekV32;
             p.constraint.source = tools.dump();
             p.constraint.tool_name = only;
             p.constraint.single_call = !f.boolean("parallel_tool_calls").value_or(true);
@@ -138,9 +115,10 @@ void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p
         return fn && fn->is_object() && Fields{*fn}.boolean("strict").value_or(false);
     });
     if (any_strict && p.constraint.kind != ConstraintSpec::Kind::kToolCalls &&
-        ctx.chat_format == chat::ChatFormat::kGlm5) {
+        ctx.chat_format != chat::ChatFormat::kDeepSeekV3) {
         ConstraintSpec calls;
         calls.kind = ConstraintSpec::Kind::kToolCalls;
+        calls.dsml = ctx.chat_format == chat::ChatFormat::kDeepSeekV32;
         calls.source = tools.dump();
         calls.text_first = true;
         calls.param = "tools";
@@ -148,42 +126,11 @@ void parse_chat_prompt(const Fields& f, const RequestContext& ctx, ApiRequest& p
             calls.content = std::make_shared<const ConstraintSpec>(std::move(p.constraint));
         p.constraint = std::move(calls);
     }
-    chat::ChatOptions opt;
-    if (const auto effort = f.string("reasoning_effort")) {
-        const std::string& e = *effort;
-        if (e == "none" || e == "minimal") {
-            opt.enable_thinking = false;
-        } else if (e == "low" || e == "medium" || e == "high") {
-            opt.reasoning_effort = chat::ReasoningEffort::kHigh;
-        } else if (e == "max" || e == "xhigh") {
-            opt.reasoning_effort = chat::ReasoningEffort::kMax;
-        } else {
-            throw ApiError(400,
-                           "'reasoning_effort' must be one of max, high (or none, minimal, low, medium, xhigh)",
-                           "reasoning_effort");
-        }
-    }
-    if (const Json* th = f.get("thinking")) {  // GLM API: {"type": "enabled" | "disabled"}
-        const auto type = th->is_object() ? Fields{*th}.string("type") : std::nullopt;
-        if (!type || (*type != "enabled" && *type != "disabled")) {
-            throw ApiError(400, "'thinking.type' must be 'enabled' or 'disabled'", "thinking");
-        }
-        opt.enable_thinking = *type == "enabled";
-    }
-    if (const Json* kw = f.get("chat_template_kwargs")) {
-        if (!kw->is_object())
-            throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
-        if (const auto et = Fields{*kw}.boolean("enable_thinking")) opt.enable_thinking = *et;
-        if (const auto ct = Fields{*kw}.boolean("clear_thinking")) opt.clear_thinking = *ct;
-    }
-    std::string prompt;
-    try {
-        prompt = chat::render_chat(ctx.chat_format, messages, tools, opt);
-    } catch (const Error& e) {
-        throw ApiError(400, e.what(), "messages");
-    }
+    const chat::ChatOptions opt = chat_options_from_request(f.j, ctx.chat_format);
+    const std::string prompt = render_chat_prompt(messages, tools, opt, ctx);
     p.prompt = ctx.tokenizer->encode(prompt, false);
     p.parser = chat::parser_options_for(ctx.chat_format, opt, tools);
+    p.parser.start_in_reasoning = chat::prompt_opens_reasoning(prompt);
     p.parser.id_prefix = "call_" + random_hex(24) + "_";
     p.logprobs = f.boolean("logprobs").value_or(false);
     const auto top = f.integer("top_logprobs", 0, 20);
@@ -231,6 +178,115 @@ void parse_completion_prompt(const Fields& f, const RequestContext& ctx, ApiRequ
 
 }  // namespace
 
+std::string check_model_name(const Json& body, const RequestContext& ctx) {
+    const std::string model = Fields{body}.string("model").value_or(ctx.served_model_name);
+    if (model != ctx.served_model_name) {
+        throw ApiError(404,
+                       fmt::format("the model '{}' does not exist; this server serves '{}'", model,
+                                   ctx.served_model_name),
+                       "model", "model_not_found");
+    }
+    return model;
+}
+
+std::vector<chat::Message> chat_messages_from_request(const Json& body) {
+    const Fields f{body};
+    const Json* msgs = f.get("messages");
+    if (!msgs) throw ApiError(400, "'messages' is required", "messages");
+    if (!msgs->is_array() || msgs->empty())
+        throw ApiError(400, "'messages' must be a non-empty array", "messages");
+    try {
+        return chat::messages_from_json(*msgs);
+    } catch (const Error& e) {
+        throw ApiError(400, e.what(), "messages");
+    }
+}
+
+Json tools_from_request(const Json& body) {
+    const Fields f{body};
+    const Json* t = f.get("tools");
+    if (!t) return Json::array();
+    if (!t->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+    for (size_t i = 0; i < t->size(); ++i) {
+        const Json& tool = (*t)[i];
+        const std::string at = fmt::format("tools[{}]", i);
+        if (!tool.is_object()) throw ApiError(400, at + " must be an object", "tools");
+        const auto type = Fields{tool}.string("type");
+        if (type != "function") throw ApiError(400, at + ".type must be 'function'", "tools");
+        const Json* fn = Fields{tool}.get("function");
+        if (!fn || !fn->is_object()) throw ApiError(400, at + ".function must be an object", "tools");
+        const auto name = Fields{*fn}.string("name");
+        if (!name || name->empty()) throw ApiError(400, at + ".function.name must be a non-empty string", "tools");
+        if (const Json* params = Fields{*fn}.get("parameters"); params && !params->is_object()) {
+            throw ApiError(400, at + ".function.parameters must be an object", "tools");
+        }
+    }
+    return *t;
+}
+
+chat::ChatOptions chat_options_from_request(const Json& body, chat::ChatFormat format) {
+    const Fields f{body};
+    chat::ChatOptions opt;
+    // DeepSeek-V3.2 answers in chat mode unless thinking is asked for (as vLLM serves it); GLM thinks by default.
+    if (format == chat::ChatFormat::kDeepSeekV32) opt.enable_thinking = false;
+    if (const auto effort = f.string("reasoning_effort")) {
+        const std::string& e = *effort;
+        if (e == "none" || e == "minimal") {
+            opt.enable_thinking = false;
+        } else if (e == "low" || e == "medium" || e == "high") {
+            opt.reasoning_effort = chat::ReasoningEffort::kHigh;
+        } else if (e == "max" || e == "xhigh") {
+            opt.reasoning_effort = chat::ReasoningEffort::kMax;
+        } else {
+            throw ApiError(400,
+                           "'reasoning_effort' must be one of max, high (or none, minimal, low, medium, xhigh)",
+                           "reasoning_effort");
+        }
+    }
+    if (const Json* th = f.get("thinking")) {  // GLM API: {"type": "enabled" | "disabled"}
+        const auto type = th->is_object() ? Fields{*th}.string("type") : std::nullopt;
+        if (!type || (*type != "enabled" && *type != "disabled")) {
+            throw ApiError(400, "'thinking.type' must be 'enabled' or 'disabled'", "thinking");
+        }
+        opt.enable_thinking = *type == "enabled";
+    }
+    if (const Json* kw = f.get("chat_template_kwargs")) {
+        if (!kw->is_object())
+            throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+        const Fields k{*kw};
+        const auto check = [](const char* key, auto read) {
+            try {
+                return read();
+            } catch (const ApiError&) {
+                throw ApiError(400, fmt::format("'chat_template_kwargs.{}' must be true or false", key),
+                               "chat_template_kwargs");
+            }
+        };
+        // `enable_thinking` (GLM, Qwen) and `thinking` (DeepSeek): either one true turns thinking on.
+        const auto et = check("enable_thinking", [&] { return k.boolean("enable_thinking"); });
+        const auto t = check("thinking", [&] { return k.boolean("thinking"); });
+        if (et || t) opt.enable_thinking = et.value_or(false) || t.value_or(false);
+        if (const auto ct = check("clear_thinking", [&] { return k.boolean("clear_thinking"); }))
+            opt.clear_thinking = *ct;
+    }
+    opt.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
+    opt.continue_final_message = f.boolean("continue_final_message").value_or(false);
+    if (opt.add_generation_prompt && opt.continue_final_message) {
+        throw ApiError(400, "Cannot set both 'continue_final_message' and 'add_generation_prompt' to true",
+                       "continue_final_message");
+    }
+    return opt;
+}
+
+std::string render_chat_prompt(const std::vector<chat::Message>& messages, const Json& tools,
+                               const chat::ChatOptions& options, const RequestContext& ctx) {
+    try {
+        return chat::render_chat(ctx.chat_format, messages, tools, options);
+    } catch (const Error& e) {
+        throw ApiError(400, e.what(), "messages");
+    }
+}
+
 ApiRequest parse_api_request(const std::string& text, bool chat, const RequestContext& ctx) {
     Json body;
     try {
@@ -242,13 +298,7 @@ ApiRequest parse_api_request(const std::string& text, bool chat, const RequestCo
     const Fields f{body};
     ApiRequest p;
     p.chat = chat;
-    p.model = f.string("model").value_or(ctx.served_model_name);
-    if (p.model != ctx.served_model_name) {
-        throw ApiError(404,
-                       fmt::format("the model '{}' does not exist; this server serves '{}'", p.model,
-                                   ctx.served_model_name),
-                       "model", "model_not_found");
-    }
+    p.model = check_model_name(body, ctx);
     if (const auto n = f.integer("n", 1, 1 << 20); n && *n != 1) {
         throw ApiError(400, "only n = 1 is supported", "n");
     }

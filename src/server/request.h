@@ -35,6 +35,19 @@ struct ApiRequest {
     ConstraintSpec constraint;   // structured outputs asked for (compiled by the API into gen.constraint)
 };
 
+// The request's `model` (absent: the served name); another model's name is a 404.
+std::string check_model_name(const chat::Json& body, const RequestContext& ctx);
+
+// The chat prompt as /v1/chat/completions and /tokenize read it (each throws ApiError 400 naming the field):
+// `messages`; `tools` (validated; an empty array when absent); the options — reasoning_effort, thinking,
+// chat_template_kwargs (enable_thinking, thinking, clear_thinking), add_generation_prompt (default true),
+// continue_final_message (default false) — with the format's thinking default; and the rendered prompt text.
+std::vector<chat::Message> chat_messages_from_request(const chat::Json& body);
+chat::Json tools_from_request(const chat::Json& body);
+chat::ChatOptions chat_options_from_request(const chat::Json& body, chat::ChatFormat format);
+std::string render_chat_prompt(const std::vector<chat::Message>& messages, const chat::Json& tools,
+                               const chat::ChatOptions& options, const RequestContext& ctx);
+
 // Parses and validates `body` for /v1/chat/completions (`chat`) or /v1/completions. Throws ApiError: 400 naming
 // the field at fault (`param`), 404 for another model's name.
 ApiRequest parse_api_request(const std::string& body, bool chat, const RequestContext& ctx);

@@ -275,6 +275,8 @@ int serve_main(const ServeOptions& o) {
     route("GET", "/v1/models", &OpenAiApi::models);
     route("GET", "/health", &OpenAiApi::health);
     route("GET", "/metrics", &OpenAiApi::metrics);
+    route("POST", "/tokenize", &OpenAiApi::tokenize);
+    route("POST", "/detokenize", &OpenAiApi::detokenize);
     std::string bind_error;
     MEGACTX_CHECK(http.bind(&bind_error), "{}", bind_error);
     std::thread http_thread([&] { http.serve(); });
@@ -305,6 +307,12 @@ int serve_main(const ServeOptions& o) {
         ApiConfig ac;
         ac.served_model_name = o.served_model_name.empty() ? served_name_for(dir) : o.served_model_name;
         ac.api_key = o.api_key;
+        const std::string& model_type = engine.model().config().model_type;
+        const auto format = chat::chat_format_for_model_type(model_type);
+        MEGACTX_CHECK(format.has_value(), "model_type '{}' has no chat format", model_type);
+        ac.chat_format = *format;
+        std::fprintf(stderr, "megactx serve: chat format %s (model_type %s)\n", chat::chat_format_name(ac.chat_format),
+                     model_type.c_str());
         OpenAiApi service(engine, tokenizer.get(), ac);
         engine.start();
         api.store(&service);

@@ -159,7 +159,7 @@ namespace {
 std::string cache_key(const ConstraintSpec& spec) {
     std::string key = fmt::format("{}|{}|", static_cast<int>(spec.kind), spec.strict ? 1 : 0);
     if (spec.kind == ConstraintSpec::Kind::kToolCalls)
-        key += fmt::format("{}|{}|{}|", spec.tool_name, spec.single_call, spec.text_first);
+        key += fmt::format("{}|{}|{}|{}|", spec.tool_name, spec.single_call, spec.text_first, spec.dsml);
     if (spec.kind == ConstraintSpec::Kind::kChoice) {
         for (const std::string& c : spec.choices) key += fmt::format("{}:{}|", c.size(), c);
     } else {
@@ -191,11 +191,12 @@ grammar::Grammar build_grammar(const ConstraintSpec& spec) {
         }
         if (spec.kind == ConstraintSpec::Kind::kNone) throw std::logic_error("build_grammar: no constraint");
         grammar::ToolCallOptions to;
+        to.format = spec.dsml ? grammar::ToolCallFormat::kDsml : grammar::ToolCallFormat::kGlm;
         to.only = spec.tool_name;
         to.single = spec.single_call;
         to.text_first = spec.text_first;
         if (spec.content) to.text = std::make_shared<const grammar::Grammar>(build_grammar(*spec.content));
-        return grammar::compile_glm_tool_calls(spec.source, to);
+        return grammar::compile_tool_calls(spec.source, to);
     } catch (const grammar::GrammarError& e) {
         throw ApiError(400, fmt::format("'{}': {}", spec.param, e.what()), spec.param);
     }

@@ -30,6 +30,7 @@ struct ConstraintSpec {
     std::string tool_name;  // tool calls: the one function tool_choice names (empty: `required`, any of the tools)
     bool single_call = false;  // tool calls: parallel_tool_calls false
     bool text_first = false;   // tool calls: tool_choice auto with strict tools (text, then optionally calls)
+    bool dsml = false;         // tool calls in DeepSeek-V3.2's DSML syntax (else GLM's <tool_call>)
     // Tool calls with text_first and a response_format too: an answer without calls follows this constraint instead
     // of being free text (null: free text).
     std::shared_ptr<const ConstraintSpec> content;

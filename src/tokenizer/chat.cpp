@@ -40,19 +40,6 @@ void check_tools(const Json& tools) {
         MEGACTX_CHECK(tools[i].is_object(), "tools[{}]: expected an object, got {}", i, tools[i].type_name());
 }
 
-// The arguments of an assistant tool call as the object GLM renders key by key.
-Json arguments_object(const ToolCall& tc, size_t i_msg, size_t i_call) {
-    Json args = tc.arguments;
-    if (args.is_string()) {
-        args = Json::parse(args.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
-        MEGACTX_CHECK(!args.is_discarded(), "messages[{}].tool_calls[{}].function.arguments: not valid JSON", i_msg,
-                      i_call);
-    }
-    MEGACTX_CHECK(args.is_object(), "messages[{}].tool_calls[{}].function.arguments: expected a JSON object, got {}",
-                  i_msg, i_call, args.type_name());
-    return args;
-}
-
 // The GLM template's tool_to_json macro: `{"key": <json>, ...}` without `defer_loading` and `strict`. The key is
 // printed between quotes unescaped, as the template does.
 std::string glm_tool_json(const Json& tool) {
@@ -80,6 +67,18 @@ constexpr std::string_view kGlmToolsFooter =
     "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
 
 }  // namespace
+
+Json tool_call_arguments(const ToolCall& tc, size_t i_msg, size_t i_call) {
+    Json args = tc.arguments;
+    if (args.is_string()) {
+        args = Json::parse(args.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+        MEGACTX_CHECK(!args.is_discarded(), "messages[{}].tool_calls[{}].function.arguments: not valid JSON", i_msg,
+                      i_call);
+    }
+    MEGACTX_CHECK(args.is_object(), "messages[{}].tool_calls[{}].function.arguments: expected a JSON object, got {}",
+                  i_msg, i_call, args.type_name());
+    return args;
+}
 
 std::string render_glm5(const std::vector<Message>& messages, const Json& tools, const ChatOptions& options) {
     check_tools(tools);
@@ -145,7 +144,7 @@ std::string render_glm5(const std::vector<Message>& messages, const Json& tools,
                     const ToolCall& tc = m.tool_calls[j];
                     out += "<tool_call>";
                     out += tc.name;
-                    const Json args = arguments_object(tc, i, j);
+                    const Json args = tool_call_arguments(tc, i, j);
                     for (const auto& [k, v] : args.items()) {
                         out += "<arg_key>";
                         out += k;
@@ -230,12 +229,45 @@ std::string render_deepseek_v3(const std::vector<Message>& messages, const Json&
 
 std::string render_chat(ChatFormat format, const std::vector<Message>& messages, const Json& tools,
                         const ChatOptions& options) {
-    return format == ChatFormat::kGlm5 ? render_glm5(messages, tools, options)
-                                       : render_deepseek_v3(messages, tools, options);
+    if (options.continue_final_message) {
+        MEGACTX_CHECK(!options.add_generation_prompt,
+                      "continue_final_message and add_generation_prompt cannot both be true");
+        MEGACTX_CHECK(!messages.empty() && messages.back().role == Role::kAssistant,
+                      "continue_final_message: the last message must be an assistant message");
+    }
+    std::string out;
+    switch (format) {
+        case ChatFormat::kGlm5: out = render_glm5(messages, tools, options); break;
+        case ChatFormat::kDeepSeekV3: out = render_deepseek_v3(messages, tools, options); break;
+        case ChatFormat::kDeepSeekV32: out = render_deepseek_v32(messages, tools, options); break;
+    }
+    // Both DeepSeek formats close an assistant turn with end-of-sentence; GLM's turns have no end marker.
+    static constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
+    if (options.continue_final_message && format != ChatFormat::kGlm5 && std::string_view(out).ends_with(kEos))
+        out.resize(out.size() - kEos.size());
+    return out;
 }
 
 bool prompt_opens_reasoning(ChatFormat format, const ChatOptions& options) {
     return format == ChatFormat::kGlm5 && options.add_generation_prompt && options.enable_thinking;
+}
+
+bool prompt_opens_reasoning(std::string_view prompt) { return prompt.ends_with("<think>"); }
+
+std::optional<ChatFormat> chat_format_for_model_type(std::string_view model_type) {
+    if (model_type == "glm_moe_dsa") return ChatFormat::kGlm5;
+    if (model_type == "deepseek_v3") return ChatFormat::kDeepSeekV3;
+    if (model_type == "deepseek_v32") return ChatFormat::kDeepSeekV32;
+    return std::nullopt;
+}
+
+const char* chat_format_name(ChatFormat format) {
+    switch (format) {
+        case ChatFormat::kGlm5: return "glm5";
+        case ChatFormat::kDeepSeekV3: return "deepseek_v3";
+        case ChatFormat::kDeepSeekV32: return "deepseek_v32";
+    }
+    return "?";
 }
 
 ReasoningEffort parse_reasoning_effort(const std::string& value) {
@@ -288,7 +320,10 @@ std::vector<Message> messages_from_json(const Json& messages) {
         MEGACTX_CHECK(j.is_object(), "{}: expected an object, got {}", field, j.type_name());
         Message m;
         const std::string role = string_field(j, "role", field, true);
-        if (role == "system" || role == "developer") m.role = Role::kSystem;  // OpenAI's newer name for system
+        if (role == "system" || role == "developer") {  // developer: OpenAI's newer name for system
+            m.role = Role::kSystem;
+            m.developer = role == "developer";
+        }
         else if (role == "user") m.role = Role::kUser;
         else if (role == "assistant") m.role = Role::kAssistant;
         else if (role == "tool") m.role = Role::kTool;

@@ -4,6 +4,9 @@
 #include <array>
 #include <utility>
 
+#include "tokenizer/dsml.h"
+#include "tokenizer/tag_scan.h"
+
 namespace megactx::chat {
 
 namespace {
@@ -18,33 +21,6 @@ constexpr std::string_view kValueOpen = "<arg_value>";
 constexpr std::string_view kValueClose = "</arg_value>";
 
 constexpr size_t npos = std::string_view::npos;
-
-// Leftmost occurrence of any tag in s (from `from`): {position, tag}; {npos, ""} when none. No tag is a prefix
-// of another, so at most one matches at a position.
-template <size_t N>
-std::pair<size_t, std::string_view> find_tag(std::string_view s, const std::array<std::string_view, N>& tags,
-                                             size_t from = 0) {
-    std::pair<size_t, std::string_view> best{npos, {}};
-    for (std::string_view t : tags) {
-        if (t.empty()) continue;
-        const size_t p = s.find(t, from);
-        if (p < best.first) best = {p, t};
-    }
-    return best;
-}
-
-// Length of the longest suffix of s that is a proper prefix of one of the tags (text that may still become one).
-template <size_t N>
-size_t tag_holdback(std::string_view s, const std::array<std::string_view, N>& tags) {
-    size_t best = 0;
-    for (std::string_view t : tags)
-        for (size_t k = std::min(t.size() - (t.empty() ? 0 : 1), s.size()); k > best; --k)
-            if (s.substr(s.size() - k) == t.substr(0, k)) {
-                best = k;
-                break;
-            }
-    return best;
-}
 
 std::string json_string(std::string_view s) {
     std::string out = "\"";
@@ -71,29 +47,60 @@ std::string call_id(const ParserOptions& opt, int index) { return opt.id_prefix 
 
 }  // namespace
 
-std::map<std::string, std::set<std::string>> string_args_from_tools(const Json& tools) {
-    std::map<std::string, std::set<std::string>> out;
-    if (!tools.is_array()) return out;
+namespace {
+
+// Calls fn(name, parameters) for each function of an OpenAI `tools` array (`parameters`: its JSON schema object, or
+// null when absent or not an object).
+template <class F>
+void for_each_function(const Json& tools, F fn) {
+    if (!tools.is_array()) return;
     for (const Json& tool : tools) {
         if (!tool.is_object()) continue;
-        const Json& fn = tool.contains("function") ? tool["function"] : tool;
-        if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string()) continue;
-        auto& names = out[fn["name"].get<std::string>()];
-        const auto params = fn.find("parameters");
-        if (params == fn.end() || !params->is_object()) continue;
-        const auto props = params->find("properties");
-        if (props == params->end() || !props->is_object()) continue;
+        const Json& f = tool.contains("function") ? tool["function"] : tool;
+        if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) continue;
+        const auto params = f.find("parameters");
+        static const Json kNone;
+        fn(f["name"].get<std::string>(), params != f.end() && params->is_object() ? *params : kNone);
+    }
+}
+
+}  // namespace
+
+std::map<std::string, std::set<std::string>> string_args_from_tools(const Json& tools) {
+    std::map<std::string, std::set<std::string>> out;
+    for_each_function(tools, [&](const std::string& name, const Json& params) {
+        auto& names = out[name];
+        const auto props = params.is_object() ? params.find("properties") : params.end();
+        if (props == params.end() || !props->is_object()) return;
         for (const auto& [arg, schema] : props->items())
             if (schema.is_object() && schema.value("type", Json()) == "string") names.insert(arg);
-    }
+    });
+    return out;
+}
+
+std::map<std::string, ToolParams> tool_params_from_tools(const Json& tools) {
+    std::map<std::string, ToolParams> out;
+    for_each_function(tools, [&](const std::string& name, const Json& params) {
+        ToolParams& tp = out[name];
+        if (!params.is_object()) return;
+        if (const auto props = params.find("properties"); props != params.end() && props->is_object())
+            for (const auto& [arg, schema] : props->items()) tp.properties.push_back(arg);
+        if (const auto req = params.find("required"); req != params.end() && req->is_array())
+            for (const Json& r : *req)
+                if (r.is_string()) tp.required.insert(r.get<std::string>());
+    });
     return out;
 }
 
 ParserOptions parser_options_for(ChatFormat format, const ChatOptions& options, const Json& tools) {
     ParserOptions p;
-    p.start_in_reasoning = prompt_opens_reasoning(format, options);
-    p.parse_tool_calls = format == ChatFormat::kGlm5 && tools.is_array() && !tools.empty();
+    const bool has_tools = tools.is_array() && !tools.empty();
+    p.start_in_reasoning = format == ChatFormat::kDeepSeekV32 ? options.enable_thinking
+                                                              : prompt_opens_reasoning(format, options);
+    p.parse_tool_calls = has_tools && (format == ChatFormat::kGlm5 || format == ChatFormat::kDeepSeekV32);
+    p.tool_syntax = format == ChatFormat::kDeepSeekV32 ? ToolCallSyntax::kDsml : ToolCallSyntax::kGlm;
     p.string_args = string_args_from_tools(tools);
+    if (format == ChatFormat::kDeepSeekV32) p.tool_params = tool_params_from_tools(tools);
     return p;
 }
 
@@ -178,10 +185,37 @@ size_t parse_one_call(std::string_view text, size_t p, const ParserOptions& opt,
 
 }  // namespace
 
+namespace {
+
+// The format writes content + "\n\n" + a DSML block; that blank line belongs to the block (the reference parser's
+// start token is "\n\n<｜DSML｜function_calls"), so it is cut from the content before a block.
+constexpr std::string_view kDsmlSeparator = "\n\n";
+
+std::string_view without_dsml_separator(std::string_view content) {
+    if (content.ends_with(kDsmlSeparator)) content.remove_suffix(kDsmlSeparator.size());
+    return content;
+}
+
+// Parses the DSML block whose body starts at `p` (just after its opening tag); appends its named calls to `out`.
+// Returns the position after the block (text.size() when unterminated).
+size_t parse_dsml_calls(std::string_view text, size_t p, const ParserOptions& opt, ParsedOutput& out) {
+    const DsmlBlock b = parse_dsml_block(text.substr(p), /*final=*/true);
+    for (const DsmlInvoke& inv : b.invokes) {
+        if (inv.name.empty()) continue;
+        const int index = static_cast<int>(out.tool_calls.size());
+        out.tool_calls.push_back({call_id(opt, index), inv.name, dsml_arguments(inv, opt, true)});
+    }
+    return b.closed ? p + b.end : text.size();
+}
+
+}  // namespace
+
 ParsedOutput parse_output(std::string_view text, const ParserOptions& opt) {
     ParsedOutput out;
     size_t pos = 0;
     bool reasoning = opt.parse_reasoning && opt.start_in_reasoning;
+    const bool dsml = opt.parse_tool_calls && opt.tool_syntax == ToolCallSyntax::kDsml;
+    const bool glm = opt.parse_tool_calls && opt.tool_syntax == ToolCallSyntax::kGlm;
     while (pos <= text.size()) {
         if (reasoning) {
             if (text.substr(pos).starts_with(kThinkOpen)) pos += kThinkOpen.size();
@@ -193,13 +227,20 @@ ParsedOutput parse_output(std::string_view text, const ParserOptions& opt) {
             continue;
         }
         const auto hit = find_tag(text, std::array{opt.parse_reasoning ? kThinkOpen : std::string_view(),
-                                                   opt.parse_tool_calls ? kCallOpen : std::string_view()},
+                                                   glm ? kCallOpen : std::string_view(),
+                                                   dsml ? kDsmlBlockOpen : std::string_view(),
+                                                   dsml ? kDsmlBlockOpenAlt : std::string_view()},
                                   pos);
-        out.content += text.substr(pos, hit.first == npos ? npos : hit.first - pos);
+        std::string_view before = text.substr(pos, hit.first == npos ? npos : hit.first - pos);
+        const bool block = hit.second == kDsmlBlockOpen || hit.second == kDsmlBlockOpenAlt;
+        if (block) before = without_dsml_separator(before);
+        out.content += before;
         if (hit.first == npos) break;
         pos = hit.first + hit.second.size();
         if (hit.second == kThinkOpen)
             reasoning = true;
+        else if (block)
+            pos = parse_dsml_calls(text, pos, opt, out);
         else
             pos = parse_one_call(text, pos, opt, out);
     }
@@ -256,11 +297,17 @@ void StreamingOutputParser::run(bool final) {
     static constexpr std::array<std::string_view, 2> kKeyTags{kKeyClose, kCallClose};
     static constexpr std::array<std::string_view, 3> kAfterKeyTags{kValueOpen, kKeyOpen, kCallClose};
     static constexpr std::array<std::string_view, 2> kValueTags{kValueClose, kCallClose};
-    const std::array<std::string_view, 3> content_tags{opt_.parse_reasoning ? kThinkOpen : std::string_view(),
-                                                       opt_.parse_tool_calls ? kCallOpen : std::string_view(),
-                                                       std::string_view()};
+    const bool dsml = opt_.parse_tool_calls && opt_.tool_syntax == ToolCallSyntax::kDsml;
+    const std::array<std::string_view, 3> content_tags{
+        opt_.parse_reasoning ? kThinkOpen : std::string_view(),
+        opt_.parse_tool_calls ? (dsml ? kDsmlBlockOpen : kCallOpen) : std::string_view(),
+        dsml ? kDsmlBlockOpenAlt : std::string_view()};
 
     while (true) {
+        if (state_ == State::kDsml) {
+            if (run_dsml(final)) continue;
+            return;
+        }
         if (state_ == State::kReasoning && think_block_start_) {
             if (std::string_view(buf_).starts_with(kThinkOpen)) {
                 buf_.erase(0, kThinkOpen.size());
@@ -281,10 +328,13 @@ void StreamingOutputParser::run(bool final) {
             case State::kAfterKey: tags = kAfterKeyTags; break;
             case State::kArgValue: tags = {kValueTags[0], kValueTags[1]}; break;
             case State::kSkipCall: tags = {kCallClose}; break;
+            case State::kDsml: break;  // handled above
         }
         const auto [pos, tag] = find_tag(std::string_view(buf_), tags);
         if (pos != npos) {
-            take_text(std::string_view(buf_).substr(0, pos));
+            std::string_view before = std::string_view(buf_).substr(0, pos);
+            if (tag == kDsmlBlockOpen || tag == kDsmlBlockOpenAlt) before = without_dsml_separator(before);
+            take_text(before);
             const std::string t(tag);  // buf_ is about to change
             buf_.erase(0, pos + t.size());
             on_tag(t);
@@ -293,6 +343,9 @@ void StreamingOutputParser::run(bool final) {
         size_t safe = buf_.size();
         if (!final) {
             safe -= tag_holdback(std::string_view(buf_), tags);
+            // Newlines ending the content may be the separator before a DSML block (and be cut): held until decided.
+            if (dsml && state_ == State::kContent)
+                for (size_t k = 0; k < kDsmlSeparator.size() && safe > 0 && buf_[safe - 1] == '\n'; ++k) --safe;
             if (emits_text()) safe = utf8_complete_prefix(std::string_view(buf_).substr(0, safe));
         }
         take_text(std::string_view(buf_).substr(0, safe));
@@ -321,7 +374,8 @@ void StreamingOutputParser::take_text(std::string_view s) {
             break;
         case State::kArgs:
         case State::kAfterKey:
-        case State::kSkipCall: break;  // text between the tags of a call is ignored
+        case State::kSkipCall:
+        case State::kDsml: break;  // text between the tags of a call is ignored
     }
 }
 
@@ -331,6 +385,11 @@ void StreamingOutputParser::on_tag(std::string_view tag) {
             if (tag == kThinkOpen) {
                 state_ = State::kReasoning;
                 think_block_start_ = true;
+            } else if (tag == kDsmlBlockOpen || tag == kDsmlBlockOpenAlt) {
+                state_ = State::kDsml;
+                dsml_body_.clear();
+                dsml_call_.clear();
+                dsml_sent_.clear();
             } else {
                 state_ = State::kToolName;
                 name_.clear();
@@ -377,7 +436,41 @@ void StreamingOutputParser::on_tag(std::string_view tag) {
                 close_call();
             break;
         case State::kSkipCall: state_ = State::kContent; break;
+        case State::kDsml: break;  // run_dsml() reads the block
     }
+}
+
+// The open DSML block: the body read so far is parsed again, and what became certain is sent — a call's begin
+// once its name is read, then its arguments text as it grows (dsml_arguments never takes text back). Returns
+// true when the block closed (the text after it is content again).
+bool StreamingOutputParser::run_dsml(bool final) {
+    dsml_body_ += buf_;
+    buf_.clear();
+    const DsmlBlock b = parse_dsml_block(dsml_body_, final);
+    for (size_t k = 0; k < b.invokes.size(); ++k) {
+        const DsmlInvoke& inv = b.invokes[k];
+        if (k == dsml_call_.size()) {
+            dsml_sent_.push_back(0);
+            dsml_call_.push_back(inv.name.empty() ? -1 : n_calls_++);
+            if (dsml_call_.back() >= 0) {
+                i_call_ = dsml_call_.back();
+                call_name_ = inv.name;
+                emit(StreamDelta::Kind::kToolCallBegin, {});
+            }
+        }
+        if (dsml_call_[k] < 0) continue;
+        i_call_ = dsml_call_[k];
+        const std::string args = dsml_arguments(inv, opt_, inv.closed);
+        if (args.size() > dsml_sent_[k]) {
+            emit(StreamDelta::Kind::kToolCallArguments, std::string_view(args).substr(dsml_sent_[k]));
+            dsml_sent_[k] = args.size();
+        }
+    }
+    if (!b.closed) return false;
+    buf_ = dsml_body_.substr(b.end);
+    dsml_body_.clear();
+    state_ = State::kContent;
+    return true;
 }
 
 void StreamingOutputParser::on_end() {

@@ -1,4 +1,4 @@
-// libFuzzer target: the GLM output parsers. The first two bytes pick the options and the chunking; the rest is the
+// libFuzzer target: the output parsers (GLM `<tool_call>` and DeepSeek-V3.2 DSML tool calls). The first two bytes pick the options and the chunking; the rest is the
 // model output. The streaming parser (fed in those chunks) must reassemble exactly into parse_output()'s result,
 // every tool call must start before its arguments, and every arguments string must be a JSON object.
 #include <cstddef>
@@ -33,6 +33,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     opt.parse_reasoning = !(flags & 2);
     opt.parse_tool_calls = !(flags & 4);
     if (flags & 8) opt.string_args["f"] = {"s", "path"};
+    if (flags & 16) {  // DSML, with a known tool so the `arguments` wrapper repair is reached
+        opt.tool_syntax = megactx::chat::ToolCallSyntax::kDsml;
+        opt.tool_params["f"] = {{"s", "path"}, {"s"}};
+        opt.string_args["f"] = {"s", "path"};
+    }
 
     const ParsedOutput whole = megactx::chat::parse_output(text, opt);
     for (const auto& tc : whole.tool_calls) {

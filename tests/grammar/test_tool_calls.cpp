@@ -1,5 +1,5 @@
-// GLM tool calls under a grammar (tool_choice required or a named function): the declared arguments in order,
-// required ones present, string arguments raw, others JSON by their schema.
+// Tool calls under a grammar (tool_choice required or a named function), in GLM's and DeepSeek-V3.2's (DSML)
+// syntax: the declared arguments in order, required ones present, string arguments raw, others JSON by their schema.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -122,6 +122,72 @@ TEST(ToolCalls, TextWithoutAStringHoldsNoOccurrence) {
     }
     EXPECT_FALSE(matches(g, "xxababyy"));
     EXPECT_FALSE(matches(g, "aabab"));
+}
+
+// DeepSeek-V3.2's DSML: the calls in one block, typed parameters as the encoder writes them.
+std::string dsml_invoke(const std::string& name, const std::string& params) {
+    return "<｜DSML｜invoke name=\"" + name + "\">\n" + params + "</｜DSML｜invoke>";
+}
+std::string dsml_param(const std::string& key, const std::string& is_str, const std::string& value) {
+    return "<｜DSML｜parameter name=\"" + key + "\" string=\"" + is_str + "\">" + value + "</｜DSML｜parameter>\n";
+}
+std::string dsml_block(const std::string& calls) {
+    return "<｜DSML｜function_calls>\n" + calls + "\n</｜DSML｜function_calls>";
+}
+
+TEST(ToolCalls, DsmlRequiredAcceptsWellFormedBlocks) {
+    ToolCallOptions o;
+    o.format = ToolCallFormat::kDsml;
+    const Grammar g = compile_tool_calls(kTools, o);
+    const std::string oslo = dsml_param("city", "true", "Oslo") + dsml_param("days", "false", "3");
+    EXPECT_TRUE(matches(g, dsml_block(dsml_invoke("get_weather", oslo))));
+    EXPECT_TRUE(matches(g, dsml_block(dsml_invoke("get_weather", oslo + dsml_param("unit", "true", "f")) + "\n" +
+                                      dsml_invoke("now", ""))));
+    // The string attribute follows the schema type; missing required, out of range, wrong order, not an enum value,
+    // an unknown tool, calls outside a block, GLM's syntax.
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("get_weather", dsml_param("city", "false", "Oslo") +
+                                                                      dsml_param("days", "false", "3")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke(
+                                "get_weather", dsml_param("city", "true", "Oslo") + dsml_param("days", "true", "3")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("get_weather", dsml_param("city", "true", "Oslo")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("get_weather", dsml_param("city", "true", "Oslo") +
+                                                                      dsml_param("days", "false", "15")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("get_weather", dsml_param("days", "false", "3") +
+                                                                      dsml_param("city", "true", "Oslo")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("get_weather", oslo + dsml_param("unit", "true", "k")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("later", ""))));
+    EXPECT_FALSE(matches(g, dsml_invoke("now", "")));
+    EXPECT_FALSE(matches(g, "<tool_call>now</tool_call>"));
+    EXPECT_FALSE(matches(g, ""));
+    // The GLM entry point stays GLM whatever the options say.
+    EXPECT_TRUE(matches(compile_glm_tool_calls(kTools, o), "<tool_call>now</tool_call>"));
+}
+
+TEST(ToolCalls, DsmlNamedFunctionAndTextFirst) {
+    ToolCallOptions o;
+    o.format = ToolCallFormat::kDsml;
+    o.only = "now";
+    Grammar g = compile_tool_calls(kTools, o);
+    EXPECT_TRUE(matches(g, dsml_block(dsml_invoke("now", ""))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("now", "") + "\n" + dsml_invoke("now", ""))));
+    // tool_choice auto with a strict tool: text, then optionally the block; a tool that is not strict keeps any
+    // parameters.
+    const std::string tools = R"([
+      {"type": "function", "function": {"name": "get_weather", "strict": true, "parameters": {"type": "object",
+        "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 14}}, "required": ["days"]}}},
+      {"type": "function", "function": {"name": "now"}}])";
+    o = ToolCallOptions{};
+    o.format = ToolCallFormat::kDsml;
+    o.text_first = true;
+    g = compile_tool_calls(tools, o);
+    EXPECT_TRUE(matches(g, ""));
+    EXPECT_TRUE(matches(g, "It is sunny. <｜DSML｜function_ is not a block"));
+    EXPECT_TRUE(
+        matches(g, "Let me check.\n\n" + dsml_block(dsml_invoke("get_weather", dsml_param("days", "false", "3")))));
+    EXPECT_TRUE(matches(g, dsml_block(dsml_invoke("now", dsml_param("tz", "true", "UTC")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("get_weather", dsml_param("days", "false", "30")))));
+    EXPECT_FALSE(matches(g, dsml_block(dsml_invoke("now", dsml_param("t\"z", "true", "UTC")))));
+    EXPECT_FALSE(matches(g, "x" + dsml_block(dsml_invoke("later", ""))));
 }
 
 }  // namespace
