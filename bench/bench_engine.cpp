@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
@@ -40,7 +41,9 @@
 #include "profiling_ops.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "engine/constraint.h"
 #include "engine/engine.h"
+#include "grammar/frontends.h"
 #include "model/glm_dsa.h"
 #include "server/serve.h"
 #include "tokenizer/tokenizer.h"
@@ -96,6 +99,10 @@ struct Options {
     std::string kv_offload_memory;  // the host KV tier (empty: none)
     bool prefix_caching = false;
     int64_t speculative_tokens = 0;
+    // Structured outputs: request k follows `regex` when floor((k + 1) · f) > floor(k · f) (a share f of them, spread).
+    std::string regex;
+    double constrained_fraction = 0.0;
+    std::shared_ptr<const OutputConstraint> constraint;  // compiled from `regex` once, shared as the server shares it
 };
 
 // One request: written by the sink on the engine thread until `done`, read by the main thread after.
@@ -112,10 +119,11 @@ class Runner {
 public:
     Runner(Engine& engine, const Options& o) : engine_(engine), o_(o) {}
 
-    void submit(Request* r, const std::vector<int32_t>& prompt) {
+    void submit(Request* r, const std::vector<int32_t>& prompt, bool constrained) {
         GenerationParams gp;
+        if (constrained) gp.constraint = o_.constraint;
         gp.max_tokens = o_.max_tokens;
-        gp.ignore_eos = true;
+        gp.ignore_eos = !constrained;  // (a constrained output ends where its grammar allows: here, never)
         gp.top_logprobs = o_.top_logprobs;
         gp.sampling.temperature = 0.0f;
         r->times.reserve(static_cast<size_t>(o_.max_tokens));
@@ -181,7 +189,11 @@ json run_level(Engine& engine, ProfilingOps& prof, const Options& o, const Token
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     int64_t next = 0, done = 0;
-    for (; next < std::min(C, N); ++next) runner.submit(reqs[next].get(), prompts[reqs[next]->prompt]);
+    const auto constrained = [&](int64_t k) {
+        const double f = o.constraint ? o.constrained_fraction : 0.0;
+        return std::floor(static_cast<double>(k + 1) * f) > std::floor(static_cast<double>(k) * f);
+    };
+    for (; next < std::min(C, N); ++next) runner.submit(reqs[next].get(), prompts[reqs[next]->prompt], constrained(next));
     int64_t running_max = 0, running_sum = 0, n_samples = 0;  // running sequences, sampled at each completion
     while (done < N) {
         const std::vector<Request*> finished = runner.wait_finished();
@@ -194,7 +206,7 @@ json run_level(Engine& engine, ProfilingOps& prof, const Options& o, const Token
             MEGACTX_CHECK(r->finish == FinishReason::kLength, "request finished with '{}' {}",
                           finish_reason_name(r->finish), r->error);
             if (next < N) {
-                runner.submit(reqs[next].get(), prompts[reqs[next]->prompt]);
+                runner.submit(reqs[next].get(), prompts[reqs[next]->prompt], constrained(next));
                 ++next;
             }
         }
@@ -307,6 +319,14 @@ int run(const Options& o, const std::string& command) {
     }
     MEGACTX_CHECK(!prompts.empty(), "{} has no prompts", o.prompts_file);
 
+    Options opt = o;
+    if (!o.regex.empty()) {  // compiled and warmed as `megactx serve` does it for a request's regex
+        auto c = std::make_shared<OutputConstraint>();
+        c->grammar = std::make_shared<const grammar::Grammar>(grammar::compile_regex(o.regex));
+        c->vocab = make_token_vocab(tok, tok.eos_id() >= 0 ? std::vector<int32_t>{tok.eos_id()} : std::vector<int32_t>{});
+        c->masks = std::make_shared<grammar::MaskCache>();
+        opt.constraint = c;
+    }
     CpuOps cpu;
     ProfilingOps ops(cpu);
     ServeOptions so;  // the same engine settings `megactx serve` would use
@@ -356,20 +376,22 @@ int run(const Options& o, const std::string& command) {
                   {"temperature", 0},
                   {"ignore_eos", true},
                   {"min_requests", o.min_requests},
-                  {"per_stream", o.per_stream}}},
+                  {"per_stream", o.per_stream},
+                  {"regex", o.regex.empty() ? json(nullptr) : json(o.regex)},
+                  {"constrained_fraction", o.regex.empty() ? 0.0 : o.constrained_fraction}}},
                 {"loadavg_start", bench::run_command("cat /proc/loadavg")},
                 {"levels", json::array()}};
 
     engine.start();
     {  // warm-up, untimed
-        Options one = o;
+        Options one = opt;
         one.min_requests = 1;
         one.per_stream = 1;
         run_level(engine, ops, one, tok, decodable, prompts, 1);
     }
     for (int64_t C : o.levels) {
         std::cerr << fmt::format("bench_engine: C={} ... ", C) << std::flush;
-        json l = run_level(engine, ops, o, tok, decodable, prompts, C);
+        json l = run_level(engine, ops, opt, tok, decodable, prompts, C);
         std::cerr << fmt::format("{:.1f} tok/s, {:.1f} s\n", l["output_tok_s"].get<double>(), l["wall_s"].get<double>());
         out["levels"].push_back(l);
         if (!o.out.empty()) std::ofstream(o.out) << out.dump(2) << "\n";
@@ -421,6 +443,11 @@ int main(int argc, char** argv) {
     app.add_option("--prefix-caching", prefix, "on | off")->capture_default_str();
     app.add_option("--speculative-tokens", o.speculative_tokens, "MTP draft tokens per step (0: off)")
         ->check(CLI::Range(0, 7))
+        ->capture_default_str();
+    app.add_option("--regex", o.regex, "requests follow this regular expression (structured outputs; one that cannot end before --max-tokens, "
+                   "since every request must run to it), see --constrained-fraction");
+    app.add_option("--constrained-fraction", o.constrained_fraction, "share of the requests that follow --regex")
+        ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
     app.add_option("--out", o.out, "write the results as JSON to this file");
     CLI11_PARSE(app, argc, argv);
