@@ -1,0 +1,257 @@
+// Ranks as processes (--nnodes, design.md §6.4) through the real binary on a random tiny model, the nodes being
+// processes of this machine meeting at 127.0.0.1: the output is byte for byte that of the same ranks as threads
+// and of one process (greedy tokens, and the logits file bit for bit); faults end every node with an error that
+// names the node or the field — a node that never arrives, a node started with other flags, a port in use, a
+// node killed mid-run. Every process runs under a deadline, so a hang fails the test instead of stalling it.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_run.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace megactx {
+namespace {
+
+using test::CliResult;
+using test::shell_quoted;
+using Clock = std::chrono::steady_clock;
+
+// A port nothing listens on now (the kernel's pick; free again once closed).
+int free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+// One megactx process in the background, its output in files.
+class Node {
+  public:
+    Node(const test::TempDir& dir, const std::string& name, const std::string& args)
+        : out_(dir / (name + ".out")), err_(dir / (name + ".err")) {
+        const std::string cmd =
+            "exec " + std::string(MEGACTX_BIN) + " " + args + " < /dev/null > '" + out_ + "' 2> '" + err_ + "'";
+        const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+        EXPECT_EQ(posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    }
+    ~Node() {
+        if (pid_ > 0) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+        }
+    }
+    // Waits for the exit (killing the process after `limit`, which fails the test).
+    CliResult wait(std::chrono::seconds limit = std::chrono::seconds(120)) {
+        CliResult r;
+        const auto deadline = Clock::now() + limit;
+        int status = 0;
+        while (waitpid(pid_, &status, WNOHANG) == 0) {
+            if (Clock::now() > deadline) {
+                ADD_FAILURE() << "still running after " << limit.count() << " s: " << err_;
+                kill(pid_, SIGKILL);
+                waitpid(pid_, &status, 0);
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        pid_ = -1;
+        r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        r.out = test::read_text(out_);
+        r.err = test::read_text(err_);
+        return r;
+    }
+    // Waits until stderr holds `text` (false after `limit`).
+    bool wait_for_err(const std::string& text, std::chrono::seconds limit = std::chrono::seconds(60)) const {
+        const auto deadline = Clock::now() + limit;
+        while (Clock::now() < deadline) {
+            if (test::read_text(err_).find(text) != std::string::npos) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return false;
+    }
+    void kill_now() { kill(pid_, SIGKILL); }
+
+  private:
+    std::string out_, err_;
+    pid_t pid_ = -1;
+};
+
+class MultiNode : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        model_ = dir_ / "model";
+        const CliResult r = test::run_megactx(dir_, "gen-model --preset tiny --seed 0 --out " + shell_quoted(model_));
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        port_ = free_port();
+    }
+    std::string addr() const { return "--dist-init-addr 127.0.0.1:" + std::to_string(port_); }
+    std::string nodes(int64_t n, int64_t rank) const {
+        return addr() + " --nnodes " + std::to_string(n) + " --node-rank " + std::to_string(rank);
+    }
+    CliResult run(const std::string& args) { return test::run_megactx(dir_, args); }
+
+    // The same command on `n` nodes; node 0's result (the others must end with status 0 and no output).
+    CliResult on_nodes(int64_t n, const std::string& args, const std::string& extra = "") {
+        std::vector<std::unique_ptr<Node>> ps;
+        for (int64_t k = n - 1; k >= 0; --k)  // the followers first: they retry until node 0 listens
+            ps.push_back(std::make_unique<Node>(dir_, "node" + std::to_string(k),
+                                                args + " " + nodes(n, k) + " --dist-timeout 60 " + extra));
+        const CliResult lead = ps.back()->wait();
+        for (int64_t k = 0; k + 1 < n; ++k) {
+            const CliResult f = ps[static_cast<size_t>(k)]->wait();
+            EXPECT_EQ(f.exit_code, 0) << f.err;
+            EXPECT_EQ(f.out, "");
+        }
+        return lead;
+    }
+
+    // One error line naming `part`, status 1.
+    static void expect_error(const CliResult& r, const std::string& part) {
+        EXPECT_EQ(r.exit_code, 1) << r.err;
+        EXPECT_NE(r.err.find("megactx: error: "), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(part), std::string::npos) << "'" << part << "' not in: " << r.err;
+    }
+
+    test::TempDir dir_;
+    std::string model_;
+    int port_ = 0;
+};
+
+TEST_F(MultiNode, RunGivesTheThreadsAndTheOneProcessOutput) {
+    const std::string cmd =
+        "run --model " + shell_quoted(model_) + " -p 'Hello there' --no-think --temperature 0 -n 24 -q";
+    const CliResult one = run(cmd);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    ASSERT_GT(one.out.size(), 10u);
+    const CliResult threads = run(cmd + " --tp 2");
+    ASSERT_EQ(threads.exit_code, 0) << threads.err;
+    EXPECT_EQ(threads.out, one.out);
+    const CliResult two = on_nodes(2, cmd + " --tp 2");
+    ASSERT_EQ(two.exit_code, 0) << two.err;
+    EXPECT_EQ(two.out, one.out);
+    // Two ranks a node (threads within a node, gloo between them), experts split and the KV by layers (its
+    // broadcasts cross the processes).
+    const CliResult four = on_nodes(2, cmd + " --tp 4 --expert-parallel --layer-split");
+    ASSERT_EQ(four.exit_code, 0) << four.err;
+    EXPECT_EQ(four.out, one.out);
+}
+
+TEST_F(MultiNode, LogitsAreTheThreadsBitForBit) {
+    const std::string cmd = "logits --model " + shell_quoted(model_) + " --tokens 3,1,4,1,5,9,2,6 --chunk 3 --tp 2";
+    const CliResult threads = run(cmd + " --indexer-split --out " + shell_quoted(dir_ / "threads.npy"));
+    ASSERT_EQ(threads.exit_code, 0) << threads.err;
+    const CliResult nodes2 = on_nodes(2, cmd + " --indexer-split", "--out " + shell_quoted(dir_ / "nodes.npy"));
+    ASSERT_EQ(nodes2.exit_code, 0) << nodes2.err;
+    const std::vector<uint8_t> a = test::read_bytes(dir_ / "threads.npy"), b = test::read_bytes(dir_ / "nodes.npy");
+    ASSERT_GT(a.size(), 1000u);
+    EXPECT_TRUE(a == b) << "the logits of two processes differ from those of two threads";
+}
+
+TEST_F(MultiNode, BadFlagCombinationsAreClearErrors) {
+    const std::string gen = "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 ";
+    expect_error(run(gen + "--tp 2 --nnodes 2 --node-rank 2 " + addr()), "--node-rank 2 with --nnodes 2: must be 0..1");
+    expect_error(run(gen + "--tp 2 --nnodes 2"), "--nnodes 2 needs node 0's address: --dist-init-addr HOST:PORT");
+    expect_error(run(gen + "--tp 3 --nnodes 2 " + addr()),
+                 "--tensor-parallel-size 3 with --nnodes 2: every node runs the same number of ranks");
+    expect_error(run(gen + "--nnodes 2 " + addr()), "--tensor-parallel-size 1 with --nnodes 2");
+    expect_error(run(gen + "--tp 2 --node-rank 1"), "--node-rank 1 with --nnodes 1");
+    expect_error(run(gen + "--tp 2 --nnodes 2 --dist-init-addr localhost"), "--dist-init-addr must be HOST:PORT");
+    expect_error(run(gen + "--tp 2 --nnodes 2 --dist-init-addr h:99999"), "port must be a number in 1..65535");
+    expect_error(run(gen + "--tp 2 --nnodes 2 --master-addr 127.0.0.1 " + addr()),
+                 "--dist-init-addr and --master-addr/--master-port name the same address");
+    expect_error(run(gen + "--tp 2 --nnodes 2 --headless " + addr()), "--headless with --node-rank 0");
+    expect_error(run(gen + "--tp 2 --nnodes 2 --tp-transport thread " + addr()),
+                 "--tp-transport thread with --nnodes 2");
+    expect_error(run(gen + "--tp 2 --tp-transport gloo"), "--tp-transport gloo is for ranks in several processes");
+}
+
+// vLLM's --master-addr / --master-port name node 0 as --dist-init-addr does.
+TEST_F(MultiNode, MasterAddrAndPortAreAnAlias) {
+    const std::string gen =
+        "generate --model " + shell_quoted(model_) + " --tokens 1,2,3,4,5 --max-new-tokens 8 --tp 2";
+    const CliResult one = run(gen);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    const std::string vllm = " --master-addr 127.0.0.1 --master-port " + std::to_string(port_) + " --nnodes 2";
+    Node follower(dir_, "f", gen + vllm + " --node-rank 1 --headless --dist-timeout 60");
+    Node lead(dir_, "l", gen + vllm + " --node-rank 0 --dist-timeout 60");
+    const CliResult r = lead.wait();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, one.out);
+    EXPECT_EQ(follower.wait().exit_code, 0);
+}
+
+TEST_F(MultiNode, AMissingNodeIsAnErrorAtTheTimeout) {
+    const std::string gen = "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 --tp 2 --dist-timeout 1 ";
+    expect_error(run(gen + nodes(2, 0)),
+                 "--dist-timeout 1 s: node 1 did not reach node 0 at 127.0.0.1:" + std::to_string(port_));
+    expect_error(run(gen + nodes(2, 1)),
+                 "--dist-timeout 1 s: node 1 could not reach node 0 at 127.0.0.1:" + std::to_string(port_));
+}
+
+TEST_F(MultiNode, OtherFlagsOnANodeAreAnErrorOnBoth) {
+    const std::string gen = "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 --tp 2 --dist-timeout 60 ";
+    Node follower(dir_, "f", gen + nodes(2, 1) + " --layer-split");
+    Node lead(dir_, "l", gen + nodes(2, 0));
+    const std::string why = "node 1 does not match node 0: --layer-split differs: on on node 1, off on node 0";
+    expect_error(lead.wait(), why);
+    expect_error(follower.wait(), why);
+}
+
+TEST_F(MultiNode, APortInUseIsAnError) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(listen(fd, 1), 0);
+    expect_error(
+        run("generate --model " + shell_quoted(model_) + " --tokens 1,2,3 --tp 2 --dist-timeout 5 " + nodes(2, 0)),
+        "--dist-init-addr 127.0.0.1:" + std::to_string(port_) + ": node 0 cannot listen: port " +
+            std::to_string(port_) + " is already in use");
+    close(fd);
+}
+
+// A node killed mid-run: the other ends with an error naming it, within seconds (Node::wait's limit fails a
+// hang), whichever side dies.
+TEST_F(MultiNode, ANodeKilledMidRunStopsTheOther) {
+    const std::string gen = "generate --model " + shell_quoted(model_) +
+                            " --tokens 1,2,3 --max-new-tokens 20000 --ignore-eos --tp 2 --dist-timeout 60 ";
+    {
+        Node follower(dir_, "f1", gen + nodes(2, 1));
+        Node lead(dir_, "l1", gen + nodes(2, 0));
+        ASSERT_TRUE(follower.wait_for_err("node 1 ready"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // node 0 is generating
+        follower.kill_now();
+        expect_error(lead.wait(std::chrono::seconds(30)), "tensor parallel: node 1 (rank 1) exited");
+    }
+    port_ = free_port();
+    {
+        Node follower(dir_, "f2", gen + nodes(2, 1));
+        Node lead(dir_, "l2", gen + nodes(2, 0));
+        ASSERT_TRUE(follower.wait_for_err("node 1 ready"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        lead.kill_now();
+        expect_error(follower.wait(std::chrono::seconds(30)), "tensor parallel: node 0 (rank 0) exited");
+    }
+}
+
+}  // namespace
+}  // namespace megactx
