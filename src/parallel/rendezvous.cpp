@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -316,6 +317,9 @@ std::unique_ptr<Rendezvous> Rendezvous::join(const DistOptions& o, const NodeIde
     MEGACTX_CHECK(o.nnodes >= 2, "--nnodes must be 2 or more for a rendezvous, got {}", o.nnodes);
     MEGACTX_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} with --nnodes {}: must be 0..{}",
                   o.node_rank, o.nnodes, o.nnodes - 1);
+    // gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would end this process with SIGPIPE before
+    // the error naming it is printed. EPIPE it is.
+    signal(SIGPIPE, SIG_IGN);
     std::unique_ptr<Rendezvous> rv(new Rendezvous(o));
     rv->peers_.resize(static_cast<size_t>(o.node_rank == 0 ? o.nnodes : 1));
     if (o.node_rank == 0) {

@@ -56,7 +56,8 @@ class Connection {
 
 class Rendezvous {
   public:
-    // Blocks until every node has arrived and matches node 0's identity, or throws Error.
+    // Blocks until every node has arrived and matches node 0's identity, or throws Error. Sets SIGPIPE to be
+    // ignored (gloo writes to its sockets without MSG_NOSIGNAL).
     static std::unique_ptr<Rendezvous> join(const DistOptions& o, const NodeIdentity& identity);
     ~Rendezvous();
 
