@@ -14,6 +14,13 @@ namespace megactx {
 
 namespace {
 
+// Ends the process at once: its ranks may be waiting in a collective that will never complete.
+[[noreturn]] void exit_with(const std::string& why) {
+    std::fprintf(stderr, "megactx: error: %s\n", why.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+}
+
 void put_batch(Writer& w, const Batch& b) {
     w.vec(b.tokens);
     w.vec(b.pos);
@@ -74,12 +81,7 @@ FollowerNodes::~FollowerNodes() {
         std::lock_guard<std::mutex> lock(mu_);
         stopping_ = true;
     }
-    for (int64_t k = 1; k < rv_->nnodes(); ++k) {
-        try {
-            rv_->peer(k).send(kMsgStop, "");
-        } catch (const Error&) {
-        }
-    }
+    send_all(kMsgStop, "");
     // Each node closes its connection once it has stopped; a node that does not is cut off after a while.
     {
         std::unique_lock<std::mutex> lock(mu_);
@@ -93,10 +95,14 @@ FollowerNodes::~FollowerNodes() {
     for (auto& t : readers_) t.join();
 }
 
-void FollowerNodes::die(const std::string& why) {
-    std::fprintf(stderr, "megactx: error: %s\n", why.c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
+void FollowerNodes::send_all(uint32_t type, const std::string& body) {
+    for (int64_t k = 1; k < rv_->nnodes(); ++k) {
+        try {
+            rv_->peer(k).send(type, body);
+        } catch (const Error&) {
+            // a node that is gone: its reader reports it
+        }
+    }
 }
 
 void FollowerNodes::read_loop(int64_t node) {
@@ -115,8 +121,8 @@ void FollowerNodes::read_loop(int64_t node) {
         if (!got) {
             closed_[k] = true;
             if (!stopping_ && !aborting_ && error_[k].empty())
-                die(fmt::format("tensor parallel: node {} ({}) exited; stopping", node,
-                                node_ranks_text(node, per_node_)));
+                exit_with(fmt::format("tensor parallel: node {} ({}) exited; stopping", node,
+                                      node_ranks_text(node, per_node_)));
             cv_.notify_all();
             return;
         }
@@ -127,11 +133,12 @@ void FollowerNodes::read_loop(int64_t node) {
             ++answered_[k];
             // An error outside a step (a node that could not load its shard) has nobody waiting for it.
             if (answered_[k] > sent_)
-                die(fmt::format("tensor parallel: node {} ({}): {}", node, node_ranks_text(node, per_node_), body));
+                exit_with(
+                    fmt::format("tensor parallel: node {} ({}): {}", node, node_ranks_text(node, per_node_), body));
         } else if (type == kMsgAbort) {
             acked_[k] = true;  // it leaves its collectives and exits
         } else {
-            die(fmt::format("tensor parallel: node {} sent message {} during a step", node, type));
+            exit_with(fmt::format("tensor parallel: node {} sent message {} during a step", node, type));
         }
         cv_.notify_all();
     }
@@ -142,13 +149,7 @@ void FollowerNodes::send(uint32_t type, const std::string& body) {
         std::lock_guard<std::mutex> lock(mu_);
         ++sent_;
     }
-    for (int64_t k = 1; k < rv_->nnodes(); ++k) {
-        try {
-            rv_->peer(k).send(type, body);
-        } catch (const Error&) {
-            // a node that is gone: its reader reports it
-        }
-    }
+    send_all(type, body);
 }
 
 bool FollowerNodes::all_settled() const {
@@ -189,12 +190,7 @@ bool FollowerNodes::abort() {
         std::lock_guard<std::mutex> lock(mu_);
         aborting_ = true;
     }
-    for (int64_t k = 1; k < rv_->nnodes(); ++k) {
-        try {
-            rv_->peer(k).send(kMsgAbort, "");
-        } catch (const Error&) {
-        }
-    }
+    send_all(kMsgAbort, "");
     // Every node answers (its error), acknowledges the abort, or is gone: gone without either, it died, and that
     // is the cause of this node's failure (a collective whose peer left).
     std::unique_lock<std::mutex> lock(mu_);
@@ -235,12 +231,6 @@ class StepQueue {
     std::condition_variable cv_;
     std::deque<Step> q_;
 };
-
-[[noreturn]] void exit_with(const std::string& why) {
-    std::fprintf(stderr, "megactx: error: %s\n", why.c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
-}
 
 }  // namespace
 

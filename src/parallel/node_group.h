@@ -53,8 +53,8 @@ class FollowerNodes {
 
   private:
     void read_loop(int64_t node);
-    [[noreturn]] void die(const std::string& why);
-    bool all_settled() const;  // every node answered the last step or closed (mu_ held)
+    void send_all(uint32_t type, const std::string& body);  // to every node still there
+    bool all_settled() const;                               // every node answered the last step or closed (mu_ held)
     // A node that closed mid-step without an error or acknowledging an abort: it died (mu_ held; -1: none).
     int64_t died() const;
 

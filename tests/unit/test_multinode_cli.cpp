@@ -164,6 +164,26 @@ TEST_F(MultiNode, LogitsAreTheThreadsBitForBit) {
     EXPECT_TRUE(a == b) << "the logits of two processes differ from those of two threads";
 }
 
+// MTP speculative decoding: the draft steps' inputs (rank 0's hidden states, the reused top-k) reach the other
+// node with the batch; the tokens are one process's.
+TEST_F(MultiNode, SpeculativeDecodingGivesTheOneProcessTokens) {
+    const std::string gen =
+        "generate --model " + shell_quoted(model_) + " --tokens 1,2,3,4,5 --max-new-tokens 12 --speculative-tokens 2";
+    const CliResult one = run(gen);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    ASSERT_NE(one.err.find("MTP drafts"), std::string::npos) << one.err;
+    const CliResult two = on_nodes(2, gen + " --tp 2");
+    ASSERT_EQ(two.exit_code, 0) << two.err;
+    EXPECT_EQ(two.out, one.out);
+}
+
+// What does not cross processes yet is refused at startup, and the other node is stopped.
+TEST_F(MultiNode, AHostKvTierIsRefused) {
+    const CliResult r =
+        on_nodes(2, "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 --tp 2 --kv-offload-memory 1MiB");
+    expect_error(r, "--kv-offload-memory: a host KV tier with ranks on several nodes is not supported");
+}
+
 TEST_F(MultiNode, BadFlagCombinationsAreClearErrors) {
     const std::string gen = "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 ";
     expect_error(run(gen + "--tp 2 --nnodes 2 --node-rank 2 " + addr()), "--node-rank 2 with --nnodes 2: must be 0..1");
