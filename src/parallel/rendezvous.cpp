@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -279,7 +279,7 @@ bool Connection::recv(uint32_t& type, std::string& body, Clock::time_point deadl
     uint64_t n = 0;
     std::memcpy(&type, head, 4);
     std::memcpy(&n, head + 4, 8);
-    MEGACTX_CHECK(n < (uint64_t{1} << 36), "tensor parallel: a message of {} bytes from the peer node", n);
+    MEGACTX_CHECK(n <= (uint64_t{1} << 32), "tensor parallel: a message of {} bytes from the peer node", n);
     body.resize(n);
     if (n > 0) read_exact(body.data(), n, false);
     return true;
@@ -384,19 +384,20 @@ void Rendezvous::lead(const NodeIdentity& identity) {
         if (fd < 0) continue;
         set_nodelay(fd);
         auto c = std::make_unique<Connection>(fd);
-        uint32_t type = 0;
-        std::string body;
-        bool got = false;
+        int64_t node = 0, their_nnodes = 0;
+        NodeIdentity theirs;
         try {
-            got = c->recv(type, body, std::min(deadline, Clock::now() + std::chrono::seconds(10)));
+            uint32_t type = 0;
+            std::string body;
+            if (!c->recv(type, body, std::min(deadline, Clock::now() + std::chrono::seconds(10))) || type != kMsgHello)
+                continue;
+            Reader r(body);
+            node = static_cast<int64_t>(r.u64());
+            their_nnodes = static_cast<int64_t>(r.u64());
+            theirs = parse_identity(r);
         } catch (const Error&) {
             continue;  // not a megactx node (or one that gave up): keep waiting for the real ones
         }
-        if (!got || type != kMsgHello) continue;
-        Reader r(body);
-        const int64_t node = static_cast<int64_t>(r.u64());
-        const int64_t their_nnodes = static_cast<int64_t>(r.u64());
-        const NodeIdentity theirs = parse_identity(r);
         std::string why;
         if (their_nnodes != o_.nnodes) {
             why = fmt::format("node {} was started with --nnodes {}, node 0 with --nnodes {}", node, their_nnodes,

@@ -217,6 +217,31 @@ TEST_F(MultiNode, MasterAddrAndPortAreAnAlias) {
     EXPECT_EQ(follower.wait().exit_code, 0);
 }
 
+// Something else connecting to node 0's port (a scanner, an HTTP client) is dropped; the real node still joins.
+TEST_F(MultiNode, AStrayConnectionIsIgnored) {
+    const std::string gen =
+        "generate --model " + shell_quoted(model_) + " --tokens 1,2,3,4,5 --max-new-tokens 8 --tp 2";
+    const CliResult one = run(gen);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    Node lead(dir_, "l", gen + " --dist-timeout 60 " + nodes(2, 0));
+    ASSERT_TRUE(lead.wait_for_err("waiting for the other nodes"));
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    for (int i = 0; i < 100 && connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string http = "GET / HTTP/1.0\r\n\r\n";
+    ASSERT_EQ(write(fd, http.data(), http.size()), static_cast<ssize_t>(http.size()));
+    close(fd);
+    Node follower(dir_, "f", gen + " --dist-timeout 60 " + nodes(2, 1));
+    const CliResult r = lead.wait();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, one.out);
+    EXPECT_EQ(follower.wait().exit_code, 0);
+}
+
 TEST_F(MultiNode, AMissingNodeIsAnErrorAtTheTimeout) {
     const std::string gen = "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 --tp 2 --dist-timeout 1 ";
     expect_error(run(gen + nodes(2, 0)),
