@@ -309,7 +309,18 @@ int follower_main(const std::string& dir, BackendFlags f) {
     resolve_dist(f);
     MEGACTX_CHECK(f.dist.nnodes > 1, "--headless needs --nnodes 2 or more and --node-rank 1 or more");
     std::unique_ptr<Rendezvous> rv;
-    std::unique_ptr<TensorParallelGroup> group = make_node_ranks(dir, f, rv);
+    std::unique_ptr<TensorParallelGroup> group;
+    try {
+        group = make_node_ranks(dir, f, rv);
+    } catch (const std::exception& e) {
+        if (rv) {  // met node 0, then failed (its shard did not load): node 0 reports it too, naming this node
+            try {
+                rv->peer(0).send(kMsgError, e.what());
+            } catch (const Error&) {
+            }
+        }
+        throw;
+    }
     std::fprintf(stderr, "megactx: node %lld ready\n", static_cast<long long>(f.dist.node_rank));
     return run_follower_node(*rv, *group);
 }

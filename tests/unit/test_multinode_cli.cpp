@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -257,6 +258,25 @@ TEST_F(MultiNode, OtherFlagsOnANodeAreAnErrorOnBoth) {
     const std::string why = "node 1 does not match node 0: --layer-split differs: on on node 1, off on node 0";
     expect_error(lead.wait(), why);
     expect_error(follower.wait(), why);
+}
+
+// A node whose shard does not load (its checkpoint damaged, the same size): node 0 ends with that node's error.
+TEST_F(MultiNode, ANodesLoadErrorReachesNodeZero) {
+    const std::string broken = dir_ / "broken";
+    std::filesystem::copy(model_, broken);
+    const std::string file = broken + "/model.safetensors";
+    std::vector<uint8_t> bytes = test::read_bytes(file);
+    ASSERT_GT(bytes.size(), 9u);
+    ASSERT_EQ(bytes[8], '{');
+    bytes[8] = 'X';  // the header is no longer JSON
+    test::write_bytes(file, bytes);
+    const std::string gen = "generate --tokens 1,2,3 --tp 2 --dist-timeout 60 ";
+    Node follower(dir_, "f", gen + "--model " + shell_quoted(broken) + " " + nodes(2, 1));
+    Node lead(dir_, "l", gen + "--model " + shell_quoted(model_) + " " + nodes(2, 0));
+    const CliResult f = follower.wait(), l = lead.wait();
+    expect_error(f, "model.safetensors");
+    expect_error(l, "tensor parallel: node 1 (rank 1): ");
+    EXPECT_NE(l.err.find("model.safetensors"), std::string::npos) << l.err;
 }
 
 TEST_F(MultiNode, APortInUseIsAnError) {
