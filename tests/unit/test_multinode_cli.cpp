@@ -45,10 +45,11 @@ int free_port() {
 // One megactx process in the background, its output in files.
 class Node {
   public:
-    Node(const test::TempDir& dir, const std::string& name, const std::string& args)
+    // `env`: VAR=value words for this process alone.
+    Node(const test::TempDir& dir, const std::string& name, const std::string& args, const std::string& env = "")
         : out_(dir / (name + ".out")), err_(dir / (name + ".err")) {
-        const std::string cmd =
-            "exec " + std::string(MEGACTX_BIN) + " " + args + " < /dev/null > '" + out_ + "' 2> '" + err_ + "'";
+        const std::string cmd = "exec env " + env + " " + std::string(MEGACTX_BIN) + " " + args + " < /dev/null > '" +
+                                out_ + "' 2> '" + err_ + "'";
         const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
         EXPECT_EQ(posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
     }
@@ -292,6 +293,18 @@ TEST_F(MultiNode, APortInUseIsAnError) {
         "--dist-init-addr 127.0.0.1:" + std::to_string(port_) + ": node 0 cannot listen: port " +
             std::to_string(port_) + " is already in use");
     close(fd);
+}
+
+// Node 0's engine failing between steps (the engine's fault hook): node 0 ends with that error and the other
+// node, told to stop, ends with status 0 instead of waiting for steps that will not come.
+TEST_F(MultiNode, NodeZerosErrorStopsTheOthers) {
+    const std::string cmd =
+        "run --model " + shell_quoted(model_) + " -p 'Hello' --no-think -n 24 -q --tp 2 " + "--dist-timeout 60 ";
+    Node follower(dir_, "f", cmd + nodes(2, 1));
+    Node lead(dir_, "l", cmd + nodes(2, 0), "MEGACTX_FAULT_STEP=3");
+    expect_error(lead.wait(), "fault injected at engine step 3");
+    const CliResult f = follower.wait();
+    EXPECT_EQ(f.exit_code, 0) << f.err;
 }
 
 // A node killed mid-run: the other ends with an error naming it, within seconds (Node::wait's limit fails a
