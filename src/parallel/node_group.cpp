@@ -178,6 +178,8 @@ void FollowerNodes::wait() {
     }
     const int64_t dead = died();
     MEGACTX_CHECK(dead < 0, "tensor parallel: node {} ({}) exited mid-step", dead, node_ranks_text(dead, per_node_));
+    // The step node 0 aborted: its own error is the cause. A later step: the nodes are gone.
+    if (sent_ == aborted_step_) return;
     for (int64_t k = 1; k < rv_->nnodes(); ++k) {
         const auto i = static_cast<size_t>(k);
         MEGACTX_CHECK(answered_[i] >= sent_, "tensor parallel: node {} ({}) stopped after node 0 aborted a step", k,
@@ -189,6 +191,7 @@ bool FollowerNodes::abort() {
     {
         std::lock_guard<std::mutex> lock(mu_);
         aborting_ = true;
+        aborted_step_ = sent_;
     }
     send_all(kMsgAbort, "");
     // Every node answers (its error), acknowledges the abort, or is gone: gone without either, it died, and that

@@ -69,6 +69,7 @@ class FollowerNodes {
     std::vector<bool> acked_;         // per node: it acknowledged node 0's abort (else a close mid-step = it died)
     std::vector<std::string> error_;  // per node: its error, if any
     bool stopping_ = false, aborting_ = false;
+    int64_t aborted_step_ = -1;  // the step during which node 0 aborted
 };
 
 // A node other than 0: runs `group`'s ranks for node 0's steps until node 0 stops them (returns 0); on an error

@@ -7,16 +7,15 @@ namespace megactx {
 
 TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelOptions& o,
                                          std::vector<std::unique_ptr<Ops>> ops, const CommFactory& make_comms)
-    : TensorParallelGroup(dir, o, std::move(ops), make_comms, 0, nullptr) {
-    MEGACTX_CHECK(static_cast<int64_t>(ops_.size()) == o.n_gpus, "tensor parallel: {} backends for {} ranks",
-                  ops_.size(), o.n_gpus);
-}
+    : TensorParallelGroup(dir, o, std::move(ops), make_comms, 0, nullptr) {}
 
 TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelOptions& o,
                                          std::vector<std::unique_ptr<Ops>> ops, const CommFactory& make_comms,
                                          int64_t first_rank, std::unique_ptr<FollowerNodes> remote)
     : plan_(make_shard_plan(load_config(dir), o)), ops_(std::move(ops)), remote_(std::move(remote)) {
     const auto g = ops_.size();
+    MEGACTX_CHECK(first_rank > 0 || remote_ || static_cast<int64_t>(g) == o.n_gpus,
+                  "tensor parallel: {} backends for {} ranks", g, o.n_gpus);
     MEGACTX_CHECK(g >= 1 && first_rank >= 0 && first_rank + static_cast<int64_t>(g) <= o.n_gpus,
                   "tensor parallel: ranks {}..{} of a group of {}", first_rank,
                   first_rank + static_cast<int64_t>(g) - 1, o.n_gpus);

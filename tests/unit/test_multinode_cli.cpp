@@ -307,6 +307,31 @@ TEST_F(MultiNode, NodeZerosErrorStopsTheOthers) {
     EXPECT_EQ(f.exit_code, 0) << f.err;
 }
 
+// A rank failing inside a forward, its peers waiting in a collective: the debug taps' directory cannot be made
+// (MEGACTX_TAP_DIR under a plain file), on one node only. Node 0 failing releases the other node, which says
+// so; the other node failing reaches node 0 as its error, naming it. Two ranks a node, so threads of the same
+// process wait in the collective too.
+TEST_F(MultiNode, AFailureMidStepOnEitherNodeEndsBoth) {
+    test::write_text(dir_ / "plain", "");
+    const std::string taps = "MEGACTX_TAP_DIR=" + dir_ / "plain" + "/taps";
+    const std::string gen = "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 --tp 4 --dist-timeout 60 ";
+    {
+        Node follower(dir_, "f1", gen + nodes(2, 1));
+        Node lead(dir_, "l1", gen + nodes(2, 0), taps);
+        expect_error(lead.wait(), "cannot create directories");
+        expect_error(follower.wait(), "tensor parallel: node 0 aborted the step");
+    }
+    port_ = free_port();
+    {
+        Node follower(dir_, "f2", gen + nodes(2, 1), taps);
+        Node lead(dir_, "l2", gen + nodes(2, 0));
+        const CliResult l = lead.wait();
+        expect_error(l, "tensor parallel: node 1 (ranks 2-3): ");
+        EXPECT_NE(l.err.find("cannot create directories"), std::string::npos) << l.err;
+        expect_error(follower.wait(), "cannot create directories");
+    }
+}
+
 // A node killed mid-run: the other ends with an error naming it, within seconds (Node::wait's limit fails a
 // hang), whichever side dies.
 TEST_F(MultiNode, ANodeKilledMidRunStopsTheOther) {
