@@ -254,7 +254,9 @@ int run_follower_node(Rendezvous& rv, TensorParallelGroup& group) {
             } catch (const Error&) {
                 got = false;
             }
-            if (!got) exit_with(fmt::format("tensor parallel: node 0 (rank 0) exited; node {} stops", node));
+            if (!got)
+                exit_with(fmt::format("tensor parallel: node 0 ({}) exited; node {} stops",
+                                      node_ranks_text(0, group.size()), node));
             if (type == kMsgAbort) {
                 {
                     std::lock_guard<std::mutex> lock(send_mu);
@@ -274,6 +276,30 @@ int run_follower_node(Rendezvous& rv, TensorParallelGroup& group) {
         }
     });
 
+    // A step that failed here ends this process: its ranks may wait in a collective that gloo cannot cancel, and
+    // its connections closing releases the other nodes' ranks.
+    const auto fail = [&](const std::exception_ptr& cause) {
+        try {
+            std::rethrow_exception(cause);
+        } catch (const PeerGone&) {
+            // Another process left mid-collective: node 0's leaving is reported by the reader (which ends this
+            // process); another node's by node 0. Give them the time to.
+            std::this_thread::sleep_for(std::chrono::seconds(5));
+            exit_with(fmt::format("tensor parallel: node {}: another node left mid-step", node));
+        } catch (const std::exception& e) {
+            {
+                std::lock_guard<std::mutex> lock(send_mu);
+                try {
+                    c.send(kMsgError, e.what());
+                } catch (const Error&) {
+                }
+            }
+            exit_with(e.what());
+        } catch (...) {
+            exit_with(fmt::format("tensor parallel: node {}: a rank failed", node));
+        }
+    };
+    group.set_abort_handler(fail);  // this node's first rank failed while its other ranks may wait for it
     GlmDsaModel& model = group.model();
     Ops& ops = group.ops();
     std::unique_ptr<KvCache> kv;
@@ -321,20 +347,8 @@ int run_follower_node(Rendezvous& rv, TensorParallelGroup& group) {
             }
             std::lock_guard<std::mutex> lock(send_mu);
             c.send(kMsgDone, "");
-        } catch (const PeerGone&) {
-            // Another process left mid-collective: node 0's leaving is reported by the reader (which ends this
-            // process); another node's by node 0. Give them the time to.
-            std::this_thread::sleep_for(std::chrono::seconds(5));
-            exit_with(fmt::format("tensor parallel: node {}: another node left mid-step", node));
-        } catch (const std::exception& e) {
-            {
-                std::lock_guard<std::mutex> lock(send_mu);
-                try {
-                    c.send(kMsgError, e.what());
-                } catch (const Error&) {
-                }
-            }
-            exit_with(e.what());  // its connections close: node 0's ranks leave the collective
+        } catch (...) {
+            fail(std::current_exception());
         }
     }
 }

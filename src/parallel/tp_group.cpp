@@ -125,7 +125,8 @@ void TensorParallelGroup::end_forward() {
     if (local) std::rethrow_exception(local);
 }
 
-bool TensorParallelGroup::abort() {
+bool TensorParallelGroup::abort(const std::exception_ptr& cause) {
+    if (abort_handler_) abort_handler_(cause);
     bool follower_failed = false;
     {
         std::lock_guard<std::mutex> lock(mu_);

@@ -50,7 +50,11 @@ public:
     void begin_forward(const Batch& batch, const KvCache& kv0) override;
     void begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) override;
     void end_forward() override;
-    bool abort() override;  // aborts every rank's communicator (the group cannot run again)
+    // Aborts every rank's communicator (the group cannot run again).
+    bool abort(const std::exception_ptr& cause) override;
+    // Called by abort() first. A node other than 0 ends its process there (gloo cannot release this node's other
+    // ranks from a collective that waits for the failed one).
+    void set_abort_handler(std::function<void(const std::exception_ptr&)> h) { abort_handler_ = std::move(h); }
 
     // Runs fn(rank, ops, kv) on every follower's thread (its device current), with its KV cache made like kv0
     // first; returns when all are done (rethrows a follower's error). Benchmarks fill the followers' pools so.
@@ -67,6 +71,7 @@ private:
     ShardPlan plan_;
     std::vector<std::unique_ptr<Ops>> ops_;
     std::unique_ptr<FollowerNodes> remote_;
+    std::function<void(const std::exception_ptr&)> abort_handler_;
     std::vector<std::unique_ptr<Comm>> comms_;
     std::vector<std::unique_ptr<GlmDsaModel>> models_;
     std::vector<std::unique_ptr<KvCache>> kv_;  // followers' caches (kv_[0] unused: rank 0's is the caller's)
