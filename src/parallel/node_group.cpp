@@ -21,6 +21,15 @@ namespace {
     std::_Exit(1);
 }
 
+// The next message, or false once the connection has ended (closed, or broken by the peer's death).
+bool next_message(Connection& c, uint32_t& type, std::string& body) {
+    try {
+        return c.recv(type, body);
+    } catch (const Error&) {
+        return false;
+    }
+}
+
 void put_batch(Writer& w, const Batch& b) {
     w.vec(b.tokens);
     w.vec(b.pos);
@@ -110,12 +119,7 @@ void FollowerNodes::read_loop(int64_t node) {
     for (;;) {
         uint32_t type = 0;
         std::string body;
-        bool got = false;
-        try {
-            got = c.recv(type, body);
-        } catch (const Error&) {
-            got = false;
-        }
+        const bool got = next_message(c, type, body);
         std::unique_lock<std::mutex> lock(mu_);
         const auto k = static_cast<size_t>(node);
         if (!got) {
@@ -248,12 +252,7 @@ int run_follower_node(Rendezvous& rv, TensorParallelGroup& group) {
         for (;;) {
             uint32_t type = 0;
             std::string body;
-            bool got = false;
-            try {
-                got = c.recv(type, body);
-            } catch (const Error&) {
-                got = false;
-            }
+            const bool got = next_message(c, type, body);
             if (!got)
                 exit_with(fmt::format("tensor parallel: node 0 ({}) exited; node {} stops",
                                       node_ranks_text(0, group.size()), node));
