@@ -8,6 +8,7 @@ packages=(
     libgtest-dev libgmock-dev libbenchmark-dev
     nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libxxhash-dev libcpp-httplib-dev
     clang libclang-rt-dev libomp-dev
+    libgloo-dev  # collectives between ranks in other processes (--nnodes)
     python3 curl
     python3-numpy  # tools/train/prepare.py (ctest train_prepare)
 )

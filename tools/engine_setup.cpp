@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <xxhash.h>
 
 #include "backend/cpu/cpu_ops.h"
 #include "cli_checks.h"
@@ -10,7 +13,10 @@
 #include "io/config.h"
 #include "kv/kv_cache.h"
 #include "model/glm_dsa.h"
+#include "parallel/comm_gloo.h"
 #include "parallel/comm_thread.h"
+#include "parallel/node_group.h"
+#include "parallel/rendezvous.h"
 
 #ifdef MEGACTX_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -38,6 +44,64 @@ void add_backend_flags(CLI::App* sub, BackendFlags& f) {
     sub->add_flag("--batch-invariant", f.batch_invariant,
                   "cuda: every row's result independent of the rest of the batch, so speculative = plain and a "
                   "prefix-cache hit = a cold run, token for token (slower; the CPU backend is so already)");
+    sub->add_option("--nnodes", f.dist.nnodes,
+                    "Processes (nodes) sharing the --tensor-parallel-size ranks; node 0 runs the command")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, 64));
+    sub->add_option("--node-rank", f.dist.node_rank,
+                    "This node's number, 0..nnodes-1 (nodes other than 0 run their ranks for node 0: headless)")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(0, 63));
+    sub->add_option("--dist-init-addr", f.dist_init_addr,
+                    "HOST:PORT where node 0 listens for the other nodes (default: none; --nnodes 2 or more needs it)");
+    sub->add_option("--master-addr", f.master_addr, "vLLM's form of --dist-init-addr: node 0's host (default: none)");
+    sub->add_option("--master-port", f.master_port, "vLLM's form of --dist-init-addr: node 0's port (default: none)")
+        ->check(in_range(1, 65535));
+    sub->add_option("--dist-timeout", f.dist.timeout_s,
+                    "Seconds the nodes wait for each other at the start before giving up with an error")
+        ->capture_default_str()
+        ->check(in_range(0.1, 86400.0));
+    sub->add_flag("--headless", f.headless, "Run this node's ranks only (implied by --node-rank > 0)");
+}
+
+void resolve_dist(BackendFlags& f) {
+    DistOptions& d = f.dist;
+    if (d.nnodes == 1) {
+        MEGACTX_CHECK(d.node_rank == 0, "--node-rank {} with --nnodes 1: a node rank needs --nnodes 2 or more",
+                      d.node_rank);
+        MEGACTX_CHECK(f.dist_init_addr.empty() && f.master_addr.empty() && f.master_port == 0,
+                      "--dist-init-addr / --master-addr / --master-port need --nnodes 2 or more");
+        MEGACTX_CHECK(!f.headless, "--headless needs --nnodes 2 or more and --node-rank 1 or more");
+        return;
+    }
+    MEGACTX_CHECK(d.node_rank < d.nnodes, "--node-rank {} with --nnodes {}: must be 0..{}", d.node_rank, d.nnodes,
+                  d.nnodes - 1);
+    MEGACTX_CHECK(!(f.headless && d.node_rank == 0),
+                  "--headless with --node-rank 0: node 0 runs the scheduler, tokenizer and server; the other nodes "
+                  "are headless");
+    MEGACTX_CHECK(f.dist_init_addr.empty() || (f.master_addr.empty() && f.master_port == 0),
+                  "--dist-init-addr and --master-addr/--master-port name the same address: give one of them");
+    if (!f.dist_init_addr.empty()) {
+        std::tie(d.host, d.port) = parse_host_port(f.dist_init_addr, "--dist-init-addr");
+    } else {
+        MEGACTX_CHECK(!f.master_addr.empty() && f.master_port != 0,
+                      "--nnodes {} needs node 0's address: --dist-init-addr HOST:PORT (or --master-addr HOST and "
+                      "--master-port PORT)",
+                      d.nnodes);
+        d.host = f.master_addr;
+        d.port = f.master_port;
+    }
+    MEGACTX_CHECK(f.tp.n_gpus % d.nnodes == 0,
+                  "--tensor-parallel-size {} with --nnodes {}: every node runs the same number of ranks, so the size "
+                  "must be a multiple of {}",
+                  f.tp.n_gpus, d.nnodes, d.nnodes);
+    MEGACTX_CHECK(f.device == "cpu",
+                  "--nnodes with --device {}: ranks in several processes run on the CPU backend only (NCCL across "
+                  "processes is not done yet)",
+                  f.device);
+    MEGACTX_CHECK(f.tp_transport == "auto" || f.tp_transport == "gloo",
+                  "--tp-transport {} with --nnodes {}: ranks in several processes exchange over gloo (auto or gloo)",
+                  f.tp_transport, d.nnodes);
 }
 
 void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
@@ -131,8 +195,9 @@ std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fract
 std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
                                                    const ParallelOptions& po, const std::string& transport,
                                                    double budget_fraction, bool batch_invariant) {
+    MEGACTX_CHECK(transport != "gloo", "--tp-transport gloo is for ranks in several processes (--nnodes 2 or more)");
     MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
-                  "--tp-transport must be auto, nccl or thread, got '{}'", transport);
+                  "--tp-transport must be auto, nccl, thread or gloo, got '{}'", transport);
     std::vector<std::unique_ptr<Ops>> ops;
     if (device == "cpu") {
         MEGACTX_CHECK(transport != "nccl", "--tp-transport nccl needs --device cuda");
@@ -172,6 +237,94 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
 #endif
 }
 
+namespace {
+
+std::string hex64(uint64_t h) { return fmt::format("{:016x}", h); }
+
+// What the nodes must agree on: this megactx, the model (config.json's bytes, the weight files' names and sizes)
+// and every flag that shapes a rank's shard or its results.
+NodeIdentity node_identity(const std::string& dir, const BackendFlags& f) {
+    NodeIdentity id;
+    id.emplace_back("megactx version", MEGACTX_VERSION_STRING);
+    std::ifstream cfg(std::filesystem::path(dir) / "config.json", std::ios::binary);
+    std::stringstream ss;
+    ss << cfg.rdbuf();
+    const std::string text = ss.str();
+    id.emplace_back("config.json", hex64(XXH3_64bits(text.data(), text.size())));
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        if (e.path().extension() == ".safetensors")
+            files.push_back(e.path().filename().string() + " " + std::to_string(e.file_size()) + " bytes");
+    }
+    std::sort(files.begin(), files.end());
+    std::string weights;
+    for (const auto& w : files) weights += (weights.empty() ? "" : ", ") + w;
+    id.emplace_back("weight files", weights);
+    id.emplace_back("--tensor-parallel-size", std::to_string(f.tp.n_gpus));
+    id.emplace_back("--expert-parallel", f.tp.expert_parallel ? "on" : "off");
+    id.emplace_back("--indexer-split", f.tp.indexer_split ? "on" : "off");
+    id.emplace_back("--layer-split", f.tp.layer_split ? "on" : "off");
+    id.emplace_back("--device", f.device);
+    id.emplace_back("--kv-cache-dtype", kv_format_name(resolve_kv_format(f.device, f.kv_dtype)));
+    id.emplace_back("--batch-invariant", f.batch_invariant ? "on" : "off");
+    return id;
+}
+
+// This node's ranks, connected to the other nodes' (the rendezvous first). `rv` keeps the control connections.
+std::unique_ptr<TensorParallelGroup> make_node_ranks(const std::string& dir, const BackendFlags& f,
+                                                     std::unique_ptr<Rendezvous>& rv) {
+    load_config(dir);  // a wrong directory is reported before the other nodes are waited for
+    const DistOptions& d = f.dist;
+    const int64_t per_node = f.tp.n_gpus / d.nnodes, first = d.node_rank * per_node;
+    std::fprintf(stderr, "megactx: node %lld of %lld (ranks %lld-%lld of %lld): %s %s:%d\n",
+                 static_cast<long long>(d.node_rank), static_cast<long long>(d.nnodes), static_cast<long long>(first),
+                 static_cast<long long>(first + per_node - 1), static_cast<long long>(f.tp.n_gpus),
+                 d.node_rank == 0 ? "waiting for the other nodes at" : "joining node 0 at", d.host.c_str(), d.port);
+    rv = Rendezvous::join(d, node_identity(dir, f));
+    std::vector<std::shared_ptr<gloo::Context>> contexts = rv->connect_gloo(first, per_node, f.tp.n_gpus);
+    std::vector<std::unique_ptr<Ops>> ops;
+    for (int64_t r = 0; r < per_node; ++r) ops.push_back(std::make_unique<CpuOps>());
+    const auto make_comms = [&contexts](const std::vector<Ops*>& o) {
+        std::vector<std::unique_ptr<Comm>> out;
+        for (size_t r = 0; r < o.size(); ++r) out.push_back(std::make_unique<GlooComm>(contexts[r], *o[r]));
+        return out;
+    };
+    std::unique_ptr<FollowerNodes> remote;
+    if (d.node_rank == 0) remote = std::make_unique<FollowerNodes>(std::move(rv), per_node);
+    return std::make_unique<TensorParallelGroup>(dir, f.tp, std::move(ops), make_comms, first, std::move(remote));
+}
+
+}  // namespace
+
+std::unique_ptr<TensorParallelGroup> make_group(const std::string& dir, const BackendFlags& f,
+                                                double budget_fraction) {
+    if (f.dist.nnodes > 1) {
+        std::unique_ptr<Rendezvous> rv;
+        return make_node_ranks(dir, f, rv);
+    }
+    return make_tp_group(dir, f.device, f.tp, f.tp_transport, budget_fraction, f.batch_invariant);
+}
+
+int follower_main(const std::string& dir, BackendFlags f) {
+    resolve_dist(f);
+    MEGACTX_CHECK(f.dist.nnodes > 1, "--headless needs --nnodes 2 or more and --node-rank 1 or more");
+    std::unique_ptr<Rendezvous> rv;
+    std::unique_ptr<TensorParallelGroup> group;
+    try {
+        group = make_node_ranks(dir, f, rv);
+    } catch (const std::exception& e) {
+        if (rv) {  // met node 0, then failed (its shard did not load): node 0 reports it too, naming this node
+            try {
+                rv->peer(0).send(kMsgError, e.what());
+            } catch (const Error&) {
+            }
+        }
+        throw;
+    }
+    std::fprintf(stderr, "megactx: node %lld ready\n", static_cast<long long>(f.dist.node_rank));
+    return run_follower_node(*rv, *group);
+}
+
 #ifdef MEGACTX_WITH_CUDA
 namespace {
 
@@ -195,8 +348,7 @@ void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
         check_invariant_transport(f.batch_invariant, f.tp_transport != "thread", f.tp.n_gpus);
     if (f.tp.n_gpus > 1) {
         so.make_group = [&so, &f, kv_format](EngineConfig& ec) {
-            auto g = make_tp_group(so.model_dir, f.device, f.tp, f.tp_transport, f.gpu_memory_utilization,
-                                   f.batch_invariant);
+            auto g = make_group(so.model_dir, f, f.gpu_memory_utilization);
 #ifdef MEGACTX_WITH_CUDA
             if (f.device != "cpu" && so.kv_cache_memory.empty()) {
                 // rank 0's budget less its shard of the weights (about 1/N of the checkpoint) and a reserve

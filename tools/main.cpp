@@ -337,6 +337,18 @@ int main(int argc, char** argv) {
     }
 
     try {
+        // --nnodes: every command with the backend flags checks them; a node other than 0 runs its ranks only.
+        BackendFlags* node_flags = *run ? &run_opts.backend : *eval ? &eval_opts.backend : &bf;
+        if (*logits || *gen || *serve || *run || *eval) {
+            resolve_dist(*node_flags);
+            if (is_follower_node(*node_flags)) {
+                const std::string dir = *serve ? so.model_dir
+                                        : *run ? run_opts.engine.model_dir
+                                        : *eval ? eval_opts.engine.model_dir
+                                                : model;
+                return follower_main(model_dir_or_default(dir), *node_flags);
+            }
+        }
         if (*logits || *gen) {
             if (tokens.empty() && tokens_file.empty()) MEGACTX_FAIL("one of --tokens or --tokens-file is required");
             const std::vector<int32_t> ids =
@@ -345,9 +357,8 @@ int main(int argc, char** argv) {
             std::unique_ptr<TensorParallelGroup> group;
             std::unique_ptr<GlmDsaModel> single;
             std::unique_ptr<Ops> backend;
-            if (bf.tp.n_gpus > 1) {
-                group = make_tp_group(model_dir_or_default(model), bf.device, bf.tp, bf.tp_transport, 0.9,
-                                      bf.batch_invariant);
+            if (bf.tp.n_gpus > 1 || bf.dist.nnodes > 1) {
+                group = make_group(model_dir_or_default(model), bf, 0.9);
             } else {
                 single = std::make_unique<GlmDsaModel>(model_dir_or_default(model));
                 backend = make_backend(bf.device, 0.9, bf.batch_invariant);

@@ -478,7 +478,7 @@ ForwardResult GlmDsaModel::lead(const std::function<void()>& start,
         r = local();
     } catch (...) {
         const std::exception_ptr mine = std::current_exception();
-        const bool follower_first = followers_->abort();  // followers waiting for rank 0 would wait forever
+        const bool follower_first = followers_->abort(mine);  // followers waiting for rank 0 would wait forever
         try {
             followers_->end_forward();
         } catch (...) {

@@ -3,6 +3,7 @@
 // decoder layers, writing KV at each token's slot. mtp_forward: the MTP layer (model-spec §5.1).
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -77,9 +78,9 @@ class RankFollowers {
     // Starts GlmDsaModel::mtp_forward on every follower (`in` stays alive until end_forward).
     virtual void begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) = 0;
     virtual void end_forward() = 0;  // rethrows a follower's error
-    // Rank 0 failed mid-forward: releases the followers from their collectives; true when a follower had failed
-    // first (its error, rethrown by end_forward, is then the cause).
-    virtual bool abort() = 0;
+    // Rank 0 failed mid-forward with `cause`: releases the followers from their collectives; true when a follower
+    // had failed first (its error, rethrown by end_forward, is then the cause).
+    virtual bool abort(const std::exception_ptr& cause) = 0;
 };
 
 class GlmDsaModel {

@@ -5,9 +5,16 @@
 // NCCL communicator of the CUDA backend (cuda_backend.h: make_nccl_comms, on the CudaOps stream).
 #pragma once
 
+#include "core/error.h"
 #include "ops/tensor.h"
 
 namespace megactx {
+
+// A collective failed because a rank of another process left (its connections closed).
+class PeerGone : public Error {
+  public:
+    using Error::Error;
+};
 
 class Comm {
 public:

@@ -7,9 +7,18 @@ namespace megactx {
 
 TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelOptions& o,
                                          std::vector<std::unique_ptr<Ops>> ops, const CommFactory& make_comms)
-    : plan_(make_shard_plan(load_config(dir), o)), ops_(std::move(ops)) {
-    const auto g = static_cast<size_t>(o.n_gpus);
-    MEGACTX_CHECK(ops_.size() == g, "tensor parallel: {} backends for {} ranks", ops_.size(), g);
+    : TensorParallelGroup(dir, o, std::move(ops), make_comms, 0, nullptr) {}
+
+TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelOptions& o,
+                                         std::vector<std::unique_ptr<Ops>> ops, const CommFactory& make_comms,
+                                         int64_t first_rank, std::unique_ptr<FollowerNodes> remote)
+    : plan_(make_shard_plan(load_config(dir), o)), ops_(std::move(ops)), remote_(std::move(remote)) {
+    const auto g = ops_.size();
+    MEGACTX_CHECK(first_rank > 0 || remote_ || static_cast<int64_t>(g) == o.n_gpus,
+                  "tensor parallel: {} backends for {} ranks", g, o.n_gpus);
+    MEGACTX_CHECK(g >= 1 && first_rank >= 0 && first_rank + static_cast<int64_t>(g) <= o.n_gpus,
+                  "tensor parallel: ranks {}..{} of a group of {}", first_rank,
+                  first_rank + static_cast<int64_t>(g) - 1, o.n_gpus);
     std::vector<Ops*> raw;
     for (auto& p : ops_) raw.push_back(p.get());
     comms_ = make_comms(raw);
@@ -21,7 +30,7 @@ TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelO
     for (size_t r = 0; r < g; ++r) {
         loaders.emplace_back([&, r] {
             try {
-                models_[r] = std::make_unique<GlmDsaModel>(dir, plan_, static_cast<int>(r), *comms_[r]);
+                models_[r] = std::make_unique<GlmDsaModel>(dir, plan_, static_cast<int>(first_rank + r), *comms_[r]);
             } catch (...) {
                 errors[r] = std::current_exception();
             }
@@ -31,7 +40,7 @@ TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelO
     for (auto& e : errors)
         if (e) std::rethrow_exception(e);
     kv_.resize(g);
-    models_[0]->set_followers(g > 1 ? this : nullptr);
+    models_[0]->set_followers(g > 1 || remote_ ? this : nullptr);
     for (size_t r = 1; r < g; ++r) threads_.emplace_back([this, r] { follower_loop(static_cast<int>(r)); });
 }
 
@@ -42,7 +51,14 @@ TensorParallelGroup::~TensorParallelGroup() {
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
+    remote_.reset();  // the other nodes stop
     models_[0]->set_followers(nullptr);
+}
+
+void TensorParallelGroup::send_remote(uint32_t type, const KvCache& kv0, const Batch* batch, const MtpInputs* mtp) {
+    if (!remote_) return;
+    MEGACTX_CHECK(!kv0.tiered(), "--kv-offload-memory: a host KV tier with ranks on several nodes is not supported");
+    remote_->send(type, encode_step(KvShape{kv0.n_blocks(), kv0.format()}, batch, mtp));
 }
 
 void TensorParallelGroup::start(const KvCache& kv0, FollowerJob job) {
@@ -66,16 +82,20 @@ void TensorParallelGroup::prepare(KvCache& kv0) {
         kv0.log_tier_events();
         kv0_ = &kv0;
     }
-    run_on_followers(kv0, [](int, Ops&, KvCache&) {});  // each follower makes its cache before running a job
+    send_remote(kMsgPrepare, kv0, nullptr, nullptr);
+    start(kv0, [](int, Ops&, KvCache&) {});  // each follower makes its cache before running a job
+    end_forward();
 }
 
 void TensorParallelGroup::begin_forward(const Batch& batch, const KvCache& kv0) {
+    send_remote(kMsgForward, kv0, &batch, nullptr);
     start(kv0, [this, &batch](int r, Ops& ops, KvCache& kv) {
         models_[static_cast<size_t>(r)]->forward(ops, batch, kv);
     });
 }
 
 void TensorParallelGroup::begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) {
+    send_remote(kMsgMtpForward, kv0, &batch, &in);
     start(kv0, [this, &batch, &in](int r, Ops& ops, KvCache& kv) {
         const GlmDsaModel& m = *models_[static_cast<size_t>(r)];
         const int64_t n = batch.n_tokens();
@@ -93,24 +113,32 @@ void TensorParallelGroup::begin_mtp_forward(const Batch& batch, const KvCache& k
 }
 
 void TensorParallelGroup::end_forward() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return running_ == 0; });
-    job_fn_ = nullptr;
-    if (kv0_ != nullptr && kv0_ == started_kv0_) kv0_->clear_tier_events();  // every follower replayed them
-    if (error_) std::rethrow_exception(error_);
+    std::exception_ptr local;
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return running_ == 0; });
+        job_fn_ = nullptr;
+        if (kv0_ != nullptr && kv0_ == started_kv0_) kv0_->clear_tier_events();  // every follower replayed them
+        local = error_;
+    }
+    if (remote_) remote_->wait();  // a node's error is the cause of a local rank's PeerGone
+    if (local) std::rethrow_exception(local);
 }
 
-bool TensorParallelGroup::abort() {
+bool TensorParallelGroup::abort(const std::exception_ptr& cause) {
+    if (abort_handler_) abort_handler_(cause);
     bool follower_failed = false;
     {
         std::lock_guard<std::mutex> lock(mu_);
         follower_failed = error_ != nullptr;
     }
     for (auto& c : comms_) c->abort();
+    if (remote_ && remote_->abort()) follower_failed = true;
     return follower_failed;
 }
 
 void TensorParallelGroup::run_on_followers(const KvCache& kv0, const FollowerJob& fn) {
+    MEGACTX_CHECK(!remote_, "tensor parallel: a job on the followers of other processes");
     start(kv0, fn);
     end_forward();
 }

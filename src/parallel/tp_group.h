@@ -6,6 +6,8 @@
 // with rank 0's block counts, format and host tier when the engine or runner makes rank 0's
 // (GlmDsaModel::prepare_kv); with a host tier they replay rank 0's tier events before each forward
 // (KvCache::TierEvent), so every rank's blocks are placed and dropped alike while each moves its own rows.
+// Across processes (node_group.h) a group holds the ranks [first_rank, first_rank + ranks here) of the whole
+// group; on node 0 it also sends each forward to the other nodes' groups and waits for their answers.
 #pragma once
 
 #include <condition_variable>
@@ -19,6 +21,7 @@
 
 #include "model/glm_dsa.h"
 #include "parallel/comm.h"
+#include "parallel/node_group.h"
 #include "parallel/shard_plan.h"
 
 namespace megactx {
@@ -30,6 +33,10 @@ public:
     // ops[r] is rank r's backend (ops.size() = o.n_gpus); make_comms builds one communicator per rank over them.
     TensorParallelGroup(const std::string& dir, const ParallelOptions& o, std::vector<std::unique_ptr<Ops>> ops,
                         const CommFactory& make_comms);
+    // The ranks [first_rank, first_rank + ops.size()) of o.n_gpus, the others in other processes; `remote`
+    // (node 0 only) reaches the other nodes' groups.
+    TensorParallelGroup(const std::string& dir, const ParallelOptions& o, std::vector<std::unique_ptr<Ops>> ops,
+                        const CommFactory& make_comms, int64_t first_rank, std::unique_ptr<FollowerNodes> remote);
     ~TensorParallelGroup() override;
     TensorParallelGroup(const TensorParallelGroup&) = delete;
     TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;
@@ -43,19 +50,28 @@ public:
     void begin_forward(const Batch& batch, const KvCache& kv0) override;
     void begin_mtp_forward(const Batch& batch, const KvCache& kv0, const MtpInputs& in) override;
     void end_forward() override;
-    bool abort() override;  // aborts every rank's communicator (the group cannot run again)
+    // Aborts every rank's communicator (the group cannot run again).
+    bool abort(const std::exception_ptr& cause) override;
+    // Called by abort() first. A node other than 0 ends its process there (gloo cannot release this node's other
+    // ranks from a collective that waits for the failed one).
+    void set_abort_handler(std::function<void(const std::exception_ptr&)> h) { abort_handler_ = std::move(h); }
 
     // Runs fn(rank, ops, kv) on every follower's thread (its device current), with its KV cache made like kv0
     // first; returns when all are done (rethrows a follower's error). Benchmarks fill the followers' pools so.
+    // Not with ranks in other processes.
     using FollowerJob = std::function<void(int rank, Ops& ops, KvCache& kv)>;
     void run_on_followers(const KvCache& kv0, const FollowerJob& fn);
 
 private:
     void follower_loop(int rank);
     void start(const KvCache& kv0, FollowerJob job);
+    // The same step to the other nodes (node 0 of several; nothing otherwise).
+    void send_remote(uint32_t type, const KvCache& kv0, const Batch* batch, const MtpInputs* mtp);
 
     ShardPlan plan_;
     std::vector<std::unique_ptr<Ops>> ops_;
+    std::unique_ptr<FollowerNodes> remote_;
+    std::function<void(const std::exception_ptr&)> abort_handler_;
     std::vector<std::unique_ptr<Comm>> comms_;
     std::vector<std::unique_ptr<GlmDsaModel>> models_;
     std::vector<std::unique_ptr<KvCache>> kv_;  // followers' caches (kv_[0] unused: rank 0's is the caller's)
