@@ -83,24 +83,24 @@ class ProfilingOps final : public Ops {
         const Timer timer(stats_[kLinear]);
         inner_.linear(x, w, y);
     }
-    void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) override {
+    void rope(Tensor& x, int64_t offset, const Tensor& pos, const Rope& rope) override {
         const Timer timer(stats_[kRope]);
-        inner_.rope(x, offset, dim, pos, theta);
+        inner_.rope(x, offset, pos, rope);
     }
     void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override {
         const Timer timer(stats_[kCacheWrite]);
         inner_.cache_write(rows, slots, cache);
     }
     void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
-                            float rope_theta, const Tensor& slots, Tensor& cache) override {
+                            const Rope& rope, const Tensor& slots, Tensor& cache) override {
         const Timer timer(stats_[kLatentCacheWrite]);
-        inner_.latent_cache_write(kv_a, norm_w, eps, pos, rope_theta, slots, cache);
+        inner_.latent_cache_write(kv_a, norm_w, eps, pos, rope, slots, cache);
     }
     void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                             float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots,
                              Tensor& cache) override {
         const Timer timer(stats_[kIndexerCacheWrite]);
-        inner_.indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, d_rope, rope_theta, slots, cache);
+        inner_.indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, rope, slots, cache);
     }
     void indexer_topk(const IndexerTopkParams& p) override {
         const Timer timer(stats_[kIndexerTopk]);

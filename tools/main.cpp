@@ -18,7 +18,6 @@
 #include "engine_setup.h"
 #include "eval_cmd.h"
 #include "grammar_cmd.h"
-#include "text_file.h"
 #include "io/npy.h"
 #include "model/cost.h"
 #include "model/gen_model.h"
@@ -29,6 +28,7 @@
 #include "parallel/tp_group.h"
 #include "run_cmd.h"
 #include "server/serve.h"
+#include "text_file.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/tokenizer.h"
 
@@ -193,14 +193,16 @@ int main(int argc, char** argv) {
     float temperature = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     bool ignore_eos = false, as_json = false;
-    BackendFlags bf;  // --device, --tensor-parallel-size, ... of logits, generate, serve
+    BackendFlags bf;                    // --device, --tensor-parallel-size, ... of logits, generate, serve
     std::string kv_memory, kv_offload;  // logits / generate
     const auto add_backend_options = [&](CLI::App* sub) {
         add_backend_flags(sub, bf);
         if (sub->get_name() == "logits" || sub->get_name() == "generate") {
-            sub->add_option("--kv-cache-memory", kv_memory, "Device KV tier size, e.g. 1GiB (default: what the sequence needs)");
+            sub->add_option("--kv-cache-memory", kv_memory,
+                            "Device KV tier size, e.g. 1GiB (default: what the sequence needs)");
             sub->add_option("--kv-offload-memory", kv_offload,
-                            "Host KV tier size, e.g. 16GiB: latent rows beyond the device tier, fetched as selected (default: none)");
+                            "Host KV tier size, e.g. 16GiB: latent rows beyond the device tier, fetched as selected "
+                            "(default: none)");
         }
     };
 
@@ -237,7 +239,8 @@ int main(int argc, char** argv) {
 
     auto* gm = app.add_subcommand("gen-model", "Write a deterministic random model in the Hugging Face layout");
     gm->add_option("--out", out, "Output directory")->required();
-    gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape")->capture_default_str();
+    gm->add_option("--preset", preset, "tiny | small | glm52-mini | glm52-shape | dsv32-mini | dsv32-shape")
+        ->capture_default_str();
     gm->add_option("--seed", seed, "Seed")->capture_default_str()->check(non_negative<uint64_t>());
     gm->add_option("--dtype", dtype, "f32 | bf16 | fp8 (default: f32 for tiny, bf16 otherwise)");
     gm->add_option("--shards", shards, "Number of safetensors shards (default 1; 4 for glm52-shape)")
@@ -342,8 +345,8 @@ int main(int argc, char** argv) {
         if (*logits || *gen || *serve || *run || *eval) {
             resolve_dist(*node_flags);
             if (is_follower_node(*node_flags)) {
-                const std::string dir = *serve ? so.model_dir
-                                        : *run ? run_opts.engine.model_dir
+                const std::string dir = *serve  ? so.model_dir
+                                        : *run  ? run_opts.engine.model_dir
                                         : *eval ? eval_opts.engine.model_dir
                                                 : model;
                 return follower_main(model_dir_or_default(dir), *node_flags);
@@ -396,7 +399,8 @@ int main(int argc, char** argv) {
                         ec.kv_cache_bytes = kv_bytes;
                         ec.kv_offload_bytes = kv_host;
                     } else if (kv_bytes > 0) {
-                        ec.n_kv_blocks = std::min(ec.n_kv_blocks, kv_bytes / (m.kv_bytes_per_token_max(kv_format) * kBlockSize));
+                        ec.n_kv_blocks =
+                            std::min(ec.n_kv_blocks, kv_bytes / (m.kv_bytes_per_token_max(kv_format) * kBlockSize));
                     }
                     ec.scheduler.max_num_seqs = 1;
                     Engine engine(m, ops, ec);

@@ -40,8 +40,8 @@ namespace {
 
 // GLM-5.2's attention geometry (model-spec §1.1).
 constexpr int64_t kHeads = 64, kRank = 512, kRope = 64, kIdxHeads = 32, kIdxDim = 128, kTopk = 2048, kBlock = 64;
-constexpr int64_t kNope = 192, kVHead = 256;  // qk_nope_head_dim, v_head_dim
-constexpr float kTheta = 1e6f;
+constexpr int64_t kNope = 192, kVHead = 256;       // qk_nope_head_dim, v_head_dim
+const Rope kRopeTable = Rope::plain(1e6f, kRope);  // GLM-5.2: interleaved pairs over the 64 rope dims
 
 #define CK(expr)                                                                   \
     do {                                                                           \
@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
             sp.scale = 1.0f / std::sqrt(256.0f);
             sp.out = &lat_out;
             auto cache_writes = [&] {
-                ops.latent_cache_write(kv_a, norm_w, 1e-6f, pos, kTheta, slot, latent);
-                ops.indexer_cache_write(k_raw, ln_w, ln_b, 1e-6f, pos, kRope, kTheta, slot, index);
+                ops.latent_cache_write(kv_a, norm_w, 1e-6f, pos, kRopeTable, slot, latent);
+                ops.indexer_cache_write(k_raw, ln_w, ln_b, 1e-6f, pos, kRopeTable, slot, index);
             };
             struct Step {
                 const char* name;
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
                  idx_bytes + mla_bytes},
                 {"shared layer (latent write+mla)",
                  [&] {
-                     ops.latent_cache_write(kv_a, norm_w, 1e-6f, pos, kTheta, slot, latent);
+                     ops.latent_cache_write(kv_a, norm_w, 1e-6f, pos, kRopeTable, slot, latent);
                      ops.sparse_mla(sp);
                  },
                  mla_bytes},

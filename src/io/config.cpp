@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -69,25 +69,86 @@ struct Reader {
 };
 
 void resolve_rope(const Reader& r, ModelConfig& c) {
-    std::string rope_type = "default";
-    double theta = 10000.0;
-    if (const json* p = r.find("rope_parameters")) {
-        MEGACTX_CHECK(p->is_object(), "{}: field 'rope_parameters' must be an object", r.source);
-        Reader rp{*p, r.source};
-        theta = rp.number("rope_theta", r.number("rope_theta", theta));
-        rope_type = rp.string("rope_type", rp.string("type", "default"));
-    } else {
-        theta = r.number("rope_theta", theta);
-        if (const json* s = r.find("rope_scaling")) {
-            MEGACTX_CHECK(s->is_object(), "{}: field 'rope_scaling' must be an object or null", r.source);
-            Reader rs{*s, r.source};
-            rope_type = rs.string("rope_type", rs.string("type", "default"));
+    RopeConfig& rc = c.rope;
+    double theta = r.number("rope_theta", 10000.0);
+    // transformers 5 writes `rope_parameters` (theta inside); older configs `rope_scaling` beside `rope_theta`.
+    const json* p = r.find("rope_parameters");
+    const char* field = "rope_parameters";
+    if (!p) {
+        p = r.find("rope_scaling");
+        field = "rope_scaling";
+    }
+    if (p) {
+        MEGACTX_CHECK(p->is_object(), "{}: field '{}' must be an object or null", r.source, field);
+        const Reader rp{*p, r.source};
+        theta = rp.number("rope_theta", theta);
+        rc.type = rp.string("rope_type", rp.string("type", "default"));
+        if (rc.type == "yarn") {
+            rc.factor = rp.number("factor", 0.0);
+            MEGACTX_CHECK(rc.factor > 0, "{}: {}.factor must be positive for YaRN", r.source, field);
+            rc.original_max_position_embeddings =
+                rp.integer("original_max_position_embeddings", c.max_position_embeddings);
+            // transformers: `beta_fast or 32`, `beta_slow or 1`
+            rc.beta_fast = rp.number("beta_fast", 0.0);
+            if (rc.beta_fast == 0) rc.beta_fast = 32.0;
+            rc.beta_slow = rp.number("beta_slow", 0.0);
+            if (rc.beta_slow == 0) rc.beta_slow = 1.0;
+            rc.mscale = rp.number("mscale", 0.0);
+            rc.mscale_all_dim = rp.number("mscale_all_dim", 0.0);
+            rc.attention_factor = rp.number("attention_factor", 0.0);
+            MEGACTX_CHECK(rc.attention_factor >= 0, "{}: {}.attention_factor must not be negative", r.source, field);
+            rc.truncate = rp.boolean("truncate", true);
         }
     }
-    MEGACTX_CHECK(rope_type == "default", "{}: rope type '{}' is not supported (megactx supports 'default')",
-                  r.source, rope_type);
+    MEGACTX_CHECK(rc.type == "default" || rc.type == "yarn",
+                  "{}: rope type '{}' is not supported (megactx supports 'default' and 'yarn')", r.source, rc.type);
     MEGACTX_CHECK(theta > 0, "{}: rope_theta must be positive", r.source);
-    c.rope_theta = static_cast<float>(theta);
+    rc.theta = static_cast<float>(theta);
+    c.rope_theta = rc.theta;
+}
+
+// transformers' yarn_get_mscale
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+Rope make_rope(const ModelConfig& c, bool interleaved) {
+    const RopeConfig& rc = c.rope;
+    const int64_t dim = c.qk_rope_head_dim, half = dim / 2;
+    Rope rope = Rope::plain(rc.theta, dim, interleaved);
+    if (rc.type != "yarn") return rope;
+    // transformers' _compute_yarn_parameters, step by step in the same precision: the frequency tables in fp32,
+    // the correction range in double.
+    const double pi = 3.14159265358979323846;
+    auto correction_dim = [&](double rotations) {
+        return (static_cast<double>(dim) *
+                std::log(static_cast<double>(rc.original_max_position_embeddings) / (rotations * 2 * pi))) /
+               (2 * std::log(static_cast<double>(rc.theta)));
+    };
+    double low = correction_dim(rc.beta_fast), high = correction_dim(rc.beta_slow);
+    if (rc.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
+    if (low == high) high += 0.001;
+    const float factor = static_cast<float>(rc.factor);
+    for (int64_t i = 0; i < half; ++i) {
+        const float pos_freq = std::pow(rc.theta, static_cast<float>(2 * i) / static_cast<float>(dim));
+        const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+        const float ramp =
+            std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f, 1.0f);
+        const float extrapolation_factor = 1.0f - ramp;
+        rope.inv_freq[static_cast<size_t>(i)] =
+            interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+    }
+    double attention_factor = rc.attention_factor;
+    if (attention_factor == 0) {
+        attention_factor = rc.mscale != 0 && rc.mscale_all_dim != 0
+                               ? yarn_mscale(rc.factor, rc.mscale) / yarn_mscale(rc.factor, rc.mscale_all_dim)
+                               : yarn_mscale(rc.factor, 1.0);
+    }
+    rope.scale = static_cast<float>(attention_factor);
+    return rope;
 }
 
 void resolve_indexer_types(const Reader& r, ModelConfig& c) {
@@ -113,8 +174,8 @@ void resolve_indexer_types(const Reader& r, ModelConfig& c) {
                       r.source, p.size(), n);
         for (size_t i = 0; i < n; ++i) {
             MEGACTX_CHECK(p[i] == 'F' || p[i] == 'S',
-                          "{}: invalid indexer pattern: index_topk_pattern[{}] = '{}' (expected 'F' or 'S')",
-                          r.source, i, p[i]);
+                          "{}: invalid indexer pattern: index_topk_pattern[{}] = '{}' (expected 'F' or 'S')", r.source,
+                          i, p[i]);
             c.layer_full[i] = p[i] == 'F';
         }
         c.indexer_source = "index_topk_pattern";
@@ -157,6 +218,18 @@ void resolve_mlp_types(const Reader& r, ModelConfig& c) {
 
 }  // namespace
 
+Rope ModelConfig::attention_rope() const { return make_rope(*this, true); }
+Rope ModelConfig::indexer_rope() const { return make_rope(*this, indexer_rope_interleave); }
+
+float ModelConfig::attention_softmax_scale() const {
+    double scale = std::pow(static_cast<double>(qk_head_dim()), -0.5);
+    if (rope.type != "default" && rope.mscale_all_dim != 0) {
+        const double m = yarn_mscale(rope.factor, rope.mscale_all_dim);
+        scale *= m * m;
+    }
+    return static_cast<float>(scale);
+}
+
 ModelConfig parse_config_json(const std::string& text, const std::string& source) {
     json j;
     try {
@@ -169,9 +242,11 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     ModelConfig c;
     c.model_type = r.string("model_type", "");
     MEGACTX_CHECK(!c.model_type.empty(), "{}: missing field 'model_type'", source);
-    MEGACTX_CHECK(c.model_type == "glm_moe_dsa",
-                  "{}: model_type '{}' is not supported (megactx runs 'glm_moe_dsa': GLM-5, GLM-5.1, GLM-5.2)", source,
-                  c.model_type);
+    const bool deepseek = c.model_type == "deepseek_v32";
+    MEGACTX_CHECK(c.model_type == "glm_moe_dsa" || deepseek,
+                  "{}: model_type '{}' is not supported (megactx runs 'glm_moe_dsa': GLM-5, GLM-5.1, GLM-5.2, and "
+                  "'deepseek_v32': DeepSeek-V3.2)",
+                  source, c.model_type);
 
     c.vocab_size = r.integer("vocab_size");
     c.hidden_size = r.integer("hidden_size");
@@ -204,7 +279,8 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     c.index_topk = r.integer("index_topk");
     c.n_mtp_layers = r.integer("num_nextn_predict_layers", 0, 0, kMaxLayers);
     c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-    c.mtp_index_share = r.boolean("index_share_for_mtp_iteration", true);
+    // DeepSeek-V3.2's MTP layer runs its own indexer at every draft step; GLM-5.2's draft steps share step 0's.
+    c.mtp_index_share = r.boolean("index_share_for_mtp_iteration", !deepseek);
     resolve_rope(r, c);
     if (const json* q = r.find("quantization_config")) {
         MEGACTX_CHECK(q->is_object(), "{}: field 'quantization_config' must be an object", source);
@@ -217,8 +293,9 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
                   "{}: scoring_func '{}' is not supported (expected 'sigmoid')", source, r.string("scoring_func", ""));
     MEGACTX_CHECK(!r.boolean("attention_bias", false), "{}: attention_bias = true is not supported", source);
     MEGACTX_CHECK(r.boolean("rope_interleave", true), "{}: rope_interleave = false is not supported", source);
-    MEGACTX_CHECK(r.boolean("indexer_rope_interleave", true), "{}: indexer_rope_interleave = false is not supported",
-                  source);
+    // GLM sets indexer_rope_interleave; DeepSeek-V3.2's indexer rotates half-split pairs (transformers'
+    // DeepseekV32Indexer: apply_rotary_pos_emb, not the interleaved form of its attention).
+    c.indexer_rope_interleave = r.boolean("indexer_rope_interleave", !deepseek);
     MEGACTX_CHECK(c.qk_rope_head_dim % 2 == 0, "{}: qk_rope_head_dim must be even", source);
     MEGACTX_CHECK(c.d_indexer >= c.qk_rope_head_dim, "{}: index_head_dim ({}) must be at least qk_rope_head_dim ({})",
                   source, c.d_indexer, c.qk_rope_head_dim);
@@ -232,8 +309,7 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     MEGACTX_CHECK(c.n_group == 1 || c.n_routed_experts / c.n_group >= 2,
                   "{}: group-limited routing needs at least 2 experts per group", source);
     MEGACTX_CHECK(c.n_experts_per_tok <= c.topk_group * (c.n_routed_experts / c.n_group),
-                  "{}: num_experts_per_tok ({}) exceeds the experts in topk_group groups", source,
-                  c.n_experts_per_tok);
+                  "{}: num_experts_per_tok ({}) exceeds the experts in topk_group groups", source, c.n_experts_per_tok);
 
     if (const json* eos = r.find("eos_token_id")) {
         if (eos->is_number_integer()) {

@@ -1,13 +1,29 @@
-// config.json → ModelConfig for `glm_moe_dsa` (GLM-5, 5.1, 5.2); model-spec §1.1, §4.1.
-// Per-layer facts (full or shared indexer, dense or MoE) are resolved here once, so the forward pass never
-// rediscovers them.
+// config.json → ModelConfig for the DSA models: `glm_moe_dsa` (GLM-5, 5.1, 5.2; model-spec §1.1, §4.1) and
+// `deepseek_v32` (DeepSeek-V3.2: an indexer on every layer, YaRN RoPE, a half-split indexer RoPE;
+// docs/deepseek-v32.md). Per-layer facts (full or shared indexer, dense or MoE) are resolved here once, so the forward
+// pass never rediscovers them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ops/rope.h"
+
 namespace megactx {
+
+// `rope_parameters` (or the older `rope_scaling` + `rope_theta`): plain RoPE or YaRN, the fields transformers'
+// `_compute_yarn_parameters` reads.
+struct RopeConfig {
+    std::string type = "default";  // "default" or "yarn"
+    float theta = 10000.0f;
+    double factor = 1.0;
+    int64_t original_max_position_embeddings = 0;
+    double beta_fast = 32.0, beta_slow = 1.0;
+    double mscale = 0.0, mscale_all_dim = 0.0;  // 0: absent
+    double attention_factor = 0.0;              // 0: absent (derived from factor and the mscales)
+    bool truncate = true;
+};
 
 struct ModelConfig {
     std::string model_type;
@@ -31,11 +47,13 @@ struct ModelConfig {
     bool norm_topk_prob = true;
     float rms_norm_eps = 1e-5f;
     int64_t max_position_embeddings = 0;
-    float rope_theta = 10000.0f;
-    int64_t n_head_indexer = 0;  // index_n_heads
-    int64_t d_indexer = 0;       // index_head_dim
+    float rope_theta = 10000.0f;  // rope.theta
+    RopeConfig rope;
+    bool indexer_rope_interleave = true;  // GLM: interleaved pairs; DeepSeek-V3.2: half-split
+    int64_t n_head_indexer = 0;           // index_n_heads
+    int64_t d_indexer = 0;                // index_head_dim
     int64_t index_topk = 0;
-    int64_t n_mtp_layers = 0;  // num_nextn_predict_layers
+    int64_t n_mtp_layers = 0;     // num_nextn_predict_layers
     bool mtp_index_share = true;  // index_share_for_mtp_iteration: draft steps >= 1 reuse step 0's top-k
     bool tie_word_embeddings = false;
     std::string quant_method;  // quantization_config.quant_method ("fp8" for GLM-5.2-FP8); empty when unquantized
@@ -54,6 +72,15 @@ struct ModelConfig {
     bool is_full(int64_t i_layer) const { return i_layer >= n_layers || layer_full[i_layer]; }
     bool is_moe(int64_t i_layer) const { return i_layer >= n_layers || layer_moe[i_layer]; }
     int64_t n_full_layers() const;
+
+    // The RoPE of main attention (always interleaved) and of the indexer, over qk_rope_head_dim dims, with
+    // transformers' frequencies and cos/sin factor (YaRN: the ramp between interpolated and extrapolated
+    // frequencies, the attention factor).
+    Rope attention_rope() const;
+    Rope indexer_rope() const;
+    // Main attention's softmax scale: qk_head_dim^-0.5, times mscale² under YaRN with mscale_all_dim
+    // (mscale = 0.1 · mscale_all_dim · ln(factor) + 1), as transformers' yarn_apply_mscale.
+    float attention_softmax_scale() const;
 };
 
 // Parses and validates; every error names `source` and the field.

@@ -146,8 +146,8 @@ nlohmann::json breakdown_json(const CostBreakdown& b) {
 }  // namespace
 
 CostReport compute_cost(const ModelConfig& c, int64_t context) {
-    MEGACTX_CHECK(c.model_type == "glm_moe_dsa", "cost: model_type '{}' is not supported (expected glm_moe_dsa)",
-                  c.model_type);
+    MEGACTX_CHECK(c.model_type == "glm_moe_dsa" || c.model_type == "deepseek_v32",
+                  "cost: model_type '{}' is not supported (expected glm_moe_dsa or deepseek_v32)", c.model_type);
     MEGACTX_CHECK(context >= 1, "cost: --context must be at least 1, got {}", context);
     MEGACTX_CHECK(static_cast<int64_t>(c.layer_full.size()) == c.n_layers &&
                       static_cast<int64_t>(c.layer_moe.size()) == c.n_layers,

@@ -90,7 +90,9 @@ struct Writer {
             tensors.push_back({name, t, {rows, cols}, {}});
             if (fp8)
                 tensors.push_back({name.substr(0, name.size() - std::string(".weight").size()) + ".weight_scale_inv",
-                                   DType::F32, {(rows + 127) / 128, (cols + 127) / 128}, {}});
+                                   DType::F32,
+                                   {(rows + 127) / 128, (cols + 127) / 128},
+                                   {}});
             return;
         }
         const float std = 1.0f / std::sqrt(static_cast<float>(cols));
@@ -166,40 +168,155 @@ json preset_config(const std::string& preset) {
         {"dtype", "bfloat16"},
     };
     if (preset == "tiny") {
-        c.update({{"vocab_size", 512}, {"hidden_size", 64}, {"intermediate_size", 128}, {"moe_intermediate_size", 32},
-                  {"num_hidden_layers", 6}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
-                  {"q_lora_rank", 48}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 24}, {"qk_rope_head_dim", 16},
-                  {"v_head_dim", 32}, {"n_routed_experts", 8}, {"num_experts_per_tok", 2},
-                  {"first_k_dense_replace", 1}, {"index_n_heads", 4}, {"index_head_dim", 32}, {"index_topk", 32},
+        c.update({{"vocab_size", 512},
+                  {"hidden_size", 64},
+                  {"intermediate_size", 128},
+                  {"moe_intermediate_size", 32},
+                  {"num_hidden_layers", 6},
+                  {"num_attention_heads", 4},
+                  {"num_key_value_heads", 4},
+                  {"q_lora_rank", 48},
+                  {"kv_lora_rank", 32},
+                  {"qk_nope_head_dim", 24},
+                  {"qk_rope_head_dim", 16},
+                  {"v_head_dim", 32},
+                  {"n_routed_experts", 8},
+                  {"num_experts_per_tok", 2},
+                  {"first_k_dense_replace", 1},
+                  {"index_n_heads", 4},
+                  {"index_head_dim", 32},
+                  {"index_topk", 32},
                   {"max_position_embeddings", 131072}});
     } else if (preset == "small") {
-        c.update({{"vocab_size", 4096}, {"hidden_size", 256}, {"intermediate_size", 512},
-                  {"moe_intermediate_size", 64}, {"num_hidden_layers", 8}, {"num_attention_heads", 8},
-                  {"num_key_value_heads", 8}, {"q_lora_rank", 128}, {"kv_lora_rank", 64}, {"qk_nope_head_dim", 32},
-                  {"qk_rope_head_dim", 16}, {"v_head_dim", 32}, {"n_routed_experts", 16}, {"num_experts_per_tok", 4},
-                  {"first_k_dense_replace", 1}, {"index_n_heads", 8}, {"index_head_dim", 64}, {"index_topk", 512},
+        c.update({{"vocab_size", 4096},
+                  {"hidden_size", 256},
+                  {"intermediate_size", 512},
+                  {"moe_intermediate_size", 64},
+                  {"num_hidden_layers", 8},
+                  {"num_attention_heads", 8},
+                  {"num_key_value_heads", 8},
+                  {"q_lora_rank", 128},
+                  {"kv_lora_rank", 64},
+                  {"qk_nope_head_dim", 32},
+                  {"qk_rope_head_dim", 16},
+                  {"v_head_dim", 32},
+                  {"n_routed_experts", 16},
+                  {"num_experts_per_tok", 4},
+                  {"first_k_dense_replace", 1},
+                  {"index_n_heads", 8},
+                  {"index_head_dim", 64},
+                  {"index_topk", 512},
                   {"max_position_embeddings", 131072}});
     } else if (preset == "glm52-shape") {
         // GLM-5.2's attention and indexer dimensions (model-spec §1.1); fewer layers, experts and vocab.
-        c.update({{"vocab_size", 16384}, {"hidden_size", 6144}, {"intermediate_size", 12288},
-                  {"moe_intermediate_size", 2048}, {"num_hidden_layers", 4}, {"num_attention_heads", 64},
-                  {"num_key_value_heads", 64}, {"q_lora_rank", 2048}, {"kv_lora_rank", 512},
-                  {"qk_nope_head_dim", 192}, {"qk_rope_head_dim", 64}, {"v_head_dim", 256},
-                  {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},
-                  {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 2048},
+        c.update({{"vocab_size", 16384},
+                  {"hidden_size", 6144},
+                  {"intermediate_size", 12288},
+                  {"moe_intermediate_size", 2048},
+                  {"num_hidden_layers", 4},
+                  {"num_attention_heads", 64},
+                  {"num_key_value_heads", 64},
+                  {"q_lora_rank", 2048},
+                  {"kv_lora_rank", 512},
+                  {"qk_nope_head_dim", 192},
+                  {"qk_rope_head_dim", 64},
+                  {"v_head_dim", 256},
+                  {"n_routed_experts", 4},
+                  {"num_experts_per_tok", 2},
+                  {"first_k_dense_replace", 1},
+                  {"index_n_heads", 32},
+                  {"index_head_dim", 128},
+                  {"index_topk", 2048},
                   {"max_position_embeddings", 1048576}});
     } else if (preset == "glm52-mini") {
         // GLM-5.2's attention and indexer geometry (what the fast CUDA kernels take: 64 heads, latent 512 + 64,
         // indexer 32 × 128, top-2048) around a small residual stream, so tests run it at > 2048 tokens cheaply.
-        c.update({{"vocab_size", 2048}, {"hidden_size", 512}, {"intermediate_size", 1024},
-                  {"moe_intermediate_size", 256}, {"num_hidden_layers", 4}, {"num_attention_heads", 64},
-                  {"num_key_value_heads", 64}, {"q_lora_rank", 256}, {"kv_lora_rank", 512},
-                  {"qk_nope_head_dim", 192}, {"qk_rope_head_dim", 64}, {"v_head_dim", 256},
-                  {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},
-                  {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 2048},
+        c.update({{"vocab_size", 2048},
+                  {"hidden_size", 512},
+                  {"intermediate_size", 1024},
+                  {"moe_intermediate_size", 256},
+                  {"num_hidden_layers", 4},
+                  {"num_attention_heads", 64},
+                  {"num_key_value_heads", 64},
+                  {"q_lora_rank", 256},
+                  {"kv_lora_rank", 512},
+                  {"qk_nope_head_dim", 192},
+                  {"qk_rope_head_dim", 64},
+                  {"v_head_dim", 256},
+                  {"n_routed_experts", 4},
+                  {"num_experts_per_tok", 2},
+                  {"first_k_dense_replace", 1},
+                  {"index_n_heads", 32},
+                  {"index_head_dim", 128},
+                  {"index_topk", 2048},
+                  {"max_position_embeddings", 1048576}});
+    } else if (preset == "dsv32-mini") {
+        // DeepSeek-V3.2's attention and indexer geometry (128 heads, latent 512 + 64, indexer 64 × 128, top-2048)
+        // and its group-limited routing (8 groups, 4 kept) around a small residual stream.
+        c.update({{"vocab_size", 2048},
+                  {"hidden_size", 512},
+                  {"intermediate_size", 1024},
+                  {"moe_intermediate_size", 256},
+                  {"num_hidden_layers", 4},
+                  {"num_attention_heads", 128},
+                  {"num_key_value_heads", 128},
+                  {"q_lora_rank", 256},
+                  {"kv_lora_rank", 512},
+                  {"qk_nope_head_dim", 128},
+                  {"qk_rope_head_dim", 64},
+                  {"v_head_dim", 128},
+                  {"n_routed_experts", 16},
+                  {"num_experts_per_tok", 2},
+                  {"n_group", 8},
+                  {"topk_group", 4},
+                  {"first_k_dense_replace", 1},
+                  {"index_n_heads", 64},
+                  {"index_head_dim", 128},
+                  {"index_topk", 2048},
+                  {"max_position_embeddings", 1048576}});
+    } else if (preset == "dsv32-shape") {
+        // DeepSeek-V3.2's dimensions (hidden 7168, q_lora 1536, 128 heads); fewer layers, experts and vocab.
+        c.update({{"vocab_size", 16384},
+                  {"hidden_size", 7168},
+                  {"intermediate_size", 18432},
+                  {"moe_intermediate_size", 2048},
+                  {"num_hidden_layers", 4},
+                  {"num_attention_heads", 128},
+                  {"num_key_value_heads", 128},
+                  {"q_lora_rank", 1536},
+                  {"kv_lora_rank", 512},
+                  {"qk_nope_head_dim", 128},
+                  {"qk_rope_head_dim", 64},
+                  {"v_head_dim", 128},
+                  {"n_routed_experts", 4},
+                  {"num_experts_per_tok", 2},
+                  {"n_group", 2},
+                  {"topk_group", 1},
+                  {"first_k_dense_replace", 1},
+                  {"index_n_heads", 64},
+                  {"index_head_dim", 128},
+                  {"index_topk", 2048},
                   {"max_position_embeddings", 1048576}});
     } else {
-        MEGACTX_FAIL("gen-model: unknown preset '{}' (expected tiny, small, glm52-mini or glm52-shape)", preset);
+        MEGACTX_FAIL(
+            "gen-model: unknown preset '{}' (expected tiny, small, glm52-mini, glm52-shape, dsv32-mini or dsv32-shape)",
+            preset);
+    }
+    if (preset.rfind("dsv32-", 0) == 0) {
+        // DeepSeek-V3.2's config.json form: no IndexShare (an indexer on every layer), its half-split indexer RoPE
+        // and MTP draft steps with their own indexer implied by model_type; YaRN as it ships (factor 40 over 4096
+        // positions). max_position_embeddings stays 1M (V3.2 says 163840) so benchmarks can run the window.
+        c["architectures"] = {"DeepseekV32ForCausalLM"};
+        c["model_type"] = "deepseek_v32";
+        for (const char* k : {"index_topk_freq", "index_skip_topk_offset", "indexer_rope_interleave",
+                              "index_share_for_mtp_iteration"}) {
+            c.erase(k);
+        }
+        c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0},
+                                {"factor", 40.0},      {"original_max_position_embeddings", 4096},
+                                {"beta_fast", 32.0},   {"beta_slow", 1.0},
+                                {"mscale", 1.0},       {"mscale_all_dim", 1.0}};
+        c["rms_norm_eps"] = 1e-6;
     }
     // Like GLM-5.2: generation stops at <|endoftext|>, <|user|> or <|observation|> (the tokenizer gen-model
     // writes puts them at the top of the vocabulary).
@@ -303,8 +420,10 @@ void generate_model(const std::string& out_dir, const GenModelOptions& o) {
     fs::create_directories(out_dir);
     json config = cj;
     if (lt == DType::F8_E4M3) {
-        config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"},
-                                         {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+        config["quantization_config"] = {{"quant_method", "fp8"},
+                                         {"fmt", "e4m3"},
+                                         {"activation_scheme", "dynamic"},
+                                         {"weight_block_size", {128, 128}}};
     }
     if (shards <= 1) {
         write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors);

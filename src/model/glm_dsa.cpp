@@ -45,8 +45,8 @@ GlmDsaModel::GlmDsaModel(const std::string& dir, const ShardPlan& plan, int rank
     load(std::make_unique<TensorStore>(dir));
 }
 
-GlmDsaModel::GlmDsaModel(const ModelConfig& config, std::unique_ptr<TensorStore> store, const ShardPlan* plan,
-                         int rank, Comm* comm)
+GlmDsaModel::GlmDsaModel(const ModelConfig& config, std::unique_ptr<TensorStore> store, const ShardPlan* plan, int rank,
+                         Comm* comm)
     : config_(config) {
     if (plan) {
         MEGACTX_CHECK(comm != nullptr, "tensor parallel: a shard plan needs a communicator");
@@ -72,6 +72,8 @@ void GlmDsaModel::load(std::unique_ptr<TensorStore> store) {
     store_ = std::move(store);
     const TensorStore& s = *store_;
     const ModelConfig& c = config_;
+    rope_attention_ = c.attention_rope();
+    rope_indexer_ = c.indexer_rope();
     const int64_t H = c.hidden_size;
     // The shard of this rank (tensor parallel), or everything.
     RankPlan all;
@@ -259,7 +261,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
                             Tensor& topk, bool run_indexer, TierStep* tier, Tensor& out) const {
     const ModelConfig& c = config_;
     const LayerWeights& L = layers_[static_cast<size_t>(i_layer)];
-    const int64_t n = xn.dim(0), n_head = n_head_local_, d_rope = c.qk_rope_head_dim, r = c.kv_lora_rank;
+    const int64_t n = xn.dim(0), n_head = n_head_local_, r = c.kv_lora_rank;
 
     // LayerSplit (design.md §6): only the owner of this layer's KV stores the row, runs the indexer and the
     // sparse attention (for every rank's heads); the others send their queries and receive their heads' output.
@@ -271,12 +273,12 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         Tensor kv_a = ops.alloc(DType::F32, {n, c.d_latent()});  // [n, kv_lora_rank + rope] raw
         ops.linear(xn, L.kv_a, kv_a);
         if (tier) {  // each row goes to the pool its block lives in
-            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, tier->write_device,
+            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, rope_attention_, tier->write_device,
                                    kv.latent(i_layer));
-            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, tier->write_host,
+            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, rope_attention_, tier->write_host,
                                    kv.host_latent(i_layer));
         } else {
-            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, c.rope_theta, plan.write_slots,
+            ops.latent_cache_write(kv_a, L.kv_a_norm, kLatentNormEps, plan.pos, rope_attention_, plan.write_slots,
                                    kv.latent(i_layer));
         }
         tap(ops, kv_a, "kv_a_raw", i_layer);
@@ -292,7 +294,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     ops.rms_norm(qa, L.q_a_norm, kLatentNormEps, qr);
     Tensor q = ops.alloc(DType::F32, {n, n_head, c.qk_head_dim()});  // [n, n_head, nope | rope]
     ops.linear(qr, L.q_b, q);
-    ops.rope(q, c.qk_nope_head_dim, d_rope, plan.pos, c.rope_theta);
+    ops.rope(q, c.qk_nope_head_dim, plan.pos, rope_attention_);
     tap(ops, qr, "q_latent", i_layer);
     tap(ops, q, "q", i_layer);
 
@@ -302,10 +304,10 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         const int64_t n_ih = X.weights_proj.rows;  // indexer heads of this rank (all unless split by heads)
         Tensor iq = ops.alloc(DType::F32, {n, n_ih, c.d_indexer});  // [n, n_ih, d_indexer]
         ops.linear(qr, X.wq_b, iq);
-        ops.rope(iq, 0, d_rope, plan.pos, c.rope_theta);          // RoPE on the first d_rope dims
+        ops.rope(iq, 0, plan.pos, rope_indexer_);                 // RoPE on the first qk_rope_head_dim dims
         Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});  // [n, d_indexer] before LayerNorm and RoPE
         ops.linear(xn, X.wk, ik_raw);
-        ops.indexer_cache_write(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, plan.pos, d_rope, c.rope_theta,
+        ops.indexer_cache_write(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, plan.pos, rope_indexer_,
                                 plan.write_slots, kv.indexer_keys(i_layer));
         Tensor gates = ops.alloc(DType::F32, {n, n_ih});  // [n, n_ih]
         ops.linear(xn, X.weights_proj, gates);
@@ -350,7 +352,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
     sp.cache = holds_kv ? &kv.latent(i_layer) : nullptr;
     sp.slots = &topk;  // (tiered: sparse_attention reads the resolved rows instead)
     sp.d_v = r;
-    sp.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()));
+    sp.scale = c.attention_softmax_scale();  // qk_head_dim^-0.5, times mscale² under YaRN
     if (owner < 0) {
         sp.q = &q_lat;
         sp.out = &lat;
@@ -470,8 +472,7 @@ ForwardResult GlmDsaModel::forward(Ops& ops, const Batch& batch, KvCache& kv) co
     return lead([&] { followers_->begin_forward(batch, kv); }, [&] { return forward_local(ops, batch, kv); });
 }
 
-ForwardResult GlmDsaModel::lead(const std::function<void()>& start,
-                                const std::function<ForwardResult()>& local) const {
+ForwardResult GlmDsaModel::lead(const std::function<void()>& start, const std::function<ForwardResult()>& local) const {
     start();
     ForwardResult r;
     try {

@@ -1,4 +1,6 @@
-// GLM-5.x (`glm_moe_dsa`): MLA + DSA lightning indexer + IndexShare + MoE + MTP, as model-spec.md describes.
+// The DSA models: GLM-5.x (`glm_moe_dsa`: MLA + DSA lightning indexer + IndexShare + MoE + MTP, as model-spec.md
+// describes) and DeepSeek-V3.2 (`deepseek_v32`: the same blocks with an indexer on every layer and YaRN RoPE,
+// docs/deepseek-v32.md); what differs is resolved in the config (io/config.h).
 // load: config.json + safetensors → plain weight structs per layer. forward: one ragged Batch through all
 // decoder layers, writing KV at each token's slot. mtp_forward: the MTP layer (model-spec §5.1).
 #pragma once
@@ -71,7 +73,7 @@ class RankFollowers {
     virtual void begin_forward(const Batch& batch, const KvCache& kv0) = 0;
     // The MTP layer's inputs from rank 0's backend, in host memory: each follower uploads them to its own.
     struct MtpInputs {
-        std::vector<float> hidden;       // [n, hidden]
+        std::vector<float> hidden;        // [n, hidden]
         std::vector<int32_t> reuse_topk;  // [n, index_topk], or empty: the MTP indexer runs
         std::vector<int32_t> tokens;      // [n] token ids to embed instead of the batch's, or empty
     };
@@ -166,6 +168,7 @@ class GlmDsaModel {
     int kv_owner(int64_t i_layer) const;
 
     ModelConfig config_;
+    Rope rope_attention_, rope_indexer_;  // config_'s, resolved once at load
     std::unique_ptr<TensorStore> store_;  // owns the mappings the weights point into
     Weight embed_, lm_head_;
     std::vector<float> final_norm_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/weight.h"
+#include "ops/rope.h"
 #include "ops/tensor.h"
 
 namespace megactx {
@@ -139,9 +140,10 @@ class Ops {
                             Tensor& y) = 0;
     // y = x · Wᵀ                                                 x [n, in], W [out, in], y [n, out]
     virtual void linear(const Tensor& x, const Weight& w, Tensor& y) = 0;
-    // Interleaved RoPE in place on x[:, h, offset : offset + dim] for every head h; pairs (2i, 2i+1)
-    // rotate by pos · theta^(−2i/dim).                           x [n, n_head, d_head]
-    virtual void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) = 0;
+    // RoPE in place on x[:, h, offset : offset + rope.dim()] for every head h: pair i (dims 2i, 2i+1, or i and
+    // i + dim/2 when not interleaved) rotates by pos · rope.inv_freq[i], cos and sin times rope.scale.
+    //                                                            x [n, n_head, d_head], pos [n] int32
+    virtual void rope(Tensor& x, int64_t offset, const Tensor& pos, const Rope& rope) = 0;
     // cache[slots[i]] = rows[i]; slot -1: not stored             rows [n, d], cache [n_slots, d]
     virtual void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) = 0;
     // The token's MLA cache row, fused: [RMSNorm(kv_a[:, :r]) · norm_w | RoPE(kv_a[:, r:])] stored at slots[i]
@@ -149,13 +151,13 @@ class Ops {
     // writes each row into one of two pools).
     //   kv_a [n, r + d_rope] raw kv_a_proj output, norm_w [r], pos/slots [n] int32, cache: KvCache::latent
     virtual void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
-                                    float rope_theta, const Tensor& slots, Tensor& cache) = 0;
-    // The token's indexer key, fused: LayerNorm(k_raw) · ln_w + ln_b, interleaved RoPE on dims [0, d_rope),
-    // stored at slots[i] in the cache's format (FP8: the paged layout).
+                                    const Rope& rope, const Tensor& slots, Tensor& cache) = 0;
+    // The token's indexer key, fused: LayerNorm(k_raw) · ln_w + ln_b, RoPE on dims [0, rope.dim()), stored at
+    // slots[i] in the cache's format (FP8: the paged layout).
     //   k_raw [n, d_indexer], pos/slots [n] int32, cache: KvCache::indexer_keys
     virtual void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w,
-                                     const std::vector<float>& ln_b, float eps, const Tensor& pos, int64_t d_rope,
-                                     float rope_theta, const Tensor& slots, Tensor& cache) = 0;
+                                     const std::vector<float>& ln_b, float eps, const Tensor& pos, const Rope& rope,
+                                     const Tensor& slots, Tensor& cache) = 0;
     // DSA lightning indexer: per token, scores over its candidates, top-k slots (model-spec §3.2).
     virtual void indexer_topk(const IndexerTopkParams& p) = 0;
     // q_out[i, h] = [q_nope[i, h] · W_UK_h | q_pe[i, h]]

@@ -60,17 +60,17 @@ class KvFormatCpuOps : public CpuOps {
     explicit KvFormatCpuOps(KvFormat format) : format_(format) {}
 
     void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
-                            float rope_theta, const Tensor& slots, Tensor& cache) override {
+                            const Rope& rope, const Tensor& slots, Tensor& cache) override {
         writing_ = Writing::kLatent;
         rank_ = static_cast<int64_t>(norm_w.size());
-        CpuOps::latent_cache_write(kv_a, norm_w, eps, pos, rope_theta, slots, cache);
+        CpuOps::latent_cache_write(kv_a, norm_w, eps, pos, rope, slots, cache);
         writing_ = Writing::kNone;
     }
     void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                             float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots,
                              Tensor& cache) override {
         writing_ = Writing::kIndexer;
-        CpuOps::indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, d_rope, rope_theta, slots, cache);
+        CpuOps::indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, rope, slots, cache);
         writing_ = Writing::kNone;
     }
     void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override {
@@ -448,7 +448,6 @@ TEST(CudaGraphs, DecodeReplaysMatchEager) {
     (void)med_graph;
 }
 
-
 // The shipped demo model on NIAH prompts (megactx eval niah's generator, seed 0): the GPU with bf16 and with FP8 KV
 // gives the CPU oracle's greedy answer (12 tokens, f32 KV), and the logits at the prompt's last position differ
 // from the CPU's by what is printed (max |Δ| / max |logit|). A trained model's indexer separates the needle's
@@ -487,10 +486,11 @@ TEST(CudaDemoModel, NiahAnswersMatchCpu) {
                 std::vector<float> last;
                 const std::vector<int32_t> got = answer(*gpu, f, smp.tokens, &last);
                 const double d = test::max_abs_diff(last.data(), ref.data(), static_cast<size_t>(vocab)) / scale;
-                std::printf("NIAH %s depth %s, %zu tokens, %s KV: answer %s the CPU's (%s), last-position "
-                            "max|Δlogit|/max|logit| = %.2e\n",
-                            niah::length_label(length).c_str(), niah::depth_label(depth).c_str(), smp.tokens.size(),
-                            kv_format_name(f), got == want ? "=" : "!=", tok.decode(want, true).c_str(), d);
+                std::printf(
+                    "NIAH %s depth %s, %zu tokens, %s KV: answer %s the CPU's (%s), last-position "
+                    "max|Δlogit|/max|logit| = %.2e\n",
+                    niah::length_label(length).c_str(), niah::depth_label(depth).c_str(), smp.tokens.size(),
+                    kv_format_name(f), got == want ? "=" : "!=", tok.decode(want, true).c_str(), d);
                 EXPECT_EQ(got, want) << niah::length_label(length) << " depth " << depth << " " << kv_format_name(f);
             }
         }
@@ -541,11 +541,12 @@ TEST(CudaTieredKv, LogitsEqualUntieredBitForBit) {
         GraphedForward::Stats st;
         const std::vector<float> got = run(tiered, &st);
         const TierStats& ts = tiered.tiers().stats();
-        std::printf("%s KV: %lld selected rows on the device, %lld gathered from the host, %lld promotions, %lld "
-                    "demotions; %lld graph replays\n",
-                    kv_format_name(f), static_cast<long long>(ts.device_rows), static_cast<long long>(ts.host_rows),
-                    static_cast<long long>(ts.promotions), static_cast<long long>(ts.demotions),
-                    static_cast<long long>(st.replayed));
+        std::printf(
+            "%s KV: %lld selected rows on the device, %lld gathered from the host, %lld promotions, %lld "
+            "demotions; %lld graph replays\n",
+            kv_format_name(f), static_cast<long long>(ts.device_rows), static_cast<long long>(ts.host_rows),
+            static_cast<long long>(ts.promotions), static_cast<long long>(ts.demotions),
+            static_cast<long long>(st.replayed));
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * 4)) << kv_format_name(f);
         EXPECT_GT(ts.host_rows, ts.device_rows) << "most selected rows should come from the host tier";
@@ -574,7 +575,8 @@ TEST(CudaBatchInvariant, ChunkingSpeculationAndPrefixHitsChangeNoBit) {
         const GlmDsaModel model(m.dir);
         const int64_t vocab = model.config().vocab_size;
         std::vector<int32_t> toks(static_cast<size_t>(m.n));
-        for (int64_t i = 0; i < m.n; ++i) toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % (vocab - 8));
+        for (int64_t i = 0; i < m.n; ++i)
+            toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % (vocab - 8));
         auto feed = [&](int64_t chunk) {
             SequenceRunner run(model, *inv, m.n, m.format);
             return run.feed(toks, chunk, true);
@@ -621,11 +623,12 @@ TEST(CudaBatchInvariant, ChunkingSpeculationAndPrefixHitsChangeNoBit) {
     // The default mode on the same requests, for the record.
     const Served d_plain = serve(*plain_ops, 0, true), d_spec = serve(*plain_ops, 3, false);
     for (size_t i = 0; i < prompts.size(); ++i)
-        std::printf("default mode, request %zu: K = 3 = plain for %zu of %zu tokens; prefix hit = cold for %zu; "
-                    "batch-invariant = default for %zu\n",
-                    i, same_prefix(d_spec.tokens[i], d_plain.tokens[i]), d_plain.tokens[i].size(),
-                    same_prefix(d_plain.tokens[prompts.size() + i], d_plain.tokens[i]),
-                    same_prefix(plain.tokens[i], d_plain.tokens[i]));
+        std::printf(
+            "default mode, request %zu: K = 3 = plain for %zu of %zu tokens; prefix hit = cold for %zu; "
+            "batch-invariant = default for %zu\n",
+            i, same_prefix(d_spec.tokens[i], d_plain.tokens[i]), d_plain.tokens[i].size(),
+            same_prefix(d_plain.tokens[prompts.size() + i], d_plain.tokens[i]),
+            same_prefix(plain.tokens[i], d_plain.tokens[i]));
 }
 
 // MTP speculative decoding through CUDA graphs (verification steps and draft steps, GraphedForward) against the
@@ -644,31 +647,31 @@ TEST(CudaGraphs, SpeculativeStepsReplayMatchEager) {
     for (int64_t i = 0; i < 300; ++i) prompts[0].push_back((base[i % base.size()] * 31 + i) % 8000 + 10);
     for (int64_t i = 0; i < 120; ++i) prompts[1].push_back((base[i % base.size()] * 17 + 3 * i) % 8000 + 10);
     for (KvFormat format : {KvFormat::BF16, KvFormat::FP8}) {
-    const auto serve = [&](int64_t k, bool graphs) {
-        EngineConfig cfg;
-        cfg.kv_format = format;
-        cfg.max_model_len = 1024;
-        cfg.n_kv_blocks = 64;
-        cfg.speculative_tokens = k;
-        return serve_greedy(model, *gpu, cfg, prompts, 96, graphs);
-    };
-    const Served eager = serve(3, false), graphed = serve(3, true), plain = serve(0, true);
-    EXPECT_EQ(eager.stats.graph_replays, 0);
-    EXPECT_GT(graphed.stats.graph_replays, 50);
-    EXPECT_GT(graphed.stats.spec.accepted, 0);
-    EXPECT_EQ(graphed.stats.spec.drafted, eager.stats.spec.drafted);
-    EXPECT_EQ(graphed.stats.spec.accepted, eager.stats.spec.accepted);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(graphed.tokens[i], eager.tokens[i]) << kv_format_name(format) << " request " << i;
-        EXPECT_EQ(graphed.logprobs[i], eager.logprobs[i]) << kv_format_name(format) << " request " << i;
-        const size_t same = same_prefix(plain.tokens[i], graphed.tokens[i]);
-        std::printf("%s KV, request %zu: %zu tokens, speculative (K = 3) = plain for the first %zu; %lld of %lld "
-                    "drafts accepted; %lld steps replayed from graphs\n",
-                    kv_format_name(format), i, graphed.tokens[i].size(), same,
-                    static_cast<long long>(graphed.stats.spec.accepted),
-                    static_cast<long long>(graphed.stats.spec.drafted),
-                    static_cast<long long>(graphed.stats.graph_replays));
-    }
+        const auto serve = [&](int64_t k, bool graphs) {
+            EngineConfig cfg;
+            cfg.kv_format = format;
+            cfg.max_model_len = 1024;
+            cfg.n_kv_blocks = 64;
+            cfg.speculative_tokens = k;
+            return serve_greedy(model, *gpu, cfg, prompts, 96, graphs);
+        };
+        const Served eager = serve(3, false), graphed = serve(3, true), plain = serve(0, true);
+        EXPECT_EQ(eager.stats.graph_replays, 0);
+        EXPECT_GT(graphed.stats.graph_replays, 50);
+        EXPECT_GT(graphed.stats.spec.accepted, 0);
+        EXPECT_EQ(graphed.stats.spec.drafted, eager.stats.spec.drafted);
+        EXPECT_EQ(graphed.stats.spec.accepted, eager.stats.spec.accepted);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            EXPECT_EQ(graphed.tokens[i], eager.tokens[i]) << kv_format_name(format) << " request " << i;
+            EXPECT_EQ(graphed.logprobs[i], eager.logprobs[i]) << kv_format_name(format) << " request " << i;
+            const size_t same = same_prefix(plain.tokens[i], graphed.tokens[i]);
+            std::printf(
+                "%s KV, request %zu: %zu tokens, speculative (K = 3) = plain for the first %zu; %lld of %lld "
+                "drafts accepted; %lld steps replayed from graphs\n",
+                kv_format_name(format), i, graphed.tokens[i].size(), same,
+                static_cast<long long>(graphed.stats.spec.accepted), static_cast<long long>(graphed.stats.spec.drafted),
+                static_cast<long long>(graphed.stats.graph_replays));
+        }
     }
 }
 

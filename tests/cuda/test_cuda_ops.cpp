@@ -157,8 +157,8 @@ TEST_F(CudaOpsTest, Norms) {
 // the CUDA rms_norm (the fused kernel must not change a value). d = 100 takes the scalar kernel.
 TEST_F(CudaOpsTest, AddRmsNorm) {
     // 12288: six float4s per thread (the V = 8 kernel); 70 rows of 2052
-    for (auto [n, d] : std::vector<std::pair<int64_t, int64_t>>{
-             {1, 6144}, {7, 576}, {33, 512}, {3, 100}, {2, 12288}, {70, 2052}}) {
+    for (auto [n, d] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 6144}, {7, 576}, {33, 512}, {3, 100}, {2, 12288}, {70, 2052}}) {
         const auto x = randv(n * d), delta = randv(n * d);
         auto& w = keep(randv(d));
         std::vector<float> xs[3], ys[3];
@@ -237,8 +237,8 @@ TEST_F(CudaOpsTest, Linear) {
 // FP8 weights with more than 2 rows run W8A8: the activations are quantised per 1 × 128 group to e4m3 (s = amax /
 // 448, act_quant.h), as transformers' FP8Linear and DeepGEMM do, and the block-scaled GEMM runs on the tensor cores:
 // up to 16 rows (input a multiple of 128) the few-row kernel (fp8_gemm_small.h), else cuBLASLt. Each case runs
-// through both (the default Ops, and one with the few-row kernel off) where cuBLASLt takes the shape. The reference is the
-// CPU's fp32 linear on the same quantised activations, so what is left is the tensor cores' FP8 accumulation
+// through both (the default Ops, and one with the few-row kernel off) where cuBLASLt takes the shape. The reference is
+// the CPU's fp32 linear on the same quantised activations, so what is left is the tensor cores' FP8 accumulation
 // (measured 2-5e-4 of max |y| on the H200) and a wrong scale layout, padding, fragment or block moves results by
 // O(1). Shapes: token counts that are not multiples of 4 or 8 (padded, output staged), ceil(k / 128) not a multiple
 // of 4 (padded weight scales), partial 128-blocks in rows and columns, output rows not a multiple of 16, inputs of
@@ -250,10 +250,9 @@ TEST_F(CudaOpsTest, LinearFp8W8A8) {
     struct C {
         int64_t n, in, out;
     };
-    for (const C c :
-         {C{9, 384, 200}, C{16, 6144, 576}, C{37, 896, 640}, C{40, 2048, 1024}, C{12, 320, 64}, C{130, 512, 384},
-          C{3, 6144, 576}, C{4, 128, 40}, C{5, 2048, 1001}, C{8, 16384, 130}, C{13, 1152, 4100}, C{16, 256, 16}, C{24, 256, 16},
-          C{32, 1024, 48}, C{15, 640, 7}}) {
+    for (const C c : {C{9, 384, 200}, C{16, 6144, 576}, C{37, 896, 640}, C{40, 2048, 1024}, C{12, 320, 64},
+                      C{130, 512, 384}, C{3, 6144, 576}, C{4, 128, 40}, C{5, 2048, 1001}, C{8, 16384, 130},
+                      C{13, 1152, 4100}, C{16, 256, 16}, C{24, 256, 16}, C{32, 1024, 48}, C{15, 640, 7}}) {
         const Weight w = make_weight(DType::F8_E4M3, c.out, c.in);
         auto x = randv(c.n * c.in);
         for (int64_t i = 0; i < c.n * c.in; i += 97)
@@ -307,19 +306,25 @@ TEST_F(CudaOpsTest, EmbeddingRopeAndCopies) {
         }
         expect_close(out[1], out[0], 0.0, std::string("embedding ") + dtype_name(t));
     }
-    {  // rope on part of each head, large positions
+    // rope on part of each head, large positions: interleaved (GLM, attention), half-split with a cos/sin scale
+    // (DeepSeek-V3.2's indexer under YaRN)
+    for (const bool interleaved : {true, false}) {
         const int64_t n = 9, h = 4, dh = 40;
         const auto x = randv(n * h * dh);
         std::vector<int32_t> pos = {0, 1, 2, 63, 64, 1000, 4095, 65537, 1048575};
+        Rope rope = Rope::plain(10000.0f, 16, interleaved);
+        if (!interleaved) rope.scale = 1.125f;
         std::vector<float> out[2];
         int i = 0;
         for (Ops* ops : {static_cast<Ops*>(&cpu_), gpu_.get()}) {
             Tensor tx = put(*ops, x, {n, h, dh});
             Tensor tp = put_i32(*ops, pos, {n});
-            ops->rope(tx, 24, 16, tp, 10000.0f);
+            ops->rope(tx, 24, tp, rope);
             out[i++] = get(*ops, tx);
         }
-        expect_close(out[1], out[0], 2e-5, "rope offset 24 dim 16 (positions up to 2^20)");
+        expect_close(out[1], out[0], 2e-5,
+                     std::string("rope offset 24 dim 16 (positions up to 2^20), ") +
+                         (interleaved ? "interleaved" : "half-split, scale 1.125"));
     }
     {  // add, slice, concat, gather
         const int64_t n = 13, d = 70;
@@ -350,7 +355,7 @@ TEST_F(CudaOpsTest, EmbeddingRopeAndCopies) {
         auto x = randv(n * d);
         x[1 * d + 7000] = 9.0f;  // row 1: a tie between 17 and 7000 → 17
         x[1 * d + 17] = 9.0f;
-        x[2 * d + d - 1] = 9.0f;  // row 2: the last column
+        x[2 * d + d - 1] = 9.0f;                              // row 2: the last column
         for (int64_t c = 0; c < d; ++c) x[3 * d + c] = 0.5f;  // row 3: all equal → 0
         std::vector<int32_t> ids[2], gathered[2];
         std::vector<int32_t> slots = {4, -1, 70000, 3, 9, 8, 2, 1};
@@ -470,8 +475,8 @@ TEST_F(CudaOpsTest, MlpAndMoe) {
     // rank (expert parallel), they contribute 0 on both backends.
     for (const int64_t nt : {int64_t{11}, int64_t{40}})
         for (const DType wt : {DType::F32, DType::BF16, DType::F8_E4M3})
-            for (const R r : {R{8, 1, 1, 2, true}, R{16, 4, 2, 4, true}, R{32, 8, 3, 6, false},
-                              R{256, 1, 1, 8, true}, R{256, 8, 4, 8, true}}) {  // GLM-5.2, DeepSeek-V3 routing
+            for (const R r : {R{8, 1, 1, 2, true}, R{16, 4, 2, 4, true}, R{32, 8, 3, 6, false}, R{256, 1, 1, 8, true},
+                              R{256, 8, 4, 8, true}}) {  // GLM-5.2, DeepSeek-V3 routing
                 const auto xt = randv(nt * d);
                 const Weight gate = make_weight(DType::F32, r.n_exp, d, 0.3f);
                 auto& bias = keep(randv(r.n_exp, 0.05f));
@@ -543,7 +548,8 @@ TEST_F(CudaOpsTest, MoeExpertsFp8Grouped) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t g0 = 0; g0 < cols; g0 += 128) {
                 float amax = 0.0f;
-                for (int64_t j = g0; j < g0 + 128; ++j) amax = std::max(amax, std::fabs(v[static_cast<size_t>(r * cols + j)]));
+                for (int64_t j = g0; j < g0 + 128; ++j)
+                    amax = std::max(amax, std::fabs(v[static_cast<size_t>(r * cols + j)]));
                 const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
                 for (int64_t j = g0; j < g0 + 128; ++j) {
                     float& x = v[static_cast<size_t>(r * cols + j)];
@@ -599,7 +605,8 @@ TEST_F(CudaOpsTest, MoeExpertsFp8Grouped) {
                 cpu_.linear(th, m.down, ty);
                 const std::vector<float> yv = get(cpu_, ty);
                 for (int64_t o = 0; o < c.d; ++o)
-                    want[static_cast<size_t>(t * c.d + o)] += wts[static_cast<size_t>(t * c.k + j)] * yv[static_cast<size_t>(o)];
+                    want[static_cast<size_t>(t * c.d + o)] +=
+                        wts[static_cast<size_t>(t * c.k + j)] * yv[static_cast<size_t>(o)];
             }
         std::vector<float> got[3];
         int i = 0;
@@ -793,7 +800,8 @@ TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
             for (int64_t i = 0; i < N; ++i)
                 for (int64_t j = 0; j < top_k; ++j) {  // distinct experts per token
                     int32_t e = pick(rng_);
-                    while (std::find(ids.begin() + i * top_k, ids.begin() + i * top_k + j, e) != ids.begin() + i * top_k + j)
+                    while (std::find(ids.begin() + i * top_k, ids.begin() + i * top_k + j, e) !=
+                           ids.begin() + i * top_k + j)
                         e = pick(rng_);
                     ids[static_cast<size_t>(i * top_k + j)] = e;
                     w[static_cast<size_t>(i * top_k + j)] = weight(rng_);
@@ -813,7 +821,8 @@ TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
             // default-mode check above allows 1e-2 for the same reason); batch invariance is the EXPECT_EQ below.
             expect_close(full, run(cpu_, 0, N), t == DType::BF16 ? 1e-2 : 1e-5, tag);
             for (const Part pt : parts)
-                EXPECT_EQ(run(*inv, pt.r0, pt.n), slice(full, pt.r0, pt.n, d)) << tag << ", rows " << pt.r0 << " + " << pt.n;
+                EXPECT_EQ(run(*inv, pt.r0, pt.n), slice(full, pt.r0, pt.n, d))
+                    << tag << ", rows " << pt.r0 << " + " << pt.n;
         }
     }
     {  // sparse_mla: GLM-5.2's geometry over FP8 rows, 70 rows = launches of 64 and 6 (kInvariantSplits splits each)
@@ -838,8 +847,8 @@ TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
         }
         auto run = [&](Ops& ops, int64_t r0, int64_t n) {
             Tensor tq = put(ops, slice(q, r0, n, n_head * d), {n, n_head, d});
-            Tensor ts = put_i32(ops, std::vector<int32_t>(sel.begin() + r0 * topk, sel.begin() + (r0 + n) * topk),
-                                {n, topk});
+            Tensor ts =
+                put_i32(ops, std::vector<int32_t>(sel.begin() + r0 * topk, sel.begin() + (r0 + n) * topk), {n, topk});
             Tensor tc;
             if (&ops == &cpu_) {
                 tc = put(ops, rows_rt, {n_slots, d});
@@ -881,7 +890,9 @@ TEST_F(CudaOpsTest, FusedCacheWrites) {
         auto& w = keep(randv(rank));
         // CPU: the F32 cache rows.
         Tensor cc = cpu_.alloc(DType::F32, {n_slots, d});
-        cpu_.latent_cache_write(put(cpu_, kv_a, {n, d}), w, 1e-6f, put_i32(cpu_, pos, {n}), 10000.0f,
+        Rope rp = Rope::plain(10000.0f, rope);
+        rp.scale = rank == 48 ? 0.875f : 1.0f;  // YaRN's cos/sin factor on one geometry
+        cpu_.latent_cache_write(put(cpu_, kv_a, {n, d}), w, 1e-6f, put_i32(cpu_, pos, {n}), rp,
                                 put_i32(cpu_, slots, {n}), cc);
         const std::vector<float> cache_cpu = get(cpu_, cc);
         for (KvFormat f : {KvFormat::F32, KvFormat::BF16, KvFormat::FP8}) {
@@ -889,7 +900,7 @@ TEST_F(CudaOpsTest, FusedCacheWrites) {
             Tensor gc = f == KvFormat::F32    ? gpu_->alloc(DType::F32, {n_slots, d})
                         : f == KvFormat::BF16 ? gpu_->alloc(DType::BF16, {n_slots, d})
                                               : gpu_->alloc(DType::F8_E4M3, {n_slots, row_bytes});
-            gpu_->latent_cache_write(put(*gpu_, kv_a, {n, d}), w, 1e-6f, put_i32(*gpu_, pos, {n}), 10000.0f,
+            gpu_->latent_cache_write(put(*gpu_, kv_a, {n, d}), w, 1e-6f, put_i32(*gpu_, pos, {n}), rp,
                                      put_i32(*gpu_, slots, {n}), gc);
             const size_t esize = f == KvFormat::F32 ? 4 : f == KvFormat::BF16 ? 2 : 1;
             std::vector<uint8_t> raw(static_cast<size_t>(gc.numel()) * esize);
@@ -931,19 +942,23 @@ TEST_F(CudaOpsTest, FusedCacheWrites) {
             }
         }
     }
-    for (auto [dim, d_rope] : std::vector<std::pair<int64_t, int64_t>>{{128, 64}, {32, 16}}) {
+    // GLM's interleaved pairs and DeepSeek-V3.2's half-split pairs (with a YaRN-like cos/sin factor)
+    for (auto [dim, d_rope, interleaved] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+             {128, 64, true}, {32, 16, true}, {128, 64, false}, {32, 16, false}}) {
         const auto k = randv(n * dim, 2.0f);
         auto& w = keep(randv(dim));
         auto& b = keep(randv(dim));
+        Rope rp = Rope::plain(10000.0f, d_rope, interleaved);
+        if (!interleaved) rp.scale = 1.125f;
         Tensor cc = cpu_.alloc(DType::F32, {n_slots, dim});
-        cpu_.indexer_cache_write(put(cpu_, k, {n, dim}), w, b, 1e-6f, put_i32(cpu_, pos, {n}), d_rope, 10000.0f,
+        cpu_.indexer_cache_write(put(cpu_, k, {n, dim}), w, b, 1e-6f, put_i32(cpu_, pos, {n}), rp,
                                  put_i32(cpu_, slots, {n}), cc);
         const std::vector<float> cache_cpu = get(cpu_, cc);
         for (KvFormat f : {KvFormat::F32, KvFormat::BF16, KvFormat::FP8}) {
             Tensor gc = f == KvFormat::F32    ? gpu_->alloc(DType::F32, {n_slots, dim})
                         : f == KvFormat::BF16 ? gpu_->alloc(DType::BF16, {n_slots, dim})
                                               : gpu_->alloc(DType::F8_E4M3, {n_blocks, fp8_indexer_block_bytes(dim)});
-            gpu_->indexer_cache_write(put(*gpu_, k, {n, dim}), w, b, 1e-6f, put_i32(*gpu_, pos, {n}), d_rope, 10000.0f,
+            gpu_->indexer_cache_write(put(*gpu_, k, {n, dim}), w, b, 1e-6f, put_i32(*gpu_, pos, {n}), rp,
                                       put_i32(*gpu_, slots, {n}), gc);
             const size_t esize = f == KvFormat::F32 ? 4 : f == KvFormat::BF16 ? 2 : 1;
             std::vector<uint8_t> raw(static_cast<size_t>(gc.numel()) * esize);
@@ -1233,7 +1248,8 @@ TEST_F(CudaOpsTest, HostTierOps) {
     CpuOps cpu;
     const int64_t n_blocks = 40, n = 5, k = 96, R = 2, staging_base = 20 * kBlockSize;
     std::vector<int32_t> loc(n_blocks), slots(static_cast<size_t>(n * k)), write(37);
-    for (int64_t b = 0; b < n_blocks; ++b) loc[static_cast<size_t>(b)] = b % 3 == 0 ? -(b / 3 + 1) : static_cast<int32_t>(b / 3);
+    for (int64_t b = 0; b < n_blocks; ++b)
+        loc[static_cast<size_t>(b)] = b % 3 == 0 ? -(b / 3 + 1) : static_cast<int32_t>(b / 3);
     std::uniform_int_distribution<int32_t> slot(-20, static_cast<int32_t>(n_blocks * kBlockSize - 1));
     for (auto& x : slots) x = std::max(slot(rng_), -1);
     for (auto& x : write) x = std::max(slot(rng_), -1);
@@ -1316,10 +1332,10 @@ TEST_F(CudaOpsTest, HostTierOps) {
     gpu_->copy_blocks({{dp, hp + 2 * bb, bb}, {hp, dp + 3 * bb, bb}, {dp + bb, dp + 2 * bb, bb}});
     std::vector<uint8_t> d1(d0.size());
     gpu_->download(dev, d1.data());
-    EXPECT_EQ(0, std::memcmp(hp + 2 * bb, d0.data(), bb));               // device block 0 → host block 2
-    EXPECT_EQ(0, std::memcmp(d1.data() + 3 * bb, h0.data(), bb));        // host block 0 → device block 3
-    EXPECT_EQ(0, std::memcmp(d1.data() + 2 * bb, d0.data() + bb, bb));   // device block 1 → device block 2
-    EXPECT_EQ(0, std::memcmp(d1.data(), d0.data(), 2 * bb));             // the sources are untouched
+    EXPECT_EQ(0, std::memcmp(hp + 2 * bb, d0.data(), bb));              // device block 0 → host block 2
+    EXPECT_EQ(0, std::memcmp(d1.data() + 3 * bb, h0.data(), bb));       // host block 0 → device block 3
+    EXPECT_EQ(0, std::memcmp(d1.data() + 2 * bb, d0.data() + bb, bb));  // device block 1 → device block 2
+    EXPECT_EQ(0, std::memcmp(d1.data(), d0.data(), 2 * bb));            // the sources are untouched
     EXPECT_EQ(0, std::memcmp(hp, h0.data(), 2 * bb));
 }
 

@@ -22,6 +22,7 @@
 #include "backend/cuda/topk.h"
 #include "core/dtype.h"
 #include "kv/kv_format.h"
+#include "ops/rope.h"
 
 namespace megactx {
 namespace {
@@ -162,7 +163,8 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
     p.slots = d_slots.p;
     p.n = n;
     p.d_rope = d_rope;
-    p.theta = theta;
+    const Rope rope = Rope::plain(theta, d_rope);
+    p.inv_freq = rope.inv_freq.data();
     p.pool = d_pool.p;
     ASSERT_TRUE(indexer_cache_write_supported(128, d_rope));
     launch_indexer_cache_write(p, nullptr);

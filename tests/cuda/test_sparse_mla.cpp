@@ -16,6 +16,7 @@
 #include "backend/cuda/sparse_mla.h"
 #include "core/dtype.h"
 #include "kv/kv_format.h"
+#include "ops/rope.h"
 
 namespace megactx::cuda {
 namespace {
@@ -34,7 +35,9 @@ struct Dev {
     T* p = nullptr;
     size_t n = 0;
     explicit Dev(size_t count) : n(count) { cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)); }
-    Dev(const std::vector<T>& v) : Dev(v.size()) { cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+    Dev(const std::vector<T>& v) : Dev(v.size()) {
+        cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    }
     ~Dev() { cudaFree(p); }
     std::vector<T> get() const {
         std::vector<T> v(n);
@@ -95,7 +98,8 @@ TEST(LatentCacheWrite, Fp8AndBf16MatchCpu) {
         p.format = fmt;
         p.n = n;
         p.eps = eps;
-        p.rope_theta = theta;
+        const Rope rope = Rope::plain(theta, kRope);
+        p.inv_freq = rope.inv_freq.data();
         CK(launch_latent_cache_write(p, nullptr));
         CK(cudaDeviceSynchronize());
         const std::vector<uint8_t> got = d_cache.get();
@@ -182,11 +186,20 @@ std::vector<int32_t> make_slots(int n_tok, int topk, int n_slots, std::mt19937& 
         std::shuffle(perm.begin(), perm.end(), rng);
         int32_t* r = &s[static_cast<size_t>(t) * topk];
         switch (t % 5) {
-            case 0: for (int j = 0; j < topk; ++j) r[j] = perm[j]; break;
-            case 1: for (int j = 0; j < 1000; ++j) r[j] = perm[j]; break;
-            case 2: for (int j = 0; j < topk; ++j) r[j] = (rng() % 10 == 0) ? -1 : perm[j]; break;
-            case 3: for (int j = topk - 37; j < topk; ++j) r[j] = perm[j]; break;
-            default: break;
+            case 0:
+                for (int j = 0; j < topk; ++j) r[j] = perm[j];
+                break;
+            case 1:
+                for (int j = 0; j < 1000; ++j) r[j] = perm[j];
+                break;
+            case 2:
+                for (int j = 0; j < topk; ++j) r[j] = (rng() % 10 == 0) ? -1 : perm[j];
+                break;
+            case 3:
+                for (int j = topk - 37; j < topk; ++j) r[j] = perm[j];
+                break;
+            default:
+                break;
         }
     }
     return s;
@@ -205,7 +218,8 @@ void run_case(const Case& c) {
         cache.resize(static_cast<size_t>(n_slots) * kFp8Row);
         for (int s = 0; s < n_slots; ++s) {
             fp8_latent_pack(&rows[static_cast<size_t>(s) * kD], kRank, kRope, &cache[static_cast<size_t>(s) * kFp8Row]);
-            fp8_latent_unpack(&cache[static_cast<size_t>(s) * kFp8Row], kRank, kRope, &deq[static_cast<size_t>(s) * kD]);
+            fp8_latent_unpack(&cache[static_cast<size_t>(s) * kFp8Row], kRank, kRope,
+                              &deq[static_cast<size_t>(s) * kD]);
         }
     } else {
         cache.resize(static_cast<size_t>(n_slots) * kD * 2);
@@ -308,10 +322,11 @@ void run_case(const Case& c) {
         if (n_tok > 4) {
             for (int k = 0; k < h * kDv; ++k) ASSERT_EQ(got[static_cast<size_t>(4) * h * kDv + k], 0.0f);
         }
-        std::printf("sparse_mla h=%d %s q×%g n_split=%d cluster=%d v_split=%d (ran %d): max abs err %.3e, "
-                    "max|ref| %.3e (rel %.2e)\n",
-                    h, c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", c.q_mul, plan.n_split, plan.cluster, plan.v_split,
-                    sparse_mla_launch_cluster(n_tok, h, plan), err, ref_max, err / ref_max);
+        std::printf(
+            "sparse_mla h=%d %s q×%g n_split=%d cluster=%d v_split=%d (ran %d): max abs err %.3e, "
+            "max|ref| %.3e (rel %.2e)\n",
+            h, c.fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", c.q_mul, plan.n_split, plan.cluster, plan.v_split,
+            sparse_mla_launch_cluster(n_tok, h, plan), err, ref_max, err / ref_max);
         // P is rounded to bf16 (BF16 caches) or f16 (FP8) before the PV product. Measured on the H200 (2026-11-29,
         // bf16 P and q everywhere): 7.4e-4 .. 1.04e-3 of max|ref| over all cases and splits.
         EXPECT_LE(err, 3e-3 * ref_max);

@@ -12,8 +12,8 @@ namespace megactx::test {
 inline std::string fixture_dir(const std::string& name) { return std::string(MEGACTX_FIXTURE_DIR) + "/" + name; }
 
 inline const std::vector<std::string>& fixture_names() {
-    static const std::vector<std::string> names = {"freq_offset_f32", "pattern_bf16", "allfull_group_f32",
-                                                   "explicit_fp8"};
+    static const std::vector<std::string> names = {"freq_offset_f32", "pattern_bf16",   "allfull_group_f32",
+                                                   "explicit_fp8",    "dsv32_yarn_f32", "dsv32_legacy_fp8"};
     return names;
 }
 

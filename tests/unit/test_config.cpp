@@ -2,6 +2,7 @@
 // RoPE fields, MLP layer types, and errors that name the field.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "io/config.h"
@@ -185,7 +186,9 @@ TEST(Config, RopeParametersWinOverLegacyFields) {
     j.erase("rope_theta");
     EXPECT_FLOAT_EQ(parse(j).rope_theta, 10000.0f);
     j["rope_parameters"] = {{"rope_theta", 5e5}, {"type", "yarn"}};
-    expect_contains(parse_error(j), {"cfg.json", "rope type 'yarn' is not supported"});
+    expect_contains(parse_error(j), {"cfg.json", "rope_parameters.factor must be positive for YaRN"});
+    j["rope_parameters"] = {{"rope_theta", 5e5}, {"type", "llama3"}};
+    expect_contains(parse_error(j), {"cfg.json", "rope type 'llama3' is not supported"});
     j["rope_parameters"] = "default";
     expect_contains(parse_error(j), {"'rope_parameters' must be an object"});
     j["rope_parameters"] = {{"rope_theta", -1.0}};
@@ -209,6 +212,55 @@ TEST(Config, LegacyRopeFields) {
     j["rope_scaling"] = nullptr;
     j["rope_theta"] = "1e6";
     expect_contains(parse_error(j), {"field 'rope_theta' must be a number"});
+}
+
+// DeepSeek-V3.2's own config.json fields (legacy `rope_scaling`), against transformers' _compute_yarn_parameters
+// and yarn_apply_mscale evaluated step by step in fp32 (numpy; correction range 10..23 of 32 pairs).
+TEST(Config, DeepSeekV32YarnAsTransformersComputesIt) {
+    json j = tiny();
+    j["model_type"] = "deepseek_v32";
+    j.erase("rope_parameters");
+    j.erase("index_topk_freq");
+    j.erase("index_skip_topk_offset");
+    j.erase("index_topk_pattern");
+    j.erase("indexer_types");
+    j.erase("index_share_for_mtp_iteration");
+    j.erase("indexer_rope_interleave");
+    j["qk_rope_head_dim"] = 64;
+    j["qk_nope_head_dim"] = 128;
+    j["index_head_dim"] = 128;
+    j["rope_theta"] = 10000;
+    j["rope_scaling"] = {{"beta_fast", 32}, {"beta_slow", 1},        {"factor", 40},
+                         {"mscale", 1.0},   {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 4096},
+                         {"type", "yarn"}};
+    const ModelConfig c = parse(j);
+    EXPECT_EQ(c.n_full_layers(), c.n_layers);  // an indexer on every layer
+    EXPECT_FALSE(c.mtp_index_share);           // the MTP layer's own indexer at every draft step
+    const Rope a = c.attention_rope(), x = c.indexer_rope();
+    EXPECT_TRUE(a.interleaved);
+    EXPECT_FALSE(x.interleaved);  // half-split pairs in the indexer
+    ASSERT_EQ(a.dim(), 64);
+    EXPECT_EQ(a.inv_freq, x.inv_freq);
+    EXPECT_FLOAT_EQ(a.scale, 1.0f);  // mscale / mscale_all_dim = 1
+    const std::vector<std::pair<int, float>> expected = {
+        {0, 1.0f},           {5, 0.237137392f},     {10, 0.0562341288f},   {11, 0.0390069261f},
+        {12, 0.0268793609f}, {20, 0.000790569407f}, {25, 1.87473543e-05f}, {31, 3.33380353e-06f}};
+    for (const auto& [i, f] : expected) EXPECT_FLOAT_EQ(a.inv_freq[static_cast<size_t>(i)], f) << i;
+    EXPECT_FLOAT_EQ(c.attention_softmax_scale(), 0.135233779f);  // 192^-0.5 · (0.1 ln 40 + 1)²
+
+    // attention_factor from mscale / mscale_all_dim, or given
+    j["rope_scaling"]["mscale"] = 0.5;
+    EXPECT_FLOAT_EQ(parse(j).attention_rope().scale,
+                    static_cast<float>((0.05 * std::log(40.0) + 1) / (0.1 * std::log(40.0) + 1)));
+    j["rope_scaling"]["attention_factor"] = 1.25;
+    EXPECT_FLOAT_EQ(parse(j).attention_rope().scale, 1.25f);
+
+    // GLM keeps plain interleaved RoPE in both places and its draft steps share step 0's indices
+    const ModelConfig g = parse(tiny());
+    EXPECT_TRUE(g.indexer_rope().interleaved);
+    EXPECT_TRUE(g.mtp_index_share);
+    EXPECT_FLOAT_EQ(g.attention_rope().scale, 1.0f);
+    EXPECT_FLOAT_EQ(g.attention_softmax_scale(), 1.0f / std::sqrt(static_cast<float>(g.qk_head_dim())));
 }
 
 TEST(Config, HeadDimIsIgnored) {
@@ -315,7 +367,7 @@ TEST(Config, UnsupportedArchitectureFields) {
         {{{"attention_bias", true}}, "attention_bias = true is not supported"},
         {{{"attention_bias", 1}}, "field 'attention_bias' must be true or false"},
         {{{"rope_interleave", false}}, "rope_interleave = false is not supported"},
-        {{{"indexer_rope_interleave", false}}, "indexer_rope_interleave = false is not supported"},
+        {{{"indexer_rope_interleave", 0}}, "field 'indexer_rope_interleave' must be true or false"},
         {{{"qk_rope_head_dim", 15}}, "qk_rope_head_dim must be even"},
         {{{"index_head_dim", 8}}, "index_head_dim (8) must be at least qk_rope_head_dim (16)"},
         {{{"num_experts_per_tok", 9}}, "num_experts_per_tok (9) exceeds n_routed_experts (8)"},

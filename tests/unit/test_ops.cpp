@@ -65,7 +65,7 @@ TEST(CpuOps, RopeInterleavedPairs) {
     Tensor x = random_tensor(ops, {3, 2, 8}, 1);
     const Tensor orig = random_tensor(ops, {3, 2, 8}, 1);
     Tensor pos = ops.upload_i32({0, 5, 1000});
-    ops.rope(x, 2, 4, pos, 10000.0f);
+    ops.rope(x, 2, pos, Rope::plain(10000.0f, 4));
     for (int64_t t = 0; t < 3; ++t) {
         const int p = pos.i32()[t];
         for (int64_t h = 0; h < 2; ++h) {
@@ -76,6 +76,31 @@ TEST(CpuOps, RopeInterleavedPairs) {
                 const float ang = static_cast<float>(p) * (1.0f / std::pow(10000.0f, 2.0f * i / 4.0f));
                 EXPECT_NEAR(b[2 + 2 * i], a[2 + 2 * i] * std::cos(ang) - a[3 + 2 * i] * std::sin(ang), 1e-5);
                 EXPECT_NEAR(b[3 + 2 * i], a[3 + 2 * i] * std::cos(ang) + a[2 + 2 * i] * std::sin(ang), 1e-5);
+            }
+        }
+    }
+}
+
+// DeepSeek-V3.2's indexer: pair i is (i, i + dim/2) (transformers' rotate_half), cos and sin times the scale.
+TEST(CpuOps, RopeHalfSplitPairsWithScale) {
+    CpuOps ops;
+    Tensor x = random_tensor(ops, {2, 3, 10}, 4);
+    const Tensor orig = random_tensor(ops, {2, 3, 10}, 4);
+    Tensor pos = ops.upload_i32({7, 123456});
+    Rope rope = Rope::plain(10000.0f, 8, false);
+    rope.scale = 0.8f;
+    ops.rope(x, 1, pos, rope);
+    for (int64_t t = 0; t < 2; ++t) {
+        for (int64_t h = 0; h < 3; ++h) {
+            const float* a = orig.f32() + (t * 3 + h) * 10;
+            const float* b = x.f32() + (t * 3 + h) * 10;
+            EXPECT_EQ(a[0], b[0]);
+            EXPECT_EQ(a[9], b[9]);
+            for (int i = 0; i < 4; ++i) {
+                const float ang = static_cast<float>(pos.i32()[t]) * rope.inv_freq[static_cast<size_t>(i)];
+                const float c = std::cos(ang) * 0.8f, s = std::sin(ang) * 0.8f;
+                EXPECT_NEAR(b[1 + i], a[1 + i] * c - a[5 + i] * s, 1e-5);
+                EXPECT_NEAR(b[5 + i], a[5 + i] * c + a[1 + i] * s, 1e-5);
             }
         }
     }
@@ -97,7 +122,10 @@ TEST(CpuOps, LinearMatchesDoubleReferenceForEveryDtype) {
             const float v = wf.f32()[i];
             const int64_t r = i / 130, c = i % 130;
             switch (t) {
-                case DType::F32: std::memcpy(&bytes[4 * i], &v, 4); deq[i] = v; break;
+                case DType::F32:
+                    std::memcpy(&bytes[4 * i], &v, 4);
+                    deq[i] = v;
+                    break;
                 case DType::BF16: {
                     const uint16_t h = f32_to_bf16(v);
                     std::memcpy(&bytes[2 * i], &h, 2);

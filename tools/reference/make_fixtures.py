@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Builds tiny random GlmMoeDsa checkpoints and their reference outputs with transformers 5.17.0.
+"""Builds tiny random GlmMoeDsa and DeepseekV32 checkpoints and their reference outputs with transformers 5.17.0.
 
 Runs on the GPU machine (it has torch + transformers; see ../shared/docs/gpu.md), on the CPU, in fp32,
 eager attention. For each variant it writes a fixture directory:
 
-  config.json            the checkpoint's config (IndexShare given by freq/offset, pattern, explicit list or none)
+  config.json            the checkpoint's config (GLM: IndexShare given by freq/offset, pattern, explicit list or
+                         none; DeepSeek-V3.2: YaRN in `rope_parameters` or in the legacy `rope_scaling`)
   model.safetensors      weights under real checkpoint names (per-expert tensors, indexer only on full layers,
                          MTP layer `model.layers.{N}`); F32, BF16, or FP8 e4m3 with 128x128 `weight_scale_inv`
   tokens.json            {"token_ids": [...]}: a sequence several times longer than index_topk
@@ -12,7 +13,7 @@ eager attention. For each variant it writes a fixture directory:
   ref_hidden.npy         [T, hidden] the last hidden state after the final norm (MTP step-0 input)
   mtp_ref_logits.npy     [T-1, vocab] MTP logits for positions 0..T-2 (input: embedding of token t+1 and
                          ref_hidden[t]); transformers has no MTP, so the layer is built from its modules
-                         (model-spec §9.3)
+                         (model-spec §9.3; DeepSeek-V3.2's MTP layer has the same form)
   mtp_ref_hidden.npy     [T-1, hidden] MTP output after shared_head.norm
 
 Near-ties are rejected: token sequences are redrawn until every indexer top-k boundary and every router
@@ -29,8 +30,9 @@ import sys
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
-from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as M
+from transformers import DeepseekV32Config, DeepseekV32ForCausalLM, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers.models.deepseek_v32 import modeling_deepseek_v32 as DS
+from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as GLM
 
 torch.set_grad_enabled(False)
 
@@ -46,26 +48,57 @@ BASE = dict(
     tie_word_embeddings=False, eos_token_id=[1], pad_token_id=0, bos_token_id=None,
 )
 
-# name -> (config overrides, how IndexShare is written to config.json, weight dtype, seq len)
+
+class Family:
+    """What differs between the two DSA families here: transformers' classes, and the indexer's RoPE layout."""
+
+    def __init__(self, model_type, config, causal_lm, module, interleaved_indexer):
+        self.model_type, self.config, self.causal_lm, self.M = model_type, config, causal_lm, module
+        self.interleaved_indexer = interleaved_indexer
+        prefix = "GlmMoeDsa" if module is GLM else "DeepseekV32"
+        self.DecoderLayer = getattr(module, prefix + "DecoderLayer")
+        self.RMSNorm = getattr(module, prefix + "RMSNorm")
+        self.Indexer = getattr(module, prefix + "Indexer")
+        self.Router = getattr(module, prefix + "TopkRouter")
+
+
+FAMILIES = {
+    "glm_moe_dsa": Family("glm_moe_dsa", GlmMoeDsaConfig, GlmMoeDsaForCausalLM, GLM, True),
+    "deepseek_v32": Family("deepseek_v32", DeepseekV32Config, DeepseekV32ForCausalLM, DS, False),
+}
+
+# DeepSeek-V3.2's RoPE (its config.json: theta 1e4, YaRN factor 40 over 4096 positions, beta 32 / 1, mscale 1 / 1).
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+# name -> (family, config overrides, how IndexShare / RoPE is written to config.json, weight dtype, seq len)
 VARIANTS = {
-    "freq_offset_f32": (dict(index_topk_freq=4, index_skip_topk_offset=3), "freq", "f32", 80),
-    "pattern_bf16": (dict(index_topk_pattern="FFSFSSFS"), "pattern", "bf16", 48),
-    "allfull_group_f32": (dict(n_group=2, topk_group=1, rope_parameters={"rope_theta": 1000000.0,
-                                                                         "rope_type": "default"}),
+    "freq_offset_f32": ("glm_moe_dsa", dict(index_topk_freq=4, index_skip_topk_offset=3), "freq", "f32", 80),
+    "pattern_bf16": ("glm_moe_dsa", dict(index_topk_pattern="FFSFSSFS"), "pattern", "bf16", 48),
+    "allfull_group_f32": ("glm_moe_dsa", dict(n_group=2, topk_group=1, rope_parameters={"rope_theta": 1000000.0,
+                                                                                         "rope_type": "default"}),
                           "none", "f32", 40),
-    "explicit_fp8": (dict(index_topk_freq=4, index_skip_topk_offset=3), "explicit", "fp8", 72),
+    "explicit_fp8": ("glm_moe_dsa", dict(index_topk_freq=4, index_skip_topk_offset=3), "explicit", "fp8", 72),
+    # An indexer on every layer, YaRN (softmax scale × mscale²), group-limited routing as V3.2 routes (8 groups,
+    # 4 kept; here 4 groups of 2, 2 kept), the MTP layer's own indexer.
+    "dsv32_yarn_f32": ("deepseek_v32", dict(n_group=4, topk_group=2, rope_parameters=YARN, rms_norm_eps=1e-6),
+                       "rope_parameters", "f32", 40),
+    # The FP8 checkpoint with ue8m0 (power-of-two) block scales, config.json as DeepSeek ships it (legacy
+    # `rope_scaling` + `rope_theta`), and an attention factor other than 1 (mscale 0.8 against mscale_all_dim 1).
+    "dsv32_legacy_fp8": ("deepseek_v32", dict(rope_parameters=dict(YARN, mscale=0.8), rms_norm_eps=1e-6),
+                         "rope_scaling", "fp8", 40),
 }
 
 FP8_MAX = 448.0
 
 
-def make_model(overrides, seed):
+def make_model(fam, overrides, seed):
     kw = dict(BASE)
     kw.update(overrides)
-    cfg = GlmMoeDsaConfig(**kw)
+    cfg = fam.config(**kw)
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = GlmMoeDsaForCausalLM(cfg).float().eval()
+    model = fam.causal_lm(cfg).float().eval()
     # Weights with O(1) activations, randomized norms and biases (HF initialises norms to 1 and the
     # router bias to 0, which would leave those paths untested).
     for name, p in model.named_parameters():
@@ -82,24 +115,27 @@ def make_model(overrides, seed):
     return model, kw
 
 
-def make_mtp(model, kw, seed):
+def make_mtp(fam, model, kw, seed):
     """The MTP layer (model-spec §5.1): a decoder layer with its own full indexer and MoE, plus
     enorm/hnorm/eh_proj/shared_head.norm. Built from HF modules with a config whose layer N is full/sparse."""
     n = kw["num_hidden_layers"]
     cfg = copy.deepcopy(model.config)
     cfg.num_hidden_layers = n + 1
-    cfg.indexer_types = list(model.config.indexer_types) + ["full"]
+    if fam.M is GLM:
+        cfg.indexer_types = list(model.config.indexer_types) + ["full"]
+    else:
+        cfg.layer_types = list(model.config.layer_types) + ["deepseek_sparse_attention"]
     cfg.mlp_layer_types = list(model.config.mlp_layer_types) + ["sparse"]
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed + 1000)
-    layer = M.GlmMoeDsaDecoderLayer(cfg, n).float().eval()
+    layer = fam.DecoderLayer(cfg, n).float().eval()
     H = kw["hidden_size"]
     mtp = torch.nn.ModuleDict(dict(
         layer=layer,
-        enorm=M.GlmMoeDsaRMSNorm(H, kw["rms_norm_eps"]),
-        hnorm=M.GlmMoeDsaRMSNorm(H, kw["rms_norm_eps"]),
+        enorm=fam.RMSNorm(H, kw["rms_norm_eps"]),
+        hnorm=fam.RMSNorm(H, kw["rms_norm_eps"]),
         eh_proj=torch.nn.Linear(2 * H, H, bias=False),
-        head_norm=M.GlmMoeDsaRMSNorm(H, kw["rms_norm_eps"]),
+        head_norm=fam.RMSNorm(H, kw["rms_norm_eps"]),
     )).float().eval()
     for name, p in mtp.named_parameters():
         if p.dim() >= 2:
@@ -147,8 +183,9 @@ QUANTIZED = ("q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight", 
              "indexer.wq_b.weight", "indexer.wk.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight")
 
 
-def fp8_quantize(w):
-    """128x128 block quantization as in GLM-5.2-FP8: W = W8 * scale_inv[i//128, j//128]."""
+def fp8_quantize(w, pow2=False):
+    """128x128 block quantization as in GLM-5.2-FP8: W = W8 * scale_inv[i//128, j//128]; pow2: the scales rounded
+    up to powers of two (DeepSeek-V3.2's ue8m0)."""
     rows, cols = w.shape
     br, bc = (rows + 127) // 128, (cols + 127) // 128
     scale = torch.empty(br, bc, dtype=torch.float32)
@@ -158,6 +195,8 @@ def fp8_quantize(w):
         for j in range(bc):
             blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
             s = blk.abs().max().clamp(min=1e-12) / FP8_MAX
+            if pow2:
+                s = torch.exp2(torch.ceil(torch.log2(s)))
             qb = (blk / s).to(torch.float8_e4m3fn)
             scale[i, j] = s
             q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = qb
@@ -165,7 +204,7 @@ def fp8_quantize(w):
     return q, scale, deq
 
 
-def round_weights(tensors, dtype):
+def round_weights(tensors, dtype, pow2=False):
     """Returns (tensors to save, dequantized fp32 values the reference must use)."""
     save, ref = {}, {}
     for k, v in tensors.items():
@@ -177,7 +216,7 @@ def round_weights(tensors, dtype):
             b = v.to(torch.bfloat16).contiguous()
             save[k], ref[k] = b, b.float()
         else:
-            q, s, deq = fp8_quantize(v.float())
+            q, s, deq = fp8_quantize(v.float(), pow2)
             save[k] = q.contiguous()
             save[k[: -len(".weight")] + ".weight_scale_inv"] = s.contiguous()
             ref[k] = deq
@@ -221,7 +260,8 @@ def load_ref_values(model, mtp, ref, n_layers):
 class Margins:
     """Records the smallest top-k boundary gap of every indexer and router call."""
 
-    def __init__(self):
+    def __init__(self, fam):
+        self.fam = fam
         self.worst = {"indexer": float("inf"), "router": float("inf")}
 
     def indexer_hook(self, module, args, kwargs, output):
@@ -232,7 +272,10 @@ class Margins:
         q_rot, q_pass = torch.split(q, [module.qk_rope_head_dim, module.head_dim - module.qk_rope_head_dim], -1)
         k = module.k_norm(module.wk(hs)).unsqueeze(2)
         k_rot, k_pass = torch.split(k, [module.qk_rope_head_dim, module.head_dim - module.qk_rope_head_dim], -1)
-        q_rot, k_rot = M.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        if self.fam.interleaved_indexer:
+            q_rot, k_rot = self.fam.M.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        else:
+            q_rot, k_rot = self.fam.M.apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
         q = torch.cat([q_rot, q_pass], -1)
         k = torch.cat([k_rot, k_pass], -1).squeeze(2)
         scores = torch.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * module.softmax_scale)
@@ -285,7 +328,8 @@ def run_reference(model, mtp, tokens, n_layers):
     pos = torch.arange(T - 1).unsqueeze(0)
     pe = model.model.rotary_emb(u, position_ids=pos)
     mask = captured["mask"][:, :, : T - 1, : T - 1]
-    u, _ = mtp["layer"](u, attention_mask=mask, position_ids=pos, position_embeddings=pe, use_cache=False)
+    out = mtp["layer"](u, attention_mask=mask, position_ids=pos, position_embeddings=pe, use_cache=False)
+    u = out[0] if isinstance(out, tuple) else out  # GLM's layer also returns its top-k
     mtp_hidden = mtp["head_norm"](u)
     mtp_logits = model.lm_head(mtp_hidden)
     return logits, hidden[0], mtp_logits[0], mtp_hidden[0]
@@ -294,8 +338,13 @@ def run_reference(model, mtp, tokens, n_layers):
 def write_config(model, kw, how, dtype, path):
     cfg = model.config.to_dict()
     # Keep only what a real checkpoint's config.json has; IndexShare written the way the variant says.
-    for k in ("indexer_types", "index_topk_freq", "index_skip_topk_offset", "index_topk_pattern"):
+    for k in ("indexer_types", "index_topk_freq", "index_skip_topk_offset", "index_topk_pattern", "layer_types"):
         cfg.pop(k, None)
+    if how == "rope_scaling":  # as DeepSeek's own config.json: `rope_theta` beside a legacy `rope_scaling`
+        rp = dict(cfg.pop("rope_parameters"))
+        cfg["rope_theta"] = rp.pop("rope_theta")
+        rp["type"] = rp.pop("rope_type")
+        cfg["rope_scaling"] = rp
     if how == "freq":
         cfg["index_topk_freq"], cfg["index_skip_topk_offset"] = kw["index_topk_freq"], kw["index_skip_topk_offset"]
     elif how == "pattern":
@@ -303,29 +352,33 @@ def write_config(model, kw, how, dtype, path):
     elif how == "explicit":
         cfg["indexer_types"] = list(model.config.indexer_types)
     cfg["num_nextn_predict_layers"] = 1
-    cfg["head_dim"] = 192  # the legacy field real configs carry; engines must ignore it
+    if cfg["model_type"] == "glm_moe_dsa":
+        cfg["head_dim"] = 192  # the legacy field real configs carry; engines must ignore it
     if dtype == "fp8":
         cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                       "weight_block_size": [128, 128]}
+        if cfg["model_type"] == "deepseek_v32":
+            cfg["quantization_config"]["scale_fmt"] = "ue8m0"
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, default=str)
 
 
 def build(name, out_root):
-    overrides, how, dtype, T = VARIANTS[name]
+    family, overrides, how, dtype, T = VARIANTS[name]
+    fam = FAMILIES[family]
     seed = sum(map(ord, name))
-    model, kw = make_model(overrides, seed)
+    model, kw = make_model(fam, overrides, seed)
     n = kw["num_hidden_layers"]
-    mtp = make_mtp(model, kw, seed)
-    save, ref = round_weights(checkpoint_tensors(model, mtp, n), dtype)
+    mtp = make_mtp(fam, model, kw, seed)
+    save, ref = round_weights(checkpoint_tensors(model, mtp, n), dtype, pow2=family == "deepseek_v32")
     load_ref_values(model, mtp, ref, n)
 
-    margins = Margins()
+    margins = Margins(fam)
     hooks = []
     for mod in list(model.modules()) + list(mtp.modules()):
-        if isinstance(mod, M.GlmMoeDsaIndexer):
+        if isinstance(mod, fam.Indexer):
             hooks.append(mod.register_forward_hook(margins.indexer_hook, with_kwargs=True))
-        if isinstance(mod, M.GlmMoeDsaTopkRouter):
+        if isinstance(mod, fam.Router):
             hooks.append(mod.register_forward_hook(margins.router_hook))
     rng = np.random.default_rng(seed)
     for attempt in range(500):
@@ -339,8 +392,9 @@ def build(name, out_root):
     for h in hooks:
         h.remove()
     logits, hidden, mtp_logits, mtp_hidden = res
+    types = getattr(model.config, "indexer_types", None) or ["full"] * n
     print(f"{name}: attempt {attempt}, worst relative gaps {margins.worst}, indexer_types "
-          f"{''.join('F' if t == 'full' else 'S' for t in model.config.indexer_types)}, |logits|max "
+          f"{''.join('F' if t == 'full' else 'S' for t in types)}, |logits|max "
           f"{logits.abs().max().item():.3f}")
 
     d = os.path.join(out_root, name)
@@ -357,9 +411,10 @@ def build(name, out_root):
     # The checkpoint must load in transformers under these names and give the same logits (checks the
     # writer: names, per-expert split, IndexShare resolution from config.json).
     if dtype != "fp8":
-        loaded = GlmMoeDsaForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
-        assert list(loaded.config.indexer_types) == list(model.config.indexer_types), (
-            name, loaded.config.indexer_types, model.config.indexer_types)
+        loaded = fam.causal_lm.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+        if fam.M is GLM:
+            assert list(loaded.config.indexer_types) == list(model.config.indexer_types), (
+                name, loaded.config.indexer_types, model.config.indexer_types)
         l2 = loaded(input_ids=torch.tensor([tokens]), use_cache=False).logits[0]
         diff = (l2 - logits).abs().max().item()
         print(f"{name}: from_pretrained reload max |diff| = {diff:.3e}")

@@ -34,8 +34,8 @@ constexpr int64_t kParallelMinWork = 1 << 16;
 
 void check_f32_cache(const Tensor& cache, const char* op) {
     MEGACTX_CHECK(cache.dtype == DType::F32,
-                  "{}: the CPU backend supports only F32 KV caches (this one holds {}); use --kv-cache-dtype f32",
-                  op, dtype_name(cache.dtype));
+                  "{}: the CPU backend supports only F32 KV caches (this one holds {}); use --kv-cache-dtype f32", op,
+                  dtype_name(cache.dtype));
 }
 
 }  // namespace
@@ -149,25 +149,25 @@ void CpuOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
     }
 }
 
-void CpuOps::rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) {
+void CpuOps::rope(Tensor& x, int64_t offset, const Tensor& pos, const Rope& rope) {
     const int64_t n = x.dim(0), n_head = x.shape.size() == 3 ? x.dim(1) : 1, d_head = x.shape.back();
+    const int64_t dim = rope.dim(), half = dim / 2;
+    MEGACTX_CHECK(offset + dim <= d_head, "rope: dims [{}, {}) outside a head of {}", offset, offset + dim, d_head);
     const int32_t* p = pos.i32();
     float* px = x.f32();
-    // inv_freq computed in fp32 as transformers does: 1 / theta^(2i/dim).
-    std::vector<float> inv_freq(static_cast<size_t>(dim / 2));
-    for (int64_t i = 0; i < dim / 2; ++i) {
-        inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
-    }
+    // Pair i: dims (2i, 2i+1) interleaved, (i, i + dim/2) half-split. cos and sin of the fp32 angle, then times
+    // the scale, as transformers builds its cos/sin tables.
+    const int64_t stride = rope.interleaved ? 2 : 1, partner = rope.interleaved ? 1 : half;
 #pragma omp parallel for schedule(static) if (n * n_head * dim >= kParallelMinWork)
     for (int64_t t = 0; t < n; ++t) {
-        for (int64_t i = 0; i < dim / 2; ++i) {
-            const float angle = static_cast<float>(p[t]) * inv_freq[i];
-            const float c = std::cos(angle), s = std::sin(angle);
+        for (int64_t i = 0; i < half; ++i) {
+            const float angle = static_cast<float>(p[t]) * rope.inv_freq[static_cast<size_t>(i)];
+            const float c = std::cos(angle) * rope.scale, s = std::sin(angle) * rope.scale;
             for (int64_t h = 0; h < n_head; ++h) {
-                float* v = px + (t * n_head + h) * d_head + offset + 2 * i;
-                const float x0 = v[0], x1 = v[1];
+                float* v = px + (t * n_head + h) * d_head + offset + stride * i;
+                const float x0 = v[0], x1 = v[partner];
                 v[0] = x0 * c - x1 * s;
-                v[1] = x1 * c + x0 * s;
+                v[partner] = x1 * c + x0 * s;
             }
         }
     }
@@ -179,15 +179,14 @@ void CpuOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache)
     const int32_t* s = slots.i32();
     for (int64_t i = 0; i < n; ++i) {
         if (s[i] == -1) continue;
-        MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i],
-                      n_slots);
+        MEGACTX_CHECK(s[i] >= 0 && s[i] < n_slots, "cache_write: slot {} outside the cache ({} slots)", s[i], n_slots);
         std::memcpy(cache.f32() + s[i] * d, rows.f32() + i * d, static_cast<size_t>(d) * 4);
     }
 }
 
 // Composed from the unfused ops so the CPU results stay bit-identical to the unfused sequence.
 void CpuOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
-                                float rope_theta, const Tensor& slots, Tensor& cache) {
+                                const Rope& rope_p, const Tensor& slots, Tensor& cache) {
     check_f32_cache(cache, "latent_cache_write");
     const int64_t n = kv_a.dim(0), r = static_cast<int64_t>(norm_w.size()), d_rope = kv_a.shape.back() - r;
     Tensor c_raw = alloc(DType::F32, {n, r});  // [n, r]
@@ -196,20 +195,21 @@ void CpuOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& no
     rms_norm(c_raw, norm_w, eps, c_kv);
     Tensor k_pe = alloc(DType::F32, {n, 1, d_rope});  // [n, 1, d_rope]
     slice_cols(kv_a, r, k_pe);
-    rope(k_pe, 0, d_rope, pos, rope_theta);
+    MEGACTX_CHECK(rope_p.dim() == d_rope, "latent_cache_write: RoPE over {} dims for a {}-dim k_pe", rope_p.dim(),
+                  d_rope);
+    rope(k_pe, 0, pos, rope_p);
     Tensor row = alloc(DType::F32, {n, r + d_rope});  // [n, r + d_rope]
     concat_cols(c_kv, k_pe, row);
     cache_write(row, slots, cache);
 }
 
 void CpuOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                                 float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
-                                 Tensor& cache) {
+                                 float eps, const Tensor& pos, const Rope& rope_p, const Tensor& slots, Tensor& cache) {
     check_f32_cache(cache, "indexer_cache_write");
     const int64_t n = k_raw.dim(0), d = k_raw.shape.back();
     Tensor k = alloc(DType::F32, {n, 1, d});  // [n, 1, d_indexer]
     layer_norm(k_raw, ln_w, ln_b, eps, k);
-    rope(k, 0, d_rope, pos, rope_theta);
+    rope(k, 0, pos, rope_p);
     cache_write(k, slots, cache);
 }
 
@@ -527,8 +527,10 @@ void CpuOps::gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
 
 namespace {
 
-int64_t row_bytes(const Tensor& t) { return t.shape.size() < 2 ? static_cast<int64_t>(dtype_size(t.dtype))
-                                                             : t.numel() / t.dim(0) * static_cast<int64_t>(dtype_size(t.dtype)); }
+int64_t row_bytes(const Tensor& t) {
+    return t.shape.size() < 2 ? static_cast<int64_t>(dtype_size(t.dtype))
+                              : t.numel() / t.dim(0) * static_cast<int64_t>(dtype_size(t.dtype));
+}
 
 // Host frame of a tier location (< 0), or -1 for a device block.
 int32_t host_block(int32_t loc) { return loc < 0 ? -(loc + 1) : -1; }
@@ -537,9 +539,9 @@ int32_t host_block(int32_t loc) { return loc < 0 ? -(loc + 1) : -1; }
 
 void CpuOps::kv_resolve(const KvResolveParams& p) {
     const int64_t n = p.slots->dim(0), k = p.slots->dim(1), n_blocks = p.loc->numel(), R = p.rows_per_pass;
-    MEGACTX_CHECK(R >= 1 && p.device_slots->numel() == n * k && p.fetch->numel() == n * k &&
-                      p.block_hits->numel() == n_blocks,
-                  "kv_resolve: shapes do not match [{}, {}] slots over {} blocks", n, k, n_blocks);
+    MEGACTX_CHECK(
+        R >= 1 && p.device_slots->numel() == n * k && p.fetch->numel() == n * k && p.block_hits->numel() == n_blocks,
+        "kv_resolve: shapes do not match [{}, {}] slots over {} blocks", n, k, n_blocks);
     const int32_t* slots = p.slots->i32();
     const int32_t* loc = p.loc->i32();
     int32_t* dev = p.device_slots->i32();
@@ -627,7 +629,8 @@ void CpuOps::mask_rows(Tensor& x, const Tensor& rows, const Tensor& bits) {
         float* row = x.f32() + r * d;
         const auto* words = reinterpret_cast<const uint32_t*>(bits.i32() + j * w);
         for (int64_t c = 0; c < d; ++c)
-            if (c >= 32 * w || ((words[c / 32] >> (c % 32)) & 1u) == 0) row[c] = -std::numeric_limits<float>::infinity();
+            if (c >= 32 * w || ((words[c / 32] >> (c % 32)) & 1u) == 0)
+                row[c] = -std::numeric_limits<float>::infinity();
     }
 }
 

@@ -1,6 +1,6 @@
-// The CPU backend: the numerical oracle (F32 KV caches only). Plain loops, fp32 accumulation, OpenMP across tokens, heads or
-// output rows. Every output element is computed by one thread in a fixed order, so results do not depend
-// on the thread count or on which other tokens share the batch.
+// The CPU backend: the numerical oracle (F32 KV caches only). Plain loops, fp32 accumulation, OpenMP across tokens,
+// heads or output rows. Every output element is computed by one thread in a fixed order, so results do not depend on
+// the thread count or on which other tokens share the batch.
 #pragma once
 
 #include "ops/ops.h"
@@ -9,7 +9,7 @@ namespace megactx {
 
 // Not final: tests derive reference variants (e.g. emulating a GPU KV format) from it.
 class CpuOps : public Ops {
-public:
+  public:
     Tensor alloc(DType dtype, std::vector<int64_t> shape) override;
     Tensor upload_i32(const std::vector<int32_t>& v) override;
     void download(const Tensor& t, void* host) override;
@@ -22,12 +22,12 @@ public:
     void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
                     Tensor& y) override;
     void linear(const Tensor& x, const Weight& w, Tensor& y) override;
-    void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) override;
+    void rope(Tensor& x, int64_t offset, const Tensor& pos, const Rope& rope) override;
     void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override;
     void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
-                            float rope_theta, const Tensor& slots, Tensor& cache) override;
+                            const Rope& rope, const Tensor& slots, Tensor& cache) override;
     void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                             float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots,
                              Tensor& cache) override;
     void indexer_topk(const IndexerTopkParams& p) override;
     void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) override;
@@ -51,7 +51,7 @@ public:
     void slice_cols(const Tensor& x, int64_t c0, Tensor& out) override;
     void concat_cols(const Tensor& a, const Tensor& b, Tensor& out) override;
 
-private:
+  private:
     int64_t fetch_ns_ = 0;  // time in kv_fetch_rows (kv_fetch_stall_ns)
 };
 

@@ -12,11 +12,11 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/fp8_gemm_small.h"
 #include "backend/cuda/fp8_gemv.h"
-#include "backend/cuda/invariant_gemm.h"
 #include "backend/cuda/indexer_cache_write.h"
 #include "backend/cuda/indexer_logits.h"
 #include "backend/cuda/indexer_scores.h"
 #include "backend/cuda/indexer_topk.h"
+#include "backend/cuda/invariant_gemm.h"
 #include "backend/cuda/kv_tier.h"
 #include "backend/cuda/kv_write.h"
 #include "backend/cuda/latent_cache.h"
@@ -512,17 +512,15 @@ const float* CudaOps::vec(const std::vector<float>& v) {
     return d.f32();
 }
 
-const float* CudaOps::inv_freq(float theta, int64_t dim) {
-    auto it = inv_freq_.find({theta, dim});
+const float* CudaOps::inv_freq(const Rope& rope) {
+    auto it = inv_freq_.find(rope.inv_freq);
     if (it != inv_freq_.end()) return it->second.f32();
-    std::vector<float> f(static_cast<size_t>(std::max<int64_t>(dim / 2, 1)));
-    for (int64_t i = 0; i < dim / 2; ++i) {
-        f[static_cast<size_t>(i)] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
-    }
+    std::vector<float> f = rope.inv_freq;
+    if (f.empty()) f.push_back(0.0f);
     Tensor d = alloc(DType::F32, {static_cast<int64_t>(f.size())});
     MEGACTX_CUDA_CHECK(cudaMemcpyAsync(d.data, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
     MEGACTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return inv_freq_.emplace(std::make_pair(theta, dim), d).first->second.f32();
+    return inv_freq_.emplace(rope.inv_freq, d).first->second.f32();
 }
 
 Tensor CudaOps::to_bf16(const Tensor& x) {
@@ -770,9 +768,12 @@ void CudaOps::linear(const Tensor& x, const Weight& w, Tensor& y) {
     after_op("linear");
 }
 
-void CudaOps::rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) {
+void CudaOps::rope(Tensor& x, int64_t offset, const Tensor& pos, const Rope& rope) {
     const int64_t n = x.dim(0), n_head = x.shape.size() == 3 ? x.dim(1) : 1, d_head = x.shape.back();
-    MEGACTX_CUDA_CHECK(launch_rope(x.f32(), n, n_head, d_head, offset, dim, pos.i32(), inv_freq(theta, dim), stream_));
+    MEGACTX_CHECK(offset + rope.dim() <= d_head, "rope: dims [{}, {}) outside a head of {}", offset,
+                  offset + rope.dim(), d_head);
+    MEGACTX_CUDA_CHECK(launch_rope(x.f32(), n, n_head, d_head, offset, rope.dim(), pos.i32(), inv_freq(rope),
+                                   rope.scale, rope.interleaved, stream_));
     after_op("rope");
 }
 
@@ -787,12 +788,15 @@ void CudaOps::cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache
 }
 
 void CudaOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
-                                 float rope_theta, const Tensor& slots, Tensor& cache) {
+                                 const Rope& rope, const Tensor& slots, Tensor& cache) {
     LatentWriteParams p;
     p.elem = kv_elem(cache, "latent_cache_write");
     p.n = kv_a.dim(0);
     p.rank = static_cast<int64_t>(norm_w.size());
     p.rope = kv_a.shape.back() - p.rank;
+    MEGACTX_CHECK(rope.dim() == p.rope && rope.interleaved,
+                  "latent_cache_write: k_pe of {} dims takes interleaved RoPE over all of them (got {} dims{})", p.rope,
+                  rope.dim(), rope.interleaved ? "" : ", half-split");
     const int64_t want = p.elem == 2 ? fp8_latent_row_bytes(p.rank, p.rope) : p.rank + p.rope;
     MEGACTX_CHECK(p.elem != 2 || (p.rank % 4 == 0 && p.rope % 2 == 0),
                   "latent_cache_write: FP8 rows need kv_lora_rank % 4 == 0 and an even RoPE dim (got {}, {})", p.rank,
@@ -810,7 +814,8 @@ void CudaOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& n
         f.format = p.elem == 2 ? LatentCacheFormat::FP8 : LatentCacheFormat::BF16;
         f.n = p.n;
         f.eps = eps;
-        f.rope_theta = rope_theta;
+        f.inv_freq = rope.inv_freq.data();
+        f.rope_scale = rope.scale;
         if (latent_cache_write_supported(f)) {
             MEGACTX_CUDA_CHECK(launch_latent_cache_write(f, stream_));
             after_op("latent_cache_write");
@@ -823,14 +828,15 @@ void CudaOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& n
     p.slots = slots.i32();
     p.cache = cache.data;
     p.eps = eps;
-    p.inv_freq = inv_freq(rope_theta, p.rope);
+    p.inv_freq = inv_freq(rope);
+    p.rope_scale = rope.scale;
     MEGACTX_CUDA_CHECK(launch_latent_write(p, stream_));
     after_op("latent_cache_write");
 }
 
 void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                                  float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
-                                  Tensor& cache) {
+                                  float eps, const Tensor& pos, const Rope& rope, const Tensor& slots, Tensor& cache) {
+    const int64_t d_rope = rope.dim();
     IndexerWriteParams p;
     p.elem = kv_elem(cache, "indexer_cache_write");
     p.n = k_raw.dim(0);
@@ -849,7 +855,9 @@ void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>&
         f.slots = slots.i32();
         f.n = p.n;
         f.d_rope = d_rope;
-        f.theta = rope_theta;
+        f.inv_freq = rope.inv_freq.data();
+        f.rope_scale = rope.scale;
+        f.interleaved = rope.interleaved;
         f.pool = static_cast<uint8_t*>(cache.data);
         launch_indexer_cache_write(f, stream_);
         MEGACTX_CUDA_CHECK(cudaGetLastError());
@@ -864,7 +872,9 @@ void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>&
     p.cache = cache.data;
     p.d_rope = d_rope;
     p.eps = eps;
-    p.inv_freq = inv_freq(rope_theta, d_rope);
+    p.inv_freq = inv_freq(rope);
+    p.rope_scale = rope.scale;
+    p.interleaved = rope.interleaved;
     MEGACTX_CUDA_CHECK(launch_indexer_write(p, stream_));
     after_op("indexer_cache_write");
 }
@@ -932,9 +942,8 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
                 (*static_cast<std::function<void(float*, int64_t)>*>(ctx))(scores, count);
             };
         }
-        MEGACTX_CHECK(launch_indexer_topk(f, stream_),
-                      "indexer_topk: the FP8 kernel refused {} rows × {} keys{}", n, ctx,
-                      options_.batch_invariant ? " (--batch-invariant: scoring kernel 3 could not run here)" : "");
+        MEGACTX_CHECK(launch_indexer_topk(f, stream_), "indexer_topk: the FP8 kernel refused {} rows × {} keys{}", n,
+                      ctx, options_.batch_invariant ? " (--batch-invariant: scoring kernel 3 could not run here)" : "");
         MEGACTX_CUDA_CHECK(cudaGetLastError());
         after_op("indexer_topk");
         return;
@@ -982,7 +991,8 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         sp.softmax_scale = p.softmax_scale;
         sp.head_scale = p.head_scale;
         sp.scores = scores.f32();
-        MEGACTX_CUDA_CHECK(tiled_scores ? launch_indexer_scores_tiled(sp, stream_) : launch_indexer_scores(sp, stream_));
+        MEGACTX_CUDA_CHECK(tiled_scores ? launch_indexer_scores_tiled(sp, stream_)
+                                        : launch_indexer_scores(sp, stream_));
         if (p.reduce_scores) p.reduce_scores(scores.f32(), (sp.i1 - sp.i0) * n_cand_max);
         if (fast_select) {
             IndexerPlanParams pp;  // only for the row lengths, pos + 1
@@ -1649,8 +1659,10 @@ void CudaOps::copy_blocks(const std::vector<BlockCopy>& copies) {
     // The copy list goes up from a pinned ring slot, so the upload is asynchronous and the host does not wait for
     // the device: a slot is written again only after the event of its last upload (a step or more ago) has fired.
     CopyListSlot& slot = copy_lists_[n_copy_lists_++ % copy_lists_.size()];
-    if (slot.uploaded == nullptr) MEGACTX_CUDA_CHECK(cudaEventCreateWithFlags(&slot.uploaded, cudaEventDisableTiming));
-    else MEGACTX_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
+    if (slot.uploaded == nullptr)
+        MEGACTX_CUDA_CHECK(cudaEventCreateWithFlags(&slot.uploaded, cudaEventDisableTiming));
+    else
+        MEGACTX_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
     if (slot.capacity < copies.size()) {
         if (slot.list != nullptr) MEGACTX_CUDA_CHECK(cudaFreeHost(slot.list));
         slot.capacity = std::max<size_t>(copies.size(), 2 * slot.capacity);

@@ -26,9 +26,9 @@
 
 namespace megactx::cuda {
 
-struct DeviceBlockCopy;  // kv_tier.h
-struct MoeFp8Params;    // moe_fp8.h
-struct MoeSmallParams;  // moe.h
+struct DeviceBlockCopy;      // kv_tier.h
+struct MoeFp8Params;         // moe_fp8.h
+struct MoeSmallParams;       // moe.h
 struct InvariantGemmParams;  // invariant_gemm.h
 
 // Size-class caching allocator: freed blocks go to free lists and are reused; cudaMalloc only on a miss.
@@ -96,12 +96,12 @@ class CudaOps final : public Ops {
     void layer_norm(const Tensor& x, const std::vector<float>& w, const std::vector<float>& b, float eps,
                     Tensor& y) override;
     void linear(const Tensor& x, const Weight& w, Tensor& y) override;
-    void rope(Tensor& x, int64_t offset, int64_t dim, const Tensor& pos, float theta) override;
+    void rope(Tensor& x, int64_t offset, const Tensor& pos, const Rope& rope) override;
     void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override;
     void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
-                            float rope_theta, const Tensor& slots, Tensor& cache) override;
+                            const Rope& rope, const Tensor& slots, Tensor& cache) override;
     void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                             float eps, const Tensor& pos, int64_t d_rope, float rope_theta, const Tensor& slots,
+                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots,
                              Tensor& cache) override;
     void indexer_topk(const IndexerTopkParams& p) override;
     void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) override;
@@ -190,8 +190,8 @@ class CudaOps final : public Ops {
     void linear_f32(const Tensor& x, const Weight& w, Tensor& y);
     static Gemm linear_gemm(int64_t out, int64_t n, int64_t in);  // the shape of y [n, out] = x [n, in] · Wᵀ
     const float* vec(const std::vector<float>& v);
-    // RoPE inverse frequencies [dim / 2] for (theta, dim), computed on the host like CpuOps::rope, cached.
-    const float* inv_freq(float theta, int64_t dim);
+    // A RoPE table's frequencies [dim / 2] in device memory, uploaded once per distinct table.
+    const float* inv_freq(const Rope& rope);
     // The cached cuBLASLt plan for g's shape and alignments (made on first use; ok = false for an FP8 GEMM that
     // cuBLASLt has no algorithm for, any other failure throws). gemm runs g; false when its plan is not ok.
     const GemmPlan& gemm_plan(const Gemm& g);
@@ -248,7 +248,7 @@ class CudaOps final : public Ops {
     std::unordered_map<const void*, DeviceWeight> weights_;
     std::unordered_map<const float*, std::pair<size_t, Tensor>> vectors_;
     std::map<std::string, GemmPlan> plans_;
-    std::map<std::pair<float, int64_t>, Tensor> inv_freq_;
+    std::map<std::vector<float>, Tensor> inv_freq_;
     std::unordered_map<const void*, ExpertTable> expert_tables_;  // keyed by the experts vector's data()
 };
 

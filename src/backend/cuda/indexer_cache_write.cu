@@ -6,10 +6,9 @@
 // sincos) and rounded to fp32, matching glibc's correctly rounded float functions. (Until c008da4: pow, sin and cos
 // each in double on the device were a serial chain in this one-token kernel; with the latent write's sin/cos change
 // the two writes went from 10.2 to 7.3 µs in bench_layer.)
-#include "backend/cuda/indexer_cache_write.h"
-
 #include <cmath>
 
+#include "backend/cuda/indexer_cache_write.h"
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/launch_ex.cuh"
 
@@ -19,13 +18,24 @@ using namespace cuda_indexer;
 
 namespace {
 
-// 1 / theta^(2j / d_rope) for the pairs j of the rotated dims (d_rope ≤ 128: at most 64 pairs).
+// The frequencies of the pairs j of the rotated dims (d_rope ≤ 128: at most 64 pairs), from the host's table.
 struct RopeFreqs {
     float inv_freq[kDim / 2];
+    float scale;  // cos and sin times this
+    int half;     // 0: interleaved pairs; else half-split pairs (j, j + half), half = d_rope / 2
 };
 
-__global__ void __launch_bounds__(256) indexer_cache_write_kernel(const __grid_constant__ IndexerCacheWriteParams p,
-                                                                  const __grid_constant__ RopeFreqs f) {
+// cos and sin (times the scale) of pos · inv_freq, the fp32 angle's sin and cos taken in double and rounded.
+__device__ __forceinline__ void rope_cos_sin(float fp, float inv_freq, float scale, float& c, float& s) {
+    const float angle = fp * inv_freq;
+    double sd, cd;
+    sincos(static_cast<double>(angle), &sd, &cd);
+    c = __fmul_rn(static_cast<float>(cd), scale);
+    s = __fmul_rn(static_cast<float>(sd), scale);
+}
+
+__global__ void __launch_bounds__(256)
+    indexer_cache_write_kernel(const __grid_constant__ IndexerCacheWriteParams p, const __grid_constant__ RopeFreqs f) {
     // Launched under PDL (behind the latent write): wait for the previous kernel before touching memory.
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -49,17 +59,35 @@ __global__ void __launch_bounds__(256) indexer_cache_write_kernel(const __grid_c
     const float w[4] = {w4.x, w4.y, w4.z, w4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) x[j] = __fadd_rn(__fmul_rn(__fmul_rn(x[j] - mean, r), w[j]), b[j]);
-    // Interleaved RoPE: this lane holds pairs j0 = 2·lane and j0 + 1 (dims 4·lane .. 4·lane + 3).
-    if (4 * lane < p.d_rope) {
+    if (f.half == 0) {
+        // Interleaved RoPE: this lane holds pairs j0 = 2·lane and j0 + 1 (dims 4·lane .. 4·lane + 3).
+        if (4 * lane < p.d_rope) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float angle = fp * f.inv_freq[2 * lane + h];
-            double sd, cd;
-            sincos(static_cast<double>(angle), &sd, &cd);
-            const float c = static_cast<float>(cd), s = static_cast<float>(sd);
-            const float x0 = x[2 * h], x1 = x[2 * h + 1];
-            x[2 * h] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-            x[2 * h + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+            for (int h = 0; h < 2; ++h) {
+                float c, s;
+                rope_cos_sin(fp, f.inv_freq[2 * lane + h], f.scale, c, s);
+                const float x0 = x[2 * h], x1 = x[2 * h + 1];
+                x[2 * h] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+                x[2 * h + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+            }
+        }
+    } else {
+        // Half-split RoPE: dim k < half pairs with k + half, held by the lane half / 4 further on.
+        const bool rotated = 4 * lane < p.d_rope, low = 4 * lane < f.half;
+        const int partner = !rotated ? lane : low ? lane + f.half / 4 : lane - f.half / 4;
+        float y[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) y[j] = __shfl_sync(0xffffffffu, x[j], partner);
+        if (rotated) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int k = 4 * lane + j;
+                float c, s;
+                rope_cos_sin(fp, f.inv_freq[low ? k : k - f.half], f.scale, c, s);
+                // low: x1·c − x2·s with x2 the partner; high: x2·c + x1·s with x1 the partner
+                x[j] = low ? __fsub_rn(__fmul_rn(x[j], c), __fmul_rn(y[j], s))
+                           : __fadd_rn(__fmul_rn(x[j], c), __fmul_rn(y[j], s));
+            }
         }
     }
     const float amax = warp_max(fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3]))));
@@ -73,7 +101,7 @@ __global__ void __launch_bounds__(256) indexer_cache_write_kernel(const __grid_c
 }  // namespace
 
 bool indexer_cache_write_supported(int64_t d_indexer, int64_t d_rope) {
-    return d_indexer == kDim && d_rope > 0 && d_rope <= kDim && d_rope % 4 == 0;
+    return d_indexer == kDim && d_rope > 0 && d_rope <= kDim && d_rope % 8 == 0;
 }
 
 void launch_indexer_cache_write(const IndexerCacheWriteParams& p, cudaStream_t stream) {
@@ -81,8 +109,9 @@ void launch_indexer_cache_write(const IndexerCacheWriteParams& p, cudaStream_t s
     constexpr int kWarps = 8;
     const auto grid = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
     RopeFreqs f{};
-    for (int64_t j = 0; j < p.d_rope / 2; ++j)
-        f.inv_freq[j] = 1.0f / std::pow(p.theta, static_cast<float>(2 * j) / static_cast<float>(p.d_rope));
+    for (int64_t j = 0; j < p.d_rope / 2; ++j) f.inv_freq[j] = p.inv_freq[j];
+    f.scale = p.rope_scale;
+    f.half = p.interleaved ? 0 : static_cast<int>(p.d_rope / 2);
     cuda::launch_ex(indexer_cache_write_kernel, dim3(grid), dim3(kWarps * 32), 0, stream, true, p, f);
 }
 

@@ -1,7 +1,8 @@
 // indexer_cache_write: the DSA indexer key path from wk output to the paged FP8 key cache (model-spec §3.2, §3.4).
-//   k = LayerNorm(k_raw; ln_w, ln_b, eps);  k[0:d_rope] = interleaved RoPE(pos, theta);  FP8-quantise per token
+//   k = LayerNorm(k_raw; ln_w, ln_b, eps);  k[0:d_rope] = RoPE(pos; inv_freq, scale, interleaved or half-split
+//   pairs);  FP8-quantise per token
 //   (one ue8m0 scale) into the pool at slots[i] (src/kv/kv_format.h: per 64-token block [64×128 B e4m3][64×fp32]).
-// GLM-5.2 geometry only: d_indexer 128, d_rope 64.
+// d_indexer 128 (GLM-5.2, DeepSeek-V3.2), d_rope a multiple of 8 up to 128.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,8 +20,10 @@ struct IndexerCacheWriteParams {
     const int32_t* slots = nullptr;  // [n] destination slot = block · 64 + offset
     int64_t n = 0;
     int64_t d_rope = 64;
-    float theta = 10000.0f;
-    uint8_t* pool = nullptr;  // [n_blocks, 8448] paged FP8 indexer cache
+    const float* inv_freq = nullptr;  // [d_rope / 2] host memory (ops/rope.h)
+    float rope_scale = 1.0f;          // cos and sin times this
+    bool interleaved = true;          // pairs (2i, 2i+1); false: (i, i + d_rope/2), DeepSeek-V3.2's indexer
+    uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer cache
 };
 
 bool indexer_cache_write_supported(int64_t d_indexer, int64_t d_rope);

@@ -11,14 +11,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Interleaved RoPE of v[0, dim) in shared memory at position p (one head).
-__device__ void rope_shared(float* v, int64_t dim, int32_t p, const float* inv_freq) {
+// RoPE of v[0, dim) in shared memory at position p (one head): pairs (2i, 2i+1), or (i, i + dim/2) when not
+// interleaved; cos and sin times `scale`.
+__device__ void rope_shared(float* v, int64_t dim, int32_t p, const float* inv_freq, float scale, bool interleaved) {
+    const int64_t stride = interleaved ? 2 : 1, partner = interleaved ? 1 : dim / 2;
     for (int64_t i = threadIdx.x; i < dim / 2; i += blockDim.x) {
         const float angle = static_cast<float>(p) * inv_freq[i];
-        const float c = cosf(angle), s = sinf(angle);
-        const float x0 = v[2 * i], x1 = v[2 * i + 1];
-        v[2 * i] = x0 * c - x1 * s;
-        v[2 * i + 1] = x1 * c + x0 * s;
+        const float c = cosf(angle) * scale, s = sinf(angle) * scale;
+        float* x = v + stride * i;
+        const float x0 = x[0], x1 = x[partner];
+        x[0] = x0 * c - x1 * s;
+        x[partner] = x1 * c + x0 * s;
     }
 }
 
@@ -36,7 +39,7 @@ __global__ void latent_write_kernel(LatentWriteParams p) {
     const float r = 1.0f / sqrtf(ss / static_cast<float>(p.rank) + p.eps);
     for (int64_t j = threadIdx.x; j < p.rank; j += blockDim.x) row[j] = p.norm_w[j] * (row[j] * r);
     __syncthreads();
-    rope_shared(row + p.rank, p.rope, p.pos[t], p.inv_freq);
+    rope_shared(row + p.rank, p.rope, p.pos[t], p.inv_freq, p.rope_scale, true);
     __syncthreads();
     const int64_t slot = p.slots[t];
     if (slot < 0) return;  // the token's block is in the other tier (the whole block returns: one token each)
@@ -57,7 +60,8 @@ __global__ void latent_write_kernel(LatentWriteParams p) {
         for (int64_t j = threadIdx.x; j < tile; j += blockDim.x) amax = fmaxf(amax, fabsf(row[tl * tile + j]));
         amax = block_reduce<true>(amax, red);
         const float s = fp8_pow2_scale_dev(amax);
-        for (int64_t j = threadIdx.x; j < tile; j += blockDim.x) out[tl * tile + j] = f32_to_fp8(row[tl * tile + j] / s);
+        for (int64_t j = threadIdx.x; j < tile; j += blockDim.x)
+            out[tl * tile + j] = f32_to_fp8(row[tl * tile + j] / s);
         if (threadIdx.x == 0) reinterpret_cast<float*>(out + p.rank)[tl] = s;
     }
     // Typed stores (rows, rank and the scales are all 4-byte multiples, so these are aligned): on the H200 the
@@ -82,7 +86,7 @@ __global__ void indexer_write_kernel(IndexerWriteParams p) {
     const float r = 1.0f / sqrtf(var + p.eps);
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) key[j] = (x[j] - mean) * r * p.ln_w[j] + p.ln_b[j];
     __syncthreads();
-    rope_shared(key, p.d_rope, p.pos[t], p.inv_freq);
+    rope_shared(key, p.d_rope, p.pos[t], p.inv_freq, p.rope_scale, p.interleaved);
     __syncthreads();
     const int64_t slot = p.slots[t];
     if (slot < 0) return;  // the token's block is in the other tier (the whole block returns: one token each)

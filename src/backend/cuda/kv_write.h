@@ -12,26 +12,29 @@
 namespace megactx::cuda {
 
 struct LatentWriteParams {
-    const float* kv_a = nullptr;   // [n, rank + rope]
-    const float* norm_w = nullptr; // [rank]
-    const int32_t* pos = nullptr;  // [n]
-    const int32_t* slots = nullptr;// [n]
-    void* cache = nullptr;         // the latent pool
+    const float* kv_a = nullptr;     // [n, rank + rope]
+    const float* norm_w = nullptr;   // [rank]
+    const int32_t* pos = nullptr;    // [n]
+    const int32_t* slots = nullptr;  // [n]
+    void* cache = nullptr;           // the latent pool
     int elem = 0;
-    const float* inv_freq = nullptr;  // [rope / 2] (rope.h)
+    const float* inv_freq = nullptr;  // [rope / 2] (rope.h), interleaved pairs
+    float rope_scale = 1.0f;          // cos and sin times this (ops/rope.h)
     int64_t n = 0, rank = 0, rope = 0;
     float eps = 0;
 };
 
 struct IndexerWriteParams {
-    const float* k = nullptr;      // [n, dim]
-    const float* ln_w = nullptr;   // [dim]
-    const float* ln_b = nullptr;   // [dim]
-    const int32_t* pos = nullptr;  // [n]
-    const int32_t* slots = nullptr;// [n]
-    void* cache = nullptr;         // the indexer pool
+    const float* k = nullptr;        // [n, dim]
+    const float* ln_w = nullptr;     // [dim]
+    const float* ln_b = nullptr;     // [dim]
+    const int32_t* pos = nullptr;    // [n]
+    const int32_t* slots = nullptr;  // [n]
+    void* cache = nullptr;           // the indexer pool
     int elem = 0;
     const float* inv_freq = nullptr;  // [d_rope / 2] (rope.h)
+    float rope_scale = 1.0f;          // cos and sin times this (ops/rope.h)
+    bool interleaved = true;          // pairs (2i, 2i+1); false: (i, i + d_rope/2)
     int64_t n = 0, dim = 0, d_rope = 0;
     float eps = 0;
 };

@@ -1,17 +1,17 @@
 // latent_cache_write kernel (contract in latent_cache.h; model-spec §2.2/§2.4/§2.7, FP8 row layout kv/kv_format.h).
 // One CTA of 128 threads per token: thread t owns c[4t..4t+3]; warp w owns FP8 tile w (c[128w..128w+127]).
 //   c    = w ⊙ (c_raw · 1/sqrt(mean(c_raw²) + eps))                 fp32, as CpuOps::rms_norm
-//   k_pe = interleaved RoPE: pair (2j, 2j+1) rotates by pos · theta^(−2j/64) (fp32 angle, as CpuOps::rope;
-//          inv_freq from the host's std::pow so the angles are the oracle's bit for bit; sin/cos in double)
+//   k_pe = interleaved RoPE: pair (2j, 2j+1) rotates by pos · inv_freq[j] (fp32 angle, as CpuOps::rope; inv_freq
+//          is the host's table (ops/rope.h) so the angles are the oracle's bit for bit; sin/cos in double, times
+//          the rope scale)
 //   BF16 row: [c | k_pe] as bf16 (RNE).  FP8 row: per tile s = 2^ceil(log2(max(amax,1e-4)/448)),
 //   codes = e4m3 satfinite RNE of c/s, then the 4 fp32 scales, then k_pe as bf16 (= fp8_latent_pack).
-#include "backend/cuda/latent_cache.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cmath>
 
+#include "backend/cuda/latent_cache.h"
 #include "backend/cuda/launch_ex.cuh"
 
 namespace megactx::cuda {
@@ -27,14 +27,15 @@ __device__ float pow2_scale(float amax) {
     return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
 }
 
-// inv_freq is computed on the host with std::pow exactly as CpuOps::rope does: at positions ~1e6 one ulp of
+// inv_freq is the host's table (ops/rope.h, std::pow in fp32 as CpuOps::rope uses it): at positions ~1e6 one ulp of
 // inv_freq moves the fp32 angle by whole ulps, so a device powf could not match the oracle.
 struct RopeFreqs {
     float inv_freq[kRope / 2];
+    float scale;  // cos and sin times this
 };
 
-__global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_constant__ LatentCacheWriteParams p,
-                                                                 const __grid_constant__ RopeFreqs f) {
+__global__ void __launch_bounds__(128)
+    latent_cache_write_kernel(const __grid_constant__ LatentCacheWriteParams p, const __grid_constant__ RopeFreqs f) {
     const int64_t i = blockIdx.x;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     // Launched under PDL: wait for the previous kernel before touching memory, and let the next one (the indexer
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_co
         const float angle = fpos * f.inv_freq[lane];
         double sd, cd;
         sincos(static_cast<double>(angle), &sd, &cd);
-        const float sn = static_cast<float>(sd), cs = static_cast<float>(cd);
+        const float sn = static_cast<float>(sd) * f.scale, cs = static_cast<float>(cd) * f.scale;
         pe = make_float2(x0 * cs - x1 * sn, x1 * cs + x0 * sn);
     }
 
@@ -103,15 +104,15 @@ __global__ void __launch_bounds__(128) latent_cache_write_kernel(const __grid_co
 }  // namespace
 
 bool latent_cache_write_supported(const LatentCacheWriteParams& p) {
-    return p.kv_raw && p.norm_w && p.pos && p.slots && p.cache && p.n >= 0 && p.n <= 0x7fffffff;
+    return p.kv_raw && p.norm_w && p.pos && p.slots && p.cache && p.inv_freq && p.n >= 0 && p.n <= 0x7fffffff;
 }
 
 cudaError_t launch_latent_cache_write(const LatentCacheWriteParams& p, cudaStream_t stream) {
     if (!latent_cache_write_supported(p)) return cudaErrorInvalidValue;
     if (p.n == 0) return cudaSuccess;
     RopeFreqs f;
-    for (int j = 0; j < kRope / 2; ++j)
-        f.inv_freq[j] = 1.0f / std::pow(p.rope_theta, static_cast<float>(2 * j) / static_cast<float>(kRope));
+    for (int j = 0; j < kRope / 2; ++j) f.inv_freq[j] = p.inv_freq[j];
+    f.scale = p.rope_scale;
     return launch_ex(latent_cache_write_kernel, dim3(static_cast<unsigned>(p.n)), dim3(128), 0, stream, true, p, f);
 }
 

@@ -1,5 +1,5 @@
-// Interleaved RoPE in place (contract: rope.h; model-spec §2.3). One thread per (token, head, pair); the
-// frequencies come from the host (1 / theta^(2i/dim) in fp32, as transformers and the CPU oracle compute them).
+// RoPE in place (contract: rope.h; model-spec §2.3). One thread per (token, head, pair); the frequencies come
+// from the host (ops/rope.h, in fp32 as transformers and the CPU oracle compute them).
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/rope.h"
 
@@ -8,28 +8,28 @@ namespace megactx::cuda {
 namespace {
 
 __global__ void rope_kernel(float* x, int64_t n, int64_t n_head, int64_t d_head, int64_t offset, int64_t dim,
-                            const int32_t* pos, const float* inv_freq) {
+                            const int32_t* pos, const float* inv_freq, float scale, int64_t stride, int64_t partner) {
     const int64_t half = dim / 2, total = n * n_head * half;
     for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
         const int64_t i = k % half, th = k / half, t = th / n_head;
         const float angle = static_cast<float>(pos[t]) * inv_freq[i];
-        const float c = cosf(angle), s = sinf(angle);
-        float* v = x + th * d_head + offset + 2 * i;
-        const float x0 = v[0], x1 = v[1];
+        const float c = cosf(angle) * scale, s = sinf(angle) * scale;
+        float* v = x + th * d_head + offset + stride * i;
+        const float x0 = v[0], x1 = v[partner];
         v[0] = x0 * c - x1 * s;
-        v[1] = x1 * c + x0 * s;
+        v[partner] = x1 * c + x0 * s;
     }
 }
 
 }  // namespace
 
 cudaError_t launch_rope(float* x, int64_t n, int64_t n_head, int64_t d_head, int64_t offset, int64_t dim,
-                        const int32_t* pos, const float* inv_freq, cudaStream_t stream) {
+                        const int32_t* pos, const float* inv_freq, float scale, bool interleaved, cudaStream_t stream) {
     const int64_t total = n * n_head * (dim / 2);
     if (total == 0) return cudaSuccess;
     const int64_t blocks = (total + 255) / 256;
     rope_kernel<<<static_cast<unsigned>(blocks > 65535 * 8 ? 65535 * 8 : blocks), 256, 0, stream>>>(
-        x, n, n_head, d_head, offset, dim, pos, inv_freq);
+        x, n, n_head, d_head, offset, dim, pos, inv_freq, scale, interleaved ? 2 : 1, interleaved ? 1 : dim / 2);
     return cudaGetLastError();
 }
 
