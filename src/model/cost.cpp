@@ -161,6 +161,7 @@ CostReport compute_cost(const ModelConfig& c, int64_t context) {
     m.indexer_row = static_cast<double>(c.d_indexer + 4);
 
     CostReport r;
+    r.model_type = c.model_type;
     r.context = context;
     r.n_layers = c.n_layers;
     r.n_full_layers = c.n_full_layers();
@@ -193,7 +194,8 @@ std::string format_cost(const CostReport& r, bool as_json) {
                             r.quant_method)
                       : std::string("BF16 (no quantization_config): 2 B/param");
     if (as_json) {
-        nlohmann::json j = {{"context", r.context},
+        nlohmann::json j = {{"model_type", r.model_type},
+                            {"context", r.context},
                             {"n_layers", r.n_layers},
                             {"n_full_layers", r.n_full_layers},
                             {"n_mtp_layers_excluded", r.n_mtp_layers},
@@ -221,7 +223,7 @@ std::string format_cost(const CostReport& r, bool as_json) {
         out += fmt::format("{:<42}{:>14}{:>14}{:>12}\n", name, a, b, x);
     };
     auto ratio = [](double a, double b) { return fmt::format("{:.2f}x", a / b); };
-    out += fmt::format("megactx cost: glm_moe_dsa, {} layers ({} with a full indexer, from {}), context L = {}\n",
+    out += fmt::format("megactx cost: {}, {} layers ({} with a full indexer, from {}), context L = {}\n", r.model_type,
                        r.n_layers, r.n_full_layers, r.indexer_source, r.context);
     out += fmt::format(
         "conventions: multiply-add = 2 FLOPs; decode token at position L scans L indexer keys per full layer and "

@@ -1,6 +1,6 @@
-// `megactx cost`: analytic per-token FLOPs, bytes and KV memory of a glm_moe_dsa config at a context
-// length, with the config's IndexShare layout and with every layer full (model-spec §4.3, anchors §2).
-// The counting conventions are listed at the top of cost.cpp and in docs/cost.md.
+// `megactx cost`: analytic per-token FLOPs, bytes and KV memory of a DSA config (glm_moe_dsa, deepseek_v32) at a
+// context length, with the config's IndexShare layout and with every layer full (model-spec §4.3, anchors §2). The
+// counting conventions are listed at the top of cost.cpp and in docs/cost.md.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,7 @@ struct CostBreakdown {
 };
 
 struct CostReport {
+    std::string model_type;  // glm_moe_dsa or deepseek_v32
     int64_t context = 0;
     int64_t n_layers = 0;
     int64_t n_full_layers = 0;

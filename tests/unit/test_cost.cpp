@@ -118,4 +118,21 @@ TEST(Cost, FormatHasKeyLines) {
 }
 
 }  // namespace
+
+// DeepSeek-V3.2 (its own config.json): every one of the 61 layers runs the 64 × 128 indexer, so the layout is its own
+// all-full column; 37.5 B active parameters (DeepSeek reports 37 B activated for V3, before the indexer's 0.85 B).
+TEST(Cost, DeepSeekV32EveryLayerIndexed) {
+    const CostReport r = compute_cost(load_config(std::string(MEGACTX_TEST_DATA) + "/deepseek_v32/config.json"), k1M);
+    EXPECT_EQ(r.model_type, "deepseek_v32");
+    EXPECT_EQ(r.n_layers, 61);
+    EXPECT_EQ(r.n_full_layers, 61);
+    EXPECT_DOUBLE_EQ(r.decode_ratio, 1.0);
+    EXPECT_NEAR(r.active_params / 1e9, 37.48, 0.01);
+    const double scan = (2.0 * 64 * 128 + 3 * 64) * k1M;
+    const double idx_proj = 2.0 * (1536.0 * 8192 + 128.0 * 7168 + 64.0 * 7168);
+    EXPECT_DOUBLE_EQ(r.index_share.indexer_flops, 61 * (scan + idx_proj));
+    EXPECT_DOUBLE_EQ(r.index_share.attention_flops, 61.0 * 128 * 2048 * 2 * (576 + 512));
+    EXPECT_NE(format_cost(r, false).find("megactx cost: deepseek_v32, 61 layers"), std::string::npos);
+}
+
 }  // namespace megactx

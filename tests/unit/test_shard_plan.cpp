@@ -137,6 +137,24 @@ TEST(ShardPlan, WeightsThatDoNotFitSayWhatWould) {
         << message(odd, 126.0);
 }
 
+// DeepSeek-V3.2 (its own config.json): 128 heads over 8 GPUs, 16 each, the 64-head indexer replicated; 62 layers
+// of KV (the MTP layer's included) at 656 + 132 B. One 8×H200 node holds the weights, one 8×H100 node does not.
+TEST(ShardPlan, DeepSeekV32OnEightGpus) {
+    const ModelConfig c = load_config(std::string(MEGACTX_TEST_DATA) + "/deepseek_v32/config.json");
+    ParallelOptions o;
+    o.n_gpus = 8;
+    o.expert_parallel = true;
+    const ShardPlan p = make_shard_plan(c, o);
+    ASSERT_EQ(p.ranks.size(), 8u);
+    EXPECT_EQ(p.ranks[1].heads.begin, 16);
+    EXPECT_EQ(p.ranks[1].heads.end, 32);
+    EXPECT_EQ(p.kv_bytes_per_token_total, 62.0 * (656 + 132));
+    EXPECT_NO_THROW(check_weights_fit(c, p, 126.0 * kGiB));
+    EXPECT_THROW(check_weights_fit(c, p, 72.0 * kGiB), Error);  // 0.9 × 80 GB: two H100 nodes are needed
+    o.layer_split = true;
+    EXPECT_GE(node_capacity(make_shard_plan(c, o), 126.0 * kGiB, 1048576).sequences_at_context, 6);
+}
+
 TEST(ShardPlan, BadGpuCountsNameTheDimension) {
     const ModelConfig c = load_config(kGlm52);
     ParallelOptions o;
