@@ -2,8 +2,8 @@
 # Run HERE (the Debian dev machine): builds the CUDA build (build-cuda: MEGACTX_CUDA=ON, no -march=native so it
 # runs on the GPU host's CPU) and packs what the GPU machine needs into .stage/gpu.tar.xz (git-ignored; name
 # `.stage` in the device tool's carry): stripped binaries (megactx, the cuda tests and benchmarks, bench_engine,
-# bench_cpu) at their build-cuda paths, and the Debian shared libraries the GPU machine
-# lacks (fmt 9, xxhash, pcre2, ICU 72, cpp-httplib). scripts/gpu/cuda.sh unpacks and runs it there.
+# bench_cpu) at their build-cuda paths, and the Debian shared libraries the GPU machine lacks (fmt 9, xxhash,
+# pcre2, ICU 72, cpp-httplib, gloo with hiredis, ibverbs and libnl). scripts/gpu/cuda.sh unpacks and runs it there.
 # Building here instead of there saves device time (the lease is short; nvcc on 2 cores is not).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,9 +35,11 @@ done
 # models/tiny is not packed (random weights do not compress): cuda.sh regenerates it there, bit for bit (seed 0).
 # The serving benchmark's prompts (scripts/gpu/serve-overhead.sh), made by the same generator as bench-serve.sh.
 node bench/bench_serve.mjs --write-prompts "$stage/prompts.json" --count 128 --words 45 --seed 1
-for l in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libicuuc.so.72 libicudata.so.72 libcpp-httplib.so.0.11; do
+for l in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libicuuc.so.72 libicudata.so.72 libcpp-httplib.so.0.11 \
+    libhiredis.so.0.14 libibverbs.so.1 libnl-route-3.so.200 libnl-3.so.200; do
     cp -L "/lib/x86_64-linux-gnu/$l" "$stage/lib/"
 done
+cp -L /lib/libgloo.so.0 "$stage/lib/"  # gloo (CPU collectives between processes) and, above, what it links
 # One xz thread and a dictionary larger than the binaries: they share most of their CUDA kernels, which then
 # compress to almost nothing (half the size of -6's default 8 MiB window).
 tar -C .stage -cf - gpu | xz -T1 --lzma2=preset=6,dict=256MiB > .stage/gpu.tar.xz

@@ -3,6 +3,7 @@
 // pool's format. FP8 quantisation uses the same fp32 operations as kv_format.cpp (pow2 scale from the amax,
 // x / s, RNE satfinite e4m3), so the bytes match the host packer.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/rope_pair.cuh"
 #include "backend/cuda/kv_write.h"
 
 namespace megactx::cuda {
@@ -16,12 +17,11 @@ constexpr int kThreads = 256;
 __device__ void rope_shared(float* v, int64_t dim, int32_t p, const float* inv_freq, float scale, bool interleaved) {
     const int64_t stride = interleaved ? 2 : 1, partner = interleaved ? 1 : dim / 2;
     for (int64_t i = threadIdx.x; i < dim / 2; i += blockDim.x) {
-        const float angle = static_cast<float>(p) * inv_freq[i];
-        const float c = cosf(angle) * scale, s = sinf(angle) * scale;
         float* x = v + stride * i;
-        const float x0 = x[0], x1 = x[partner];
-        x[0] = x0 * c - x1 * s;
-        x[partner] = x1 * c + x0 * s;
+        float x0 = x[0], x1 = x[partner];
+        rope_rotate_pair(__fmul_rn(static_cast<float>(p), inv_freq[i]), scale, x0, x1);
+        x[0] = x0;
+        x[partner] = x1;
     }
 }
 

@@ -1,6 +1,7 @@
 // RoPE in place (contract: rope.h; model-spec §2.3). One thread per (token, head, pair); the frequencies come
 // from the host (ops/rope.h, in fp32 as transformers and the CPU oracle compute them).
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/rope_pair.cuh"
 #include "backend/cuda/rope.h"
 
 namespace megactx::cuda {
@@ -12,12 +13,11 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t n_head, int64_t d_head,
     const int64_t half = dim / 2, total = n * n_head * half;
     for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
         const int64_t i = k % half, th = k / half, t = th / n_head;
-        const float angle = static_cast<float>(pos[t]) * inv_freq[i];
-        const float c = cosf(angle) * scale, s = sinf(angle) * scale;
         float* v = x + th * d_head + offset + stride * i;
-        const float x0 = v[0], x1 = v[partner];
-        v[0] = x0 * c - x1 * s;
-        v[partner] = x1 * c + x0 * s;
+        float x0 = v[0], x1 = v[partner];
+        rope_rotate_pair(__fmul_rn(static_cast<float>(pos[t]), inv_freq[i]), scale, x0, x1);
+        v[0] = x0;
+        v[partner] = x1;
     }
 }
 
