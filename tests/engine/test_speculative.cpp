@@ -84,10 +84,7 @@ void expect_same(const std::vector<Out>& plain, const std::vector<Out>& spec, co
     }
 }
 
-// Eight requests of different lengths, chunked prefill interleaved with (speculative) decodes, on the random
-// fixture model (its MTP drafts are mostly rejected: the exactness of rejection is what is checked here).
-TEST(Speculative, GreedyEqualsPlainUnderContinuousBatching) {
-    const std::string f = "freq_offset_f32";
+void greedy_equals_plain_under_continuous_batching(const std::string& f) {
     const GlmDsaModel model(test::fixture_dir(f));
     ASSERT_TRUE(model.has_mtp());
     std::vector<std::pair<std::vector<int32_t>, GenerationParams>> reqs;
@@ -108,6 +105,16 @@ TEST(Speculative, GreedyEqualsPlainUnderContinuousBatching) {
         int64_t drafted = 0;
         for (const Out& o : spec) drafted += o.spec.drafted;
         EXPECT_EQ(drafted, st.spec.drafted);  // per-request counts add up to the engine's
+    }
+}
+
+// Eight requests of different lengths, chunked prefill interleaved with (speculative) decodes, on the random
+// fixture models (their MTP drafts are mostly rejected: the exactness of rejection is what is checked here): GLM's,
+// whose draft steps share step 0's top-k, and DeepSeek-V3.2's, whose MTP layer runs its indexer at every step.
+TEST(Speculative, GreedyEqualsPlainUnderContinuousBatching) {
+    for (const std::string f : {"freq_offset_f32", "dsv32_yarn_f32"}) {
+        SCOPED_TRACE(f);
+        greedy_equals_plain_under_continuous_batching(f);
     }
 }
 
