@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <bit>
 #include <fmt/format.h>
+#include <iterator>
+#include <list>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <unordered_map>
@@ -16,8 +19,72 @@ int64_t TokenMask::count() const {
     return n;
 }
 
+// What one walk of a bounded repetition's chain (Matcher::Repetition: at most `max` copies of one item, read by
+// Matcher::at_position(chain_pos, end)) tells about every count of that item. The item splits bytes into items one
+// way, so along a trie path each byte continues the current item or starts the next: a node's `need` is the items
+// its path starts (the last perhaps unfinished), its `done` the items the path completes. A repetition of min..max
+// items at a kernel position (then whatever its production reads after it) reads a node iff its need is at most
+// max: its tokens read entirely inside are those of need <= max, and its cuts (a byte refused where the repetition
+// could have completed, see PositionMasks) are the nodes the walk refused after done >= max(min, 1) items, and the
+// nodes that would start item max + 1. Tokens running on into what follows the repetition become cuts too: the
+// walk over the cuts through the real matcher decides them, so the masks are exactly those of a walk of the
+// position itself.
+struct TokenVocab::ItemAnalysis {
+    struct Refusal {
+        uint32_t node, need, done;  // a node refused; its parent's need and done (done >= 1)
+    };
+    uint32_t max = 0;
+    bool complete = true;              // false: too many states, positions are walked whole
+    std::vector<uint64_t> accepted;    // the tokens of need <= max
+    std::vector<int32_t> tokens;       // the same, by need ascending
+    std::vector<uint32_t> need_end;    // tokens of need <= n: tokens[0 .. need_end[n]), n <= the largest need
+    std::vector<Refusal> refused;      // ascending by node
+    std::vector<uint32_t> starts;      // nodes starting an item after d >= 1 whole items, by d, then by node
+    std::vector<uint32_t> starts_end;  // after d items: starts[starts_end[d - 1] .. starts_end[d]), starts_end[0] = 0
+    // Nodes whose path completes all `max` items: their subtrees were not read. A repetition of more items reads on
+    // there, so they are its cuts too (their tokens then come from the walk through the real matcher).
+    std::vector<uint32_t> saturated;
+};
+
+// Item analyses by item shape, one per item (the one of the largest max), a few items at most.
+class TokenVocab::ItemAnalyses {
+  public:
+    std::shared_ptr<const ItemAnalysis> find(uint64_t shape) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+            if (it->first != shape) continue;
+            lru_.splice(lru_.begin(), lru_, it);
+            return lru_.front().second;
+        }
+        return nullptr;
+    }
+    void insert(uint64_t shape, std::shared_ptr<const ItemAnalysis> a) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+            if (it->first != shape) continue;
+            if (it->second->max >= a->max) return;
+            lru_.erase(it);
+            break;
+        }
+        if (lru_.size() >= kMaxItems) lru_.pop_back();
+        lru_.emplace_front(shape, std::move(a));
+    }
+    size_t size() const {
+        const std::lock_guard<std::mutex> lock(mu_);
+        return lru_.size();
+    }
+
+  private:
+    static constexpr size_t kMaxItems = 8;  // each about 2 MiB for a 128K-token vocabulary
+    mutable std::mutex mu_;
+    std::list<std::pair<uint64_t, std::shared_ptr<const ItemAnalysis>>> lru_;  // most recently used first
+};
+
 TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<int32_t> stop_ids)
-    : n_tokens_(token_bytes.size()), bytes_(token_bytes), stop_ids_(std::move(stop_ids)) {
+    : n_tokens_(token_bytes.size()),
+      bytes_(token_bytes),
+      stop_ids_(std::move(stop_ids)),
+      items_(std::make_shared<ItemAnalyses>()) {
     for (const int32_t id : stop_ids_)
         if (id < 0 || static_cast<size_t>(id) >= n_tokens_)
             throw GrammarError(fmt::format("token masks: stop token {} outside the vocabulary of {}", id, n_tokens_));
@@ -316,10 +383,10 @@ void TokenVocab::set_subtree(uint32_t i, TokenMask& out) const {
 }
 
 // The keyed walk over the whole trie (cuts null) or over only the subtrees rooted at `cuts` (ascending, none inside
-// another), whose tokens it sets; the nodes above them are visited to reach them. False (with `m` as it was): too
-// many states, `out` is incomplete.
-bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts) const {
-    StateWalk w(m, max_depth_);
+// another), whose tokens it sets; the nodes above them are visited to reach them. `table`: transitions to start from
+// and add to (null: the walk's own). False (with `m` as it was): too many states, `out` is incomplete.
+bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts, StateTable* table) const {
+    StateWalk w(m, max_depth_, table);
     size_t next_cut = 0;
     uint32_t cut_end = cuts == nullptr ? static_cast<uint32_t>(nodes_.size()) : 0;  // inside a cut below this
     for (uint32_t i = 1; i < nodes_.size();) {
@@ -400,6 +467,164 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
     return pm;
 }
 
+size_t TokenVocab::n_item_analyses() const { return items_->size(); }
+
+namespace {
+
+// The values of (key, value) pairs ordered by key (small integers), stably: values[end[k - 1] .. end[k]) have key k
+// (end[k]: the pairs of key <= k).
+template <class V>
+void bucket_by_key(const std::vector<std::pair<uint32_t, V>>& pairs, std::vector<V>& values,
+                   std::vector<uint32_t>& end) {
+    uint32_t max_key = 0;
+    for (const auto& p : pairs) max_key = std::max(max_key, p.first);
+    end.assign(size_t{max_key} + 1, 0);
+    for (const auto& p : pairs) ++end[p.first];
+    std::vector<uint32_t> at(end.size(), 0);  // where the next value of key k goes
+    for (size_t k = 1; k < end.size(); ++k) {
+        end[k] += end[k - 1];
+        at[k] = end[k - 1];
+    }
+    values.resize(pairs.size());
+    for (const auto& p : pairs) values[at[p.first]++] = p.second;
+}
+
+}  // namespace
+
+// The item analysis of a repetition's chain: a walk of the chain alone (Matcher::at_position(chain_pos, end)) that
+// records each node's need and done (see ItemAnalysis).
+std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_item(const Matcher& m,
+                                                                         const Matcher::Repetition& rep,
+                                                                         StateTable* table) const {
+    auto a = std::make_shared<ItemAnalysis>();
+    a->max = rep.chain_max;
+    Matcher inner = m.at_position(rep.chain_pos, rep.end);
+    TokenMask accepted;
+    accepted.reset(n_tokens_);
+    std::vector<std::pair<uint32_t, int32_t>> by_need;  // (need, token)
+    std::vector<std::pair<uint32_t, uint32_t>> starts;  // (whole items before, node)
+    std::vector<uint32_t> done(max_depth_ + 1, 0);      // items the current path's first d bytes complete
+    {
+        StateWalk w(inner, max_depth_, table);
+        for (uint32_t i = 1; i < nodes_.size();) {
+            const Node& n = nodes_[i];
+            const uint32_t d = n.depth;
+            if (w.peek(d, n.byte) == StateWalk::kRefused) {
+                if (d >= 2 && done[d - 1] >= 1) a->refused.push_back({i, done[d - 2] + 1, done[d - 1]});
+                i = n.end;
+                continue;
+            }
+            if (d >= 2 && w.accepting(d - 1)) starts.emplace_back(done[d - 1], i);
+            for (uint32_t t = 0; t < n.n_tokens; ++t) {
+                accepted.set(token_ids_[n.first_token + t]);
+                by_need.emplace_back(done[d - 1] + 1, token_ids_[n.first_token + t]);
+            }
+            if (n.end > i + 1) {
+                if (!w.enter(d, n.byte)) {
+                    a->complete = false;
+                    return a;
+                }
+                done[d] = done[d - 1] + (w.accepting(d) ? 1 : 0);
+                if (done[d] == a->max) a->saturated.push_back(i);
+            }
+            ++i;
+        }
+    }
+    bucket_by_key(by_need, a->tokens, a->need_end);
+    bucket_by_key(starts, a->starts, a->starts_end);
+    a->accepted = std::move(accepted.words);
+    return a;
+}
+
+// The PositionMasks of a repetition of min..max items of an analysed item (see ItemAnalysis).
+std::shared_ptr<const PositionMasks> TokenVocab::derive_position(const ItemAnalysis& a, uint32_t min,
+                                                                 uint32_t max) const {
+    auto pm = std::make_shared<PositionMasks>();
+    if (!a.complete) {
+        pm->complete = false;
+        return pm;
+    }
+    const size_t total = a.tokens.size();
+    const size_t kept = max < a.need_end.size() ? a.need_end[max] : total;  // tokens of need <= max
+    if (kept == total) {
+        pm->accepted = a.accepted;
+    } else if (kept > 0) {
+        TokenMask acc;
+        if (2 * kept < total) {  // set the few kept, or clear the few dropped
+            acc.reset(n_tokens_);
+            for (size_t t = 0; t < kept; ++t) acc.set(a.tokens[t]);
+        } else {
+            acc.words = a.accepted;
+            for (size_t t = kept; t < total; ++t)
+                acc.words[static_cast<size_t>(a.tokens[t]) >> 6] &= ~(uint64_t{1} << (a.tokens[t] & 63));
+        }
+        pm->accepted = std::move(acc.words);
+    }
+    std::vector<uint32_t> refused;
+    for (const ItemAnalysis::Refusal& r : a.refused)
+        if (r.need <= max && r.done >= std::max<uint32_t>(min, 1)) refused.push_back(r.node);
+    // Item max + 1 starts: after max whole items (max >= 1, so the repetition could complete there).
+    const auto first = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max - 1] : a.starts.size());
+    const auto last = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max] : a.starts.size());
+    pm->cuts.reserve(refused.size() + static_cast<size_t>(last - first));
+    std::merge(refused.begin(), refused.end(), first, last, std::back_inserter(pm->cuts));
+    if (max > a.max) {  // the walk stopped where these read on; nested cuts are dropped by fill_by_positions
+        const size_t n = pm->cuts.size();
+        pm->cuts.insert(pm->cuts.end(), a.saturated.begin(), a.saturated.end());
+        std::inplace_merge(pm->cuts.begin(), pm->cuts.begin() + static_cast<ptrdiff_t>(n), pm->cuts.end());
+    }
+    return pm;
+}
+
+// The PositionMasks of kernel position `pos` when it is a bounded repetition (Matcher::repetition), derived from
+// its item's analysis, which is walked now if there is none and `may_walk`. Null otherwise.
+std::shared_ptr<const PositionMasks> TokenVocab::repetition_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
+                                                                  bool may_walk) const {
+    Matcher::Repetition rep;
+    if (!m.repetition(pos, rep)) return nullptr;
+    std::shared_ptr<const ItemAnalysis> a = items_->find(rep.item_shape);
+    if (a == nullptr) {
+        if (!may_walk) return nullptr;
+        {
+            auto [lock, table] = cache.analysis_table();
+            a = analyse_item(m, rep, table);
+        }
+        items_->insert(rep.item_shape, a);
+    }
+    return derive_position(*a, rep.min, rep.max);
+}
+
+// What kernel position `pos` allows on its own: from the grammar's cache, derived from its repetition's item, from
+// the vocabulary's cache (by shape), or, when `may_walk`, by a walk (of the item or of the position). Null: none of
+// these without a walk. Derived positions are kept in the grammar's cache only: deriving is cheap, and a string of
+// thousands of characters would crowd the vocabulary's analyses out.
+std::shared_ptr<const PositionMasks> TokenVocab::position_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
+                                                                bool may_walk) const {
+    std::shared_ptr<const PositionMasks> pm = cache.find_position(pos);
+    if (pm != nullptr) return pm;
+    if ((pm = repetition_masks(m, pos, cache, false)) != nullptr) {
+        cache.insert_position(pos, pm);
+        return pm;
+    }
+    const uint64_t shape = m.position_shape(pos);
+    if (shape != 0 && (pm = shared_->find_position(shape)) != nullptr) {
+        cache.insert_position(pos, pm);
+        return pm;
+    }
+    if (!may_walk) return nullptr;
+    if ((pm = repetition_masks(m, pos, cache, true)) != nullptr) {
+        cache.insert_position(pos, pm);
+        return pm;
+    }
+    {
+        auto [lock, table] = cache.analysis_table();
+        pm = analyse_position(m, pos, table);
+    }
+    if (shape != 0) shared_->insert_position(shape, pm);
+    cache.insert_position(pos, pm);
+    return pm;
+}
+
 // fill_mask's per-position path: the union of the kernel positions' accepted tokens, then the keyed walk over the
 // union of their cuts through `m` itself. False: a state this does not suit (too many kernel positions, a position
 // too large to analyse, several positions not analysed yet, too many states in the cuts' walk); `out` is then
@@ -408,34 +633,16 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
     std::vector<uint32_t> kernel;
     m.kernel_positions(kernel);
     if (kernel.size() > kMaxKernel) return false;
-    // The positions' analyses, from the grammar's cache or the vocabulary's (by shape). One not analysed yet is
-    // analysed now; when several are missing, only the first is, and this mask walks the state instead (false):
-    // each analysis walks the trie, so a cold state with several wide positions would cost a walk per position
-    // (MaskBench's p99.9); later masks find the others.
+    // The positions' analyses (position_masks). One that needs a walk is walked now; when several do, only the
+    // first is (the others are tried again after it: an item's walk may serve them), and this mask walks the state
+    // instead (false): each analysis walks the trie, so a cold state with several wide positions would cost a walk
+    // per position (MaskBench's p99.9); later masks find the others.
     std::vector<std::shared_ptr<const PositionMasks>> found(kernel.size());
-    size_t n_missing = 0, first_missing = kernel.size();
-    for (size_t i = 0; i < kernel.size(); ++i) {
-        found[i] = cache.find_position(kernel[i]);
-        if (found[i] == nullptr) {
-            const uint64_t shape = m.position_shape(kernel[i]);
-            if (shape != 0 && (found[i] = shared_->find_position(shape)) != nullptr) {
-                cache.insert_position(kernel[i], found[i]);
-            } else if (n_missing++ == 0) {
-                first_missing = i;
-            }
-        }
-    }
-    if (n_missing > 0) {
-        const uint32_t pos = kernel[first_missing];
-        const uint64_t shape = m.position_shape(pos);
-        {
-            auto [lock, table] = cache.analysis_table();
-            found[first_missing] = analyse_position(m, pos, table);
-        }
-        if (shape != 0) shared_->insert_position(shape, found[first_missing]);
-        cache.insert_position(pos, found[first_missing]);
-        if (n_missing > 1) return false;
-    }
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < kernel.size(); ++i)
+        if ((found[i] = position_masks(m, kernel[i], cache, false)) == nullptr) missing.push_back(i);
+    for (size_t n = 0; n < missing.size(); ++n)
+        if ((found[missing[n]] = position_masks(m, kernel[missing[n]], cache, n == 0)) == nullptr) return false;
     std::vector<uint32_t> cuts;
     for (const std::shared_ptr<const PositionMasks>& pm : found) {
         if (!pm->complete) return false;
@@ -449,7 +656,10 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
     for (size_t i = 0; i < cuts.size(); ++i)
         if (kept == 0 || cuts[i] >= nodes_[cuts[kept - 1]].end) cuts[kept++] = cuts[i];
     cuts.resize(kept);
-    return walk_by_state(m, out, &cuts);
+    // Through the grammar's transitions: the states below a kernel position recur from mask to mask (a bounded
+    // string's next character meets the states of the last one's, one item further on).
+    auto [lock, table] = cache.analysis_table();
+    return walk_by_state(m, out, &cuts, table);
 }
 
 void TokenVocab::fill_mask(Matcher& m, TokenMask& out, MaskCache* cache) const {
