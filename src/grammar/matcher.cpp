@@ -450,8 +450,7 @@ struct Matcher::Impl {
             out.chain_max = c.chain_max[static_cast<size_t>(c.next[chain_pos])];
             out.max = out.min + out.chain_max;
             out.end = chain_pos + 1;
-            out.item_shape = shape(c.starts[c.rule_begin[r]], c.starts[c.rule_begin[r]] + 1, 0x17E35ull);
-            return out.item_shape != 0;
+            return describe_item(c.starts[c.rule_begin[r]], out);
         }
         if (chain(c.next[p])) {
             item = c.chain_item[static_cast<size_t>(c.next[p])];
@@ -466,7 +465,15 @@ struct Matcher::Impl {
         out.chain_max = c.chain_max[static_cast<size_t>(c.next[p])];
         out.max = out.min + out.chain_max;
         out.end = p + 1;
+        return describe_item(item, out);
+    }
+
+    // Fills the item's part of `out` from the dotted position before it.
+    bool describe_item(uint32_t item, Matcher::Repetition& out) const {
+        const Compiled& c = *g;
         out.item_shape = shape(item, item + 1, 0x17E35ull);
+        out.item_is_byte = c.next[item] == kTerminal;
+        out.item_bytes = out.item_is_byte ? c.terminals[static_cast<size_t>(c.arg[item])] : ByteSet{};
         return out.item_shape != 0;
     }
 

@@ -66,6 +66,8 @@ class Matcher {
         uint32_t chain_pos;   // the dotted position before the chain: at_position(chain_pos, end) reads 0..chain_max
         uint32_t chain_max;   // items
         uint32_t end;         // the dotted position after the chain
+        bool item_is_byte;    // the item is one byte of `item_bytes`
+        ByteSet item_bytes;
     };
     bool repetition(uint32_t pos, Repetition& out) const;
     // A matcher that reads the production from dotted position `pos` up to `end` (a later position of the same

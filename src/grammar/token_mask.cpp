@@ -98,9 +98,10 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
     });
     token_ids_.reserve(order.size());
     // build(lo, hi, depth): the node whose prefix the ids order[lo, hi) share, `depth` bytes long.
-    const auto build = [&](auto& self, size_t lo, size_t hi, size_t depth, uint8_t byte) -> void {
+    const auto build = [&](auto& self, size_t lo, size_t hi, size_t depth, uint8_t byte, uint32_t parent) -> void {
         const auto me = static_cast<uint32_t>(nodes_.size());
-        nodes_.push_back(Node{byte, static_cast<uint32_t>(depth), 0, static_cast<uint32_t>(token_ids_.size()), 0});
+        nodes_.push_back(
+            Node{byte, static_cast<uint32_t>(depth), 0, static_cast<uint32_t>(token_ids_.size()), 0, parent});
         max_depth_ = std::max(max_depth_, depth);
         while (lo < hi && bytes_[static_cast<size_t>(order[lo])].size() == depth) {  // tokens ending here come first
             token_ids_.push_back(order[lo++]);
@@ -112,7 +113,7 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
             size_t e = lo;
             while (e < hi && static_cast<uint8_t>(bytes_[static_cast<size_t>(order[e])][depth]) == c) ++e;
             const auto child = static_cast<uint32_t>(nodes_.size());
-            self(self, lo, e, depth + 1, c);
+            self(self, lo, e, depth + 1, c, me);
             below.add(c);
             below.add(below_[child]);
             lo = e;
@@ -123,7 +124,7 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
     size_t total = 1;  // at most one node per byte of every token, and the root
     for (const int32_t id : order) total += bytes_[static_cast<size_t>(id)].size();
     below_.resize(total);
-    build(build, 0, order.size(), 0, 0);
+    build(build, 0, order.size(), 0, 0, 0);
     below_.resize(nodes_.size());
     below_.shrink_to_fit();
 }
@@ -387,19 +388,40 @@ void TokenVocab::set_subtree(uint32_t i, TokenMask& out) const {
 // and add to (null: the walk's own). False (with `m` as it was): too many states, `out` is incomplete.
 bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts, StateTable* table) const {
     StateWalk w(m, max_depth_, table);
-    size_t next_cut = 0;
-    uint32_t cut_end = cuts == nullptr ? static_cast<uint32_t>(nodes_.size()) : 0;  // inside a cut below this
-    for (uint32_t i = 1; i < nodes_.size();) {
-        const Node& n = nodes_[i];
-        if (i >= cut_end) {  // above the cuts: go only towards the next one
-            while (next_cut < cuts->size() && (*cuts)[next_cut] < i) ++next_cut;  // inside refused subtrees
-            if (next_cut == cuts->size()) break;
-            if ((*cuts)[next_cut] >= n.end) {
-                i = n.end;
-                continue;
-            }
-            if ((*cuts)[next_cut] == i) cut_end = n.end;
+    if (cuts == nullptr) return walk_subtrees(w, 1, static_cast<uint32_t>(nodes_.size()), out);
+    // Each cut is reached from the path to the last one through its parents (not by scanning the siblings on the
+    // way: a node may have hundreds of children).
+    std::vector<uint32_t> path(max_depth_ + 1, 0), above;  // path[d]: the node entered at depth d <= path_depth
+    uint32_t path_depth = 0;
+    for (const uint32_t cut : *cuts) {
+        above.clear();  // the cut's ancestors below the path, deepest first
+        for (uint32_t a = nodes_[cut].parent; a != 0; a = nodes_[a].parent) {
+            if (nodes_[a].depth <= path_depth && path[nodes_[a].depth] == a) break;
+            above.push_back(a);
         }
+        path_depth = nodes_[cut].depth - 1 - static_cast<uint32_t>(above.size());  // the part still on the path
+        bool reached = true;
+        for (auto it = above.rbegin(); it != above.rend() && reached; ++it) {
+            const Node& n = nodes_[*it];
+            if (w.peek(n.depth, n.byte) == StateWalk::kRefused) {
+                reached = false;
+                break;
+            }
+            if (!w.enter(n.depth, n.byte)) return false;
+            path[n.depth] = *it;
+            path_depth = n.depth;
+            for (uint32_t t = 0; t < n.n_tokens; ++t) out.set(token_ids_[n.first_token + t]);  // read whole: allowed
+        }
+        if (reached && !walk_subtrees(w, cut, nodes_[cut].end, out)) return false;
+    }
+    return true;
+}
+
+// The keyed walk over the subtrees of nodes [from, to) (siblings, or one node's subtree), whose parent is the walk's
+// current path. False: too many states.
+bool TokenVocab::walk_subtrees(StateWalk& w, uint32_t from, uint32_t to, TokenMask& out) const {
+    for (uint32_t i = from; i < to;) {
+        const Node& n = nodes_[i];
         if (w.peek(n.depth, n.byte) == StateWalk::kRefused) {
             i = n.end;
             continue;
@@ -410,7 +432,7 @@ bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uin
             continue;
         }
         if (!w.enter(n.depth, n.byte)) return false;
-        // Tokens a matcher reads whole are allowed, above the cuts too: the subtree is taken whole when it can be.
+        // Tokens a matcher reads whole are allowed: the subtree is taken whole when it can be.
         if (n.end - i >= kMinSkip && w.loops_on(n.depth, below_[i])) {
             set_subtree(i, out);
             i = n.end;
@@ -496,6 +518,7 @@ void bucket_by_key(const std::vector<std::pair<uint32_t, V>>& pairs, std::vector
 std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_item(const Matcher& m,
                                                                          const Matcher::Repetition& rep,
                                                                          StateTable* table) const {
+    if (rep.item_is_byte) return analyse_byte_item(rep.item_bytes, rep.chain_max);
     auto a = std::make_shared<ItemAnalysis>();
     a->max = rep.chain_max;
     Matcher inner = m.at_position(rep.chain_pos, rep.end);
@@ -529,6 +552,37 @@ std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_item(const M
             }
             ++i;
         }
+    }
+    bucket_by_key(by_need, a->tokens, a->need_end);
+    bucket_by_key(starts, a->starts, a->starts_end);
+    a->accepted = std::move(accepted.words);
+    return a;
+}
+
+// The item analysis of a repetition of one byte of `bytes` (a class in a format or a pattern): the same as
+// analyse_item's walk would find, from the trie alone (a node's need and done are its depth).
+std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_byte_item(const ByteSet& bytes,
+                                                                              uint32_t max) const {
+    auto a = std::make_shared<ItemAnalysis>();
+    a->max = max;
+    TokenMask accepted;
+    accepted.reset(n_tokens_);
+    std::vector<std::pair<uint32_t, int32_t>> by_need;
+    std::vector<std::pair<uint32_t, uint32_t>> starts;
+    for (uint32_t i = 1; i < nodes_.size();) {
+        const Node& n = nodes_[i];
+        if (!bytes.has(n.byte) || n.depth > max) {
+            if (n.depth >= 2) a->refused.push_back({i, n.depth - 1, n.depth - 1});
+            i = n.end;
+            continue;
+        }
+        if (n.depth >= 2) starts.emplace_back(n.depth - 1, i);
+        for (uint32_t t = 0; t < n.n_tokens; ++t) {
+            accepted.set(token_ids_[n.first_token + t]);
+            by_need.emplace_back(n.depth, token_ids_[n.first_token + t]);
+        }
+        if (n.depth == max && n.end > i + 1) a->saturated.push_back(i);
+        ++i;
     }
     bucket_by_key(by_need, a->tokens, a->need_end);
     bucket_by_key(starts, a->starts, a->starts_end);

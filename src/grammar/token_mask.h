@@ -125,6 +125,7 @@ class TokenVocab {
         uint32_t end;           // one past the last node of this subtree
         uint32_t first_token;   // tokens ending here: token_ids_[first_token .. first_token + n_tokens)
         uint32_t n_tokens;
+        uint32_t parent;  // the node one byte up (the root's: itself)
     };
     class StateWalk;
     struct ItemAnalysis;
@@ -133,9 +134,11 @@ class TokenVocab {
     void set_subtree(uint32_t node, TokenMask& out) const;
     bool walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts,
                        StateTable* table = nullptr) const;
+    bool walk_subtrees(StateWalk& w, uint32_t from, uint32_t to, TokenMask& out) const;
     std::shared_ptr<const PositionMasks> analyse_position(const Matcher& m, uint32_t pos, StateTable* table) const;
     std::shared_ptr<const ItemAnalysis> analyse_item(const Matcher& m, const Matcher::Repetition& rep,
                                                      StateTable* table) const;
+    std::shared_ptr<const ItemAnalysis> analyse_byte_item(const ByteSet& bytes, uint32_t max) const;
     std::shared_ptr<const PositionMasks> derive_position(const ItemAnalysis& a, uint32_t min, uint32_t max) const;
     std::shared_ptr<const PositionMasks> repetition_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
                                                           bool may_walk) const;
