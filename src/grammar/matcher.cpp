@@ -15,6 +15,7 @@
 #include <atomic>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -55,6 +56,10 @@ struct Compiled {
     // Per rule: for a rule of one production item^m chain (Builder::repeat's item{m,n} with 0 < m < n), m and the
     // dotted position before the chain; 0 for other rules.
     std::vector<uint32_t> repeat_min, repeat_chain;
+    // Per rule, made when first needed (Matcher::repetition): the bytes its strings may begin with, and the bytes
+    // that may follow it anywhere in the grammar (standard FIRST and FOLLOW sets; over-approximations are safe).
+    mutable std::once_flag sets_once;
+    mutable std::vector<ByteSet> first, follow;
 };
 
 constexpr size_t kMaxBundle = 512;               // dotted positions in one rule's closure
@@ -212,6 +217,84 @@ void find_repeats(Compiled& c) {
         c.repeat_min[r] = p - first;
         c.repeat_chain[r] = p;
     }
+}
+
+// The bytes the symbols from dotted position `pos` to the production's end may begin with (Compiled::first must be
+// filled); `nullable`: they may derive the empty string.
+ByteSet first_of(const Compiled& c, uint32_t pos, bool& nullable) {
+    ByteSet out;
+    for (; c.next[pos] != kEnd; ++pos) {
+        if (c.next[pos] == kTerminal) {
+            out.add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+            nullable = false;
+            return out;
+        }
+        out.add(c.first[static_cast<size_t>(c.next[pos])]);
+        if (!c.nullable[static_cast<size_t>(c.next[pos])]) {
+            nullable = false;
+            return out;
+        }
+    }
+    nullable = true;
+    return out;
+}
+
+// Grows sets[to] by `add`; true when it grew.
+bool grow(std::vector<ByteSet>& sets, size_t to, const ByteSet& add) {
+    const ByteSet before = sets[to];
+    sets[to].add(add);
+    return !(sets[to] == before);
+}
+
+// Propagates sets along edges (from -> to: sets[to] includes sets[from]) until nothing grows.
+void propagate(std::vector<ByteSet>& sets, const std::vector<std::vector<uint32_t>>& edges) {
+    std::vector<uint32_t> work;
+    std::vector<uint8_t> queued(sets.size(), 1);
+    for (uint32_t r = 0; r < sets.size(); ++r) work.push_back(r);
+    while (!work.empty()) {
+        const uint32_t from = work.back();
+        work.pop_back();
+        queued[from] = 0;
+        for (const uint32_t to : edges[from]) {
+            if (grow(sets, to, sets[from]) && !queued[to]) {
+                queued[to] = 1;
+                work.push_back(to);
+            }
+        }
+    }
+}
+
+// Fills Compiled::first and follow.
+void compute_first_follow(const Compiled& c) {
+    const auto n = static_cast<size_t>(c.n_rules);
+    std::vector<std::vector<uint32_t>> into(n);  // FIRST: rule -> rules whose productions begin with it
+    c.first.assign(n, ByteSet{});
+    for (size_t r = 0; r < n; ++r) {
+        for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
+            for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
+                if (c.next[pos] == kTerminal) {
+                    c.first[r].add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+                    break;
+                }
+                into[static_cast<size_t>(c.next[pos])].push_back(static_cast<uint32_t>(r));
+                if (!c.nullable[static_cast<size_t>(c.next[pos])]) break;
+            }
+        }
+    }
+    propagate(c.first, into);
+    for (auto& e : into) e.clear();  // FOLLOW: a production's rule -> the rules ending it
+    c.follow.assign(n, ByteSet{});
+    for (size_t r = 0; r < n; ++r) {
+        for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
+            for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
+                if (c.next[pos] == kTerminal) continue;
+                bool rest_nullable = false;
+                c.follow[static_cast<size_t>(c.next[pos])].add(first_of(c, pos + 1, rest_nullable));
+                if (rest_nullable) into[r].push_back(static_cast<uint32_t>(c.next[pos]));
+            }
+        }
+    }
+    propagate(c.follow, into);
 }
 
 std::shared_ptr<const Compiled> compile(const Grammar& g) {
@@ -437,9 +520,30 @@ struct Matcher::Impl {
         return h | 1;
     }
 
+    // A repetition at `pos`, or at the start of the one production of the rule after it (an email's local part
+    // begins the email), a few levels down. Down there, only one of at least one item: what follows an empty one
+    // would be read by an item predicted at this byte, which is no kernel position (that of `pos` is one).
     bool repetition(uint32_t pos, Matcher::Repetition& out) const {
         const Compiled& c = *g;
         if (pos >= c.next.size()) return false;
+        for (int level = 0; level < 8; ++level) {
+            if (repetition_at(pos, out)) return level == 0 || out.min > 0;
+            const int32_t r = c.next[pos];
+            if (r < 0 || c.rule_begin[static_cast<size_t>(r) + 1] - c.rule_begin[static_cast<size_t>(r)] != 1) break;
+            pos = c.starts[c.rule_begin[static_cast<size_t>(r)]];
+        }
+        return false;
+    }
+
+    ByteSet first_bytes(uint32_t pos) const {
+        const Compiled& c = *g;
+        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
+        bool nullable = false;
+        return pos < c.next.size() ? first_of(c, pos, nullable) : ByteSet{};
+    }
+
+    bool repetition_at(uint32_t pos, Matcher::Repetition& out) const {
+        const Compiled& c = *g;
         const auto chain = [&](int32_t sym) { return sym >= 0 && c.chain_max[static_cast<size_t>(sym)] > 0; };
         uint32_t p = pos, item = 0;
         if (c.next[p] >= 0 && c.repeat_min[static_cast<size_t>(c.next[p])] > 0) {  // a rule item^m chain
@@ -468,12 +572,17 @@ struct Matcher::Impl {
         return describe_item(item, out);
     }
 
-    // Fills the item's part of `out` from the dotted position before it.
+    // Fills the item's part of `out` from the dotted position before it, and what may follow the repetition.
     bool describe_item(uint32_t item, Matcher::Repetition& out) const {
         const Compiled& c = *g;
+        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
         out.item_shape = shape(item, item + 1, 0x17E35ull);
         out.item_is_byte = c.next[item] == kTerminal;
         out.item_bytes = out.item_is_byte ? c.terminals[static_cast<size_t>(c.arg[item])] : ByteSet{};
+        out.item_first = out.item_is_byte ? out.item_bytes : c.first[static_cast<size_t>(c.next[item])];
+        bool rest_nullable = false;
+        out.follow = first_of(c, out.end, rest_nullable);
+        if (rest_nullable) out.follow.add(c.follow[static_cast<size_t>(c.lhs[out.end])]);
         return out.item_shape != 0;
     }
 
@@ -825,6 +934,8 @@ Matcher Matcher::at_position(uint32_t pos) const { return Matcher(new Impl(impl_
 uint64_t Matcher::position_shape(uint32_t pos) const { return impl_->shape(pos); }
 
 bool Matcher::repetition(uint32_t pos, Repetition& out) const { return impl_->repetition(pos, out); }
+
+ByteSet Matcher::first_bytes(uint32_t pos) const { return impl_->first_bytes(pos); }
 
 Matcher Matcher::at_position(uint32_t pos, uint32_t end) const { return Matcher(new Impl(impl_->g, pos, end)); }
 

@@ -56,10 +56,11 @@ class Matcher {
 
     // A bounded repetition at `pos` (Builder::repeat's item{m,n}: item^m, then the chain up_k ::= item up_{k-1} | ε):
     // the rest of pos's production begins with `min` copies of one item (maybe none) and then such a chain, of at
-    // most `max - min` items, or with a rule of one production that is those. Only for an item that derives no empty
-    // string and none of whose strings is a proper prefix of another (a JSON string's character, a byte class), so that
-    // the bytes read split into items one way only. The token masks analyse such an item once and derive every count of
-    // it (grammar/token_mask.h).
+    // most `max - min` items, or with a rule of one production that is those (or begins with them: what follows is
+    // then read past the repetition's end, like what follows it in the production). Only for an item that derives no
+    // empty string and none of whose strings is a proper prefix of another (a JSON string's character, a byte class),
+    // so that the bytes read split into items one way only. The token masks analyse such an item once and derive every
+    // count of it (grammar/token_mask.h).
     struct Repetition {
         uint64_t item_shape;  // the item's structure, as position_shape hashes it: equal items, equal shapes
         uint32_t min, max;    // items the repetition reads from `pos`
@@ -68,8 +69,12 @@ class Matcher {
         uint32_t end;         // the dotted position after the chain
         bool item_is_byte;    // the item is one byte of `item_bytes`
         ByteSet item_bytes;
+        ByteSet item_first;  // the bytes the item may begin with
+        ByteSet follow;      // bytes that may come right after the repetition (a superset)
     };
     bool repetition(uint32_t pos, Repetition& out) const;
+    // The bytes at_position(pos) may read first (a superset).
+    ByteSet first_bytes(uint32_t pos) const;
     // A matcher that reads the production from dotted position `pos` up to `end` (a later position of the same
     // production), accepts there and reads nothing past it. Its state keys are its own: never equal to those of a
     // matcher that reads on.

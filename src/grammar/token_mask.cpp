@@ -590,44 +590,48 @@ std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_byte_item(co
     return a;
 }
 
-// The PositionMasks of a repetition of min..max items of an analysed item (see ItemAnalysis).
-std::shared_ptr<const PositionMasks> TokenVocab::derive_position(const ItemAnalysis& a, uint32_t min,
-                                                                 uint32_t max) const {
-    auto pm = std::make_shared<PositionMasks>();
-    if (!a.complete) {
-        pm->complete = false;
-        return pm;
-    }
+// The tokens of need <= max (see ItemAnalysis), as mask words; empty: none.
+std::vector<uint64_t> TokenVocab::derive_accepted(const ItemAnalysis& a, uint32_t max) const {
     const size_t total = a.tokens.size();
-    const size_t kept = max < a.need_end.size() ? a.need_end[max] : total;  // tokens of need <= max
-    if (kept == total) {
-        pm->accepted = a.accepted;
-    } else if (kept > 0) {
-        TokenMask acc;
-        if (2 * kept < total) {  // set the few kept, or clear the few dropped
-            acc.reset(n_tokens_);
-            for (size_t t = 0; t < kept; ++t) acc.set(a.tokens[t]);
-        } else {
-            acc.words = a.accepted;
-            for (size_t t = kept; t < total; ++t)
-                acc.words[static_cast<size_t>(a.tokens[t]) >> 6] &= ~(uint64_t{1} << (a.tokens[t] & 63));
-        }
-        pm->accepted = std::move(acc.words);
+    const size_t kept = max < a.need_end.size() ? a.need_end[max] : total;
+    if (kept == total) return a.accepted;
+    if (kept == 0) return {};
+    TokenMask acc;
+    if (2 * kept < total) {  // set the few kept, or clear the few dropped
+        acc.reset(n_tokens_);
+        for (size_t t = 0; t < kept; ++t) acc.set(a.tokens[t]);
+    } else {
+        acc.words = a.accepted;
+        for (size_t t = kept; t < total; ++t)
+            acc.words[static_cast<size_t>(a.tokens[t]) >> 6] &= ~(uint64_t{1} << (a.tokens[t] & 63));
     }
-    std::vector<uint32_t> refused;
-    for (const ItemAnalysis::Refusal& r : a.refused)
-        if (r.need <= max && r.done >= std::max<uint32_t>(min, 1)) refused.push_back(r.node);
+    return std::move(acc.words);
+}
+
+// The cuts of a repetition of rep.min..rep.max items (see ItemAnalysis), ascending. When nothing that may follow the
+// repetition can begin an item (a string's closing quote, an email's "@"), a token leaves it only at a byte refused
+// right after a whole item, and only with a byte that may follow it: the other cuts are dropped, since whatever the
+// context, a matcher refuses them there.
+std::vector<uint32_t> TokenVocab::derive_cuts(const ItemAnalysis& a, const Matcher::Repetition& rep) const {
+    const uint32_t min = std::max<uint32_t>(rep.min, 1), max = rep.max;
+    const bool apart = rep.follow.intersect(rep.item_first).empty();
+    std::vector<uint32_t> cuts, refused;
+    for (const ItemAnalysis::Refusal& r : a.refused) {
+        if (r.need > max || r.done < min) continue;
+        if (!apart || (r.need == r.done && rep.follow.has(nodes_[r.node].byte))) refused.push_back(r.node);
+    }
     // Item max + 1 starts: after max whole items (max >= 1, so the repetition could complete there).
-    const auto first = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max - 1] : a.starts.size());
-    const auto last = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max] : a.starts.size());
-    pm->cuts.reserve(refused.size() + static_cast<size_t>(last - first));
-    std::merge(refused.begin(), refused.end(), first, last, std::back_inserter(pm->cuts));
+    auto first = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max - 1] : a.starts.size());
+    auto last = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max] : a.starts.size());
+    if (apart) first = last;
+    cuts.reserve(refused.size() + static_cast<size_t>(last - first));
+    std::merge(refused.begin(), refused.end(), first, last, std::back_inserter(cuts));
     if (max > a.max) {  // the walk stopped where these read on; nested cuts are dropped by fill_by_positions
-        const size_t n = pm->cuts.size();
-        pm->cuts.insert(pm->cuts.end(), a.saturated.begin(), a.saturated.end());
-        std::inplace_merge(pm->cuts.begin(), pm->cuts.begin() + static_cast<ptrdiff_t>(n), pm->cuts.end());
+        const size_t n = cuts.size();
+        cuts.insert(cuts.end(), a.saturated.begin(), a.saturated.end());
+        std::inplace_merge(cuts.begin(), cuts.begin() + static_cast<ptrdiff_t>(n), cuts.end());
     }
-    return pm;
+    return cuts;
 }
 
 // The PositionMasks of kernel position `pos` when it is a bounded repetition (Matcher::repetition), derived from
@@ -645,7 +649,14 @@ std::shared_ptr<const PositionMasks> TokenVocab::repetition_masks(const Matcher&
         }
         items_->insert(rep.item_shape, a);
     }
-    return derive_position(*a, rep.min, rep.max);
+    auto pm = std::make_shared<PositionMasks>();
+    if (!a->complete) {
+        pm->complete = false;
+        return pm;
+    }
+    pm->accepted = derive_accepted(*a, rep.max);
+    pm->cuts = derive_cuts(*a, rep);
+    return pm;
 }
 
 // What kernel position `pos` allows on its own: from the grammar's cache, derived from its repetition's item, from
@@ -679,6 +690,16 @@ std::shared_ptr<const PositionMasks> TokenVocab::position_masks(const Matcher& m
     return pm;
 }
 
+// Whether a walk from kernel position `pos` stays in a small part of the trie: the subtrees of the bytes it may
+// begin with (an email's "@" and what follows) hold at most 1/16 of the nodes.
+bool TokenVocab::narrow_position(const Matcher& m, uint32_t pos) const {
+    const ByteSet first = m.first_bytes(pos);
+    size_t n = 0;
+    for (uint32_t c = 1; c < nodes_.size(); c = nodes_[c].end)
+        if (first.has(nodes_[c].byte)) n += nodes_[c].end - c;
+    return n <= nodes_.size() / 16;
+}
+
 // fill_mask's per-position path: the union of the kernel positions' accepted tokens, then the keyed walk over the
 // union of their cuts through `m` itself. False: a state this does not suit (too many kernel positions, a position
 // too large to analyse, several positions not analysed yet, too many states in the cuts' walk); `out` is then
@@ -688,15 +709,19 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
     m.kernel_positions(kernel);
     if (kernel.size() > kMaxKernel) return false;
     // The positions' analyses (position_masks). One that needs a walk is walked now; when several do, only the
-    // first is (the others are tried again after it: an item's walk may serve them), and this mask walks the state
-    // instead (false): each analysis walks the trie, so a cold state with several wide positions would cost a walk
-    // per position (MaskBench's p99.9); later masks find the others.
+    // first is, and those whose walk is small (narrow_position), and this mask walks the state instead (false):
+    // each analysis walks the trie, so a cold state with several wide positions would cost a walk per position
+    // (MaskBench's p99.9); later masks find the others. The others are tried again after the first: an item's walk
+    // may serve them.
     std::vector<std::shared_ptr<const PositionMasks>> found(kernel.size());
     std::vector<size_t> missing;
     for (size_t i = 0; i < kernel.size(); ++i)
         if ((found[i] = position_masks(m, kernel[i], cache, false)) == nullptr) missing.push_back(i);
-    for (size_t n = 0; n < missing.size(); ++n)
-        if ((found[missing[n]] = position_masks(m, kernel[missing[n]], cache, n == 0)) == nullptr) return false;
+    for (size_t n = 0; n < missing.size(); ++n) {
+        const uint32_t pos = kernel[missing[n]];
+        if ((found[missing[n]] = position_masks(m, pos, cache, n == 0 || narrow_position(m, pos))) == nullptr)
+            return false;
+    }
     std::vector<uint32_t> cuts;
     for (const std::shared_ptr<const PositionMasks>& pm : found) {
         if (!pm->complete) return false;

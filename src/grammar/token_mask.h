@@ -139,11 +139,13 @@ class TokenVocab {
     std::shared_ptr<const ItemAnalysis> analyse_item(const Matcher& m, const Matcher::Repetition& rep,
                                                      StateTable* table) const;
     std::shared_ptr<const ItemAnalysis> analyse_byte_item(const ByteSet& bytes, uint32_t max) const;
-    std::shared_ptr<const PositionMasks> derive_position(const ItemAnalysis& a, uint32_t min, uint32_t max) const;
+    std::vector<uint64_t> derive_accepted(const ItemAnalysis& a, uint32_t max) const;
+    std::vector<uint32_t> derive_cuts(const ItemAnalysis& a, const Matcher::Repetition& rep) const;
     std::shared_ptr<const PositionMasks> repetition_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
                                                           bool may_walk) const;
     std::shared_ptr<const PositionMasks> position_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
                                                         bool may_walk) const;
+    bool narrow_position(const Matcher& m, uint32_t pos) const;
     bool fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache) const;
     size_t max_depth_ = 0;
 
@@ -155,7 +157,8 @@ class TokenVocab {
     // 1,024 positions of a 128K-token vocabulary: at most 16 MiB.
     std::shared_ptr<MaskCache> shared_ = std::make_shared<MaskCache>(0, 1024);
     // The analyses of bounded repetitions' items (a JSON string's character), by the item's shape: every count of
-    // an item (a string of at most N characters with N - k left) is derived from one walk (derive_position).
+    // an item (a string of at most N characters with N - k left) is derived from one walk (derive_accepted,
+    // derive_cuts).
     std::shared_ptr<ItemAnalyses> items_;
     std::vector<int32_t> token_ids_;
 };
