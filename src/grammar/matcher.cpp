@@ -535,6 +535,14 @@ struct Matcher::Impl {
         return false;
     }
 
+    uint32_t literal_length(uint32_t pos) const {
+        const Compiled& c = *g;
+        uint32_t n = 0;
+        for (; pos < c.next.size() && c.next[pos] != kEnd; ++pos, ++n)
+            if (c.next[pos] != kTerminal) return 0;
+        return n;
+    }
+
     ByteSet first_bytes(uint32_t pos) const {
         const Compiled& c = *g;
         std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
@@ -936,6 +944,8 @@ uint64_t Matcher::position_shape(uint32_t pos) const { return impl_->shape(pos);
 bool Matcher::repetition(uint32_t pos, Repetition& out) const { return impl_->repetition(pos, out); }
 
 ByteSet Matcher::first_bytes(uint32_t pos) const { return impl_->first_bytes(pos); }
+
+uint32_t Matcher::literal_length(uint32_t pos) const { return impl_->literal_length(pos); }
 
 Matcher Matcher::at_position(uint32_t pos, uint32_t end) const { return Matcher(new Impl(impl_->g, pos, end)); }
 

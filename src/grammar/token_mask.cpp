@@ -569,6 +569,8 @@ std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_byte_item(co
     accepted.reset(n_tokens_);
     std::vector<std::pair<uint32_t, int32_t>> by_need;
     std::vector<std::pair<uint32_t, uint32_t>> starts;
+    by_need.reserve(n_tokens_);
+    starts.reserve(nodes_.size());
     for (uint32_t i = 1; i < nodes_.size();) {
         const Node& n = nodes_[i];
         if (!bytes.has(n.byte) || n.depth > max) {
@@ -690,9 +692,12 @@ std::shared_ptr<const PositionMasks> TokenVocab::position_masks(const Matcher& m
     return pm;
 }
 
-// Whether a walk from kernel position `pos` stays in a small part of the trie: the subtrees of the bytes it may
-// begin with (an email's "@" and what follows) hold at most 1/16 of the nodes.
+// Whether a walk from kernel position `pos` stays in a small part of the trie: it reads a few bytes only (the last
+// character of a hostname label), or the subtrees of the bytes it may begin with (an email's "@" and what follows)
+// hold at most 1/16 of the nodes.
 bool TokenVocab::narrow_position(const Matcher& m, uint32_t pos) const {
+    const uint32_t length = m.literal_length(pos);
+    if (length > 0 && length <= 2) return true;
     const ByteSet first = m.first_bytes(pos);
     size_t n = 0;
     for (uint32_t c = 1; c < nodes_.size(); c = nodes_[c].end)

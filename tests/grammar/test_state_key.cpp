@@ -397,7 +397,7 @@ TEST(MaskCache, LargeVocabularyOfWordsMatchesTheWalk) {
 // A cold state whose kernel positions are all unanalysed analyses one of them per mask and walks the state for the
 // rest (one trie walk for a position, one for the state, not one per position); the masks stay the walk's. (A
 // position whose walk stays in a small part of the trie is analysed at once: here every position's first bytes lead
-// to a good share of the vocabulary.)
+// to a good share of the vocabulary, and those that read a byte or two are counted apart.)
 TEST(MaskCache, AColdStateAnalysesOnePositionPerMask) {
     const Grammar g = compile_json_schema(
         R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"]})");
@@ -416,13 +416,15 @@ TEST(MaskCache, AColdStateAnalysesOnePositionPerMask) {
     std::vector<uint32_t> kernel;
     m.kernel_positions(kernel);
     ASSERT_GE(kernel.size(), 2u);
+    size_t literals = 0;  // positions that read a byte or two (a closing brace): analysed at once
+    for (const uint32_t pos : kernel) literals += m.literal_length(pos) > 0 && m.literal_length(pos) <= 2;
     TokenMask plain, cached;
     vocab.fill_mask(m, plain);
     MaskCache cache(0);  // keeps no masks: every call goes through the positions
     for (size_t call = 1; call <= kernel.size() + 1; ++call) {
         vocab.fill_mask(m, cached, &cache);
         EXPECT_EQ(cached.words, plain.words) << "call " << call;
-        EXPECT_LE(cache.n_positions(), std::min(call, kernel.size())) << "call " << call;
+        EXPECT_LE(cache.n_positions(), std::min(call + literals, kernel.size())) << "call " << call;
     }
     EXPECT_EQ(cache.n_positions(), kernel.size());
 }
