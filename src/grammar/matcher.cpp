@@ -535,6 +535,12 @@ struct Matcher::Impl {
         return false;
     }
 
+    ByteSet follow_bytes(uint32_t pos) const {
+        const Compiled& c = *g;
+        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
+        return pos < c.next.size() ? c.follow[static_cast<size_t>(c.lhs[pos])] : ByteSet{};
+    }
+
     uint32_t literal_length(uint32_t pos) const {
         const Compiled& c = *g;
         uint32_t n = 0;
@@ -946,6 +952,8 @@ bool Matcher::repetition(uint32_t pos, Repetition& out) const { return impl_->re
 ByteSet Matcher::first_bytes(uint32_t pos) const { return impl_->first_bytes(pos); }
 
 uint32_t Matcher::literal_length(uint32_t pos) const { return impl_->literal_length(pos); }
+
+ByteSet Matcher::follow_bytes(uint32_t pos) const { return impl_->follow_bytes(pos); }
 
 Matcher Matcher::at_position(uint32_t pos, uint32_t end) const { return Matcher(new Impl(impl_->g, pos, end)); }
 

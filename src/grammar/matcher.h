@@ -77,6 +77,8 @@ class Matcher {
     ByteSet first_bytes(uint32_t pos) const;
     // How many bytes at_position(pos) reads when the rest of its production is byte sets only; 0 otherwise.
     uint32_t literal_length(uint32_t pos) const;
+    // The bytes that may come right after pos's production, wherever its rule is used (a superset).
+    ByteSet follow_bytes(uint32_t pos) const;
     // A matcher that reads the production from dotted position `pos` up to `end` (a later position of the same
     // production), accepts there and reads nothing past it. Its state keys are its own: never equal to those of a
     // matcher that reads on.

@@ -457,11 +457,20 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
     {
         StateWalk w(inner, max_depth_, table);
         std::vector<uint8_t> complete_above(max_depth_ + 1, 0);  // the path completed the production at depth 1..d
+        std::vector<ByteSet> lead(max_depth_ + 1);  // the bytes right after those completions, up to depth d
+        const auto lead_of = [&](uint32_t d, uint8_t byte) {
+            ByteSet l = lead[d - 1];
+            if (d >= 2 && w.accepting(d - 1)) l.add(byte);
+            return l;
+        };
         for (uint32_t i = 1; i < nodes_.size();) {
             const Node& n = nodes_[i];
             const uint32_t d = n.depth;
             if (w.peek(d, n.byte) == StateWalk::kRefused) {
-                if (complete_above[d - 1]) pm->cuts.push_back(i);
+                if (complete_above[d - 1]) {
+                    pm->cuts.push_back(i);
+                    pm->leads.push_back(lead_of(d, n.byte));
+                }
                 i = n.end;
                 continue;
             }
@@ -473,6 +482,7 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
             if (!w.enter(d, n.byte)) {
                 pm->complete = false;
                 pm->cuts.clear();
+                pm->leads.clear();
                 return pm;
             }
             if (n.end - i >= kMinSkip && w.loops_on(d, below_[i])) {  // read whole, never refused: no cuts
@@ -482,6 +492,7 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
             }
             for (uint32_t t = 0; t < n.n_tokens; ++t) accepted.set(token_ids_[n.first_token + t]);
             complete_above[d] = complete_above[d - 1] || w.accepting(d);
+            lead[d] = lead_of(d, n.byte);
             ++i;
         }
     }
@@ -728,10 +739,17 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
             return false;
     }
     std::vector<uint32_t> cuts;
-    for (const std::shared_ptr<const PositionMasks>& pm : found) {
-        if (!pm->complete) return false;
-        for (size_t w = 0; w < pm->accepted.size(); ++w) out.words[w] |= pm->accepted[w];
-        cuts.insert(cuts.end(), pm->cuts.begin(), pm->cuts.end());
+    for (size_t i = 0; i < found.size(); ++i) {
+        const PositionMasks& pm = *found[i];
+        if (!pm.complete) return false;
+        for (size_t w = 0; w < pm.accepted.size(); ++w) out.words[w] |= pm.accepted[w];
+        if (pm.leads.empty()) {
+            cuts.insert(cuts.end(), pm.cuts.begin(), pm.cuts.end());
+            continue;
+        }
+        const ByteSet follow = m.follow_bytes(kernel[i]);
+        for (size_t c = 0; c < pm.cuts.size(); ++c)
+            if (!pm.leads[c].intersect(follow).empty()) cuts.push_back(pm.cuts[c]);
     }
     if (cuts.empty()) return true;
     std::sort(cuts.begin(), cuts.end());

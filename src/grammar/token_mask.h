@@ -87,6 +87,10 @@ class MaskCache {
 struct PositionMasks {
     std::vector<uint64_t> accepted;
     std::vector<uint32_t> cuts;
+    // Per cut, or none: the bytes read right after the production completed on the way to it. A context takes the
+    // cut's tokens only if it may begin with one of them (Matcher::follow_bytes), so the others are left out when
+    // the mask is put together.
+    std::vector<ByteSet> leads;
     bool complete = true;
 };
 
