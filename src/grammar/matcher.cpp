@@ -246,19 +246,30 @@ bool grow(std::vector<ByteSet>& sets, size_t to, const ByteSet& add) {
     return !(sets[to] == before);
 }
 
-// Propagates sets along edges (from -> to: sets[to] includes sets[from]) until nothing grows.
-void propagate(std::vector<ByteSet>& sets, const std::vector<std::vector<uint32_t>>& edges) {
+using Edges = std::vector<std::pair<uint32_t, uint32_t>>;  // (from, to): sets[to] includes sets[from]
+
+// Propagates sets along edges until nothing grows (a worklist over the edges grouped by their source).
+void propagate(std::vector<ByteSet>& sets, const Edges& edges) {
+    std::vector<uint32_t> begin(sets.size() + 1, 0), to(edges.size());
+    for (const auto& e : edges) ++begin[e.first + 1];
+    for (size_t i = 1; i < begin.size(); ++i) begin[i] += begin[i - 1];
+    std::vector<uint32_t> at(begin.begin(), begin.end() - 1);
+    for (const auto& e : edges) to[at[e.first]++] = e.second;
     std::vector<uint32_t> work;
-    std::vector<uint8_t> queued(sets.size(), 1);
-    for (uint32_t r = 0; r < sets.size(); ++r) work.push_back(r);
+    std::vector<uint8_t> queued(sets.size(), 0);
+    for (uint32_t r = 0; r < sets.size(); ++r) {
+        if (sets[r].empty() || begin[r] == begin[r + 1]) continue;
+        queued[r] = 1;
+        work.push_back(r);
+    }
     while (!work.empty()) {
         const uint32_t from = work.back();
         work.pop_back();
         queued[from] = 0;
-        for (const uint32_t to : edges[from]) {
-            if (grow(sets, to, sets[from]) && !queued[to]) {
-                queued[to] = 1;
-                work.push_back(to);
+        for (uint32_t k = begin[from]; k < begin[from + 1]; ++k) {
+            if (grow(sets, to[k], sets[from]) && !queued[to[k]]) {
+                queued[to[k]] = 1;
+                work.push_back(to[k]);
             }
         }
     }
@@ -267,7 +278,7 @@ void propagate(std::vector<ByteSet>& sets, const std::vector<std::vector<uint32_
 // Fills Compiled::first and follow.
 void compute_first_follow(const Compiled& c) {
     const auto n = static_cast<size_t>(c.n_rules);
-    std::vector<std::vector<uint32_t>> into(n);  // FIRST: rule -> rules whose productions begin with it
+    Edges edges;  // FIRST: a rule -> the rules whose productions begin with it
     c.first.assign(n, ByteSet{});
     for (size_t r = 0; r < n; ++r) {
         for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
@@ -276,13 +287,13 @@ void compute_first_follow(const Compiled& c) {
                     c.first[r].add(c.terminals[static_cast<size_t>(c.arg[pos])]);
                     break;
                 }
-                into[static_cast<size_t>(c.next[pos])].push_back(static_cast<uint32_t>(r));
+                edges.emplace_back(static_cast<uint32_t>(c.next[pos]), static_cast<uint32_t>(r));
                 if (!c.nullable[static_cast<size_t>(c.next[pos])]) break;
             }
         }
     }
-    propagate(c.first, into);
-    for (auto& e : into) e.clear();  // FOLLOW: a production's rule -> the rules ending it
+    propagate(c.first, edges);
+    edges.clear();  // FOLLOW: a production's rule -> the rules ending it
     c.follow.assign(n, ByteSet{});
     for (size_t r = 0; r < n; ++r) {
         for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
@@ -290,11 +301,11 @@ void compute_first_follow(const Compiled& c) {
                 if (c.next[pos] == kTerminal) continue;
                 bool rest_nullable = false;
                 c.follow[static_cast<size_t>(c.next[pos])].add(first_of(c, pos + 1, rest_nullable));
-                if (rest_nullable) into[r].push_back(static_cast<uint32_t>(c.next[pos]));
+                if (rest_nullable) edges.emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(c.next[pos]));
             }
         }
     }
-    propagate(c.follow, into);
+    propagate(c.follow, edges);
 }
 
 std::shared_ptr<const Compiled> compile(const Grammar& g) {
