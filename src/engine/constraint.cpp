@@ -29,18 +29,25 @@ std::shared_ptr<const grammar::TokenVocab> make_token_vocab(const Tokenizer& tok
 
 void warm_json_pieces(const grammar::TokenVocab& vocab) {
     // Every JSON type, strings with escapes and multi-byte characters, nesting, whitespace; through an untyped and
-    // a typed grammar (their strings, numbers and whitespace are the same pieces as any schema's).
+    // a typed grammar (their strings, numbers and whitespace are the same pieces as any schema's). And a string of
+    // bounded length: its character's analysis serves every maxLength (a bound above any token's length, so that
+    // no token uses up the analysis's items).
     const std::string text =
         "{\"s\": \"ab c\\u00e9\\n\xC3\xA9\xE4\xB8\xAD\", \"n\": -12.5e3, \"i\": 7, \"b\": true, \"z\": null, "
         "\"a\": [\"x\", 1, {\"k\": \"v\"}]}";
     const std::string schema =
         R"({"type":"object","properties":{"s":{"type":"string"},"n":{"type":"number"},"i":{"type":"integer"},)"
         R"("b":{"type":"boolean"},"z":{"type":"null"},"a":{"type":"array"}},"required":["s","n","i","b","z","a"]})";
-    for (const grammar::Grammar& g : {grammar::json_object_grammar(), grammar::compile_json_schema(schema)}) {
+    const std::pair<grammar::Grammar, std::string> cases[] = {
+        {grammar::json_object_grammar(), text},
+        {grammar::compile_json_schema(schema), text},
+        {grammar::compile_json_schema(R"({"type":"string","maxLength":1024})"), "\"ab\""},
+    };
+    for (const auto& [g, t] : cases) {
         grammar::Matcher m(g);
         grammar::MaskCache cache(0);
         grammar::TokenMask mask;
-        for (const char c : text) {
+        for (const char c : t) {
             vocab.fill_mask(m, mask, &cache);
             if (!m.advance(static_cast<uint8_t>(c))) throw std::logic_error("warm_json_pieces: the text left the grammar");
         }

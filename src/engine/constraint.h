@@ -31,8 +31,9 @@ struct OutputConstraint {
 std::shared_ptr<const grammar::TokenVocab> make_token_vocab(const Tokenizer& tok, const std::vector<int32_t>& stop_ids);
 
 // Analyses, in the vocabulary's shared cache, the pieces of grammar every JSON Schema shares (a string's body,
-// numbers, whitespace), by walking a JSON text through the masks of two grammars: so the first schema a server sees
-// does not pay for them in its first masks. A few milliseconds per model.
+// numbers, whitespace, the character of a string of bounded length), by walking JSON texts through the masks of a
+// few grammars: so the first schema a server sees does not pay for them in its first masks. A few milliseconds per
+// model.
 void warm_json_pieces(const grammar::TokenVocab& vocab);
 
 // One sequence's progress through its constraint: a matcher over the bytes generated since the constraint started.

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -48,6 +49,17 @@ struct Compiled {
     std::vector<uint32_t> bundle_begin, bundle;
     std::vector<ByteSet> bundle_allowed;
     std::vector<uint8_t> has_bundle;
+    // Per rule: the items a bounded repetition's chain (up_k ::= item up_{k-1} | ε, up_1 ::= item | ε) reads at
+    // most, 0 for a rule that is no such chain or whose item does not split bytes one way (see
+    // Matcher::repetition); and the dotted position of its item.
+    std::vector<uint32_t> chain_max, chain_item;
+    // Per rule: for a rule of one production item^m chain (Builder::repeat's item{m,n} with 0 < m < n), m and the
+    // dotted position before the chain; 0 for other rules.
+    std::vector<uint32_t> repeat_min, repeat_chain;
+    // Per rule, made when first needed (Matcher::repetition): the bytes its strings may begin with, and the bytes
+    // that may follow it anywhere in the grammar (standard FIRST and FOLLOW sets; over-approximations are safe).
+    mutable std::once_flag sets_once;
+    mutable std::vector<ByteSet> first, follow;
 };
 
 constexpr size_t kMaxBundle = 512;               // dotted positions in one rule's closure
@@ -95,6 +107,205 @@ void compute_bundles(Compiled& c) {
         c.bundle_allowed[r] = allowed;
     }
     c.bundle_begin[n] = static_cast<uint32_t>(c.bundle.size());
+}
+
+// Whether the symbols after dotted positions a and b are the same.
+bool same_symbol(const Compiled& c, uint32_t a, uint32_t b) {
+    if (c.next[a] != c.next[b]) return false;
+    return c.next[a] != kTerminal ||
+           c.terminals[static_cast<size_t>(c.arg[a])] == c.terminals[static_cast<size_t>(c.arg[b])];
+}
+
+using ByteStrings = std::vector<std::vector<ByteSet>>;  // byte strings as sequences of byte sets
+constexpr size_t kMaxFlatStrings = 256, kMaxFlatLength = 8;
+constexpr int kMaxFlatDepth = 8;
+
+// The strings rule r derives, as sequences of byte sets, when they are few and short (a JSON string's character, a
+// UTF-8 range): false otherwise (many, long, or recursive).
+bool flatten(const Compiled& c, int32_t r, int depth, ByteStrings& out) {
+    if (depth > kMaxFlatDepth) return false;
+    out.clear();
+    const auto ru = static_cast<size_t>(r);
+    for (uint32_t p = c.rule_begin[ru]; p < c.rule_begin[ru + 1]; ++p) {
+        ByteStrings seqs(1);
+        for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
+            if (c.next[pos] == kTerminal) {
+                for (auto& s : seqs) s.push_back(c.terminals[static_cast<size_t>(c.arg[pos])]);
+            } else {
+                ByteStrings sub, product;
+                if (!flatten(c, c.next[pos], depth + 1, sub) || seqs.size() * sub.size() > kMaxFlatStrings)
+                    return false;
+                for (const auto& s : seqs) {
+                    for (const auto& t : sub) {
+                        product.push_back(s);
+                        product.back().insert(product.back().end(), t.begin(), t.end());
+                    }
+                }
+                seqs = std::move(product);
+            }
+            for (const auto& s : seqs)
+                if (s.size() > kMaxFlatLength) return false;
+        }
+        out.insert(out.end(), seqs.begin(), seqs.end());
+        if (out.size() > kMaxFlatStrings) return false;
+    }
+    return true;
+}
+
+// No string is empty or a proper prefix of another (checked set by set: a sufficient condition).
+bool prefix_free(const ByteStrings& strings) {
+    for (const auto& a : strings) {
+        if (a.empty()) return false;
+        for (const auto& b : strings) {
+            if (a.size() >= b.size()) continue;
+            bool prefix = true;
+            for (size_t i = 0; i < a.size() && prefix; ++i) prefix = !a[i].intersect(b[i]).empty();
+            if (prefix) return false;
+        }
+    }
+    return true;
+}
+
+// Fills Compiled::chain_max and chain_item. A chain's lower link is a rule made before it (Builder::repeat makes
+// them bottom up); a chain whose links come in another order is left alone.
+void find_chains(Compiled& c) {
+    const auto n = static_cast<size_t>(c.n_rules);
+    c.chain_max.assign(n, 0);
+    c.chain_item.assign(n, 0);
+    std::unordered_map<int32_t, bool> item_ok;  // by the item's rule
+    const auto splits_one_way = [&](uint32_t pos) {
+        const int32_t r = c.next[pos];
+        if (r == kTerminal) return true;
+        const auto [it, fresh] = item_ok.emplace(r, false);
+        ByteStrings strings;
+        if (fresh) it->second = flatten(c, r, 0, strings) && prefix_free(strings);
+        return it->second;
+    };
+    for (size_t r = 0; r < n; ++r) {
+        if (c.rule_begin[r + 1] - c.rule_begin[r] != 2) continue;
+        uint32_t a = c.starts[c.rule_begin[r]], b = c.starts[c.rule_begin[r] + 1];
+        if (c.next[a] == kEnd) std::swap(a, b);
+        if (c.next[b] != kEnd || c.next[a] == kEnd || c.next[a] == static_cast<int32_t>(r)) continue;
+        uint32_t below = 0;
+        if (c.next[a + 1] != kEnd) {  // item up_{k-1}
+            const int32_t t = c.next[a + 1];
+            if (t < 0 || c.next[a + 2] != kEnd || c.chain_max[static_cast<size_t>(t)] == 0 ||
+                !same_symbol(c, a, c.chain_item[static_cast<size_t>(t)]))
+                continue;
+            below = c.chain_max[static_cast<size_t>(t)];
+        }
+        if (!splits_one_way(a)) continue;
+        c.chain_max[r] = below + 1;
+        c.chain_item[r] = a;
+    }
+}
+
+// Fills Compiled::repeat_min and repeat_chain, once the chains are known.
+void find_repeats(Compiled& c) {
+    const auto n = static_cast<size_t>(c.n_rules);
+    c.repeat_min.assign(n, 0);
+    c.repeat_chain.assign(n, 0);
+    for (size_t r = 0; r < n; ++r) {
+        if (c.rule_begin[r + 1] - c.rule_begin[r] != 1) continue;
+        const uint32_t first = c.starts[c.rule_begin[r]];
+        uint32_t p = first;
+        while (c.next[p] != kEnd && same_symbol(c, p, first)) ++p;
+        const int32_t chain = c.next[p];
+        if (p == first || chain < 0 || c.next[p + 1] != kEnd) continue;
+        const auto ch = static_cast<size_t>(chain);
+        if (c.chain_max[ch] == 0 || !same_symbol(c, c.chain_item[ch], first)) continue;
+        c.repeat_min[r] = p - first;
+        c.repeat_chain[r] = p;
+    }
+}
+
+// The bytes the symbols from dotted position `pos` to the production's end may begin with (Compiled::first must be
+// filled); `nullable`: they may derive the empty string.
+ByteSet first_of(const Compiled& c, uint32_t pos, bool& nullable) {
+    ByteSet out;
+    for (; c.next[pos] != kEnd; ++pos) {
+        if (c.next[pos] == kTerminal) {
+            out.add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+            nullable = false;
+            return out;
+        }
+        out.add(c.first[static_cast<size_t>(c.next[pos])]);
+        if (!c.nullable[static_cast<size_t>(c.next[pos])]) {
+            nullable = false;
+            return out;
+        }
+    }
+    nullable = true;
+    return out;
+}
+
+// Grows sets[to] by `add`; true when it grew.
+bool grow(std::vector<ByteSet>& sets, size_t to, const ByteSet& add) {
+    const ByteSet before = sets[to];
+    sets[to].add(add);
+    return !(sets[to] == before);
+}
+
+using Edges = std::vector<std::pair<uint32_t, uint32_t>>;  // (from, to): sets[to] includes sets[from]
+
+// Propagates sets along edges until nothing grows (a worklist over the edges grouped by their source).
+void propagate(std::vector<ByteSet>& sets, const Edges& edges) {
+    std::vector<uint32_t> begin(sets.size() + 1, 0), to(edges.size());
+    for (const auto& e : edges) ++begin[e.first + 1];
+    for (size_t i = 1; i < begin.size(); ++i) begin[i] += begin[i - 1];
+    std::vector<uint32_t> at(begin.begin(), begin.end() - 1);
+    for (const auto& e : edges) to[at[e.first]++] = e.second;
+    std::vector<uint32_t> work;
+    std::vector<uint8_t> queued(sets.size(), 0);
+    for (uint32_t r = 0; r < sets.size(); ++r) {
+        if (sets[r].empty() || begin[r] == begin[r + 1]) continue;
+        queued[r] = 1;
+        work.push_back(r);
+    }
+    while (!work.empty()) {
+        const uint32_t from = work.back();
+        work.pop_back();
+        queued[from] = 0;
+        for (uint32_t k = begin[from]; k < begin[from + 1]; ++k) {
+            if (grow(sets, to[k], sets[from]) && !queued[to[k]]) {
+                queued[to[k]] = 1;
+                work.push_back(to[k]);
+            }
+        }
+    }
+}
+
+// Fills Compiled::first and follow.
+void compute_first_follow(const Compiled& c) {
+    const auto n = static_cast<size_t>(c.n_rules);
+    Edges edges;  // FIRST: a rule -> the rules whose productions begin with it
+    c.first.assign(n, ByteSet{});
+    for (size_t r = 0; r < n; ++r) {
+        for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
+            for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
+                if (c.next[pos] == kTerminal) {
+                    c.first[r].add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+                    break;
+                }
+                edges.emplace_back(static_cast<uint32_t>(c.next[pos]), static_cast<uint32_t>(r));
+                if (!c.nullable[static_cast<size_t>(c.next[pos])]) break;
+            }
+        }
+    }
+    propagate(c.first, edges);
+    edges.clear();  // FOLLOW: a production's rule -> the rules ending it
+    c.follow.assign(n, ByteSet{});
+    for (size_t r = 0; r < n; ++r) {
+        for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
+            for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
+                if (c.next[pos] == kTerminal) continue;
+                bool rest_nullable = false;
+                c.follow[static_cast<size_t>(c.next[pos])].add(first_of(c, pos + 1, rest_nullable));
+                if (rest_nullable) edges.emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(c.next[pos]));
+            }
+        }
+    }
+    propagate(c.follow, edges);
 }
 
 std::shared_ptr<const Compiled> compile(const Grammar& g) {
@@ -147,6 +358,8 @@ std::shared_ptr<const Compiled> compile(const Grammar& g) {
         }
     }
     compute_bundles(*c);
+    find_chains(*c);
+    find_repeats(*c);
     return c;
 }
 
@@ -241,11 +454,17 @@ struct Matcher::Impl {
     // an empty context that nothing waits in. accept_at: the dotted position whose item from origin 0 accepts.
     uint32_t base = 0;
     uint32_t accept_at;
+    // A matcher started inside a production that stops at accept_at before its end (at_position(pos, end)): what
+    // reaches accept_at accepts and reads nothing more. Its keys are salted apart from those of matchers that read on.
+    bool stops = false;
+    uint64_t key_salt = 0;
 
     explicit Impl(std::shared_ptr<const Compiled> compiled) : Impl(std::move(compiled), kEnd) {}
 
-    // pos == kEnd (as unsigned): the start of the grammar; otherwise inside a production at that dotted position.
-    Impl(std::shared_ptr<const Compiled> compiled, uint32_t pos) : g(std::move(compiled)), accept_at(g->accept_pos) {
+    // pos == kEnd (as unsigned): the start of the grammar; otherwise inside a production at that dotted position,
+    // reading up to `end` (kEnd: the production's end).
+    Impl(std::shared_ptr<const Compiled> compiled, uint32_t pos, uint32_t end = static_cast<uint32_t>(kEnd))
+        : g(std::move(compiled)), accept_at(g->accept_pos) {
         pos_seen.assign(g->next.size(), {0, 0});
         table.assign(64, 0);
         rule_done.assign(static_cast<size_t>(g->n_rules), {0, 0});
@@ -264,22 +483,31 @@ struct Matcher::Impl {
         if (pos >= g->next.size() || g->next[pos] == kEnd) throw std::out_of_range("Matcher::at_position: no such position");
         base = 1;
         accept_at = pos;
-        while (g->next[accept_at] != kEnd) ++accept_at;
+        while (g->next[accept_at] != kEnd && accept_at != end) ++accept_at;
+        if (end != static_cast<uint32_t>(kEnd) && (accept_at != end || end == pos))
+            throw std::out_of_range("Matcher::at_position: the end is not later in the same production");
+        if (g->next[accept_at] != kEnd) {
+            stops = true;
+            key_salt = mix(uint64_t{accept_at} * 0x9E3779B97F4A7C15ull + 0x5709ull);
+        }
         close(begin_set());  // the empty context
         const uint32_t k = begin_set();
         add({pos, 0});
         close(k);
     }
 
-    uint64_t shape(uint32_t pos) const {
+    // The hash of what is read from dotted position `pos` to `stop` (or the production's end, if sooner) and of every
+    // rule that reaches, in the order met; `seed` tells kinds of shapes apart. 0: too large.
+    uint64_t shape(uint32_t pos, uint32_t stop = static_cast<uint32_t>(kEnd), uint64_t seed = 0x5AA9Eull) const {
         constexpr size_t kMaxShapeSymbols = 20000;
         const Compiled& c = *g;
         std::unordered_map<int32_t, uint32_t> number;  // rule -> the order it was met in
         std::vector<int32_t> queue;
-        uint64_t h = mix(0x5AA9Eull);
+        uint64_t h = mix(seed);
         size_t n = 0;
-        const auto symbols = [&](uint32_t p) {  // the symbols from dotted position p to the production's end
-            for (; c.next[p] != kEnd; ++p, ++n) {
+        // The symbols from dotted position p to the production's end or `last`.
+        const auto symbols = [&](uint32_t p, uint32_t last) {
+            for (; c.next[p] != kEnd && p != last; ++p, ++n) {
                 if (c.next[p] == kTerminal) {
                     const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[p])];
                     h = mix(h ^ 0x7E4Bull);
@@ -292,14 +520,95 @@ struct Matcher::Impl {
             }
             h = mix(h ^ 0xE4Dull);
         };
-        symbols(pos);
+        symbols(pos, stop);
         for (size_t q = 0; q < queue.size(); ++q) {
             const auto r = static_cast<size_t>(queue[q]);
             h = mix(h ^ (uint64_t{c.rule_begin[r + 1] - c.rule_begin[r]} << 8 | 0x41));
-            for (uint32_t a = c.rule_begin[r]; a < c.rule_begin[r + 1]; ++a) symbols(c.starts[a]);
+            for (uint32_t a = c.rule_begin[r]; a < c.rule_begin[r + 1]; ++a)
+                symbols(c.starts[a], static_cast<uint32_t>(kEnd));
             if (n > kMaxShapeSymbols) return 0;
         }
         return h | 1;
+    }
+
+    // A repetition at `pos`, or at the start of the one production of the rule after it (an email's local part
+    // begins the email), a few levels down. Down there, only one of at least one item: what follows an empty one
+    // would be read by an item predicted at this byte, which is no kernel position (that of `pos` is one).
+    bool repetition(uint32_t pos, Matcher::Repetition& out) const {
+        const Compiled& c = *g;
+        if (pos >= c.next.size()) return false;
+        for (int level = 0; level < 8; ++level) {
+            if (repetition_at(pos, out)) return level == 0 || out.min > 0;
+            const int32_t r = c.next[pos];
+            if (r < 0 || c.rule_begin[static_cast<size_t>(r) + 1] - c.rule_begin[static_cast<size_t>(r)] != 1) break;
+            pos = c.starts[c.rule_begin[static_cast<size_t>(r)]];
+        }
+        return false;
+    }
+
+    ByteSet follow_bytes(uint32_t pos) const {
+        const Compiled& c = *g;
+        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
+        return pos < c.next.size() ? c.follow[static_cast<size_t>(c.lhs[pos])] : ByteSet{};
+    }
+
+    uint32_t literal_length(uint32_t pos) const {
+        const Compiled& c = *g;
+        uint32_t n = 0;
+        for (; pos < c.next.size() && c.next[pos] != kEnd; ++pos, ++n)
+            if (c.next[pos] != kTerminal) return 0;
+        return n;
+    }
+
+    ByteSet first_bytes(uint32_t pos) const {
+        const Compiled& c = *g;
+        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
+        bool nullable = false;
+        return pos < c.next.size() ? first_of(c, pos, nullable) : ByteSet{};
+    }
+
+    bool repetition_at(uint32_t pos, Matcher::Repetition& out) const {
+        const Compiled& c = *g;
+        const auto chain = [&](int32_t sym) { return sym >= 0 && c.chain_max[static_cast<size_t>(sym)] > 0; };
+        uint32_t p = pos, item = 0;
+        if (c.next[p] >= 0 && c.repeat_min[static_cast<size_t>(c.next[p])] > 0) {  // a rule item^m chain
+            const auto r = static_cast<size_t>(c.next[p]);
+            const uint32_t chain_pos = c.repeat_chain[r];
+            out.min = c.repeat_min[r];
+            out.chain_pos = chain_pos;
+            out.chain_max = c.chain_max[static_cast<size_t>(c.next[chain_pos])];
+            out.max = out.min + out.chain_max;
+            out.end = chain_pos + 1;
+            return describe_item(c.starts[c.rule_begin[r]], out);
+        }
+        if (chain(c.next[p])) {
+            item = c.chain_item[static_cast<size_t>(c.next[p])];
+        } else {
+            if (c.next[p] == kEnd) return false;
+            item = pos;
+            while (c.next[p] != kEnd && same_symbol(c, p, pos)) ++p;  // item^min
+            if (!chain(c.next[p]) || !same_symbol(c, c.chain_item[static_cast<size_t>(c.next[p])], pos)) return false;
+        }
+        out.min = p - pos;
+        out.chain_pos = p;
+        out.chain_max = c.chain_max[static_cast<size_t>(c.next[p])];
+        out.max = out.min + out.chain_max;
+        out.end = p + 1;
+        return describe_item(item, out);
+    }
+
+    // Fills the item's part of `out` from the dotted position before it, and what may follow the repetition.
+    bool describe_item(uint32_t item, Matcher::Repetition& out) const {
+        const Compiled& c = *g;
+        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
+        out.item_shape = shape(item, item + 1, 0x17E35ull);
+        out.item_is_byte = c.next[item] == kTerminal;
+        out.item_bytes = out.item_is_byte ? c.terminals[static_cast<size_t>(c.arg[item])] : ByteSet{};
+        out.item_first = out.item_is_byte ? out.item_bytes : c.first[static_cast<size_t>(c.next[item])];
+        bool rest_nullable = false;
+        out.follow = first_of(c, out.end, rest_nullable);
+        if (rest_nullable) out.follow.add(c.follow[static_cast<size_t>(c.lhs[out.end])]);
+        return out.item_shape != 0;
     }
 
     void kernel(std::vector<uint32_t>& out) const {
@@ -388,6 +697,10 @@ struct Matcher::Impl {
         for (size_t i = items_begin(k); i < items.size(); ++i) {
             const Item it = items[i];
             const int32_t sym = c.next[it.pos];
+            if (stops && it.pos == accept_at && it.origin == 0) {  // at_position(pos, end): read up to its end
+                accepting = true;
+                continue;
+            }
             if (sym == kTerminal) {
                 scans.push_back(it);
                 const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[it.pos])];
@@ -506,7 +819,8 @@ struct Matcher::Impl {
         };
         for (uint32_t i = scans_begin(k); i < set.scan_end; ++i) add_item(scans[i]);
         for (uint32_t i = waits_begin(k); i < set.wait_end; ++i) add_item(waits[i].item);
-        set.key = cyclic ? unique_key() : hash_elements(key_elems, 0, set.accepting ? 0xACCE97ull : 0x0DDull);
+        set.key =
+            cyclic ? unique_key() : hash_elements(key_elems, 0, (set.accepting ? 0xACCE97ull : 0x0DDull) ^ key_salt);
         return set.key;
     }
 
@@ -643,6 +957,16 @@ void Matcher::kernel_positions(std::vector<uint32_t>& out) const { impl_->kernel
 Matcher Matcher::at_position(uint32_t pos) const { return Matcher(new Impl(impl_->g, pos)); }
 
 uint64_t Matcher::position_shape(uint32_t pos) const { return impl_->shape(pos); }
+
+bool Matcher::repetition(uint32_t pos, Repetition& out) const { return impl_->repetition(pos, out); }
+
+ByteSet Matcher::first_bytes(uint32_t pos) const { return impl_->first_bytes(pos); }
+
+uint32_t Matcher::literal_length(uint32_t pos) const { return impl_->literal_length(pos); }
+
+ByteSet Matcher::follow_bytes(uint32_t pos) const { return impl_->follow_bytes(pos); }
+
+Matcher Matcher::at_position(uint32_t pos, uint32_t end) const { return Matcher(new Impl(impl_->g, pos, end)); }
 
 bool Matcher::accepting() const { return impl_->sets.back().accepting; }
 

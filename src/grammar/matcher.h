@@ -54,6 +54,36 @@ class Matcher {
     // (over 20,000 symbols) to be worth hashing.
     uint64_t position_shape(uint32_t pos) const;
 
+    // A bounded repetition at `pos` (Builder::repeat's item{m,n}: item^m, then the chain up_k ::= item up_{k-1} | ε):
+    // the rest of pos's production begins with `min` copies of one item (maybe none) and then such a chain, of at
+    // most `max - min` items, or with a rule of one production that is those (or begins with them: what follows is
+    // then read past the repetition's end, like what follows it in the production). Only for an item that derives no
+    // empty string and none of whose strings is a proper prefix of another (a JSON string's character, a byte class),
+    // so that the bytes read split into items one way only. The token masks analyse such an item once and derive every
+    // count of it (grammar/token_mask.h).
+    struct Repetition {
+        uint64_t item_shape;  // the item's structure, as position_shape hashes it: equal items, equal shapes
+        uint32_t min, max;    // items the repetition reads from `pos`
+        uint32_t chain_pos;   // the dotted position before the chain: at_position(chain_pos, end) reads 0..chain_max
+        uint32_t chain_max;   // items
+        uint32_t end;         // the dotted position after the chain
+        bool item_is_byte;    // the item is one byte of `item_bytes`
+        ByteSet item_bytes;
+        ByteSet item_first;  // the bytes the item may begin with
+        ByteSet follow;      // bytes that may come right after the repetition (a superset)
+    };
+    bool repetition(uint32_t pos, Repetition& out) const;
+    // The bytes at_position(pos) may read first (a superset).
+    ByteSet first_bytes(uint32_t pos) const;
+    // How many bytes at_position(pos) reads when the rest of its production is byte sets only; 0 otherwise.
+    uint32_t literal_length(uint32_t pos) const;
+    // The bytes that may come right after pos's production, wherever its rule is used (a superset).
+    ByteSet follow_bytes(uint32_t pos) const;
+    // A matcher that reads the production from dotted position `pos` up to `end` (a later position of the same
+    // production), accepts there and reads nothing past it. Its state keys are its own: never equal to those of a
+    // matcher that reads on.
+    Matcher at_position(uint32_t pos, uint32_t end) const;
+
   private:
     struct Impl;
     explicit Matcher(Impl* impl) : impl_(impl) {}

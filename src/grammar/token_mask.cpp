@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <bit>
 #include <fmt/format.h>
+#include <iterator>
+#include <list>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <unordered_map>
@@ -16,8 +19,72 @@ int64_t TokenMask::count() const {
     return n;
 }
 
+// What one walk of a bounded repetition's chain (Matcher::Repetition: at most `max` copies of one item, read by
+// Matcher::at_position(chain_pos, end)) tells about every count of that item. The item splits bytes into items one
+// way, so along a trie path each byte continues the current item or starts the next: a node's `need` is the items
+// its path starts (the last perhaps unfinished), its `done` the items the path completes. A repetition of min..max
+// items at a kernel position (then whatever its production reads after it) reads a node iff its need is at most
+// max: its tokens read entirely inside are those of need <= max, and its cuts (a byte refused where the repetition
+// could have completed, see PositionMasks) are the nodes the walk refused after done >= max(min, 1) items, and the
+// nodes that would start item max + 1. Tokens running on into what follows the repetition become cuts too: the
+// walk over the cuts through the real matcher decides them, so the masks are exactly those of a walk of the
+// position itself.
+struct TokenVocab::ItemAnalysis {
+    struct Refusal {
+        uint32_t node, need, done;  // a node refused; its parent's need and done (done >= 1)
+    };
+    uint32_t max = 0;
+    bool complete = true;              // false: too many states, positions are walked whole
+    std::vector<uint64_t> accepted;    // the tokens of need <= max
+    std::vector<int32_t> tokens;       // the same, by need ascending
+    std::vector<uint32_t> need_end;    // tokens of need <= n: tokens[0 .. need_end[n]), n <= the largest need
+    std::vector<Refusal> refused;      // ascending by node
+    std::vector<uint32_t> starts;      // nodes starting an item after d >= 1 whole items, by d, then by node
+    std::vector<uint32_t> starts_end;  // after d items: starts[starts_end[d - 1] .. starts_end[d]), starts_end[0] = 0
+    // Nodes whose path completes all `max` items: their subtrees were not read. A repetition of more items reads on
+    // there, so they are its cuts too (their tokens then come from the walk through the real matcher).
+    std::vector<uint32_t> saturated;
+};
+
+// Item analyses by item shape, one per item (the one of the largest max), a few items at most.
+class TokenVocab::ItemAnalyses {
+  public:
+    std::shared_ptr<const ItemAnalysis> find(uint64_t shape) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+            if (it->first != shape) continue;
+            lru_.splice(lru_.begin(), lru_, it);
+            return lru_.front().second;
+        }
+        return nullptr;
+    }
+    void insert(uint64_t shape, std::shared_ptr<const ItemAnalysis> a) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+            if (it->first != shape) continue;
+            if (it->second->max >= a->max) return;
+            lru_.erase(it);
+            break;
+        }
+        if (lru_.size() >= kMaxItems) lru_.pop_back();
+        lru_.emplace_front(shape, std::move(a));
+    }
+    size_t size() const {
+        const std::lock_guard<std::mutex> lock(mu_);
+        return lru_.size();
+    }
+
+  private:
+    static constexpr size_t kMaxItems = 8;  // each about 2 MiB for a 128K-token vocabulary
+    mutable std::mutex mu_;
+    std::list<std::pair<uint64_t, std::shared_ptr<const ItemAnalysis>>> lru_;  // most recently used first
+};
+
 TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<int32_t> stop_ids)
-    : n_tokens_(token_bytes.size()), bytes_(token_bytes), stop_ids_(std::move(stop_ids)) {
+    : n_tokens_(token_bytes.size()),
+      bytes_(token_bytes),
+      stop_ids_(std::move(stop_ids)),
+      items_(std::make_shared<ItemAnalyses>()) {
     for (const int32_t id : stop_ids_)
         if (id < 0 || static_cast<size_t>(id) >= n_tokens_)
             throw GrammarError(fmt::format("token masks: stop token {} outside the vocabulary of {}", id, n_tokens_));
@@ -31,9 +98,10 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
     });
     token_ids_.reserve(order.size());
     // build(lo, hi, depth): the node whose prefix the ids order[lo, hi) share, `depth` bytes long.
-    const auto build = [&](auto& self, size_t lo, size_t hi, size_t depth, uint8_t byte) -> void {
+    const auto build = [&](auto& self, size_t lo, size_t hi, size_t depth, uint8_t byte, uint32_t parent) -> void {
         const auto me = static_cast<uint32_t>(nodes_.size());
-        nodes_.push_back(Node{byte, static_cast<uint32_t>(depth), 0, static_cast<uint32_t>(token_ids_.size()), 0});
+        nodes_.push_back(
+            Node{byte, static_cast<uint32_t>(depth), 0, static_cast<uint32_t>(token_ids_.size()), 0, parent});
         max_depth_ = std::max(max_depth_, depth);
         while (lo < hi && bytes_[static_cast<size_t>(order[lo])].size() == depth) {  // tokens ending here come first
             token_ids_.push_back(order[lo++]);
@@ -45,7 +113,7 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
             size_t e = lo;
             while (e < hi && static_cast<uint8_t>(bytes_[static_cast<size_t>(order[e])][depth]) == c) ++e;
             const auto child = static_cast<uint32_t>(nodes_.size());
-            self(self, lo, e, depth + 1, c);
+            self(self, lo, e, depth + 1, c, me);
             below.add(c);
             below.add(below_[child]);
             lo = e;
@@ -56,7 +124,7 @@ TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes, std::vector<
     size_t total = 1;  // at most one node per byte of every token, and the root
     for (const int32_t id : order) total += bytes_[static_cast<size_t>(id)].size();
     below_.resize(total);
-    build(build, 0, order.size(), 0, 0);
+    build(build, 0, order.size(), 0, 0, 0);
     below_.resize(nodes_.size());
     below_.shrink_to_fit();
 }
@@ -316,23 +384,44 @@ void TokenVocab::set_subtree(uint32_t i, TokenMask& out) const {
 }
 
 // The keyed walk over the whole trie (cuts null) or over only the subtrees rooted at `cuts` (ascending, none inside
-// another), whose tokens it sets; the nodes above them are visited to reach them. False (with `m` as it was): too
-// many states, `out` is incomplete.
-bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts) const {
-    StateWalk w(m, max_depth_);
-    size_t next_cut = 0;
-    uint32_t cut_end = cuts == nullptr ? static_cast<uint32_t>(nodes_.size()) : 0;  // inside a cut below this
-    for (uint32_t i = 1; i < nodes_.size();) {
-        const Node& n = nodes_[i];
-        if (i >= cut_end) {  // above the cuts: go only towards the next one
-            while (next_cut < cuts->size() && (*cuts)[next_cut] < i) ++next_cut;  // inside refused subtrees
-            if (next_cut == cuts->size()) break;
-            if ((*cuts)[next_cut] >= n.end) {
-                i = n.end;
-                continue;
-            }
-            if ((*cuts)[next_cut] == i) cut_end = n.end;
+// another), whose tokens it sets; the nodes above them are visited to reach them. `table`: transitions to start from
+// and add to (null: the walk's own). False (with `m` as it was): too many states, `out` is incomplete.
+bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts, StateTable* table) const {
+    StateWalk w(m, max_depth_, table);
+    if (cuts == nullptr) return walk_subtrees(w, 1, static_cast<uint32_t>(nodes_.size()), out);
+    // Each cut is reached from the path to the last one through its parents (not by scanning the siblings on the
+    // way: a node may have hundreds of children).
+    std::vector<uint32_t> path(max_depth_ + 1, 0), above;  // path[d]: the node entered at depth d <= path_depth
+    uint32_t path_depth = 0;
+    for (const uint32_t cut : *cuts) {
+        above.clear();  // the cut's ancestors below the path, deepest first
+        for (uint32_t a = nodes_[cut].parent; a != 0; a = nodes_[a].parent) {
+            if (nodes_[a].depth <= path_depth && path[nodes_[a].depth] == a) break;
+            above.push_back(a);
         }
+        path_depth = nodes_[cut].depth - 1 - static_cast<uint32_t>(above.size());  // the part still on the path
+        bool reached = true;
+        for (auto it = above.rbegin(); it != above.rend() && reached; ++it) {
+            const Node& n = nodes_[*it];
+            if (w.peek(n.depth, n.byte) == StateWalk::kRefused) {
+                reached = false;
+                break;
+            }
+            if (!w.enter(n.depth, n.byte)) return false;
+            path[n.depth] = *it;
+            path_depth = n.depth;
+            for (uint32_t t = 0; t < n.n_tokens; ++t) out.set(token_ids_[n.first_token + t]);  // read whole: allowed
+        }
+        if (reached && !walk_subtrees(w, cut, nodes_[cut].end, out)) return false;
+    }
+    return true;
+}
+
+// The keyed walk over the subtrees of nodes [from, to) (siblings, or one node's subtree), whose parent is the walk's
+// current path. False: too many states.
+bool TokenVocab::walk_subtrees(StateWalk& w, uint32_t from, uint32_t to, TokenMask& out) const {
+    for (uint32_t i = from; i < to;) {
+        const Node& n = nodes_[i];
         if (w.peek(n.depth, n.byte) == StateWalk::kRefused) {
             i = n.end;
             continue;
@@ -343,7 +432,7 @@ bool TokenVocab::walk_by_state(Matcher& m, TokenMask& out, const std::vector<uin
             continue;
         }
         if (!w.enter(n.depth, n.byte)) return false;
-        // Tokens a matcher reads whole are allowed, above the cuts too: the subtree is taken whole when it can be.
+        // Tokens a matcher reads whole are allowed: the subtree is taken whole when it can be.
         if (n.end - i >= kMinSkip && w.loops_on(n.depth, below_[i])) {
             set_subtree(i, out);
             i = n.end;
@@ -368,11 +457,20 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
     {
         StateWalk w(inner, max_depth_, table);
         std::vector<uint8_t> complete_above(max_depth_ + 1, 0);  // the path completed the production at depth 1..d
+        std::vector<ByteSet> lead(max_depth_ + 1);  // the bytes right after those completions, up to depth d
+        const auto lead_of = [&](uint32_t d, uint8_t byte) {
+            ByteSet l = lead[d - 1];
+            if (d >= 2 && w.accepting(d - 1)) l.add(byte);
+            return l;
+        };
         for (uint32_t i = 1; i < nodes_.size();) {
             const Node& n = nodes_[i];
             const uint32_t d = n.depth;
             if (w.peek(d, n.byte) == StateWalk::kRefused) {
-                if (complete_above[d - 1]) pm->cuts.push_back(i);
+                if (complete_above[d - 1]) {
+                    pm->cuts.push_back(i);
+                    pm->leads.push_back(lead_of(d, n.byte));
+                }
                 i = n.end;
                 continue;
             }
@@ -384,6 +482,7 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
             if (!w.enter(d, n.byte)) {
                 pm->complete = false;
                 pm->cuts.clear();
+                pm->leads.clear();
                 return pm;
             }
             if (n.end - i >= kMinSkip && w.loops_on(d, below_[i])) {  // read whole, never refused: no cuts
@@ -393,11 +492,228 @@ std::shared_ptr<const PositionMasks> TokenVocab::analyse_position(const Matcher&
             }
             for (uint32_t t = 0; t < n.n_tokens; ++t) accepted.set(token_ids_[n.first_token + t]);
             complete_above[d] = complete_above[d - 1] || w.accepting(d);
+            lead[d] = lead_of(d, n.byte);
             ++i;
         }
     }
     if (accepted.count() > 0) pm->accepted = std::move(accepted.words);
     return pm;
+}
+
+size_t TokenVocab::n_item_analyses() const { return items_->size(); }
+
+namespace {
+
+// The values of (key, value) pairs ordered by key (small integers), stably: values[end[k - 1] .. end[k]) have key k
+// (end[k]: the pairs of key <= k).
+template <class V>
+void bucket_by_key(const std::vector<std::pair<uint32_t, V>>& pairs, std::vector<V>& values,
+                   std::vector<uint32_t>& end) {
+    uint32_t max_key = 0;
+    for (const auto& p : pairs) max_key = std::max(max_key, p.first);
+    end.assign(size_t{max_key} + 1, 0);
+    for (const auto& p : pairs) ++end[p.first];
+    std::vector<uint32_t> at(end.size(), 0);  // where the next value of key k goes
+    for (size_t k = 1; k < end.size(); ++k) {
+        end[k] += end[k - 1];
+        at[k] = end[k - 1];
+    }
+    values.resize(pairs.size());
+    for (const auto& p : pairs) values[at[p.first]++] = p.second;
+}
+
+}  // namespace
+
+// The item analysis of a repetition's chain: a walk of the chain alone (Matcher::at_position(chain_pos, end)) that
+// records each node's need and done (see ItemAnalysis).
+std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_item(const Matcher& m,
+                                                                         const Matcher::Repetition& rep,
+                                                                         StateTable* table) const {
+    if (rep.item_is_byte) return analyse_byte_item(rep.item_bytes, rep.chain_max);
+    auto a = std::make_shared<ItemAnalysis>();
+    a->max = rep.chain_max;
+    Matcher inner = m.at_position(rep.chain_pos, rep.end);
+    TokenMask accepted;
+    accepted.reset(n_tokens_);
+    std::vector<std::pair<uint32_t, int32_t>> by_need;  // (need, token)
+    std::vector<std::pair<uint32_t, uint32_t>> starts;  // (whole items before, node)
+    std::vector<uint32_t> done(max_depth_ + 1, 0);      // items the current path's first d bytes complete
+    {
+        StateWalk w(inner, max_depth_, table);
+        for (uint32_t i = 1; i < nodes_.size();) {
+            const Node& n = nodes_[i];
+            const uint32_t d = n.depth;
+            if (w.peek(d, n.byte) == StateWalk::kRefused) {
+                if (d >= 2 && done[d - 1] >= 1) a->refused.push_back({i, done[d - 2] + 1, done[d - 1]});
+                i = n.end;
+                continue;
+            }
+            if (d >= 2 && w.accepting(d - 1)) starts.emplace_back(done[d - 1], i);
+            for (uint32_t t = 0; t < n.n_tokens; ++t) {
+                accepted.set(token_ids_[n.first_token + t]);
+                by_need.emplace_back(done[d - 1] + 1, token_ids_[n.first_token + t]);
+            }
+            if (n.end > i + 1) {
+                if (!w.enter(d, n.byte)) {
+                    a->complete = false;
+                    return a;
+                }
+                done[d] = done[d - 1] + (w.accepting(d) ? 1 : 0);
+                if (done[d] == a->max) a->saturated.push_back(i);
+            }
+            ++i;
+        }
+    }
+    bucket_by_key(by_need, a->tokens, a->need_end);
+    bucket_by_key(starts, a->starts, a->starts_end);
+    a->accepted = std::move(accepted.words);
+    return a;
+}
+
+// The item analysis of a repetition of one byte of `bytes` (a class in a format or a pattern): the same as
+// analyse_item's walk would find, from the trie alone (a node's need and done are its depth).
+std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_byte_item(const ByteSet& bytes,
+                                                                              uint32_t max) const {
+    auto a = std::make_shared<ItemAnalysis>();
+    a->max = max;
+    TokenMask accepted;
+    accepted.reset(n_tokens_);
+    std::vector<std::pair<uint32_t, int32_t>> by_need;
+    std::vector<std::pair<uint32_t, uint32_t>> starts;
+    by_need.reserve(n_tokens_);
+    starts.reserve(nodes_.size());
+    for (uint32_t i = 1; i < nodes_.size();) {
+        const Node& n = nodes_[i];
+        if (!bytes.has(n.byte) || n.depth > max) {
+            if (n.depth >= 2) a->refused.push_back({i, n.depth - 1, n.depth - 1});
+            i = n.end;
+            continue;
+        }
+        if (n.depth >= 2) starts.emplace_back(n.depth - 1, i);
+        for (uint32_t t = 0; t < n.n_tokens; ++t) {
+            accepted.set(token_ids_[n.first_token + t]);
+            by_need.emplace_back(n.depth, token_ids_[n.first_token + t]);
+        }
+        if (n.depth == max && n.end > i + 1) a->saturated.push_back(i);
+        ++i;
+    }
+    bucket_by_key(by_need, a->tokens, a->need_end);
+    bucket_by_key(starts, a->starts, a->starts_end);
+    a->accepted = std::move(accepted.words);
+    return a;
+}
+
+// The tokens of need <= max (see ItemAnalysis), as mask words; empty: none.
+std::vector<uint64_t> TokenVocab::derive_accepted(const ItemAnalysis& a, uint32_t max) const {
+    const size_t total = a.tokens.size();
+    const size_t kept = max < a.need_end.size() ? a.need_end[max] : total;
+    if (kept == total) return a.accepted;
+    if (kept == 0) return {};
+    TokenMask acc;
+    if (2 * kept < total) {  // set the few kept, or clear the few dropped
+        acc.reset(n_tokens_);
+        for (size_t t = 0; t < kept; ++t) acc.set(a.tokens[t]);
+    } else {
+        acc.words = a.accepted;
+        for (size_t t = kept; t < total; ++t)
+            acc.words[static_cast<size_t>(a.tokens[t]) >> 6] &= ~(uint64_t{1} << (a.tokens[t] & 63));
+    }
+    return std::move(acc.words);
+}
+
+// The cuts of a repetition of rep.min..rep.max items (see ItemAnalysis), ascending. When nothing that may follow the
+// repetition can begin an item (a string's closing quote, an email's "@"), a token leaves it only at a byte refused
+// right after a whole item, and only with a byte that may follow it: the other cuts are dropped, since whatever the
+// context, a matcher refuses them there.
+std::vector<uint32_t> TokenVocab::derive_cuts(const ItemAnalysis& a, const Matcher::Repetition& rep) const {
+    const uint32_t min = std::max<uint32_t>(rep.min, 1), max = rep.max;
+    const bool apart = rep.follow.intersect(rep.item_first).empty();
+    std::vector<uint32_t> cuts, refused;
+    for (const ItemAnalysis::Refusal& r : a.refused) {
+        if (r.need > max || r.done < min) continue;
+        if (!apart || (r.need == r.done && rep.follow.has(nodes_[r.node].byte))) refused.push_back(r.node);
+    }
+    // Item max + 1 starts: after max whole items (max >= 1, so the repetition could complete there).
+    auto first = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max - 1] : a.starts.size());
+    auto last = a.starts.begin() + (max < a.starts_end.size() ? a.starts_end[max] : a.starts.size());
+    if (apart) first = last;
+    cuts.reserve(refused.size() + static_cast<size_t>(last - first));
+    std::merge(refused.begin(), refused.end(), first, last, std::back_inserter(cuts));
+    if (max > a.max) {  // the walk stopped where these read on; nested cuts are dropped by fill_by_positions
+        const size_t n = cuts.size();
+        cuts.insert(cuts.end(), a.saturated.begin(), a.saturated.end());
+        std::inplace_merge(cuts.begin(), cuts.begin() + static_cast<ptrdiff_t>(n), cuts.end());
+    }
+    return cuts;
+}
+
+// The PositionMasks of kernel position `pos` when it is a bounded repetition (Matcher::repetition), derived from
+// its item's analysis, which is walked now if there is none and `may_walk`. Null otherwise.
+std::shared_ptr<const PositionMasks> TokenVocab::repetition_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
+                                                                  bool may_walk) const {
+    Matcher::Repetition rep;
+    if (!m.repetition(pos, rep)) return nullptr;
+    std::shared_ptr<const ItemAnalysis> a = items_->find(rep.item_shape);
+    if (a == nullptr) {
+        if (!may_walk) return nullptr;
+        {
+            auto [lock, table] = cache.analysis_table();
+            a = analyse_item(m, rep, table);
+        }
+        items_->insert(rep.item_shape, a);
+    }
+    auto pm = std::make_shared<PositionMasks>();
+    if (!a->complete) {
+        pm->complete = false;
+        return pm;
+    }
+    pm->accepted = derive_accepted(*a, rep.max);
+    pm->cuts = derive_cuts(*a, rep);
+    return pm;
+}
+
+// What kernel position `pos` allows on its own: from the grammar's cache, derived from its repetition's item, from
+// the vocabulary's cache (by shape), or, when `may_walk`, by a walk (of the item or of the position). Null: none of
+// these without a walk. Derived positions are kept in the grammar's cache only: deriving is cheap, and a string of
+// thousands of characters would crowd the vocabulary's analyses out.
+std::shared_ptr<const PositionMasks> TokenVocab::position_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
+                                                                bool may_walk) const {
+    std::shared_ptr<const PositionMasks> pm = cache.find_position(pos);
+    if (pm != nullptr) return pm;
+    if ((pm = repetition_masks(m, pos, cache, false)) != nullptr) {
+        cache.insert_position(pos, pm);
+        return pm;
+    }
+    const uint64_t shape = m.position_shape(pos);
+    if (shape != 0 && (pm = shared_->find_position(shape)) != nullptr) {
+        cache.insert_position(pos, pm);
+        return pm;
+    }
+    if (!may_walk) return nullptr;
+    if ((pm = repetition_masks(m, pos, cache, true)) != nullptr) {
+        cache.insert_position(pos, pm);
+        return pm;
+    }
+    {
+        auto [lock, table] = cache.analysis_table();
+        pm = analyse_position(m, pos, table);
+    }
+    if (shape != 0) shared_->insert_position(shape, pm);
+    cache.insert_position(pos, pm);
+    return pm;
+}
+
+// Whether a walk from kernel position `pos` stays in a small part of the trie: it reads a few bytes only (the last
+// character of a hostname label), or the subtrees of the bytes it may begin with (an email's "@" and what follows)
+// hold at most 1/16 of the nodes.
+bool TokenVocab::narrow_position(const Matcher& m, uint32_t pos) const {
+    const uint32_t length = m.literal_length(pos);
+    if (length > 0 && length <= 2) return true;
+    const ByteSet first = m.first_bytes(pos);
+    size_t n = 0;
+    for (uint32_t c = 1; c < nodes_.size(); c = nodes_[c].end)
+        if (first.has(nodes_[c].byte)) n += nodes_[c].end - c;
+    return n <= nodes_.size() / 16;
 }
 
 // fill_mask's per-position path: the union of the kernel positions' accepted tokens, then the keyed walk over the
@@ -408,39 +724,32 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
     std::vector<uint32_t> kernel;
     m.kernel_positions(kernel);
     if (kernel.size() > kMaxKernel) return false;
-    // The positions' analyses, from the grammar's cache or the vocabulary's (by shape). One not analysed yet is
-    // analysed now; when several are missing, only the first is, and this mask walks the state instead (false):
+    // The positions' analyses (position_masks). One that needs a walk is walked now; when several do, only the
+    // first is, and those whose walk is small (narrow_position), and this mask walks the state instead (false):
     // each analysis walks the trie, so a cold state with several wide positions would cost a walk per position
-    // (MaskBench's p99.9); later masks find the others.
+    // (MaskBench's p99.9); later masks find the others. The others are tried again after the first: an item's walk
+    // may serve them.
     std::vector<std::shared_ptr<const PositionMasks>> found(kernel.size());
-    size_t n_missing = 0, first_missing = kernel.size();
-    for (size_t i = 0; i < kernel.size(); ++i) {
-        found[i] = cache.find_position(kernel[i]);
-        if (found[i] == nullptr) {
-            const uint64_t shape = m.position_shape(kernel[i]);
-            if (shape != 0 && (found[i] = shared_->find_position(shape)) != nullptr) {
-                cache.insert_position(kernel[i], found[i]);
-            } else if (n_missing++ == 0) {
-                first_missing = i;
-            }
-        }
-    }
-    if (n_missing > 0) {
-        const uint32_t pos = kernel[first_missing];
-        const uint64_t shape = m.position_shape(pos);
-        {
-            auto [lock, table] = cache.analysis_table();
-            found[first_missing] = analyse_position(m, pos, table);
-        }
-        if (shape != 0) shared_->insert_position(shape, found[first_missing]);
-        cache.insert_position(pos, found[first_missing]);
-        if (n_missing > 1) return false;
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < kernel.size(); ++i)
+        if ((found[i] = position_masks(m, kernel[i], cache, false)) == nullptr) missing.push_back(i);
+    for (size_t n = 0; n < missing.size(); ++n) {
+        const uint32_t pos = kernel[missing[n]];
+        if ((found[missing[n]] = position_masks(m, pos, cache, n == 0 || narrow_position(m, pos))) == nullptr)
+            return false;
     }
     std::vector<uint32_t> cuts;
-    for (const std::shared_ptr<const PositionMasks>& pm : found) {
-        if (!pm->complete) return false;
-        for (size_t w = 0; w < pm->accepted.size(); ++w) out.words[w] |= pm->accepted[w];
-        cuts.insert(cuts.end(), pm->cuts.begin(), pm->cuts.end());
+    for (size_t i = 0; i < found.size(); ++i) {
+        const PositionMasks& pm = *found[i];
+        if (!pm.complete) return false;
+        for (size_t w = 0; w < pm.accepted.size(); ++w) out.words[w] |= pm.accepted[w];
+        if (pm.leads.empty()) {
+            cuts.insert(cuts.end(), pm.cuts.begin(), pm.cuts.end());
+            continue;
+        }
+        const ByteSet follow = m.follow_bytes(kernel[i]);
+        for (size_t c = 0; c < pm.cuts.size(); ++c)
+            if (!pm.leads[c].intersect(follow).empty()) cuts.push_back(pm.cuts[c]);
     }
     if (cuts.empty()) return true;
     std::sort(cuts.begin(), cuts.end());
@@ -449,7 +758,10 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
     for (size_t i = 0; i < cuts.size(); ++i)
         if (kept == 0 || cuts[i] >= nodes_[cuts[kept - 1]].end) cuts[kept++] = cuts[i];
     cuts.resize(kept);
-    return walk_by_state(m, out, &cuts);
+    // Through the grammar's transitions: the states below a kernel position recur from mask to mask (a bounded
+    // string's next character meets the states of the last one's, one item further on).
+    auto [lock, table] = cache.analysis_table();
+    return walk_by_state(m, out, &cuts, table);
 }
 
 void TokenVocab::fill_mask(Matcher& m, TokenMask& out, MaskCache* cache) const {

@@ -87,6 +87,10 @@ class MaskCache {
 struct PositionMasks {
     std::vector<uint64_t> accepted;
     std::vector<uint32_t> cuts;
+    // Per cut, or none: the bytes read right after the production completed on the way to it. A context takes the
+    // cut's tokens only if it may begin with one of them (Matcher::follow_bytes), so the others are left out when
+    // the mask is put together.
+    std::vector<ByteSet> leads;
     bool complete = true;
 };
 
@@ -103,6 +107,8 @@ class TokenVocab {
     // Positions analysed for any grammar, kept by their shape: a piece of grammar many grammars share (a JSON
     // string's body) is analysed once per vocabulary.
     size_t n_shared_positions() const { return shared_->n_positions(); }
+    // Bounded repetitions' items analysed (ItemAnalysis in token_mask.cpp), kept by the item's shape.
+    size_t n_item_analyses() const;
 
     // The tokens `m` may read next, and the stop tokens when `m` accepts. `m` is unchanged on return.
     void fill_mask(Matcher& m, TokenMask& out) const;
@@ -123,12 +129,27 @@ class TokenVocab {
         uint32_t end;           // one past the last node of this subtree
         uint32_t first_token;   // tokens ending here: token_ids_[first_token .. first_token + n_tokens)
         uint32_t n_tokens;
+        uint32_t parent;  // the node one byte up (the root's: itself)
     };
     class StateWalk;
+    struct ItemAnalysis;
+    class ItemAnalyses;
     void walk(uint32_t node, Matcher& m, TokenMask& out) const;
     void set_subtree(uint32_t node, TokenMask& out) const;
-    bool walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts) const;
+    bool walk_by_state(Matcher& m, TokenMask& out, const std::vector<uint32_t>* cuts,
+                       StateTable* table = nullptr) const;
+    bool walk_subtrees(StateWalk& w, uint32_t from, uint32_t to, TokenMask& out) const;
     std::shared_ptr<const PositionMasks> analyse_position(const Matcher& m, uint32_t pos, StateTable* table) const;
+    std::shared_ptr<const ItemAnalysis> analyse_item(const Matcher& m, const Matcher::Repetition& rep,
+                                                     StateTable* table) const;
+    std::shared_ptr<const ItemAnalysis> analyse_byte_item(const ByteSet& bytes, uint32_t max) const;
+    std::vector<uint64_t> derive_accepted(const ItemAnalysis& a, uint32_t max) const;
+    std::vector<uint32_t> derive_cuts(const ItemAnalysis& a, const Matcher::Repetition& rep) const;
+    std::shared_ptr<const PositionMasks> repetition_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
+                                                          bool may_walk) const;
+    std::shared_ptr<const PositionMasks> position_masks(const Matcher& m, uint32_t pos, MaskCache& cache,
+                                                        bool may_walk) const;
+    bool narrow_position(const Matcher& m, uint32_t pos) const;
     bool fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache) const;
     size_t max_depth_ = 0;
 
@@ -139,6 +160,10 @@ class TokenVocab {
     std::vector<ByteSet> below_;  // per node: the bytes on the edges of its subtree (not the edge into it)
     // 1,024 positions of a 128K-token vocabulary: at most 16 MiB.
     std::shared_ptr<MaskCache> shared_ = std::make_shared<MaskCache>(0, 1024);
+    // The analyses of bounded repetitions' items (a JSON string's character), by the item's shape: every count of
+    // an item (a string of at most N characters with N - k left) is derived from one walk (derive_accepted,
+    // derive_cuts).
+    std::shared_ptr<ItemAnalyses> items_;
     std::vector<int32_t> token_ids_;
 };
 

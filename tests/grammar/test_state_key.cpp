@@ -395,26 +395,201 @@ TEST(MaskCache, LargeVocabularyOfWordsMatchesTheWalk) {
 }
 
 // A cold state whose kernel positions are all unanalysed analyses one of them per mask and walks the state for the
-// rest (one trie walk for a position, one for the state, not one per position); the masks stay the walk's.
+// rest (one trie walk for a position, one for the state, not one per position); the masks stay the walk's. (A
+// position whose walk stays in a small part of the trie is analysed at once: here every position's first bytes lead
+// to a good share of the vocabulary, and those that read a byte or two are counted apart.)
 TEST(MaskCache, AColdStateAnalysesOnePositionPerMask) {
     const Grammar g = compile_json_schema(
         R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"]})");
     std::mt19937 rng(2);
-    const TokenVocab vocab = json_pieces_vocab();  // a vocabulary of its own: nothing shared is analysed yet
+    std::vector<std::string> tokens = {"<eos>"};  // a vocabulary of its own: nothing shared is analysed yet
+    for (const char lead : std::string("1,} \n")) {
+        for (int t = 0; t < 60; ++t) {
+            std::string s(1, lead);
+            s += std::to_string(rng() % 100000);
+            tokens.push_back(s);
+        }
+    }
+    const TokenVocab vocab(tokens, {0});
     Matcher m(g);
     ASSERT_TRUE(m.advance("{\"a\": 12"));
     std::vector<uint32_t> kernel;
     m.kernel_positions(kernel);
     ASSERT_GE(kernel.size(), 2u);
+    size_t literals = 0;  // positions that read a byte or two (a closing brace): analysed at once
+    for (const uint32_t pos : kernel) literals += m.literal_length(pos) > 0 && m.literal_length(pos) <= 2;
     TokenMask plain, cached;
     vocab.fill_mask(m, plain);
     MaskCache cache(0);  // keeps no masks: every call goes through the positions
     for (size_t call = 1; call <= kernel.size() + 1; ++call) {
         vocab.fill_mask(m, cached, &cache);
         EXPECT_EQ(cached.words, plain.words) << "call " << call;
-        EXPECT_LE(cache.n_positions(), std::min(call, kernel.size())) << "call " << call;
+        EXPECT_LE(cache.n_positions(), std::min(call + literals, kernel.size())) << "call " << call;
     }
     EXPECT_EQ(cache.n_positions(), kernel.size());
+}
+
+// A vocabulary for bounded strings: single bytes, words of 2 to 50 letters (longer than some bounds, so an item's
+// analysis meets paths that use up all of its items), and tokens with escapes, multi-byte characters and closing
+// quotes in the middle or at the end.
+TokenVocab bounded_strings_vocab(std::mt19937& rng) {
+    std::vector<std::string> tokens = {"<eos>"};
+    for (int c = 0x20; c < 0x7F; ++c) tokens.emplace_back(1, static_cast<char>(c));
+    for (const char* t : {"\\n",
+                          "\\u00e9",
+                          "\\\"",
+                          "a\\",
+                          "\\u",
+                          "\\u00",
+                          "ab\\t",
+                          "x\\\"y\"",
+                          "\xC3\xA9",
+                          "\xE4\xB8\xAD",
+                          "\xE4",
+                          "\xB8\xAD",
+                          "ab\xC3",
+                          "\xA9"
+                          "cd",
+                          "\"",
+                          "\",",
+                          "\"}",
+                          "\"]",
+                          "ab\"",
+                          "abc\",",
+                          "a\"}",
+                          "\",\"",
+                          "\":",
+                          "\": \"",
+                          "\"a",
+                          "\"\"",
+                          "\n",
+                          "a\nb",
+                          "\t"})
+        tokens.emplace_back(t);
+    for (const char* t : {"cc", "ccx", "bccx"}) tokens.emplace_back(t);  // an item, then what follows the repeat
+    for (int t = 0; t < 400; ++t) {
+        std::string s;
+        const size_t len = t < 40 ? 20 + rng() % 31 : 2 + rng() % 8;
+        while (s.size() < len) {
+            const auto r = rng() % 40;
+            if (r == 0)
+                s += "\"";
+            else if (r == 1)
+                s += "\\n";
+            else if (r == 2)
+                s += "\xC3\xA9";
+            else
+                s += static_cast<char>('a' + rng() % 6);
+        }
+        tokens.push_back(s);
+    }
+    return TokenVocab(tokens, {0});
+}
+
+// Matcher::repetition finds the bounded repetitions Builder::repeat writes: a chain of at most n items, item^m
+// before it, or a rule of both; never where bytes could split into items two ways.
+TEST(MaskCache, RepetitionsOfOneItem) {
+    const auto repetitions = [](const Grammar& g, std::string_view text) {
+        Matcher m(g);
+        EXPECT_TRUE(m.advance(text)) << text;
+        std::vector<uint32_t> kernel;
+        m.kernel_positions(kernel);
+        std::vector<std::pair<uint32_t, uint32_t>> out;
+        for (const uint32_t pos : kernel) {
+            Matcher::Repetition r{};
+            if (m.repetition(pos, r)) out.emplace_back(r.min, r.max);
+        }
+        return out;
+    };
+    using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+    const Grammar five = compile_json_schema(R"({"type":"string","maxLength":5})");
+    EXPECT_EQ(repetitions(five, "\""), (Ranges{{0, 5}}));
+    EXPECT_EQ(repetitions(five, "\"ab"), (Ranges{{0, 3}}));
+    EXPECT_EQ(repetitions(five, "\"a\\u00"), Ranges{});  // inside an escape: the item's own positions
+    const Grammar two_six = compile_json_schema(R"({"type":"string","minLength":2,"maxLength":6})");
+    EXPECT_EQ(repetitions(two_six, "\""), (Ranges{{2, 6}}));
+    EXPECT_EQ(repetitions(two_six, "\"a"), (Ranges{{1, 5}}));
+    EXPECT_EQ(repetitions(two_six, "\"ab"), (Ranges{{0, 4}}));
+    EXPECT_EQ(repetitions(compile_regex("[a-c]{0,5}x"), "ab"), (Ranges{{0, 3}}));
+    EXPECT_EQ(repetitions(compile_regex("(a|ab){0,5}"), "ab"), Ranges{});  // "ab" is one item or two
+    EXPECT_EQ(repetitions(compile_regex("(a|b)*"), "ab"), Ranges{});       // unbounded
+    // The chain alone, read up to its end and no further (the closing quote follows it in the production): a
+    // matcher that stops there.
+    Matcher m(five);
+    std::vector<uint32_t> kernel;
+    ASSERT_TRUE(m.advance("\""));
+    m.kernel_positions(kernel);
+    Matcher::Repetition r{};
+    ASSERT_TRUE(m.repetition(kernel[0], r));
+    Matcher chain = m.at_position(r.chain_pos, r.end), rest = m.at_position(r.chain_pos);
+    EXPECT_TRUE(chain.accepting());
+    EXPECT_TRUE(chain.advance("abcde"));
+    EXPECT_TRUE(chain.accepting());
+    EXPECT_FALSE(chain.advance("f"));   // five items at most
+    EXPECT_FALSE(chain.advance("\""));  // what follows the chain is not read
+    EXPECT_TRUE(rest.advance("abcde\""));
+    EXPECT_TRUE(rest.accepting());
+    EXPECT_NE(chain.state_key(), m.at_position(r.chain_pos).state_key());
+    EXPECT_THROW(m.at_position(r.chain_pos, r.chain_pos), std::out_of_range);
+}
+
+// Masks of bounded strings put together from their item's one analysis equal the plain walk: several bounds,
+// minLength, strings in arrays and objects, tokens that cross the closing quote, escapes, multi-byte characters,
+// and an analysis made for a small bound serving larger ones.
+TEST(MaskCache, BoundedStringsMatchTheWalk) {
+    std::mt19937 rng(17);
+    const TokenVocab vocab = bounded_strings_vocab(rng);
+    const std::vector<std::string> schemas = {
+        R"({"type":"string","maxLength":3})",
+        R"({"type":"string","maxLength":1})",
+        R"({"type":"string","minLength":2,"maxLength":5})",
+        R"({"type":"string","minLength":4,"maxLength":60})",
+        R"({"type":"array","items":{"type":"string","maxLength":12}})",
+        R"({"type":"object","properties":{"a":{"type":"string","maxLength":2},"b":{"type":"string","minLength":1,)"
+        R"("maxLength":30},"c":{"type":"string","format":"email"}},"required":["a","b","c"]})",
+    };
+    for (const std::string& schema : schemas) {
+        const Grammar g = compile_json_schema(schema);
+        MaskCache cache(0);  // keeps no masks: every state is put together from its positions
+        expect_cached_masks_match(g, vocab, rng, 12, 30, cache);
+        if (HasFatalFailure()) return;
+    }
+    EXPECT_GE(vocab.n_item_analyses(), 1u);
+}
+
+// Repetitions of a byte class (analysed from the trie alone) or of a longer item, small bounds among them, and
+// followed by what may read the same bytes (a token then leaves the repetition where it could have gone on); [a-c]'s
+// analysis is made for 8 items and serves 1 and 2. Random walks, and every prefix of a text, twice (the first time a
+// state may meet several new positions and walk itself instead).
+TEST(MaskCache, ByteClassRepetitionsMatchTheWalk) {
+    std::mt19937 rng(17);
+    const TokenVocab vocab = bounded_strings_vocab(rng);
+    const std::pair<const char*, const char*> patterns[] = {
+        {"[a-c]{0,9}z", "abcabcz"},
+        {"[a-c]{0,2}[b-e]{0,3}x", "abbcdx"},
+        {"[a-f]{1,3}[a-z]*", "fedcbaz"},
+        {"[a-d]{2,40}\"?[a-f]{0,3}", "abcdabcdabcdaa\"ef"},
+        {"[a-e]{0,1}[a-f]{1,2}\"", "af\""},
+        {"(x|[a-c]{1,3})[c-f]{0,4}\"?", "abcdef\""},
+        // An item of several bytes (walked through the matcher), followed by what reads its bytes too.
+        {"(ab|c){0,7}z", "abcabz"},
+        {"(ab|c){0,2}[a-c]{0,4}x", "abcabx"},
+        {"(ab|c){0,2}cx", "abccx"}};
+    for (const auto& [pattern, text] : patterns) {
+        const Grammar g = compile_regex(pattern);
+        MaskCache cache(0);
+        const std::string_view t(text);
+        for (size_t i = 0; i <= 2 * t.size() + 1; ++i) {
+            Matcher m(g);
+            ASSERT_TRUE(m.advance(t.substr(0, i % (t.size() + 1)))) << pattern;
+            TokenMask plain, composed;
+            vocab.fill_mask(m, plain);
+            vocab.fill_mask(m, composed, &cache);
+            EXPECT_EQ(composed.words, plain.words) << pattern << " after " << i % (t.size() + 1) << " bytes";
+        }
+        expect_cached_masks_match(g, vocab, rng, 12, 20, cache);
+        if (HasFatalFailure()) return;
+    }
 }
 
 std::vector<uint64_t> kernel_shapes(const Grammar& g, std::string_view text) {
