@@ -293,7 +293,8 @@ int main(int argc, char** argv) {
     ParallelOptions po;
     double gpu_memory_gib = 126.0;
     int64_t plan_context = 1048576;
-    auto* plan = app.add_subcommand("plan", "Sharding plan over the GPUs of a node and the KV it then holds");
+    auto* plan = app.add_subcommand(
+        "plan", "Sharding plan over the GPUs of a node (or of pipeline stages) and the KV it then holds");
     plan->add_option("--config", config_path, "config.json (or a model directory)")->required();
     plan->add_option("--tensor-parallel-size", po.n_gpus, "GPUs of the node")
         ->capture_default_str()
@@ -301,6 +302,11 @@ int main(int argc, char** argv) {
     plan->add_flag("--expert-parallel", po.expert_parallel, "Split the routed experts across the GPUs");
     plan->add_flag("--indexer-split", po.indexer_split, "Split the indexer by heads (default: replicated)");
     plan->add_flag("--layer-split", po.layer_split, "Each GPU keeps the KV of a contiguous group of layers");
+    plan->add_option(
+            "--pipeline-parallel-size,--pp", po.pp,
+            "Pipeline stages of --tensor-parallel-size GPUs each (layers split across them, e.g. one per node)")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, 1024));
     plan->add_option("--gpu-memory-gib", gpu_memory_gib, "Memory per GPU for weights + KV (126 = 0.9 · H200)")
         ->capture_default_str()
         ->check(positive<double>());

@@ -125,7 +125,8 @@ TEST(ShardPlan, WeightsThatDoNotFitSayWhatWould) {
     EXPECT_EQ(message(c, 126.0),
               "sharding plan: the weights do not fit: 178.5 GiB per GPU at --tensor-parallel-size 4, 52.5 GiB more "
               "than --gpu-memory-gib 126; what fits: --tensor-parallel-size 8 (91.0 GiB of weights per GPU), or "
-              "--gpu-memory-gib 178.6 or more for the weights alone");
+              "--pipeline-parallel-size 2 (94.9 GiB of weights per GPU, 8 GPUs), or --gpu-memory-gib 178.6 or more for "
+              "the weights alone");
     EXPECT_NE(message(c, 64.0).find("what fits: --tensor-parallel-size 16 (47.3 GiB"), std::string::npos);
     EXPECT_NE(message(c, 10.0).find("what fits: no power-of-two --tensor-parallel-size up to 1024"), std::string::npos);
     EXPECT_EQ(message(c, 179.0), "no error");
@@ -153,6 +154,52 @@ TEST(ShardPlan, DeepSeekV32OnEightGpus) {
     EXPECT_THROW(check_weights_fit(c, p, 72.0 * kGiB), Error);  // 0.9 × 80 GB: two H100 nodes are needed
     o.layer_split = true;
     EXPECT_GE(node_capacity(make_shard_plan(c, o), 126.0 * kGiB, 1048576).sequences_at_context, 6);
+}
+
+// Pipeline stages (vLLM's split): GLM-5.2's 78 decoder layers in two stages of 39, the MTP layer on the last; V3.2's
+// 61 as 31 + 30 (the extra layer before the last stage, which also holds the LM head). A rank holds its stage's
+// weights and KV only; the embedding sits on the first stage and, for the MTP layer, on the last.
+TEST(ShardPlan, PipelineStagesSplitLayersWeightsAndKv) {
+    const ModelConfig c = load_config(kGlm52);
+    ParallelOptions o;
+    o.n_gpus = 8;
+    o.expert_parallel = true;
+    o.pp = 2;
+    const ShardPlan p = make_shard_plan(c, o);
+    ASSERT_EQ(p.ranks.size(), 16u);
+    EXPECT_EQ(p.ranks[7].stage, 0);
+    EXPECT_EQ(p.ranks[8].stage, 1);
+    EXPECT_EQ(p.ranks[0].layers.begin, 0);
+    EXPECT_EQ(p.ranks[0].layers.end, 39);
+    EXPECT_EQ(p.ranks[15].layers.begin, 39);
+    EXPECT_EQ(p.ranks[15].layers.end, 79);  // 39 decoder layers and the MTP layer
+    EXPECT_EQ(p.ranks[8].heads.begin, 0);   // each stage splits the heads over its own 8 GPUs
+    EXPECT_EQ(p.ranks[0].kv_layers.end, 39);
+    EXPECT_EQ(p.ranks[0].vocab.size(), 0);  // the LM head is on the last stage
+    EXPECT_EQ(p.ranks[8].vocab.size(), c.vocab_size / 8);
+    double kv = 0;
+    for (const RankPlan* r : {&p.ranks[0], &p.ranks[8]}) kv += r->kv_bytes_per_token;
+    EXPECT_DOUBLE_EQ(kv, p.kv_bytes_per_token_total);  // the stages' KV adds up to the model's
+    // One GPU per stage: the stages' weights add up to the whole model's plus the last stage's embedding copy.
+    ParallelOptions one, two;
+    two.pp = 2;
+    const double whole = make_shard_plan(c, one).ranks[0].weight_bytes;
+    const ShardPlan p2 = make_shard_plan(c, two);
+    EXPECT_NEAR(p2.ranks[0].weight_bytes + p2.ranks[1].weight_bytes,
+                whole + 2.0 * static_cast<double>(c.vocab_size * c.hidden_size), 1.0);
+    // GLM-5.2 on two 8×H100 nodes (0.9 · 80 GB): TP 8 × PP 2 fits, with 6 sequences of 1M under LayerSplit.
+    EXPECT_NO_THROW(check_weights_fit(c, p, 72.0 * kGiB));
+    o.layer_split = true;
+    EXPECT_GE(node_capacity(make_shard_plan(c, o), 72.0 * kGiB, 1048576).sequences_at_context, 6);
+
+    const ModelConfig d = load_config(std::string(MEGACTX_TEST_DATA) + "/deepseek_v32/config.json");
+    const ShardPlan q = make_shard_plan(d, two);
+    EXPECT_EQ(q.ranks[0].layers.end, 31);
+    EXPECT_EQ(q.ranks[1].layers.begin, 31);
+    EXPECT_EQ(q.ranks[1].layers.end, 62);
+    ParallelOptions bad;
+    bad.pp = 79;
+    EXPECT_THROW(make_shard_plan(c, bad), Error);
 }
 
 TEST(ShardPlan, BadGpuCountsNameTheDimension) {
