@@ -1,11 +1,13 @@
 #include "engine_setup.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <xxhash.h>
 
 #include "backend/cpu/cpu_ops.h"
 #include "cli_checks.h"
@@ -15,6 +17,7 @@
 #include "model/glm_dsa.h"
 #include "parallel/comm_gloo.h"
 #include "parallel/comm_thread.h"
+#include "parallel/launcher_env.h"
 #include "parallel/node_group.h"
 #include "parallel/rendezvous.h"
 
@@ -45,13 +48,16 @@ void add_backend_flags(CLI::App* sub, BackendFlags& f) {
                   "cuda: every row's result independent of the rest of the batch, so speculative = plain and a "
                   "prefix-cache hit = a cold run, token for token (slower; the CPU backend is so already)");
     sub->add_option("--nnodes", f.dist.nnodes,
-                    "Processes (nodes) sharing the --tensor-parallel-size ranks; node 0 runs the command")
+                    "Processes (nodes) sharing the --tensor-parallel-size ranks; node 0 runs the command (default: "
+                    "the launcher's, from torchrun, LeaderWorkerSet, Slurm or Open MPI variables, else 1)")
         ->capture_default_str()
-        ->check(in_range<int64_t>(1, 64));
+        ->check(in_range<int64_t>(1, 64))
+        ->each([&f](const std::string&) { f.dist_flags_given = true; });
     sub->add_option("--node-rank", f.dist.node_rank,
                     "This node's number, 0..nnodes-1 (nodes other than 0 run their ranks for node 0: headless)")
         ->capture_default_str()
-        ->check(in_range<int64_t>(0, 63));
+        ->check(in_range<int64_t>(0, 63))
+        ->each([&f](const std::string&) { f.dist_flags_given = true; });
     sub->add_option("--dist-init-addr", f.dist_init_addr,
                     "HOST:PORT where node 0 listens for the other nodes (default: none; --nnodes 2 or more needs it)");
     sub->add_option("--master-addr", f.master_addr, "vLLM's form of --dist-init-addr: node 0's host (default: none)");
@@ -66,6 +72,23 @@ void add_backend_flags(CLI::App* sub, BackendFlags& f) {
 
 void resolve_dist(BackendFlags& f) {
     DistOptions& d = f.dist;
+    // No multi-node flag on the command line: a launcher's environment may say (parallel/launcher_env.h).
+    if (!f.dist_flags_given && f.dist_init_addr.empty() && f.master_addr.empty() && f.master_port == 0 && !f.headless) {
+        const auto env = launcher_env([](const char* name) { return std::getenv(name); });
+        if (env && env->nnodes > 1) {
+            MEGACTX_CHECK(!env->host.empty(),
+                          "{} says {} nodes ({}) but not node 0's address: give --dist-init-addr HOST:PORT or set "
+                          "MASTER_ADDR",
+                          env->launcher, env->nnodes, env->variables);
+            d.nnodes = env->nnodes;
+            d.node_rank = env->node_rank;
+            f.dist_init_addr = (env->host.find(':') != std::string::npos ? "[" + env->host + "]" : env->host) + ":" +
+                               std::to_string(env->port);
+            std::fprintf(stderr, "megactx: --nnodes %lld --node-rank %lld --dist-init-addr %s from %s (%s)\n",
+                         static_cast<long long>(d.nnodes), static_cast<long long>(d.node_rank),
+                         f.dist_init_addr.c_str(), env->launcher.c_str(), env->variables.c_str());
+        }
+    }
     if (d.nnodes == 1) {
         MEGACTX_CHECK(d.node_rank == 0, "--node-rank {} with --nnodes 1: a node rank needs --nnodes 2 or more",
                       d.node_rank);
@@ -296,8 +319,7 @@ std::unique_ptr<TensorParallelGroup> make_node_ranks(const std::string& dir, con
 
 }  // namespace
 
-std::unique_ptr<TensorParallelGroup> make_group(const std::string& dir, const BackendFlags& f,
-                                                double budget_fraction) {
+std::unique_ptr<TensorParallelGroup> make_group(const std::string& dir, const BackendFlags& f, double budget_fraction) {
     if (f.dist.nnodes > 1) {
         std::unique_ptr<Rendezvous> rv;
         return make_node_ranks(dir, f, rv);

@@ -29,6 +29,8 @@ struct BackendFlags {
     std::string dist_init_addr, master_addr;
     int master_port = 0;
     bool headless = false;
+    bool dist_flags_given =
+        false;  // --nnodes or --node-rank on the command line (else a launcher's environment may say)
 };
 
 // --device, --tensor-parallel-size/--tp, --expert-parallel, --indexer-split, --layer-split, --tp-transport,

@@ -219,6 +219,38 @@ TEST_F(MultiNode, MasterAddrAndPortAreAnAlias) {
     EXPECT_EQ(follower.wait().exit_code, 0);
 }
 
+// Without the flags, a launcher's environment names the nodes (here torchrun's, one process per node; Slurm's, with
+// node 0 from the node list, and a torchrun that starts a process per GPU is refused).
+TEST_F(MultiNode, ALaunchersEnvironmentGivesTheFlags) {
+    const std::string gen =
+        "generate --model " + shell_quoted(model_) + " --tokens 1,2,3,4,5 --max-new-tokens 8 --tp 2";
+    const CliResult one = run(gen);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    const std::string torch = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port_) + " WORLD_SIZE=2 RANK=";
+    Node follower(dir_, "f", gen + " --dist-timeout 60", torch + "1");
+    Node lead(dir_, "l", gen + " --dist-timeout 60", torch + "0");
+    const CliResult r = lead.wait();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, one.out);
+    EXPECT_NE(r.err.find("--nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:" + std::to_string(port_) +
+                         " from torchrun"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(follower.wait().exit_code, 0);
+
+    const std::string slurm = "SLURM_NNODES=2 SLURM_JOB_NODELIST=127.0.0.1 MASTER_PORT=" + std::to_string(port_) +
+                              " SLURM_NODEID=";
+    Node f2(dir_, "f2", gen + " --dist-timeout 60", slurm + "1");
+    Node l2(dir_, "l2", gen + " --dist-timeout 60", slurm + "0");
+    const CliResult r2 = l2.wait();
+    ASSERT_EQ(r2.exit_code, 0) << r2.err;
+    EXPECT_EQ(r2.out, one.out);
+    EXPECT_EQ(f2.wait().exit_code, 0);
+
+    Node many(dir_, "m", gen, "MASTER_ADDR=127.0.0.1 WORLD_SIZE=16 RANK=0 LOCAL_WORLD_SIZE=8");
+    expect_error(many.wait(), "torchrun started 8 processes on this node");
+}
+
 // Something else connecting to node 0's port (a scanner, an HTTP client) is dropped; the real node still joins.
 TEST_F(MultiNode, AStrayConnectionIsIgnored) {
     const std::string gen =
