@@ -224,7 +224,12 @@ void check_weights_fit(const ModelConfig& c, const ShardPlan& plan, double gpu_b
     for (int64_t pp = o.pp * 2; pp <= c.n_layers; pp *= 2) {
         ParallelOptions more = o;
         more.pp = pp;
-        const double w = max_weight_bytes(make_shard_plan(c, more));
+        double w = 0;
+        try {
+            w = max_weight_bytes(make_shard_plan(c, more));
+        } catch (const Error&) {
+            break;  // fewer layers per stage than LayerSplit's GPUs: more stages cannot help either
+        }
         if (w <= gpu_bytes) {
             fits += fmt::format(", or --pipeline-parallel-size {} ({} GiB of weights per GPU, {} GPUs)", pp, gib(w),
                                 pp * o.n_gpus);
@@ -269,16 +274,23 @@ std::string format_shard_plan(const ModelConfig& c, const ShardPlan& plan, doubl
                      plan.kv_bytes_per_token_total);
     ParallelOptions other = o;
     other.layer_split = !o.layer_split;
-    const ShardPlan alt = make_shard_plan(c, other);
+    std::vector<ShardPlan> plans = {plan};
+    std::string alt_error;
+    try {
+        plans.push_back(make_shard_plan(c, other));
+    } catch (const Error& e) {
+        alt_error = e.what();  // LayerSplit with fewer layers per stage than GPUs
+    }
     const std::string where = o.pp > 1 ? fmt::format("over the {} stages", o.pp) : std::string("per node");
-    for (const ShardPlan* p : {&plan, &alt}) {
-        const NodeCapacity cap = node_capacity(*p, gpu_bytes, context);
+    for (const ShardPlan& p : plans) {
+        const NodeCapacity cap = node_capacity(p, gpu_bytes, context);
         s += fmt::format(
             "{:<18} {:.1f} GiB per GPU, {:.1f} GiB left for KV on the tightest GPU: {:.0f} tokens of KV "
             "{} = {} sequences of {} tokens\n",
-            p->options.layer_split ? "with LayerSplit:" : "without LayerSplit:", gpu_bytes / kGiB,
+            p.options.layer_split ? "with LayerSplit:" : "without LayerSplit:", gpu_bytes / kGiB,
             cap.min_free_bytes / kGiB, cap.kv_tokens, where, cap.sequences_at_context, context);
     }
+    if (!alt_error.empty()) s += fmt::format("with LayerSplit:   not possible: {}\n", alt_error);
     return s;
 }
 

@@ -200,6 +200,14 @@ TEST(ShardPlan, PipelineStagesSplitLayersWeightsAndKv) {
     ParallelOptions bad;
     bad.pp = 79;
     EXPECT_THROW(make_shard_plan(c, bad), Error);
+    // One layer a stage leaves nothing for LayerSplit to split over 8 GPUs: the table says so instead of failing.
+    ParallelOptions thin;
+    thin.n_gpus = 8;
+    thin.pp = 78;
+    const std::string table = format_shard_plan(c, make_shard_plan(c, thin), 10.0 * kGiB, 1048576);
+    EXPECT_NE(table.find("with LayerSplit:   not possible: sharding plan: LayerSplit needs at least one layer per GPU"),
+              std::string::npos)
+        << table;
 }
 
 TEST(ShardPlan, BadGpuCountsNameTheDimension) {
