@@ -104,7 +104,6 @@ void resolve_rope(const Reader& r, ModelConfig& c) {
                   "{}: rope type '{}' is not supported (megactx supports 'default' and 'yarn')", r.source, rc.type);
     MEGACTX_CHECK(theta > 0, "{}: rope_theta must be positive", r.source);
     rc.theta = static_cast<float>(theta);
-    c.rope_theta = rc.theta;
 }
 
 // transformers' yarn_get_mscale

@@ -47,7 +47,6 @@ struct ModelConfig {
     bool norm_topk_prob = true;
     float rms_norm_eps = 1e-5f;
     int64_t max_position_embeddings = 0;
-    float rope_theta = 10000.0f;  // rope.theta
     RopeConfig rope;
     bool indexer_rope_interleave = true;  // GLM: interleaved pairs; DeepSeek-V3.2: half-split
     int64_t n_head_indexer = 0;           // index_n_heads

@@ -60,7 +60,7 @@ TEST(Config, TinyPresetValues) {
     EXPECT_FLOAT_EQ(c.routed_scaling_factor, 2.5f);
     EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
     EXPECT_EQ(c.max_position_embeddings, 131072);
-    EXPECT_FLOAT_EQ(c.rope_theta, 8e6f);
+    EXPECT_FLOAT_EQ(c.rope.theta, 8e6f);
     EXPECT_EQ(c.n_head_indexer, 4);
     EXPECT_EQ(c.d_indexer, 32);
     EXPECT_EQ(c.index_topk, 32);
@@ -180,11 +180,11 @@ TEST(Config, RopeParametersWinOverLegacyFields) {
     json j = tiny();
     j["rope_theta"] = 1000.0;
     j["rope_scaling"] = {{"type", "yarn"}};  // ignored: rope_parameters is present
-    EXPECT_FLOAT_EQ(parse(j).rope_theta, 8e6f);
+    EXPECT_FLOAT_EQ(parse(j).rope.theta, 8e6f);
     j["rope_parameters"] = {{"rope_type", "default"}};  // no theta inside: the top-level one
-    EXPECT_FLOAT_EQ(parse(j).rope_theta, 1000.0f);
+    EXPECT_FLOAT_EQ(parse(j).rope.theta, 1000.0f);
     j.erase("rope_theta");
-    EXPECT_FLOAT_EQ(parse(j).rope_theta, 10000.0f);
+    EXPECT_FLOAT_EQ(parse(j).rope.theta, 10000.0f);
     j["rope_parameters"] = {{"rope_theta", 5e5}, {"type", "yarn"}};
     expect_contains(parse_error(j), {"cfg.json", "rope_parameters.factor must be positive for YaRN"});
     j["rope_parameters"] = {{"rope_theta", 5e5}, {"type", "llama3"}};
@@ -200,11 +200,11 @@ TEST(Config, LegacyRopeFields) {
     j.erase("rope_parameters");
     j["rope_theta"] = 1e6;
     j["rope_scaling"] = nullptr;
-    EXPECT_FLOAT_EQ(parse(j).rope_theta, 1e6f);
+    EXPECT_FLOAT_EQ(parse(j).rope.theta, 1e6f);
     j.erase("rope_theta");
-    EXPECT_FLOAT_EQ(parse(j).rope_theta, 10000.0f);
+    EXPECT_FLOAT_EQ(parse(j).rope.theta, 10000.0f);
     j["rope_scaling"] = {{"rope_type", "default"}};
-    EXPECT_FLOAT_EQ(parse(j).rope_theta, 10000.0f);
+    EXPECT_FLOAT_EQ(parse(j).rope.theta, 10000.0f);
     j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
     expect_contains(parse_error(j), {"rope type 'linear' is not supported"});
     j["rope_scaling"] = 4;
