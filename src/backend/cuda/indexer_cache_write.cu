@@ -11,6 +11,7 @@
 #include "backend/cuda/indexer_cache_write.h"
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/launch_ex.cuh"
+#include "backend/cuda/rope_pair.cuh"
 
 namespace megactx {
 
@@ -25,14 +26,6 @@ struct RopeFreqs {
     int half;     // 0: interleaved pairs; else half-split pairs (j, j + half), half = d_rope / 2
 };
 
-// cos and sin (times the scale) of pos · inv_freq, the fp32 angle's sin and cos taken in double and rounded.
-__device__ __forceinline__ void rope_cos_sin(float fp, float inv_freq, float scale, float& c, float& s) {
-    const float angle = fp * inv_freq;
-    double sd, cd;
-    sincos(static_cast<double>(angle), &sd, &cd);
-    c = __fmul_rn(static_cast<float>(cd), scale);
-    s = __fmul_rn(static_cast<float>(sd), scale);
-}
 
 __global__ void __launch_bounds__(256)
     indexer_cache_write_kernel(const __grid_constant__ IndexerCacheWriteParams p, const __grid_constant__ RopeFreqs f) {
@@ -65,7 +58,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 float c, s;
-                rope_cos_sin(fp, f.inv_freq[2 * lane + h], f.scale, c, s);
+                cuda::rope_cos_sin(__fmul_rn(fp, f.inv_freq[2 * lane + h]), f.scale, c, s);
                 const float x0 = x[2 * h], x1 = x[2 * h + 1];
                 x[2 * h] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
                 x[2 * h + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
@@ -83,7 +76,7 @@ __global__ void __launch_bounds__(256)
             for (int j = 0; j < 4; ++j) {
                 const int k = 4 * lane + j;
                 float c, s;
-                rope_cos_sin(fp, f.inv_freq[low ? k : k - f.half], f.scale, c, s);
+                cuda::rope_cos_sin(__fmul_rn(fp, f.inv_freq[low ? k : k - f.half]), f.scale, c, s);
                 // low: x1·c − x2·s with x2 the partner; high: x2·c + x1·s with x1 the partner
                 x[j] = low ? __fsub_rn(__fmul_rn(x[j], c), __fmul_rn(y[j], s))
                            : __fadd_rn(__fmul_rn(x[j], c), __fmul_rn(y[j], s));
