@@ -26,7 +26,6 @@ struct RopeFreqs {
     int half;     // 0: interleaved pairs; else half-split pairs (j, j + half), half = d_rope / 2
 };
 
-
 __global__ void __launch_bounds__(256)
     indexer_cache_write_kernel(const __grid_constant__ IndexerCacheWriteParams p, const __grid_constant__ RopeFreqs f) {
     // Launched under PDL (behind the latent write): wait for the previous kernel before touching memory.
