@@ -14,6 +14,8 @@
 //           TFLOP/s over 2 · 32 · 128 FLOP per causal (query, key) pair vs 1331 (dense FP8 peak).
 // The plan (row grouping, once per batch for all indexer layers) is built before timing. CUDA events, median.
 // Usage: bench_indexer [--json PATH] [--quick] [--only decode|prefill] [--kernels 1,2,3] [--qps 1,4] [--check]
+//                      [--heads 32|64]
+//   --heads 64: DeepSeek-V3.2's indexer (kernel 2 only; FLOP per causal pair 2 · 64 · 128).
 //   --qps: the decode queries per sequence measured (1..4; default 1 and 4).
 //   --check: every prefill result is compared with kernel 2's scores of the same shape (max |diff| / max |ref| over
 //   the causal entries, printed; exit 3 above 1e-3: kernel 1 accumulates in fp32, wgmma with about 14 mantissa bits),
@@ -97,10 +99,17 @@ int main(int argc, char** argv) {
     std::string only;
     std::vector<int> kernels{1, 2, 3};
     std::vector<int64_t> qps_list{1, 4};
+    int heads = 32;
     for (int a = 1; a < argc; ++a) {
         const std::string s = argv[a];
         if (s == "--json" && a + 1 < argc) {
             json_path = argv[++a];
+        } else if (s == "--heads" && a + 1 < argc) {
+            heads = std::atoi(argv[++a]);
+            if (heads != 32 && heads != 64) {
+                std::fprintf(stderr, "--heads takes 32 or 64\n");
+                return 2;
+            }
         } else if (s == "--quick") {
             quick = true;
         } else if (s == "--check") {
@@ -130,6 +139,7 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    if (heads == 64) kernels = {2};  // the one kernel with 64 heads
     // The kernels of `candidates` that run in the `kind` part ("decode" or "prefill") under --only / --kernels.
     const auto select_kernels = [&](std::vector<int> candidates, const std::string& kind) {
         std::vector<int> r;
@@ -157,8 +167,8 @@ int main(int argc, char** argv) {
     MEGACTX_BENCH_CK(cudaMalloc(&d_tables, tables.size() * 4));
     MEGACTX_BENCH_CK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
     const int64_t max_rows = 4096;
-    std::vector<uint8_t> q8(static_cast<size_t>(max_rows * 4096));
-    std::vector<float> w8(static_cast<size_t>(max_rows * 32));
+    std::vector<uint8_t> q8(static_cast<size_t>(max_rows * heads * 128));
+    std::vector<float> w8(static_cast<size_t>(max_rows * heads));
     for (auto& b : q8) b = static_cast<uint8_t>(rng() & 0xf6);
     for (auto& w : w8) w = std::uniform_real_distribution<float>(-1e-3f, 1e-3f)(rng);
     uint8_t* d_q8;
@@ -220,7 +230,8 @@ int main(int argc, char** argv) {
     const bool no_seq_rows = std::getenv("MEGACTX_BENCH_NO_SEQ_ROWS") != nullptr;
     auto params = [&](int64_t batch, int64_t qps, int64_t L, int rot, int kernel) {
         IndexerLogitsParams p;
-        p.kernel = kernel;
+        p.kernel = static_cast<int16_t>(kernel);
+        p.n_head = static_cast<int16_t>(heads);
         p.q8 = d_q8;
         p.w8 = d_w8;
         p.pool = pool;
@@ -409,7 +420,8 @@ int main(int argc, char** argv) {
             pp.table_offset = d_toff;
             launch_indexer_plan(pp, stream);
             IndexerLogitsParams p;
-            p.kernel = kernel;
+            p.kernel = static_cast<int16_t>(kernel);
+            p.n_head = static_cast<int16_t>(heads);
             p.q8 = d_q8;
             p.w8 = d_w8;
             p.pool = pool;
@@ -464,7 +476,7 @@ int main(int argc, char** argv) {
                             kernel, static_cast<long long>(sq), static_cast<long long>(L), diff, ref, rel,
                             ok ? "ok" : "FAILED");
             }
-            const double us = median(ms) * 1e3, tfl = 8192.0 * pairs / (us * 1e-6) / 1e12;
+            const double us = median(ms) * 1e3, tfl = 256.0 * heads * pairs / (us * 1e-6) / 1e12;
             const double tbs = 132.0 * L / (us * 1e-6) / 1e12;
             results.push_back(
                 {"prefill", kernel, 1, sq, L, us, tbs, 100 * tbs / kCopyTBs, tfl, 100 * tfl / kFp8Tflops});
@@ -484,12 +496,13 @@ int main(int argc, char** argv) {
         std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
         std::fprintf(f, "{\n  \"bench\": \"indexer_logits\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n", prop.name,
                      date);
-        std::fprintf(f, "  \"commit\": \"%s\",\n  \"ceilings\": {\"copy_TBs\": %.2f, \"fp8_TFLOPs\": %.0f},\n",
-                     megactx::bench_cuda::commit(), kCopyTBs, kFp8Tflops);
+        std::fprintf(
+            f, "  \"commit\": \"%s\",\n  \"heads\": %d,\n  \"ceilings\": {\"copy_TBs\": %.2f, \"fp8_TFLOPs\": %.0f},\n",
+            megactx::bench_cuda::commit(), heads, kCopyTBs, kFp8Tflops);
         std::fprintf(f,
                      "  \"note\": \"kernel 1 = mma.sync, 2 = wgmma; decode bytes = 132*L*batch (keys read once per "
                      "sequence; decode_topk adds the top-2048 of the scores, decode_topk_chain on the three-kernel "
-                     "top-k chain); prefill FLOP = 8192 per causal (query, "
+                     "top-k chain); prefill FLOP = 256 * heads per causal (query, "
                      "key) pair\",\n  \"results\": [\n");
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];

@@ -218,48 +218,50 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
 }
 
 struct QuantQ {
-    std::vector<uint8_t> q8;  // [n, 32, 128]
-    std::vector<float> w8;    // [n, 32]
+    std::vector<uint8_t> q8;  // [n, heads, 128]
+    std::vector<float> w8;    // [n, heads]
+    int64_t heads = 32;
 };
 
-QuantQ gpu_q_quant(const std::vector<float>& q, const std::vector<float>& gates, int64_t n, float hs, float ss) {
-    DevBuf<float> d_q(q), d_g(gates), d_w8(static_cast<size_t>(n * 32));
-    DevBuf<uint8_t> d_q8(static_cast<size_t>(n * 32 * 128));
+QuantQ gpu_q_quant(const std::vector<float>& q, const std::vector<float>& gates, int64_t n, float hs, float ss,
+                   int64_t heads = 32) {
+    DevBuf<float> d_q(q), d_g(gates), d_w8(static_cast<size_t>(n * heads));
+    DevBuf<uint8_t> d_q8(static_cast<size_t>(n * heads * 128));
     IndexerQQuantParams p;
     p.q = d_q.p;
     p.gates = d_g.p;
     p.n = n;
+    p.n_head = heads;
     p.head_scale = hs;
     p.softmax_scale = ss;
     p.q8 = d_q8.p;
     p.w8 = d_w8.p;
     launch_indexer_q_quant(p, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    return {d_q8.download(), d_w8.download()};
+    return {d_q8.download(), d_w8.download(), heads};
 }
 
 // Queries with per-head magnitudes spread over many decades (some under the 1e-4 floor).
-std::vector<float> random_q(int64_t n, std::mt19937& rng) {
-    std::vector<float> q(static_cast<size_t>(n * 32 * 128));
+std::vector<float> random_q(int64_t n, std::mt19937& rng, int64_t heads = 32) {
+    std::vector<float> q(static_cast<size_t>(n * heads * 128));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::uniform_real_distribution<float> mag(-6.0f, 2.0f);
-    for (int64_t ih = 0; ih < n * 32; ++ih) {
+    for (int64_t ih = 0; ih < n * heads; ++ih) {
         const float sc = std::pow(10.0f, mag(rng));
         for (int j = 0; j < 128; ++j) q[static_cast<size_t>(ih * 128 + j)] = sc * nd(rng);
     }
     return q;
 }
 
-TEST(IndexerCuda, QQuantMatchesCpu) {
-    SKIP_WITHOUT_GPU();
+void check_q_quant(int64_t heads) {
     std::mt19937 rng(2);
     const int64_t n = 97;
-    const auto q = random_q(n, rng);
-    const auto gates = randn(static_cast<size_t>(n * 32), rng);
-    const float hs = 1.0f / std::sqrt(32.0f), ss = 1.0f / std::sqrt(128.0f);
-    const auto got = gpu_q_quant(q, gates, n, hs, ss);
+    const auto q = random_q(n, rng, heads);
+    const auto gates = randn(static_cast<size_t>(n * heads), rng);
+    const float hs = 1.0f / std::sqrt(static_cast<float>(heads)), ss = 1.0f / std::sqrt(128.0f);
+    const auto got = gpu_q_quant(q, gates, n, hs, ss, heads);
     int64_t code_bad = 0, w_bad = 0;
-    for (int64_t ih = 0; ih < n * 32; ++ih) {
+    for (int64_t ih = 0; ih < n * heads; ++ih) {
         float amax = 0;
         for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(q[static_cast<size_t>(ih * 128 + j)]));
         const float s = fp8_pow2_scale(amax);
@@ -269,8 +271,14 @@ TEST(IndexerCuda, QQuantMatchesCpu) {
         }
         w_bad += got.w8[static_cast<size_t>(ih)] != gates[static_cast<size_t>(ih)] * hs * ss * s;
     }
-    EXPECT_EQ(code_bad, 0);
-    EXPECT_EQ(w_bad, 0);
+    EXPECT_EQ(code_bad, 0) << heads << " heads";
+    EXPECT_EQ(w_bad, 0) << heads << " heads";
+}
+
+TEST(IndexerCuda, QQuantMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    check_q_quant(32);
+    check_q_quant(64);  // DeepSeek-V3.2
 }
 
 TEST(IndexerCuda, PlanGroupsRunsOfOneSequence) {
@@ -356,9 +364,10 @@ void reference_row(const Scenario& sc, const QuantQ& qq, int64_t i, std::vector<
     const int32_t s = sc.seq[static_cast<size_t>(i)], n_t = sc.pos[static_cast<size_t>(i)] + 1;
     val.assign(static_cast<size_t>(n_t), 0.0);
     mag.assign(static_cast<size_t>(n_t), 0.0);
-    std::vector<float> qd(32 * 128);
-    for (int e = 0; e < 32 * 128; ++e)
-        qd[static_cast<size_t>(e)] = fp8e4m3_to_f32(qq.q8[static_cast<size_t>(i * 4096 + e)]);
+    const int64_t heads = qq.heads;
+    std::vector<float> qd(static_cast<size_t>(heads * 128));
+    for (int64_t e = 0; e < heads * 128; ++e)
+        qd[static_cast<size_t>(e)] = fp8e4m3_to_f32(qq.q8[static_cast<size_t>(i * heads * 128 + e)]);
     float kd[128];
     for (int32_t t = 0; t < n_t; ++t) {
         const int64_t blk = sc.tables[static_cast<size_t>(sc.table_offset[static_cast<size_t>(s)] + t / 64)];
@@ -367,14 +376,14 @@ void reference_row(const Scenario& sc, const QuantQ& qq, int64_t i, std::vector<
         float ks;
         std::memcpy(&ks, b + 64 * 128 + (t % 64) * 4, 4);
         double v = 0, m = 0;
-        for (int h = 0; h < 32; ++h) {
+        for (int64_t h = 0; h < heads; ++h) {
             double dot = 0, abs_dot = 0;
             for (int c = 0; c < 128; ++c) {
                 const double pr = static_cast<double>(qd[static_cast<size_t>(h * 128 + c)]) * kd[c];
                 dot += pr;
                 abs_dot += std::fabs(pr);
             }
-            const double w = qq.w8[static_cast<size_t>(i * 32 + h)];
+            const double w = qq.w8[static_cast<size_t>(i * heads + h)];
             v += w * std::max(dot, 0.0);
             m += std::fabs(w) * abs_dot;
         }
@@ -391,14 +400,15 @@ struct DevScenario {
 };
 
 void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& qps, int64_t row_begin, int64_t row_end,
-                  uint32_t seed, int kernel) {
+                  uint32_t seed, int kernel, int64_t heads = 32) {
     std::mt19937 rng(seed);
     const Scenario sc = make_scenario(lens, qps, rng);
     const auto n = static_cast<int64_t>(sc.pos.size());
     if (row_end < 0) row_end = n;
-    const auto q = random_q(n, rng);
-    const auto gates = randn(static_cast<size_t>(n * 32), rng);
-    const QuantQ qq = gpu_q_quant(q, gates, n, 1.0f / std::sqrt(32.0f), 1.0f / std::sqrt(128.0f));
+    const auto q = random_q(n, rng, heads);
+    const auto gates = randn(static_cast<size_t>(n * heads), rng);
+    const QuantQ qq =
+        gpu_q_quant(q, gates, n, 1.0f / std::sqrt(static_cast<float>(heads)), 1.0f / std::sqrt(128.0f), heads);
     DevScenario ds(sc);
     DevBuf<uint8_t> d_q8(qq.q8);
     DevBuf<float> d_w8(qq.w8);
@@ -433,8 +443,10 @@ void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& 
     p.out_stride = stride;
     p.plan = d_plan.p;
     p.pool_blocks = static_cast<int64_t>(sc.pool.size()) / 8448;
-    p.kernel = kernel;
-    ASSERT_EQ(launch_indexer_logits(p, nullptr), kernel);  // no silent fallback to another kernel
+    p.kernel = static_cast<int16_t>(kernel);
+    p.n_head = static_cast<int16_t>(heads);
+    // no silent fallback to another kernel (64 heads: kernel 2 for kernel 0 and 2 alike)
+    ASSERT_EQ(launch_indexer_logits(p, nullptr), heads == 64 ? 2 : kernel);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto out = d_out.download();
     // mma.sync accumulates the FP8 products in fp32 (measured worst 4.7e-8); wgmma's FP8 path adds its products
@@ -459,8 +471,10 @@ void check_logits(const std::vector<int32_t>& lens, const std::vector<int32_t>& 
             ++checked;
         }
     }
-    std::printf("logits kernel %d: %lld scores checked, worst error %.3g of the conditioning sum (tolerance %g)\n",
-                kernel, static_cast<long long>(checked), worst, tol);
+    std::printf(
+        "logits kernel %d, %lld heads: %lld scores checked, worst error %.3g of the conditioning sum "
+        "(tolerance %g)\n",
+        kernel, static_cast<long long>(heads), static_cast<long long>(checked), worst, tol);
     EXPECT_EQ(bad, 0);
 }
 
@@ -488,6 +502,21 @@ TEST(IndexerCuda, LogitsPrefillChunkWithRowRange) {
     // Kernel 3 (prefill's): a 20,001-token sequence has 313 pages, so its groups span two work items of up to 256
     // pages and go round the 16-stage ring many times; 33 queries = two full groups of 16 and one of 1.
     for (int kernel : {2, 3}) check_logits({20001, 700}, {33, 16}, 0, -1, 9, kernel);
+}
+
+// DeepSeek-V3.2's 64 heads: kernel 2, each query as two 32-head units summed before the store; kernel 0 takes the
+// tile by shape, kernel 2 the batch-invariant mode's one tile for every shape.
+TEST(IndexerCuda, LogitsSixtyFourHeads) {
+    SKIP_WITHOUT_GPU();
+    for (int kernel : {0, 2}) {
+        const auto run = [&](const std::vector<int32_t>& lens, const std::vector<int32_t>& qps, int64_t b, int64_t e,
+                             uint32_t seed) { check_logits(lens, qps, b, e, seed, kernel, 64); };
+        run({1, 63, 64, 65, 2048, 3001, 100003}, {1, 2, 1, 4, 3, 1, 4}, 0, -1, 3);  // decode and MTP verification
+        run({5000, 130, 64, 70003}, {1, 1, 1, 1}, 0, -1, 6);                        // one query per sequence
+        run({3000, 500, 200, 100}, {10, 1, 1, 1}, 0, -1, 8);                        // a group past the estimate
+        run({2500, 5000}, {40, 37}, 3, 75, 4);                                      // prefill rows 3 .. 75
+        run({3000, 777, 129}, {8, 5, 7}, 0, -1, 7);
+    }
 }
 
 // Rows of `out` (slots from the composition) whose top-k set differs from the CPU reference beyond fp32 near-ties.
@@ -543,18 +572,21 @@ int64_t rows_off_reference(const Scenario& sc, const QuantQ& qq, const std::vect
 
 // launch_indexer_topk over the scenario, rows_per_group rows scored at once; returns the slots.
 std::vector<int32_t> run_composition(const Scenario& sc, const std::vector<float>& q, const std::vector<float>& gates,
-                                     int64_t n_seq, int64_t max_seq_rows, int64_t rows_per_group, int64_t topk) {
+                                     int64_t n_seq, int64_t max_seq_rows, int64_t rows_per_group, int64_t topk,
+                                     int64_t heads = 32, int logits_kernel = 0) {
     const auto n = static_cast<int64_t>(sc.pos.size());
     DevScenario ds(sc);
     DevBuf<float> d_q(q), d_g(gates);
     DevBuf<int32_t> d_out(static_cast<size_t>(n * topk));
-    EXPECT_TRUE(indexer_topk_supported(32, 128, 64, topk, sc.max_context));
+    EXPECT_TRUE(indexer_topk_supported(heads, 128, 64, topk, sc.max_context));
     const size_t scratch = indexer_topk_scratch_bytes(rows_per_group, sc.max_context, topk);
     DevBuf<uint8_t> d_scratch(scratch);
     EXPECT_EQ(cudaMemset(d_scratch.p, 0xff, scratch), cudaSuccess);  // no zero words by chance
     IndexerTopkCudaParams p;
     p.q = d_q.p;
     p.gates = d_g.p;
+    p.n_head = heads;
+    p.logits_kernel = logits_kernel;
     p.pool = ds.pool.p;
     p.pos = ds.pos.p;
     p.seq = ds.seq.p;
@@ -565,7 +597,7 @@ std::vector<int32_t> run_composition(const Scenario& sc, const std::vector<float
     p.max_seq_rows = max_seq_rows;
     p.max_context = sc.max_context;
     p.softmax_scale = 1.0f / std::sqrt(128.0f);
-    p.head_scale = 1.0f / std::sqrt(32.0f);
+    p.head_scale = 1.0f / std::sqrt(static_cast<float>(heads));
     p.topk = topk;
     p.max_rows_per_group = rows_per_group;
     p.out_slots = d_out.p;
@@ -610,6 +642,28 @@ TEST(IndexerCuda, TopkDecodeWithPreparedSelect) {
         const auto plain = run_composition(sc, q, gates, n_seq, 0, n, 2048);
         EXPECT_EQ(rows_off_reference(sc, qq, fused, n, 2048), 0) << "batch " << n;
         EXPECT_EQ(fused, plain) << "batch " << n;
+    }
+}
+
+// The composition at 64 heads: decode with the prepared select (one query per sequence), MTP verification rows
+// and prefill groups, against the reference top-k; the batch-invariant mode's fixed tile gives the same slots.
+TEST(IndexerCuda, TopkCompositionSixtyFourHeads) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(12);
+    const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> cases = {
+        {{131072}, {1}}, {{9000, 70001, 2000}, {1, 1, 1}}, {{700, 2049, 5003, 70001}, {2, 3, 4, 1}}, {{6000}, {37}}};
+    for (const auto& [lens, qps] : cases) {
+        const Scenario sc = make_scenario(lens, qps, rng);
+        const auto n = static_cast<int64_t>(sc.pos.size());
+        const auto q = random_q(n, rng, 64);
+        const auto gates = randn(static_cast<size_t>(n * 64), rng);
+        const QuantQ qq = gpu_q_quant(q, gates, n, 1.0f / 8.0f, 1.0f / std::sqrt(128.0f), 64);
+        const auto n_seq = static_cast<int64_t>(lens.size());
+        const int64_t most = *std::max_element(qps.begin(), qps.end());
+        const auto out = run_composition(sc, q, gates, n_seq, most, n, 2048, 64);
+        EXPECT_EQ(rows_off_reference(sc, qq, out, n, 2048), 0) << n << " rows";
+        const auto fixed = run_composition(sc, q, gates, n_seq, most, n, 2048, 64, 2);
+        EXPECT_EQ(rows_off_reference(sc, qq, fixed, n, 2048), 0) << n << " rows, fixed tile";
     }
 }
 

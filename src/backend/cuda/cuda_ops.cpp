@@ -918,6 +918,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         IndexerTopkCudaParams f;
         f.q = p.q->f32();
         f.gates = p.weights->f32();
+        f.n_head = n_head;
         f.pool = static_cast<const uint8_t*>(p.keys->data);
         f.pool_blocks = p.keys->dim(0);  // [n_blocks, 8448] bytes
         f.pos = p.map.pos;
@@ -935,7 +936,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         f.out_slots = p.out_slots->i32();
         f.scratch = scratch.data;
         f.scratch_bytes = bytes;
-        if (options_.batch_invariant) f.logits_kernel = 3;  // one scoring kernel for every shape
+        if (options_.batch_invariant) f.logits_kernel = n_head == 64 ? 2 : 3;  // one scoring kernel for every shape
         if (p.reduce_scores) {
             f.reduce_ctx = const_cast<std::function<void(float*, int64_t)>*>(&p.reduce_scores);
             f.reduce_scores = [](void* ctx, float* scores, int64_t count) {

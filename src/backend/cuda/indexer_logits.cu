@@ -353,9 +353,14 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[QT * 16], uint64_t da, uin
 // kHist (decode, one row per group): each CTA also counts its row's scores into the top-k's round-0 bins
 // (IndexerLogitsHist) in shared memory, then adds the non-empty ones to the row's global bins.
 constexpr int kHistBins = 1 << topk_plan::kGridDigit0;
-template <int QT, int SUB, bool kHist>
+// U: 32-head units per query (1: GLM-5.x's 32 heads; 2: DeepSeek-V3.2's 64). A query of 64 heads is staged as two
+// consecutive 32-head units (q8 [n, 64, 128] is [2n, 32, 128] in memory), each unit is multiplied and reduced over
+// its 32 heads as a query of 32 heads is, and the two sums are added before the store: score = (heads 0–31) +
+// (heads 32–63). QT and the chunk size kCap count units, so QT ≥ U keeps a query's units in one sub-tile.
+template <int QT, int SUB, bool kHist, int U>
 __global__ void __launch_bounds__(kWgThreads)
     logits_kernel(IndexerLogitsParams p, int pages_per_item, int* hist, int64_t hist_stride) {
+    static_assert(QT % U == 0 && (QT * SUB) % U == 0, "a query's units share a sub-tile");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<QT, SUB>;
     __shared__ int s_hist[kHist ? kHistBins : 1];
@@ -411,8 +416,8 @@ __global__ void __launch_bounds__(kWgThreads)
     }
     const int key0 = 16 * warp + g, key1 = key0 + 8;
 
-    for (int qc = r_a; qc < r_b; qc += C::kCap) {
-        const int nq = min(C::kCap, r_b - qc), nsub = (nq + QT - 1) / QT;
+    for (int qc = r_a * U; qc < r_b * U; qc += C::kCap) {  // units qc .. qc + nq − 1 (U per query)
+        const int nq = min(C::kCap, r_b * U - qc), nsub = (nq + QT - 1) / QT;
         // Stage the chunk's q8 (zero rows pad the last sub-tile), weights and positions.
         for (int c = tid; c < nsub * QT * kHeads * 8; c += kWgThreads) {
             const int row = c >> 3, chunk = c & 7;
@@ -424,7 +429,7 @@ __global__ void __launch_bounds__(kWgThreads)
         }
         cp_async_commit();
         for (int c = tid; c < nq * kHeads; c += kWgThreads) s_w[c] = p.w8[static_cast<int64_t>(qc) * kHeads + c];
-        if (tid < nq) s_pos[tid] = p.pos[qc + tid];
+        if (tid < nq) s_pos[tid] = p.pos[(qc + tid) / U];
         __syncthreads();  // s_tab (and, for a later chunk, the end of the previous chunk's reads)
 
         if (!kHist) {  // (kHist: issued before the wait; one chunk, as a decode row is one query)
@@ -460,6 +465,7 @@ __global__ void __launch_bounds__(kWgThreads)
                 wg_commit();
                 wg_wait<0>();
                 reg_fence(acc);
+                float u0 = 0.0f, u1 = 0.0f;  // U = 2: the first unit's sums, added to the second's
 #pragma unroll
                 for (int qq = 0; qq < QT; ++qq) {
                     const int q = sub * QT + qq;
@@ -483,8 +489,17 @@ __global__ void __launch_bounds__(kWgThreads)
                     v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
                     v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
                     v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+                    if constexpr (U == 2) {
+                        if ((qq & 1) == 0) {
+                            u0 = v0;
+                            u1 = v1;
+                            continue;
+                        }
+                        v0 = u0 + v0;
+                        v1 = u1 + v1;
+                    }
                     const int qpos = s_pos[q];
-                    float* orow = p.out + (static_cast<int64_t>(qc + q) - p.row_begin) * p.out_stride + t0;
+                    float* orow = p.out + (static_cast<int64_t>((qc + q) / U) - p.row_begin) * p.out_stride + t0;
                     const bool w0 = t == 0 && t0 + key0 <= qpos, w1 = t == 1 && t0 + key1 <= qpos;
                     const float s0 = v0 * ks0, s1 = v1 * ks1;
                     if (w0) orow[key0] = s0;
@@ -755,8 +770,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
 int64_t indexer_plan_ints(int64_t n_rows) { return 3 * n_rows + 2; }
 
+namespace {
+int device_sms_and_major(int* major);
+}  // namespace
+
 bool indexer_logits_supported(int64_t n_head, int64_t d_indexer, int64_t block_size) {
-    return n_head == kHeads && d_indexer == kDim && block_size == kBlock;
+    if (d_indexer != kDim || block_size != kBlock) return false;
+    if (n_head == kHeads) return true;
+    int major = 0;  // 64 heads: kernel 2 only, which needs sm_90a
+    return n_head == 2 * kHeads && device_sms_and_major(&major) > 0 && major >= 9;
 }
 
 void launch_indexer_plan(const IndexerPlanParams& p, cudaStream_t stream) {
@@ -794,7 +816,7 @@ void launch_mma_sync(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm
     indexer_logits_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, static_cast<int>(per_item));
 }
 
-template <int QT, int SUB, bool kHist = false>
+template <int QT, int SUB, bool kHist = false, int U = 1>
 void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, int* hist = nullptr,
                   int64_t hist_stride = 0) {
     using C = wg::Cfg<QT, SUB>;
@@ -802,11 +824,12 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, i
     int dev = 0;
     cudaGetDevice(&dev);
     per_device_once([&] {
-        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB, kHist>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
-        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB, kHist>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB, kHist, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             C::kSmem);
+        cudaFuncSetAttribute(wg::logits_kernel<QT, SUB, kHist, U>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared);
         int c = 0;
-        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, wg::logits_kernel<QT, SUB, kHist>,
+        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, wg::logits_kernel<QT, SUB, kHist, U>,
                                                                             wg::kWgThreads, C::kSmem);
         occupancy[dev].store(std::max(c, 1));
         return e;
@@ -821,7 +844,7 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, i
     int64_t per_item = (total + slots * waves - 1) / (slots * waves);
     per_item = std::min<int64_t>(std::max<int64_t>(per_item, 1), wg::kMaxPages);
     const int64_t chunks = (max_pages + per_item - 1) / per_item;
-    cuda::launch_ex(wg::logits_kernel<QT, SUB, kHist>,
+    cuda::launch_ex(wg::logits_kernel<QT, SUB, kHist, U>,
                     dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)), dim3(wg::kWgThreads), C::kSmem,
                     stream, true, p, static_cast<int>(per_item), hist, hist_stride);
 }
@@ -875,6 +898,32 @@ bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
 }
 }  // namespace
 
+namespace {
+
+// 64 heads (two 32-head units per query): kernel 2 at every shape, QT units per sub-tile covering the estimated
+// queries of a group (a 16-query prefill group in one chunk of 32 units: 170 KB of shared memory, one CTA per SM).
+// An explicit kernel 2 (the batch-invariant mode) takes that widest tile for every shape, so that no row's sums
+// depend on how many queries share its group.
+int launch_64_heads(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, int64_t est,
+                    const IndexerLogitsHist* hist, bool* hist_done) {
+    if (p.kernel == 2)
+        launch_wgmma<8, 4, false, 2>(p, stream, n_sm);
+    else if (est <= 1 && hist != nullptr && hist->bins != nullptr && p.max_seq_rows == 1) {
+        launch_wgmma<2, 1, true, 2>(p, stream, n_sm, hist->bins, hist->row_stride);
+        if (hist_done) *hist_done = true;
+    } else if (est <= 1)
+        launch_wgmma<2, 1, false, 2>(p, stream, n_sm);
+    else if (est <= 2)
+        launch_wgmma<4, 1, false, 2>(p, stream, n_sm);
+    else if (est <= 4)
+        launch_wgmma<8, 1, false, 2>(p, stream, n_sm);
+    else
+        launch_wgmma<8, 4, false, 2>(p, stream, n_sm);
+    return 2;
+}
+
+}  // namespace
+
 int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream, const IndexerLogitsHist* hist,
                           bool* hist_done) {
     if (hist_done) *hist_done = false;
@@ -885,6 +934,7 @@ int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream, con
     // Queries per group, estimated from rows per sequence (exact for decode and prefill); more is still correct.
     const int64_t est =
         std::min<int64_t>(kGroup, (n_rows + std::max<int64_t>(p.n_seq, 1) - 1) / std::max<int64_t>(p.n_seq, 1));
+    if (p.n_head == 2 * kHeads) return launch_64_heads(p, stream, n_sm, est, hist, hist_done);
     int kernel = p.kernel;
     if (kernel == 0) {
         const char* env = std::getenv("MEGACTX_INDEXER_LOGITS_KERNEL");

@@ -15,8 +15,9 @@
 // kernel = 0 takes $MEGACTX_INDEXER_LOGITS_KERNEL if set, else kernel 3 for more than 8 queries per sequence and
 // at least 16 rows (one full group) or for 3–4 queries per sequence (MTP verification; kernel 3 then splits
 // the pages between its math warpgroups instead of the queries), and kernel 2 otherwise. Kernel 3 falls back to kernel
-// 2 (with a one-time message on stderr) where it cannot run (its register plan or its tensor map is refused). GLM-5.2
-// geometry only: 32 heads × 128 dims, 64-token blocks.
+// 2 (with a one-time message on stderr) where it cannot run (its register plan or its tensor map is refused).
+// Geometry: 32 heads (GLM-5.x) or 64 heads (DeepSeek-V3.2; kernel 2 for every shape, each query staged as two
+// 32-head units whose sums are added before the store) × 128 dims, 64-token blocks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,8 +30,8 @@ namespace megactx {
 // instead of loading its fields up front, and kernel 3 (prefill) ran 16% slower with identical PTX otherwise
 // (1M context, 59 rows: 495 -> 572 us; 7bfb9ac, fixed in badccbb). indexer_logits.cu asserts the size.
 struct IndexerLogitsParams {
-    const uint8_t* q8 = nullptr;            // [n, 32, 128] e4m3 (batch rows, indexed by the absolute row i)
-    const float* w8 = nullptr;              // [n, 32] folded head weights
+    const uint8_t* q8 = nullptr;            // [n, n_head, 128] e4m3 (batch rows, indexed by the absolute row i)
+    const float* w8 = nullptr;              // [n, n_head] folded head weights
     const uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer cache
     int64_t pool_blocks = 0;                // n_blocks (0: unknown; kernel 3's tensor map then spans 2^31 rows)
     const int32_t* pos = nullptr;           // [n]
@@ -43,7 +44,8 @@ struct IndexerLogitsParams {
     float* out = nullptr;                   // [row_end - row_begin, out_stride]
     int64_t out_stride = 0;                 // ≥ max_context
     const int32_t* plan = nullptr;          // from launch_indexer_plan for the same rows
-    int kernel = 0;                         // 0: default, 1: mma.sync, 2: wgmma, 3: warp-specialised (sm_90a)
+    int16_t kernel = 0;                     // 0: default, 1: mma.sync, 2: wgmma, 3: warp-specialised (sm_90a)
+    int16_t n_head = 32;                    // 32, or 64 (kernel 2 only: any other request runs kernel 2)
     int32_t max_seq_rows = 0;               // optional: ≥ the rows of any one sequence in range (tightens that bound)
 };
 

@@ -1,5 +1,5 @@
 // indexer_q_quant kernel: one warp per (token, head), 4 consecutive dims per lane.
-//   q [n, 32, 128] fp32, gates [n, 32] → q8 [n, 32, 128] e4m3, w8 [n, 32] fp32 (see indexer_q_quant.h)
+//   q [n, H, 128] fp32, gates [n, H] → q8 [n, H, 128] e4m3, w8 [n, H] fp32, H = 32 or 64 (see indexer_q_quant.h)
 // Reference: fp8_pow2_scale + f32_to_fp8e4m3 (kv_format.cpp, core/dtype.cpp), model-spec §3.3.
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/indexer_q_quant.h"
@@ -31,8 +31,8 @@ __global__ void __launch_bounds__(256) indexer_q_quant_kernel(IndexerQQuantParam
         for (int64_t j = threadIdx.x; j < p.zero_n; j += blockDim.x) p.zero[j] = 0;
     }
     const int lane = threadIdx.x & 31;
-    const int64_t ih = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // token · 32 + head
-    if (ih >= p.n * kHeads) return;
+    const int64_t ih = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // token · H + head
+    if (ih >= p.n * p.n_head) return;
     const float4 x = reinterpret_cast<const float4*>(p.q + ih * kDim)[lane];
     const float amax = warp_max(fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
     const float scale = fp8_pow2_scale(amax);
@@ -42,12 +42,14 @@ __global__ void __launch_bounds__(256) indexer_q_quant_kernel(IndexerQQuantParam
 
 }  // namespace
 
-bool indexer_q_quant_supported(int64_t n_head, int64_t d_indexer) { return n_head == kHeads && d_indexer == kDim; }
+bool indexer_q_quant_supported(int64_t n_head, int64_t d_indexer) {
+    return (n_head == kHeads || n_head == 2 * kHeads) && d_indexer == kDim;
+}
 
 void launch_indexer_q_quant(const IndexerQQuantParams& p, cudaStream_t stream) {
     if (p.n <= 0) return;
     constexpr int kWarps = 8;
-    const auto grid = static_cast<unsigned>((p.n * kHeads + kWarps - 1) / kWarps);
+    const auto grid = static_cast<unsigned>((p.n * p.n_head + kWarps - 1) / kWarps);
     // Launched plainly (no PDL): it starts once every earlier kernel of the stream has completed, which the plan
     // kernel behind it relies on when it zeroes the top-k's control words (IndexerPlanParams::zero).
     indexer_q_quant_kernel<<<grid, kWarps * 32, 0, stream>>>(p);

@@ -1,6 +1,7 @@
 // indexer_topk composition (see indexer_topk.h): q quantisation, plan, logits and top-k per row group under a
-// fixed scratch budget; the top-k writes slots (positions through the block tables). Shapes: q [n, 32, 128], gates [n,
-// 32], out_slots [n, topk]. Reference: CpuOps::indexer_topk (the same selection, in fp32 without FP8).
+// fixed scratch budget; the top-k writes slots (positions through the block tables). Shapes: q [n, H, 128], gates [n,
+// H] (H = 32 or 64 heads), out_slots [n, topk]. Reference: CpuOps::indexer_topk (the same selection, in fp32 without
+// FP8).
 #include <algorithm>
 
 #include "backend/cuda/indexer_common.cuh"
@@ -25,15 +26,16 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 int64_t score_stride(int64_t max_context) { return (max_context + kBlock - 1) / kBlock * kBlock; }
 
-// Scratch carve-up for one row group of `rows` rows.
+// Scratch carve-up for one row group of `rows` rows (q8 / w8 sized for 64 heads, the most the kernels take).
+constexpr int64_t kMaxHeads = 2 * kHeads;
 struct Layout {
     size_t q8, w8, plan, lengths, scores, topk, total;
 };
 Layout layout(int64_t rows, int64_t max_context, int64_t topk) {
     Layout l{};
     size_t at = 0;
-    l.q8 = at, at += align_up(static_cast<size_t>(rows) * kHeads * kDim);
-    l.w8 = at, at += align_up(static_cast<size_t>(rows) * kHeads * 4);
+    l.q8 = at, at += align_up(static_cast<size_t>(rows) * kMaxHeads * kDim);
+    l.w8 = at, at += align_up(static_cast<size_t>(rows) * kMaxHeads * 4);
     l.plan = at, at += align_up(static_cast<size_t>(indexer_plan_ints(rows)) * 4);
     l.lengths = at, at += align_up(static_cast<size_t>(rows) * 4);
     l.scores = at, at += align_up(static_cast<size_t>(rows) * score_stride(max_context) * 4);
@@ -55,8 +57,10 @@ bool indexer_topk_supported(int64_t n_head, int64_t d_indexer, int64_t block_siz
 
 bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
     if (p.n <= 0) return true;
-    if (p.max_rows_per_group <= 0 || p.max_context <= 0 || !topk_supported(p.topk, score_stride(p.max_context)))
+    if (p.max_rows_per_group <= 0 || p.max_context <= 0 || !topk_supported(p.topk, score_stride(p.max_context)) ||
+        (p.n_head != kHeads && p.n_head != kMaxHeads))
         return false;
+    const int64_t h = p.n_head;
     const Layout l = layout(p.max_rows_per_group, p.max_context, p.topk);
     if (p.scratch_bytes < l.total) return false;
     auto* base = static_cast<uint8_t*>(p.scratch);
@@ -88,9 +92,10 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         const TopkGridCtl gc = p.reduce_scores == nullptr ? topk_grid_ctl(tp) : TopkGridCtl{};
 
         IndexerQQuantParams qq;
-        qq.q = p.q + r0 * kHeads * kDim;
-        qq.gates = p.gates + r0 * kHeads;
+        qq.q = p.q + r0 * h * kDim;
+        qq.gates = p.gates + r0 * h;
         qq.n = rows;
+        qq.n_head = h;
         qq.head_scale = p.head_scale;
         qq.softmax_scale = p.softmax_scale;
         qq.q8 = q8;
@@ -125,8 +130,9 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
 
         // q8/w8 hold only this group's rows; the logits kernel indexes them by absolute row, so shift the base.
         IndexerLogitsParams lp;
-        lp.q8 = q8 - r0 * kHeads * kDim;
-        lp.w8 = w8 - r0 * kHeads;
+        lp.q8 = q8 - r0 * h * kDim;
+        lp.w8 = w8 - r0 * h;
+        lp.n_head = static_cast<int16_t>(h);
         lp.pool = p.pool;
         lp.pool_blocks = p.pool_blocks;
         lp.pos = p.pos;
@@ -141,7 +147,7 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         lp.out = scores;
         lp.out_stride = stride;
         lp.plan = plan;
-        lp.kernel = p.logits_kernel;
+        lp.kernel = static_cast<int16_t>(p.logits_kernel);
         const IndexerLogitsHist hist{gc.hist0, gc.row_stride};
         bool hist_done = false;
         const int ran = launch_indexer_logits(lp, stream, gc.ctl != nullptr ? &hist : nullptr, &hist_done);

@@ -19,8 +19,9 @@
 namespace megactx {
 
 struct IndexerTopkCudaParams {
-    const float* q = nullptr;               // [n, 32, 128] fp32, RoPE applied
-    const float* gates = nullptr;           // [n, 32] weights_proj output
+    const float* q = nullptr;               // [n, n_head, 128] fp32, RoPE applied
+    const float* gates = nullptr;           // [n, n_head] weights_proj output
+    int64_t n_head = 32;                    // 32 (GLM-5.x) or 64 (DeepSeek-V3.2)
     const uint8_t* pool = nullptr;          // [n_blocks, 8448] paged FP8 indexer keys
     int64_t pool_blocks = 0;                // n_blocks (0: unknown)
     const int32_t* pos = nullptr;           // [n]
@@ -37,9 +38,9 @@ struct IndexerTopkCudaParams {
     int32_t* out_slots = nullptr;    // [n, topk]
     void* scratch = nullptr;
     size_t scratch_bytes = 0;
-    // 0: the scoring kernel by shape (indexer_logits.h); 3: kernel 3 for every row group, failing (false) where it
-    // cannot run instead of falling back to kernel 2, whose sums over heads are ordered differently (the
-    // batch-invariant mode).
+    // 0: the scoring kernel by shape (indexer_logits.h); 3 (32 heads) or 2 (64 heads): that kernel for every row
+    // group, failing (false) where it cannot run instead of falling back to another kernel, whose sums over heads are
+    // ordered differently (the batch-invariant mode).
     int logits_kernel = 0;
     // Optional: called on each row group's scores [rows, stride] fp32 (device) between scoring and selection,
     // e.g. to all-reduce partial scores of a head-split indexer on the same stream. Host function.
