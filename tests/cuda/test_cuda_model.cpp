@@ -157,16 +157,18 @@ TEST_P(CudaFixtureLogits, MatchesCpu) {
         c.fixture.c_str(), kv_format_name(c.format), static_cast<long long>(c.chunk), err / scale, tol, err_plain,
         err_ref, static_cast<long long>(first_bad), static_cast<long long>(ms.reserved_bytes),
         static_cast<long long>(ms.n_cuda_malloc));
-    if (c.format != KvFormat::FP8) {
-        EXPECT_LE(err, tol * scale) << c.fixture << " kv " << kv_format_name(c.format) << " chunk " << c.chunk;
+    if (c.format == KvFormat::F32) {
+        EXPECT_LE(err, tol * scale) << c.fixture << " kv f32 chunk " << c.chunk;
     } else {
-        // FP8 KV's stated bound: 5e-2 × max |ref| up to the first cached value that lands on an e4m3 rounding
-        // boundary. The GPU's fp32 rows differ from the CPU's in the last bits (summation order), and a value
-        // within that distance of a boundary quantises one step (≈ 6%) apart; on these tiny models a near-tied
-        // top-8 choice then diverges (measured on the H200: 2 of 12 fp8 cases, from positions 31 and 53 of 80).
-        // So the first 24 positions must hold the bound and later ones are reported.
-        EXPECT_TRUE(first_bad < 0 || first_bad >= 24)
-            << c.fixture << " kv fp8 chunk " << c.chunk << ": position " << first_bad << " is over " << tol;
+        // A rounded cache's stated bound (bf16 1e-2, FP8 5e-2 × max |ref|) holds up to the first cached value that
+        // lands on a rounding boundary. The GPU's fp32 rows differ from the CPU's in the last bits (summation
+        // order), and a value within that distance of a boundary rounds one step apart (bf16 2^-8, e4m3 ≈ 6%); on
+        // these tiny random models (the bf16 cache alone moves the CPU's logits by 0.65-0.9 × max) a near-tied
+        // top-8 choice then diverges: on the H200 2 of 27 fp8 cases from positions 31 and 53 of 80, and
+        // dsv32_legacy_fp8 with bf16 from 27 (H200 and H100); on the H100 freq_offset_f32 bf16 chunk 7 from 47
+        // (79bea48). So the first 24 positions must hold the bound and later ones are reported.
+        EXPECT_TRUE(first_bad < 0 || first_bad >= 24) << c.fixture << " kv " << kv_format_name(c.format) << " chunk "
+                                                      << c.chunk << ": position " << first_bad << " is over " << tol;
     }
 }
 
