@@ -504,8 +504,8 @@ TEST(IndexerCuda, LogitsPrefillChunkWithRowRange) {
     for (int kernel : {2, 3}) check_logits({20001, 700}, {33, 16}, 0, -1, 9, kernel);
 }
 
-// DeepSeek-V3.2's 64 heads: kernel 2, the two 32-head halves of each query on a pair of CTAs adding into the
-// output; kernel 0 takes the tile by shape, kernel 2 the batch-invariant mode's one tile for every shape.
+// DeepSeek-V3.2's 64 heads: kernel 2, each query as two 32-head units summed before the store; kernel 0 takes the
+// tile by shape, kernel 2 the batch-invariant mode's one tile for every shape.
 TEST(IndexerCuda, LogitsSixtyFourHeads) {
     SKIP_WITHOUT_GPU();
     for (int kernel : {0, 2}) {

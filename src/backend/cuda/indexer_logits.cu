@@ -300,8 +300,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // The CTA's work item: query group blockIdx.y of the plan (rows r_a .. r_b − 1, block-table offset toff) and its
 // pages page0 .. page0 + np − 1. False when there is none (a group past the plan's count, pages past its end).
-__device__ __forceinline__ bool work_item(const IndexerLogitsParams& p, int item, int pages_per_item, int& r_a,
-                                          int& r_b, int& toff, int& page0, int& np) {
+__device__ __forceinline__ bool work_item(const IndexerLogitsParams& p, int pages_per_item, int& r_a, int& r_b,
+                                          int& toff, int& page0, int& np) {
     const int g_idx = static_cast<int>(blockIdx.y);
     const int n_rows = static_cast<int>(p.row_end - p.row_begin);
     const int32_t* ext = p.plan + n_rows + 2;
@@ -313,7 +313,7 @@ __device__ __forceinline__ bool work_item(const IndexerLogitsParams& p, int item
     const int max_pos = ext[2 * g_idx + 1];
     if (toff < 0) toff = p.table_offset[p.seq[r_a]];
     const int n_pages = max_pos / kBlock + 1;
-    page0 = item * pages_per_item;
+    page0 = static_cast<int>(blockIdx.x) * pages_per_item;
     np = min(page0 + pages_per_item, n_pages) - page0;
     return np > 0;
 }
@@ -321,15 +321,15 @@ __device__ __forceinline__ bool work_item(const IndexerLogitsParams& p, int item
 // The work item of a decode row (one row per sequence and per group, as the kHist launch requires) from the step's
 // inputs alone, without the plan: what work_item reads from the plan the query quantisation writes (row r_a's own
 // group, its table offset and position), so the kernel can find its pages before that kernel completes.
-__device__ __forceinline__ bool decode_work_item(const IndexerLogitsParams& p, int item, int pages_per_item, int& r_a,
-                                                 int& r_b, int& toff, int& page0, int& np) {
+__device__ __forceinline__ bool decode_work_item(const IndexerLogitsParams& p, int pages_per_item, int& r_a, int& r_b,
+                                                 int& toff, int& page0, int& np) {
     const int g_idx = static_cast<int>(blockIdx.y);
     if (g_idx >= static_cast<int>(p.row_end - p.row_begin)) return false;
     r_a = static_cast<int>(p.row_begin) + g_idx;
     r_b = r_a + 1;
     toff = p.table_offset[p.seq[r_a]];
     const int n_pages = p.pos[r_a] / kBlock + 1;
-    page0 = item * pages_per_item;
+    page0 = static_cast<int>(blockIdx.x) * pages_per_item;
     np = min(page0 + pages_per_item, n_pages) - page0;
     return np > 0;
 }
@@ -353,18 +353,14 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[QT * 16], uint64_t da, uin
 // kHist (decode, one row per group): each CTA also counts its row's scores into the top-k's round-0 bins
 // (IndexerLogitsHist) in shared memory, then adds the non-empty ones to the row's global bins.
 constexpr int kHistBins = 1 << topk_plan::kGridDigit0;
-// U: 32-head units per query (1: GLM-5.x's 32 heads; 2: DeepSeek-V3.2's 64). With U = 2 the work items come in
-// pairs (blockIdx.x = 2 · item + unit): the two CTAs of a pair read the same pages (the second mostly from L2, as
-// they run side by side) and each scores its query rows over its 32 heads, as a 32-head query is scored; both add
-// their sums into the zeroed output, and since a sum of two terms onto 0 is the same in either order, the score
-// (heads 0–31) + (heads 32–63) is exact and run-to-run identical. (One CTA over all 64 heads, wgmma N = 64 per
-// query, ran 2.1× the 32-head kernel's time at 1M on the H100, 79bea48.)
+// U: 32-head units per query (1: GLM-5.x's 32 heads; 2: DeepSeek-V3.2's 64). A query of 64 heads is staged as two
+// consecutive 32-head units (q8 [n, 64, 128] is [2n, 32, 128] in memory), each unit is multiplied and reduced over
+// its 32 heads as a query of 32 heads is, and the two sums are added before the store: score = (heads 0–31) +
+// (heads 32–63). QT and the chunk size kCap count units, so QT ≥ U keeps a query's units in one sub-tile.
 template <int QT, int SUB, bool kHist, int U>
 __global__ void __launch_bounds__(kWgThreads)
     logits_kernel(IndexerLogitsParams p, int pages_per_item, int* hist, int64_t hist_stride) {
-    static_assert(U == 1 || !kHist, "the fused histogram needs whole scores");
-    const int unit = U == 1 ? 0 : static_cast<int>(blockIdx.x) % U;
-    const int item = static_cast<int>(blockIdx.x) / U;
+    static_assert(QT % U == 0 && (QT * SUB) % U == 0, "a query's units share a sub-tile");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = Cfg<QT, SUB>;
     __shared__ int s_hist[kHist ? kHistBins : 1];
@@ -402,7 +398,7 @@ __global__ void __launch_bounds__(kWgThreads)
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     int r_a, r_b, toff, page0, np;
     if constexpr (kHist) {
-        if (!decode_work_item(p, item, pages_per_item, r_a, r_b, toff, page0, np)) return;
+        if (!decode_work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
         for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
         for (int b = tid; b < kHistBins; b += kWgThreads) s_hist[b] = 0;  // visible after the staging barrier
         // s_tab is read by every thread's copies
@@ -415,28 +411,25 @@ __global__ void __launch_bounds__(kWgThreads)
         asm volatile("griddepcontrol.wait;\n" ::: "memory");
     } else {
         asm volatile("griddepcontrol.wait;\n" ::: "memory");
-        if (!work_item(p, item, pages_per_item, r_a, r_b, toff, page0, np)) return;
+        if (!work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
         for (int i = tid; i < np; i += kWgThreads) s_tab[i] = p.tables[toff + page0 + i];
     }
     const int key0 = 16 * warp + g, key1 = key0 + 8;
 
-    for (int qc = r_a; qc < r_b; qc += C::kCap) {
-        const int nq = min(C::kCap, r_b - qc), nsub = (nq + QT - 1) / QT;
+    for (int qc = r_a * U; qc < r_b * U; qc += C::kCap) {  // units qc .. qc + nq − 1 (U per query)
+        const int nq = min(C::kCap, r_b * U - qc), nsub = (nq + QT - 1) / QT;
         // Stage the chunk's q8 (zero rows pad the last sub-tile), weights and positions.
         for (int c = tid; c < nsub * QT * kHeads * 8; c += kWgThreads) {
             const int row = c >> 3, chunk = c & 7;
             const uint32_t dst = sb + C::kQ + row * 128 + ((chunk ^ (row & 7)) << 4);
-            if (row < nq * kHeads)  // query qc + row / 32, head unit · 32 + row % 32
-                cp_async16(dst, p.q8 +
-                                    ((static_cast<int64_t>(qc + (row >> 5)) * U + unit) * kHeads + (row & 31)) * kDim +
-                                    chunk * 16);
+            if (row < nq * kHeads)
+                cp_async16(dst, p.q8 + (static_cast<int64_t>(qc) * kHeads + row) * kDim + chunk * 16);
             else
                 *reinterpret_cast<uint4*>(sm + (dst - sb)) = make_uint4(0, 0, 0, 0);
         }
         cp_async_commit();
-        for (int c = tid; c < nq * kHeads; c += kWgThreads)
-            s_w[c] = p.w8[(static_cast<int64_t>(qc + (c >> 5)) * U + unit) * kHeads + (c & 31)];
-        if (tid < nq) s_pos[tid] = p.pos[qc + tid];
+        for (int c = tid; c < nq * kHeads; c += kWgThreads) s_w[c] = p.w8[static_cast<int64_t>(qc) * kHeads + c];
+        if (tid < nq) s_pos[tid] = p.pos[(qc + tid) / U];
         __syncthreads();  // s_tab (and, for a later chunk, the end of the previous chunk's reads)
 
         if (!kHist) {  // (kHist: issued before the wait; one chunk, as a decode row is one query)
@@ -472,6 +465,7 @@ __global__ void __launch_bounds__(kWgThreads)
                 wg_commit();
                 wg_wait<0>();
                 reg_fence(acc);
+                float u0 = 0.0f, u1 = 0.0f;  // U = 2: the first unit's sums, added to the second's
 #pragma unroll
                 for (int qq = 0; qq < QT; ++qq) {
                     const int q = sub * QT + qq;
@@ -495,17 +489,21 @@ __global__ void __launch_bounds__(kWgThreads)
                     v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
                     v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
                     v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+                    if constexpr (U == 2) {
+                        if ((qq & 1) == 0) {
+                            u0 = v0;
+                            u1 = v1;
+                            continue;
+                        }
+                        v0 = u0 + v0;
+                        v1 = u1 + v1;
+                    }
                     const int qpos = s_pos[q];
-                    float* orow = p.out + (static_cast<int64_t>(qc + q) - p.row_begin) * p.out_stride + t0;
+                    float* orow = p.out + (static_cast<int64_t>((qc + q) / U) - p.row_begin) * p.out_stride + t0;
                     const bool w0 = t == 0 && t0 + key0 <= qpos, w1 = t == 1 && t0 + key1 <= qpos;
                     const float s0 = v0 * ks0, s1 = v1 * ks1;
-                    if constexpr (U == 1) {
-                        if (w0) orow[key0] = s0;
-                        if (w1) orow[key1] = s1;
-                    } else {  // the pair's two halves of the score (launch_wgmma zeroed the rows)
-                        if (w0) atomicAdd(orow + key0, s0);
-                        if (w1) atomicAdd(orow + key1, s1);
-                    }
+                    if (w0) orow[key0] = s0;
+                    if (w1) orow[key1] = s1;
                     if constexpr (kHist) {  // one row per CTA (the launch checks)
                         if (w0 || w1) atomicAdd(&s_hist[topk_plan::grid_bin0(topk_plan::float_key(w0 ? s0 : s1))], 1);
                     }
@@ -653,7 +651,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
     int r_a, r_b, toff, page0, np;
-    if (!work_item(p, static_cast<int>(blockIdx.x), pages_per_item, r_a, r_b, toff, page0, np)) return;
+    if (!work_item(p, pages_per_item, r_a, r_b, toff, page0, np)) return;
     const int nq = r_b - r_a;  // ≤ kGroup (the plan's groups)
 
     if (tid == 0) {
@@ -841,18 +839,14 @@ void launch_wgmma(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, i
     const int64_t max_pages = (p.max_context + kBlock - 1) / kBlock;
     // Work items of ≤ kMaxPages pages, balanced over whole waves of CTAs (a short tail wave of long items costs
     // as much as a full one).
-    // (U = 2: an item is a pair of CTAs)
-    const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(n_sm) * ctas_per_sm / U),
-                  total = max_pages * groups;
+    const int64_t slots = static_cast<int64_t>(n_sm) * ctas_per_sm, total = max_pages * groups;
     const int64_t waves = std::max<int64_t>(1, (total + slots * 32 - 1) / (slots * 32));
     int64_t per_item = (total + slots * waves - 1) / (slots * waves);
     per_item = std::min<int64_t>(std::max<int64_t>(per_item, 1), wg::kMaxPages);
     const int64_t chunks = (max_pages + per_item - 1) / per_item;
-    if (U > 1)  // the CTAs of a pair add their halves of each score
-        cudaMemsetAsync(p.out, 0, static_cast<size_t>(p.row_end - p.row_begin) * p.out_stride * sizeof(float), stream);
     cuda::launch_ex(wg::logits_kernel<QT, SUB, kHist, U>,
-                    dim3(static_cast<unsigned>(chunks * U), static_cast<unsigned>(groups)), dim3(wg::kWgThreads),
-                    C::kSmem, stream, true, p, static_cast<int>(per_item), hist, hist_stride);
+                    dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(groups)), dim3(wg::kWgThreads), C::kSmem,
+                    stream, true, p, static_cast<int>(per_item), hist, hist_stride);
 }
 
 // Kernel 3's tensor map: the pool as rows of 128 B (66 per block: 64 key rows, then the 256 B of scales), boxes of
@@ -906,22 +900,25 @@ bool launch_ws(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm) {
 
 namespace {
 
-// 64 heads (two 32-head halves per query, each on its own CTA of a pair): kernel 2 at every shape, the tile by the
-// estimated queries of a group as for 32 heads, without the fused histogram (the top-k counts its first round).
-// An explicit kernel 2 (the batch-invariant mode) takes the widest tile for every shape, so that no row's sums
+// 64 heads (two 32-head units per query): kernel 2 at every shape, QT units per sub-tile covering the estimated
+// queries of a group (a 16-query prefill group in one chunk of 32 units: 170 KB of shared memory, one CTA per SM).
+// An explicit kernel 2 (the batch-invariant mode) takes that widest tile for every shape, so that no row's sums
 // depend on how many queries share its group.
-int launch_64_heads(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, int64_t est, bool* hist_done) {
-    if (hist_done) *hist_done = false;
-    if (p.kernel == 2 || est > 8)
-        launch_wgmma<8, 2, false, 2>(p, stream, n_sm);
-    else if (est <= 1)
-        launch_wgmma<1, 1, false, 2>(p, stream, n_sm);
-    else if (est <= 2)
+int launch_64_heads(const IndexerLogitsParams& p, cudaStream_t stream, int n_sm, int64_t est,
+                    const IndexerLogitsHist* hist, bool* hist_done) {
+    if (p.kernel == 2)
+        launch_wgmma<8, 4, false, 2>(p, stream, n_sm);
+    else if (est <= 1 && hist != nullptr && hist->bins != nullptr && p.max_seq_rows == 1) {
+        launch_wgmma<2, 1, true, 2>(p, stream, n_sm, hist->bins, hist->row_stride);
+        if (hist_done) *hist_done = true;
+    } else if (est <= 1)
         launch_wgmma<2, 1, false, 2>(p, stream, n_sm);
-    else if (est <= 4)
+    else if (est <= 2)
         launch_wgmma<4, 1, false, 2>(p, stream, n_sm);
-    else
+    else if (est <= 4)
         launch_wgmma<8, 1, false, 2>(p, stream, n_sm);
+    else
+        launch_wgmma<8, 4, false, 2>(p, stream, n_sm);
     return 2;
 }
 
@@ -937,7 +934,7 @@ int launch_indexer_logits(const IndexerLogitsParams& p, cudaStream_t stream, con
     // Queries per group, estimated from rows per sequence (exact for decode and prefill); more is still correct.
     const int64_t est =
         std::min<int64_t>(kGroup, (n_rows + std::max<int64_t>(p.n_seq, 1) - 1) / std::max<int64_t>(p.n_seq, 1));
-    if (p.n_head == 2 * kHeads) return launch_64_heads(p, stream, n_sm, est, hist_done);
+    if (p.n_head == 2 * kHeads) return launch_64_heads(p, stream, n_sm, est, hist, hist_done);
     int kernel = p.kernel;
     if (kernel == 0) {
         const char* env = std::getenv("MEGACTX_INDEXER_LOGITS_KERNEL");

@@ -16,9 +16,8 @@
 // at least 16 rows (one full group) or for 3–4 queries per sequence (MTP verification; kernel 3 then splits
 // the pages between its math warpgroups instead of the queries), and kernel 2 otherwise. Kernel 3 falls back to kernel
 // 2 (with a one-time message on stderr) where it cannot run (its register plan or its tensor map is refused).
-// Geometry: 32 heads (GLM-5.x) or 64 heads (DeepSeek-V3.2: kernel 2 for every shape, the two 32-head halves of a
-// query scored by a pair of CTAs that add into the output rows, which the launch zeroes first, entries t > pos[i]
-// included; no fused histogram) × 128 dims, 64-token blocks.
+// Geometry: 32 heads (GLM-5.x) or 64 heads (DeepSeek-V3.2; kernel 2 for every shape, each query staged as two
+// 32-head units whose sums are added before the store) × 128 dims, 64-token blocks.
 #pragma once
 
 #include <cuda_runtime.h>
