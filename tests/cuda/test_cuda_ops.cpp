@@ -876,14 +876,21 @@ TEST_F(CudaOpsTest, BatchInvariantRowsDoNotDependOnTheBatch) {
     }
 }
 
-TEST_F(CudaOpsTest, FusedCacheWrites) {
-    const int64_t n_blocks = 4, n_slots = n_blocks * 64, n = 70;
+// The tokens of the cache-write tests: n distinct random slots of n_slots, and positions i · 37 + 3.
+std::pair<std::vector<int32_t>, std::vector<int32_t>> cache_write_tokens(int64_t n, int64_t n_slots,
+                                                                         std::mt19937& rng) {
     std::vector<int32_t> slots(static_cast<size_t>(n_slots));
     std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng_);
+    std::shuffle(slots.begin(), slots.end(), rng);
     slots.resize(static_cast<size_t>(n));
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i * 37 + 3);
+    return {slots, pos};
+}
+
+TEST_F(CudaOpsTest, FusedCacheWrites) {
+    const int64_t n_blocks = 4, n_slots = n_blocks * 64, n = 70;
+    const auto [slots, pos] = cache_write_tokens(n, n_slots, rng_);
     for (auto [rank, rope] : std::vector<std::pair<int64_t, int64_t>>{{512, 64}, {32, 16}, {48, 16}}) {
         const int64_t d = rank + rope;
         const auto kv_a = randv(n * d, 2.0f);
@@ -1014,12 +1021,7 @@ TEST_F(CudaOpsTest, FusedCacheWrites) {
 // codes where the device's RoPE rounds an ulp apart; F32 and BF16 pools ignore the rotation.
 TEST_F(CudaOpsTest, IndexerCacheWriteHadamard) {
     const int64_t n_blocks = 4, n_slots = n_blocks * 64, n = 70;
-    std::vector<int32_t> slots(static_cast<size_t>(n_slots));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng_);
-    slots.resize(static_cast<size_t>(n));
-    std::vector<int32_t> pos(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i * 37 + 3);
+    const auto [slots, pos] = cache_write_tokens(n, n_slots, rng_);
     for (auto [dim, d_rope, interleaved] :
          std::vector<std::tuple<int64_t, int64_t, bool>>{{128, 64, true}, {128, 64, false}, {32, 16, false}}) {
         const auto k = randv(n * dim, 2.0f);

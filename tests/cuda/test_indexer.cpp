@@ -125,6 +125,44 @@ NO_FMA void cpu_key(const float* raw, const std::vector<float>& w, const std::ve
     fp8_indexer_pack(y, d, slot, pool);
 }
 
+// n distinct random slots of a pool of n_blocks 64-token blocks.
+std::vector<int32_t> random_slots(int64_t n, int64_t n_blocks, std::mt19937& rng) {
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks * 64));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    perm.resize(static_cast<size_t>(n));
+    return perm;
+}
+
+// launch_indexer_cache_write over keys raw [n, 128] at pos / slots (interleaved RoPE over d_rope dims, base theta)
+// into a zeroed pool of pool_bytes, with the Hadamard rotation when hadamard > 0; the pool's bytes.
+std::vector<uint8_t> gpu_cache_write(const std::vector<float>& raw, const std::vector<float>& ln_w,
+                                     const std::vector<float>& ln_b, float eps, const std::vector<int32_t>& pos,
+                                     const std::vector<int32_t>& slots, int64_t d_rope, float theta, size_t pool_bytes,
+                                     float hadamard = 0) {
+    DevBuf<float> d_raw(raw), d_w(ln_w), d_b(ln_b);
+    DevBuf<int32_t> d_pos(pos), d_slots(slots);
+    DevBuf<uint8_t> d_pool(pool_bytes);
+    cudaMemset(d_pool.p, 0, pool_bytes);
+    IndexerCacheWriteParams p;
+    p.k_raw = d_raw.p;
+    p.ln_w = d_w.p;
+    p.ln_b = d_b.p;
+    p.eps = eps;
+    p.pos = d_pos.p;
+    p.slots = d_slots.p;
+    p.n = static_cast<int64_t>(pos.size());
+    p.d_rope = d_rope;
+    const Rope rope = Rope::plain(theta, d_rope);
+    p.inv_freq = rope.inv_freq.data();
+    p.pool = d_pool.p;
+    p.hadamard_scale = hadamard;
+    EXPECT_TRUE(indexer_cache_write_supported(128, d_rope));
+    launch_indexer_cache_write(p, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return d_pool.download();
+}
+
 TEST(IndexerCuda, CacheWriteMatchesCpu) {
     SKIP_WITHOUT_GPU();
     std::mt19937 rng(1);
@@ -138,13 +176,10 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
         for (int j = 0; j < 128; ++j) raw[static_cast<size_t>(i * 128 + j)] = off + sc * nd(rng);
     }
     const auto ln_w = randn(128, rng, 0.5f), ln_b = randn(128, rng, 0.2f);
-    std::vector<int32_t> pos(static_cast<size_t>(n)), slots(static_cast<size_t>(n * 0 + n));
+    std::vector<int32_t> pos(static_cast<size_t>(n));
     std::uniform_int_distribution<int32_t> pd(0, 1 << 20);
     for (auto& p : pos) p = pd(rng);
-    std::vector<int32_t> perm(static_cast<size_t>(n_blocks * 64));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::copy(perm.begin(), perm.begin() + n, slots.begin());
+    const std::vector<int32_t> slots = random_slots(n, n_blocks, rng);
 
     std::vector<uint8_t> ref(static_cast<size_t>(n_blocks * kFp8IndexerBlockBytes), 0), seq_ref(ref);
     for (int64_t i = 0; i < n; ++i) {
@@ -152,26 +187,7 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
         cpu_key(raw.data() + i * 128, ln_w, ln_b, eps, pos[i], d_rope, theta, slots[i], seq_ref.data(), false);
     }
 
-    DevBuf<float> d_raw(raw), d_w(ln_w), d_b(ln_b);
-    DevBuf<int32_t> d_pos(pos), d_slots(slots);
-    DevBuf<uint8_t> d_pool(ref.size());
-    cudaMemset(d_pool.p, 0, ref.size());
-    IndexerCacheWriteParams p;
-    p.k_raw = d_raw.p;
-    p.ln_w = d_w.p;
-    p.ln_b = d_b.p;
-    p.eps = eps;
-    p.pos = d_pos.p;
-    p.slots = d_slots.p;
-    p.n = n;
-    p.d_rope = d_rope;
-    const Rope rope = Rope::plain(theta, d_rope);
-    p.inv_freq = rope.inv_freq.data();
-    p.pool = d_pool.p;
-    ASSERT_TRUE(indexer_cache_write_supported(128, d_rope));
-    launch_indexer_cache_write(p, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto got = d_pool.download();
+    const auto got = gpu_cache_write(raw, ln_w, ln_b, eps, pos, slots, d_rope, theta, ref.size());
     // Against the warp-order reference every code must match, up to one e4m3 step (ord() numbers the e4m3
     // values in order, ±0 → 0) where the fp32 RoPE functions round differently; against the sequential
     // (CpuOps-order) reference the differences are reported: they are the reference's own rounding in the mean.
@@ -230,38 +246,16 @@ TEST(IndexerCuda, CacheWriteHadamardMatchesCpu) {
     const float eps = 1e-6f, theta = 10000.0f;
     const auto raw = randn(static_cast<size_t>(n * 128), rng, 3.0f);
     const auto ln_w = randn(128, rng, 0.5f), ln_b = randn(128, rng, 0.2f);
-    std::vector<int32_t> pos(static_cast<size_t>(n)), slots(static_cast<size_t>(n));
+    std::vector<int32_t> pos(static_cast<size_t>(n));
     std::uniform_int_distribution<int32_t> pd(1, 1 << 20);
     for (int64_t i = 0; i < n; ++i) pos[i] = i % 4 == 0 ? 0 : pd(rng);
-    std::vector<int32_t> perm(static_cast<size_t>(n_blocks * 64));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::copy(perm.begin(), perm.begin() + n, slots.begin());
+    const std::vector<int32_t> slots = random_slots(n, n_blocks, rng);
     std::vector<uint8_t> ref(static_cast<size_t>(n_blocks * kFp8IndexerBlockBytes), 0), plain(ref);
     for (int64_t i = 0; i < n; ++i) {
         cpu_key(raw.data() + i * 128, ln_w, ln_b, eps, pos[i], d_rope, theta, slots[i], ref.data(), true, true);
         cpu_key(raw.data() + i * 128, ln_w, ln_b, eps, pos[i], d_rope, theta, slots[i], plain.data(), true, false);
     }
-    DevBuf<float> d_raw(raw), d_w(ln_w), d_b(ln_b);
-    DevBuf<int32_t> d_pos(pos), d_slots(slots);
-    DevBuf<uint8_t> d_pool(ref.size());
-    cudaMemset(d_pool.p, 0, ref.size());
-    IndexerCacheWriteParams p;
-    p.k_raw = d_raw.p;
-    p.ln_w = d_w.p;
-    p.ln_b = d_b.p;
-    p.eps = eps;
-    p.pos = d_pos.p;
-    p.slots = d_slots.p;
-    p.n = n;
-    p.d_rope = d_rope;
-    const Rope rope = Rope::plain(theta, d_rope);
-    p.inv_freq = rope.inv_freq.data();
-    p.pool = d_pool.p;
-    p.hadamard_scale = hadamard_scale(128);
-    launch_indexer_cache_write(p, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto got = d_pool.download();
+    const auto got = gpu_cache_write(raw, ln_w, ln_b, eps, pos, slots, d_rope, theta, ref.size(), hadamard_scale(128));
     auto ord = [](uint8_t c) { return (c & 0x80) ? -static_cast<int>(c & 0x7f) : static_cast<int>(c & 0x7f); };
     int64_t at_zero_bad = 0, far = 0, same = 0, scale_bad = 0, unrotated_same = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -322,6 +316,8 @@ std::vector<float> random_q(int64_t n, std::mt19937& rng) {
     return q;
 }
 
+// Without and with the Hadamard rotation (each head vector rotated by hadamard_transform, then quantised): codes
+// and folded weights bit for bit (the rotation's butterflies are rounded once each on both sides, in the same order).
 TEST(IndexerCuda, QQuantMatchesCpu) {
     SKIP_WITHOUT_GPU();
     std::mt19937 rng(2);
@@ -329,50 +325,29 @@ TEST(IndexerCuda, QQuantMatchesCpu) {
     const auto q = random_q(n, rng);
     const auto gates = randn(static_cast<size_t>(n * 32), rng);
     const float hs = 1.0f / std::sqrt(32.0f), ss = 1.0f / std::sqrt(128.0f);
-    const auto got = gpu_q_quant(q, gates, n, hs, ss);
-    int64_t code_bad = 0, w_bad = 0;
-    for (int64_t ih = 0; ih < n * 32; ++ih) {
-        float amax = 0;
-        for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(q[static_cast<size_t>(ih * 128 + j)]));
-        const float s = fp8_pow2_scale(amax);
-        for (int j = 0; j < 128; ++j) {
-            const size_t e = static_cast<size_t>(ih * 128 + j);
-            code_bad += got.q8[e] != f32_to_fp8e4m3(q[e] / s);
+    const auto plain = gpu_q_quant(q, gates, n, hs, ss);
+    for (bool hadamard : {false, true}) {
+        const auto got = hadamard ? gpu_q_quant(q, gates, n, hs, ss, hadamard_scale(128)) : plain;
+        int64_t code_bad = 0, w_bad = 0, plain_same = 0;
+        for (int64_t ih = 0; ih < n * 32; ++ih) {
+            std::vector<float> x(q.begin() + ih * 128, q.begin() + (ih + 1) * 128);
+            if (hadamard) hadamard_transform(x.data(), 128);
+            float amax = 0;
+            for (float v : x) amax = std::max(amax, std::fabs(v));
+            const float s = fp8_pow2_scale(amax);
+            for (int j = 0; j < 128; ++j) {
+                const size_t e = static_cast<size_t>(ih * 128 + j);
+                code_bad += got.q8[e] != f32_to_fp8e4m3(x[static_cast<size_t>(j)] / s);
+                plain_same += got.q8[e] == plain.q8[e];
+            }
+            w_bad += got.w8[static_cast<size_t>(ih)] != gates[static_cast<size_t>(ih)] * hs * ss * s;
         }
-        w_bad += got.w8[static_cast<size_t>(ih)] != gates[static_cast<size_t>(ih)] * hs * ss * s;
-    }
-    EXPECT_EQ(code_bad, 0);
-    EXPECT_EQ(w_bad, 0);
-}
-
-// With the Hadamard rotation: every head vector rotated by hadamard_transform, then quantised: codes and folded
-// weights bit for bit (the rotation's butterflies are rounded once each on both sides, in the same order).
-TEST(IndexerCuda, QQuantHadamardMatchesCpu) {
-    SKIP_WITHOUT_GPU();
-    std::mt19937 rng(6);
-    const int64_t n = 97;
-    const auto q = random_q(n, rng);
-    const auto gates = randn(static_cast<size_t>(n * 32), rng);
-    const float hs = 1.0f / std::sqrt(32.0f), ss = 1.0f / std::sqrt(128.0f);
-    const auto got = gpu_q_quant(q, gates, n, hs, ss, hadamard_scale(128));
-    const auto unrotated = gpu_q_quant(q, gates, n, hs, ss);
-    int64_t code_bad = 0, w_bad = 0, unrotated_same = 0;
-    for (int64_t ih = 0; ih < n * 32; ++ih) {
-        std::vector<float> x(q.begin() + ih * 128, q.begin() + (ih + 1) * 128);
-        hadamard_transform(x.data(), 128);
-        float amax = 0;
-        for (float v : x) amax = std::max(amax, std::fabs(v));
-        const float s = fp8_pow2_scale(amax);
-        for (int j = 0; j < 128; ++j) {
-            const size_t e = static_cast<size_t>(ih * 128 + j);
-            code_bad += got.q8[e] != f32_to_fp8e4m3(x[static_cast<size_t>(j)] / s);
-            unrotated_same += got.q8[e] == unrotated.q8[e];
+        EXPECT_EQ(code_bad, 0) << "hadamard " << hadamard;
+        EXPECT_EQ(w_bad, 0) << "hadamard " << hadamard;
+        if (hadamard) {
+            EXPECT_LT(plain_same, n * 32 * 128 / 4);  // the rotation ran
         }
-        w_bad += got.w8[static_cast<size_t>(ih)] != gates[static_cast<size_t>(ih)] * hs * ss * s;
     }
-    EXPECT_EQ(code_bad, 0);
-    EXPECT_EQ(w_bad, 0);
-    EXPECT_LT(unrotated_same, n * 32 * 128 / 4);
 }
 
 TEST(IndexerCuda, PlanGroupsRunsOfOneSequence) {
