@@ -97,10 +97,10 @@ class ProfilingOps final : public Ops {
         inner_.latent_cache_write(kv_a, norm_w, eps, pos, rope, slots, cache);
     }
     void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots,
-                             Tensor& cache) override {
+                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots, Tensor& cache,
+                             bool hadamard) override {
         const Timer timer(stats_[kIndexerCacheWrite]);
-        inner_.indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, rope, slots, cache);
+        inner_.indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, rope, slots, cache, hadamard);
     }
     void indexer_topk(const IndexerTopkParams& p) override {
         const Timer timer(stats_[kIndexerTopk]);

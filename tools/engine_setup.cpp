@@ -47,6 +47,10 @@ void add_backend_flags(CLI::App* sub, BackendFlags& f) {
     sub->add_flag("--batch-invariant", f.batch_invariant,
                   "cuda: every row's result independent of the rest of the batch, so speculative = plain and a "
                   "prefix-cache hit = a cold run, token for token (slower; the CPU backend is so already)");
+    sub->add_option("--indexer-hadamard", f.indexer_hadamard,
+                    "auto | on | off: rotate the indexer's queries and keys by the normalised Walsh-Hadamard matrix "
+                    "before FP8 quantisation (--kv-cache-dtype fp8; auto: on for deepseek_v32, off for GLM)")
+        ->capture_default_str();
     sub->add_option("--nnodes", f.dist.nnodes,
                     "Processes (nodes) sharing the --tensor-parallel-size ranks; node 0 runs the command (default: "
                     "the launcher's, from torchrun, LeaderWorkerSet, Slurm or Open MPI variables, else 1)")
@@ -290,6 +294,7 @@ NodeIdentity node_identity(const std::string& dir, const BackendFlags& f) {
     id.emplace_back("--device", f.device);
     id.emplace_back("--kv-cache-dtype", kv_format_name(resolve_kv_format(f.device, f.kv_dtype)));
     id.emplace_back("--batch-invariant", f.batch_invariant ? "on" : "off");
+    id.emplace_back("--indexer-hadamard", f.indexer_hadamard);
     return id;
 }
 
@@ -322,9 +327,13 @@ std::unique_ptr<TensorParallelGroup> make_node_ranks(const std::string& dir, con
 std::unique_ptr<TensorParallelGroup> make_group(const std::string& dir, const BackendFlags& f, double budget_fraction) {
     if (f.dist.nnodes > 1) {
         std::unique_ptr<Rendezvous> rv;
-        return make_node_ranks(dir, f, rv);
+        auto g = make_node_ranks(dir, f, rv);
+        g->override_indexer_hadamard(parse_indexer_hadamard(f.indexer_hadamard));
+        return g;
     }
-    return make_tp_group(dir, f.device, f.tp, f.tp_transport, budget_fraction, f.batch_invariant);
+    auto g = make_tp_group(dir, f.device, f.tp, f.tp_transport, budget_fraction, f.batch_invariant);
+    g->override_indexer_hadamard(parse_indexer_hadamard(f.indexer_hadamard));
+    return g;
 }
 
 int follower_main(const std::string& dir, BackendFlags f) {
@@ -334,6 +343,7 @@ int follower_main(const std::string& dir, BackendFlags f) {
     std::unique_ptr<TensorParallelGroup> group;
     try {
         group = make_node_ranks(dir, f, rv);
+        group->override_indexer_hadamard(parse_indexer_hadamard(f.indexer_hadamard));
     } catch (const std::exception& e) {
         if (rv) {  // met node 0, then failed (its shard did not load): node 0 reports it too, naming this node
             try {
@@ -365,6 +375,7 @@ int64_t weight_device_bytes(const std::string& dir) {
 
 void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
     const KvFormat kv_format = resolve_kv_format(f.device, f.kv_dtype);
+    so.indexer_hadamard = parse_indexer_hadamard(f.indexer_hadamard);
     // Before a server listens: what make_tp_group would refuse at load time.
     if (f.tp.n_gpus > 1 && f.device == "cuda")
         check_invariant_transport(f.batch_invariant, f.tp_transport != "thread", f.tp.n_gpus);

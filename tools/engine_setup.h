@@ -23,6 +23,7 @@ struct BackendFlags {
     std::string kv_dtype = "auto";
     double gpu_memory_utilization = 0.9;  // the engine commands (add_engine_flags); logits and generate use 0.9
     bool batch_invariant = false;         // CudaOptions::batch_invariant (the CPU backend is batch-invariant as it is)
+    std::string indexer_hadamard = "auto";  // --indexer-hadamard: ModelConfig::indexer_hadamard's override
     // Ranks on several nodes: --nnodes, --node-rank, --dist-init-addr (or --master-addr and --master-port),
     // --dist-timeout, --headless (resolve_dist fills `dist` from the flags).
     DistOptions dist;
@@ -34,8 +35,8 @@ struct BackendFlags {
 };
 
 // --device, --tensor-parallel-size/--tp, --expert-parallel, --indexer-split, --layer-split, --tp-transport,
-// --kv-cache-dtype, --batch-invariant, and the multi-node flags --nnodes, --node-rank, --dist-init-addr,
-// --master-addr, --master-port, --dist-timeout, --headless.
+// --kv-cache-dtype, --batch-invariant, --indexer-hadamard, and the multi-node flags --nnodes, --node-rank,
+// --dist-init-addr, --master-addr, --master-port, --dist-timeout, --headless.
 void add_backend_flags(CLI::App* sub, BackendFlags& f);
 // The engine's settings: --max-model-len, --max-num-seqs, --max-num-batched-tokens, --kv-cache-memory,
 // --gpu-memory-utilization, --no-prefix-caching (the defaults shown are those in `so` and `f` when called).

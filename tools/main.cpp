@@ -363,6 +363,7 @@ int main(int argc, char** argv) {
             const std::vector<int32_t> ids =
                 tokens_file.empty() ? parse_token_list(tokens) : read_tokens_file(tokens_file);
             const KvFormat kv_format = resolve_kv_format(bf.device, bf.kv_dtype);
+            const std::optional<bool> hadamard = parse_indexer_hadamard(bf.indexer_hadamard);
             std::unique_ptr<TensorParallelGroup> group;
             std::unique_ptr<GlmDsaModel> single;
             std::unique_ptr<Ops> backend;
@@ -370,6 +371,7 @@ int main(int argc, char** argv) {
                 group = make_group(model_dir_or_default(model), bf, 0.9);
             } else {
                 single = std::make_unique<GlmDsaModel>(model_dir_or_default(model));
+                single->override_indexer_hadamard(hadamard);
                 backend = make_backend(bf.device, 0.9, bf.batch_invariant);
             }
             const GlmDsaModel& m = group ? group->model() : *single;

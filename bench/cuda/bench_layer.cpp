@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
             sp.out = &lat_out;
             auto cache_writes = [&] {
                 ops.latent_cache_write(kv_a, norm_w, 1e-6f, pos, kRopeTable, slot, latent);
-                ops.indexer_cache_write(k_raw, ln_w, ln_b, 1e-6f, pos, kRopeTable, slot, index);
+                ops.indexer_cache_write(k_raw, ln_w, ln_b, 1e-6f, pos, kRopeTable, slot, index, false);
             };
             struct Step {
                 const char* name;

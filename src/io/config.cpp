@@ -22,6 +22,8 @@ int64_t ModelConfig::n_full_layers() const {
 
 namespace {
 
+bool is_pow2(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
 // Per-layer lists are allocated while parsing, so the layer counts get a sane bound (GLM-5.x has 78 + 1).
 constexpr int64_t kMaxLayers = 4096;
 
@@ -295,6 +297,10 @@ ModelConfig parse_config_json(const std::string& text, const std::string& source
     // GLM sets indexer_rope_interleave; DeepSeek-V3.2's indexer rotates half-split pairs (transformers'
     // DeepseekV32Indexer: apply_rotary_pos_emb, not the interleaved form of its attention).
     c.indexer_rope_interleave = r.boolean("indexer_rope_interleave", !deepseek);
+    // DeepSeek's reference has no unrotated FP8 indexer path (rotate_activation before act_quant); GLM's
+    // reference engines (vLLM, transformers) quantise without it.
+    // (The transform needs a power-of-two index_head_dim: V3.2's is 128; a test model with another keeps it off.)
+    c.indexer_hadamard = deepseek && is_pow2(c.d_indexer);
     MEGACTX_CHECK(c.qk_rope_head_dim % 2 == 0, "{}: qk_rope_head_dim must be even", source);
     MEGACTX_CHECK(c.d_indexer >= c.qk_rope_head_dim, "{}: index_head_dim ({}) must be at least qk_rope_head_dim ({})",
                   source, c.d_indexer, c.qk_rope_head_dim);
@@ -335,6 +341,22 @@ ModelConfig load_config(const std::string& path) {
     std::stringstream ss;
     ss << in.rdbuf();
     return parse_config_json(ss.str(), file);
+}
+
+std::optional<bool> parse_indexer_hadamard(const std::string& value) {
+    if (value == "auto") return std::nullopt;
+    if (value == "on") return true;
+    if (value == "off") return false;
+    MEGACTX_FAIL("--indexer-hadamard '{}': expected auto, on or off", value);
+}
+
+void override_indexer_hadamard(ModelConfig& c, std::optional<bool> on) {
+    if (!on) return;
+    MEGACTX_CHECK(!*on || is_pow2(c.d_indexer),
+                  "--indexer-hadamard on: index_head_dim {} is not a power of two (the Walsh–Hadamard transform needs "
+                  "one)",
+                  c.d_indexer);
+    c.indexer_hadamard = *on;
 }
 
 }  // namespace megactx

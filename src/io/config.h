@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct ModelConfig {
     int64_t n_head_indexer = 0;           // index_n_heads
     int64_t d_indexer = 0;                // index_head_dim
     int64_t index_topk = 0;
+    // Rotate the indexer's queries and keys by the normalised Walsh–Hadamard matrix before they are quantised to
+    // FP8 (model-spec §3.3; kv_format.h hadamard_transform): DeepSeek-V3.2's reference and SGLang do, vLLM and
+    // transformers do not. On by default for deepseek_v32, off for GLM; --indexer-hadamard overrides it.
+    bool indexer_hadamard = false;
     int64_t n_mtp_layers = 0;     // num_nextn_predict_layers
     bool mtp_index_share = true;  // index_share_for_mtp_iteration: draft steps >= 1 reuse step 0's top-k
     bool tie_word_embeddings = false;
@@ -85,5 +90,12 @@ struct ModelConfig {
 // Parses and validates; every error names `source` and the field.
 ModelConfig parse_config_json(const std::string& text, const std::string& source);
 ModelConfig load_config(const std::string& path);  // a config.json file or a directory holding one
+
+// The value of --indexer-hadamard: "auto" → nullopt (the model's default), "on" → true, "off" → false; anything
+// else is an error naming the option and the values it takes.
+std::optional<bool> parse_indexer_hadamard(const std::string& value);
+// Sets c.indexer_hadamard to `on` unless it is nullopt; on with an index_head_dim that is not a power of two is an
+// error (the transform is defined for powers of two).
+void override_indexer_hadamard(ModelConfig& c, std::optional<bool> on);
 
 }  // namespace megactx

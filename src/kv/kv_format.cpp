@@ -5,14 +5,18 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace megactx {
 
 const char* kv_format_name(KvFormat f) {
     switch (f) {
-        case KvFormat::F32: return "f32";
-        case KvFormat::BF16: return "bf16";
-        case KvFormat::FP8: return "fp8";
+        case KvFormat::F32:
+            return "f32";
+        case KvFormat::BF16:
+            return "bf16";
+        case KvFormat::FP8:
+            return "fp8";
     }
     return "?";
 }
@@ -68,6 +72,22 @@ void fp8_indexer_unpack(const uint8_t* pool, int64_t dim, int64_t slot, float* k
     float s;
     std::memcpy(&s, block + kFp8IndexerBlock * dim + 4 * off, 4);
     for (int64_t i = 0; i < dim; ++i) key[i] = fp8e4m3_to_f32(block[off * dim + i]) * s;
+}
+
+float hadamard_scale(int64_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
+
+void hadamard_transform(float* x, int64_t n) {
+    MEGACTX_CHECK(n > 0 && (n & (n - 1)) == 0, "hadamard_transform: {} values, not a power of two", n);
+    for (int64_t h = 1; h < n; h *= 2) {
+        for (int64_t i = 0; i < n; ++i) {
+            if ((i & h) != 0) continue;
+            const float a = x[i], b = x[i + h];
+            x[i] = a + b;
+            x[i + h] = a - b;
+        }
+    }
+    const float s = hadamard_scale(n);
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 }  // namespace megactx

@@ -12,6 +12,8 @@
 // an indexer token is d_indexer e4m3 + one fp32 scale. The fast CUDA kernels take the GLM-5.2 geometry only.
 // Scales: s = 2^ceil(log2(max(amax, 1e-4) / 448)) (ue8m0, rounded up to a power of two, so dequantising is
 // exact scaling), stored as fp32; e4m3 codes are round-to-nearest-even, saturating (= cuda_fp8's satfinite).
+// With ModelConfig::indexer_hadamard the indexer's keys and queries are rotated by the normalised Walsh–Hadamard
+// matrix before they are quantised (model-spec §3.3, DeepSeek's rotate_activation): hadamard_transform below.
 #pragma once
 
 #include <cstdint>
@@ -50,5 +52,14 @@ void fp8_latent_unpack(const uint8_t* in, int64_t rank, int64_t rope, float* row
 // bytes are [64 × dim e4m3][64 × fp32 scale].
 void fp8_indexer_pack(const float* key, int64_t dim, int64_t slot, uint8_t* pool);
 void fp8_indexer_unpack(const uint8_t* pool, int64_t dim, int64_t slot, float* key);
+
+// The normalised Walsh–Hadamard transform in place, x ← H_n · x with H_n the Sylvester (natural order) Hadamard
+// matrix times n^-0.5 (DeepSeek's hadamard_transform(x, scale=n**-0.5)); n a power of two. The fixed fp32
+// arithmetic the CUDA kernels repeat bit for bit: butterfly stages of stride 1, 2, 4, … n/2, each pair
+// (i, i + h) with i & h = 0 becoming (x_i + x_{i+h}, x_i − x_{i+h}), then every value times hadamard_scale(n).
+// H_n is symmetric and orthogonal, so the transform is its own inverse (up to rounding).
+void hadamard_transform(float* x, int64_t n);
+// n^-0.5 rounded once to fp32 (the factor of the last step above).
+float hadamard_scale(int64_t n);
 
 }  // namespace megactx

@@ -308,7 +308,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         Tensor ik_raw = ops.alloc(DType::F32, {n, c.d_indexer});  // [n, d_indexer] before LayerNorm and RoPE
         ops.linear(xn, X.wk, ik_raw);
         ops.indexer_cache_write(ik_raw, X.k_norm_w, X.k_norm_b, kIndexerNormEps, plan.pos, rope_indexer_,
-                                plan.write_slots, kv.indexer_keys(i_layer));
+                                plan.write_slots, kv.indexer_keys(i_layer), c.indexer_hadamard);
         Tensor gates = ops.alloc(DType::F32, {n, n_ih});  // [n, n_ih]
         ops.linear(xn, X.weights_proj, gates);
         IndexerTopkParams ip;
@@ -319,6 +319,7 @@ void GlmDsaModel::attention(Ops& ops, int64_t i_layer, const Tensor& xn, const B
         ip.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.d_indexer));
         ip.head_scale = 1.0f / std::sqrt(static_cast<float>(c.n_head_indexer));
         ip.topk = c.index_topk;
+        ip.hadamard = c.indexer_hadamard;
         ip.out_slots = &topk;
         if (n_ih < c.n_head_indexer) {  // split by heads: each rank's scores are a partial sum over its heads
             ip.reduce_scores = [this](float* scores, int64_t count) {

@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,8 @@ class GlmDsaModel {
                 int rank = 0, Comm* comm = nullptr);
 
     const ModelConfig& config() const { return config_; }
+    // --indexer-hadamard: ModelConfig::indexer_hadamard set to `on` unless nullopt (override_indexer_hadamard).
+    void override_indexer_hadamard(std::optional<bool> on) { megactx::override_indexer_hadamard(config_, on); }
     bool has_mtp() const { return n_mtp_loaded_ > 0; }
     // Rank 0 of a group drives the other ranks through `f` (nullptr: none).
     void set_followers(RankFollowers* f) { followers_ = f; }

@@ -41,6 +41,9 @@ struct IndexerTopkParams {
     float softmax_scale = 0;  // d_indexer^-0.5
     float head_scale = 0;     // n_head_indexer^-0.5, applied to the gates
     int64_t topk = 0;
+    // With an FP8 key cache: its keys were stored rotated (indexer_cache_write's `hadamard`), so the queries are
+    // rotated the same way (then quantised where the backend scores in FP8). F32 / BF16 caches ignore it.
+    bool hadamard = false;
     Tensor* out_slots = nullptr;  // [n, topk] int32, selected slots, -1 padded
     // Tensor parallel with the indexer split by heads: q / weights hold this rank's heads, and the backend calls
     // reduce_scores(scores, count) on every group of fp32 score rows (its own memory) before selecting, to sum
@@ -153,11 +156,12 @@ class Ops {
     virtual void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
                                     const Rope& rope, const Tensor& slots, Tensor& cache) = 0;
     // The token's indexer key, fused: LayerNorm(k_raw) · ln_w + ln_b, RoPE on dims [0, rope.dim()), stored at
-    // slots[i] in the cache's format (FP8: the paged layout).
+    // slots[i] in the cache's format (FP8: the paged layout). `hadamard` (ModelConfig::indexer_hadamard): an FP8
+    // cache stores H·key (kv_format.h hadamard_transform) quantised; F32 / BF16 caches ignore it.
     //   k_raw [n, d_indexer], pos/slots [n] int32, cache: KvCache::indexer_keys
     virtual void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w,
                                      const std::vector<float>& ln_b, float eps, const Tensor& pos, const Rope& rope,
-                                     const Tensor& slots, Tensor& cache) = 0;
+                                     const Tensor& slots, Tensor& cache, bool hadamard) = 0;
     // DSA lightning indexer: per token, scores over its candidates, top-k slots (model-spec §3.2).
     virtual void indexer_topk(const IndexerTopkParams& p) = 0;
     // q_out[i, h] = [q_nope[i, h] · W_UK_h | q_pe[i, h]]

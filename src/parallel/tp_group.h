@@ -42,6 +42,10 @@ public:
     TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;
 
     GlmDsaModel& model() { return *models_[0]; }
+    // GlmDsaModel::override_indexer_hadamard on every rank of this process, before the first forward.
+    void override_indexer_hadamard(std::optional<bool> on) {
+        for (auto& m : models_) m->override_indexer_hadamard(on);
+    }
     Ops& ops() { return *ops_[0]; }
     int size() const { return static_cast<int>(ops_.size()); }
     const ShardPlan& plan() const { return plan_; }

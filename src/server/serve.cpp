@@ -112,6 +112,7 @@ LoadedEngine load_engine(const ServeOptions& o, const std::function<void(const G
         e.group = o.make_group(ec);
     } else {
         e.single = std::make_unique<GlmDsaModel>(o.model_dir);
+        e.single->override_indexer_hadamard(o.indexer_hadamard);
     }
     if (on_model_loaded) on_model_loaded(e.model());
     if (!e.group) e.ops = o.make_backend ? o.make_backend(*e.single, ec) : std::make_unique<CpuOps>();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -29,6 +30,7 @@ struct ServeOptions {
     int64_t speculative_tokens = 0;   // MTP draft tokens per step (0: off)
     std::string speculative_config;   // vLLM's JSON form: {"method": "mtp", "num_speculative_tokens": K}
     bool no_mtp_index_share = false;  // draft steps >= 1 run the MTP indexer (the IndexShare ablation)
+    std::optional<bool> indexer_hadamard;  // --indexer-hadamard on / off (nullopt: the model's default)
     int64_t speculative_disable_by_batch_size = 0;  // > 0: no drafts while more sequences than this decode
     bool access_log = true;           // one line per request on stderr
     double log_interval_s = 10;       // a throughput line this often while there is work (0: never)

@@ -54,7 +54,8 @@ std::string demo_model_dir() {
 }
 
 // The CPU oracle with the GPU's KV storage: rows pass through `format` (bf16 rounding, or FP8 pack + unpack) before
-// they are stored in the CPU's F32 pool.
+// they are stored in the CPU's F32 pool. With the indexer's Hadamard rotation (ModelConfig::indexer_hadamard) an FP8
+// cache stores the rotated keys, as the GPU does, and the queries are rotated to score against them.
 class KvFormatCpuOps : public CpuOps {
   public:
     explicit KvFormatCpuOps(KvFormat format) : format_(format) {}
@@ -67,11 +68,22 @@ class KvFormatCpuOps : public CpuOps {
         writing_ = Writing::kNone;
     }
     void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots,
-                             Tensor& cache) override {
+                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots, Tensor& cache,
+                             bool hadamard) override {
         writing_ = Writing::kIndexer;
-        CpuOps::indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, rope, slots, cache);
+        rotate_ = hadamard && format_ == KvFormat::FP8;
+        CpuOps::indexer_cache_write(k_raw, ln_w, ln_b, eps, pos, rope, slots, cache, false);
         writing_ = Writing::kNone;
+    }
+    void indexer_topk(const IndexerTopkParams& p) override {
+        if (!p.hadamard || format_ != KvFormat::FP8) return CpuOps::indexer_topk(p);
+        Tensor q = alloc(DType::F32, p.q->shape);  // [n, n_head_indexer, d_indexer] H · q per head
+        std::memcpy(q.f32(), p.q->f32(), static_cast<size_t>(q.numel()) * 4);
+        const int64_t d = q.shape.back();
+        for (int64_t r = 0; r < q.numel() / d; ++r) hadamard_transform(q.f32() + r * d, d);
+        IndexerTopkParams rotated = p;
+        rotated.q = &q;
+        CpuOps::indexer_topk(rotated);
     }
     void cache_write(const Tensor& rows, const Tensor& slots, Tensor& cache) override {
         if (writing_ == Writing::kNone || format_ == KvFormat::F32) return CpuOps::cache_write(rows, slots, cache);
@@ -87,7 +99,9 @@ class KvFormatCpuOps : public CpuOps {
                 fp8_latent_pack(src, rank_, d - rank_, buf.data());
                 fp8_latent_unpack(buf.data(), rank_, d - rank_, dst);
             } else {
-                fp8_indexer_pack(src, d, 0, buf.data());
+                std::vector<float> key(src, src + d);
+                if (rotate_) hadamard_transform(key.data(), d);
+                fp8_indexer_pack(key.data(), d, 0, buf.data());
                 fp8_indexer_unpack(buf.data(), d, 0, dst);
             }
         }
@@ -98,6 +112,7 @@ class KvFormatCpuOps : public CpuOps {
     enum class Writing { kNone, kLatent, kIndexer };
     KvFormat format_;
     Writing writing_ = Writing::kNone;
+    bool rotate_ = false;  // the indexer keys being written are stored rotated
     int64_t rank_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // CUDA DSA lightning-indexer kernels vs CPU references (model-spec §3.2–3.4):
 //   indexer_cache_write vs CpuOps-style LayerNorm + interleaved RoPE + fp8_indexer_pack (kv_format.cpp);
-//   indexer_q_quant vs fp8_pow2_scale / f32_to_fp8e4m3;  indexer_plan groups;
+//   indexer_q_quant vs fp8_pow2_scale / f32_to_fp8e4m3;  both with the Hadamard rotation vs hadamard_transform,
+//   bit for bit;  indexer_plan groups;
 //   indexer_logits vs the same FP8 math in double (dequantised q8 · k8, folded weights);
 //   indexer_topk (composition) vs exact top-k of the reference scores, tolerant only at near-ties.
 // Needs a GPU: every test is skipped without one.
@@ -86,7 +87,7 @@ NO_FMA float warp_order_sum(const float* part) {  // part: [32] per-lane partial
 // functions); false sums sequentially as CpuOps does: rows with a large offset and a small spread lose bits to
 // cancellation in the mean, so some codes land an e4m3 step (or, near zero, a few subnormal steps) away.
 NO_FMA void cpu_key(const float* raw, const std::vector<float>& w, const std::vector<float>& b, float eps, int32_t pos,
-                    int64_t d_rope, float theta, int64_t slot, uint8_t* pool, bool warp_order) {
+                    int64_t d_rope, float theta, int64_t slot, uint8_t* pool, bool warp_order, bool hadamard = false) {
     const int64_t d = 128;
     float y[128];
     float mean = 0.0f, var = 0.0f;
@@ -120,7 +121,46 @@ NO_FMA void cpu_key(const float* raw, const std::vector<float>& w, const std::ve
         y[2 * i] = x0 * c - x1 * s;
         y[2 * i + 1] = x1 * c + x0 * s;
     }
+    if (hadamard) hadamard_transform(y, d);
     fp8_indexer_pack(y, d, slot, pool);
+}
+
+// n distinct random slots of a pool of n_blocks 64-token blocks.
+std::vector<int32_t> random_slots(int64_t n, int64_t n_blocks, std::mt19937& rng) {
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks * 64));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    perm.resize(static_cast<size_t>(n));
+    return perm;
+}
+
+// launch_indexer_cache_write over keys raw [n, 128] at pos / slots (interleaved RoPE over d_rope dims, base theta)
+// into a zeroed pool of pool_bytes, with the Hadamard rotation when hadamard > 0; the pool's bytes.
+std::vector<uint8_t> gpu_cache_write(const std::vector<float>& raw, const std::vector<float>& ln_w,
+                                     const std::vector<float>& ln_b, float eps, const std::vector<int32_t>& pos,
+                                     const std::vector<int32_t>& slots, int64_t d_rope, float theta, size_t pool_bytes,
+                                     float hadamard = 0) {
+    DevBuf<float> d_raw(raw), d_w(ln_w), d_b(ln_b);
+    DevBuf<int32_t> d_pos(pos), d_slots(slots);
+    DevBuf<uint8_t> d_pool(pool_bytes);
+    cudaMemset(d_pool.p, 0, pool_bytes);
+    IndexerCacheWriteParams p;
+    p.k_raw = d_raw.p;
+    p.ln_w = d_w.p;
+    p.ln_b = d_b.p;
+    p.eps = eps;
+    p.pos = d_pos.p;
+    p.slots = d_slots.p;
+    p.n = static_cast<int64_t>(pos.size());
+    p.d_rope = d_rope;
+    const Rope rope = Rope::plain(theta, d_rope);
+    p.inv_freq = rope.inv_freq.data();
+    p.pool = d_pool.p;
+    p.hadamard_scale = hadamard;
+    EXPECT_TRUE(indexer_cache_write_supported(128, d_rope));
+    launch_indexer_cache_write(p, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return d_pool.download();
 }
 
 TEST(IndexerCuda, CacheWriteMatchesCpu) {
@@ -136,13 +176,10 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
         for (int j = 0; j < 128; ++j) raw[static_cast<size_t>(i * 128 + j)] = off + sc * nd(rng);
     }
     const auto ln_w = randn(128, rng, 0.5f), ln_b = randn(128, rng, 0.2f);
-    std::vector<int32_t> pos(static_cast<size_t>(n)), slots(static_cast<size_t>(n * 0 + n));
+    std::vector<int32_t> pos(static_cast<size_t>(n));
     std::uniform_int_distribution<int32_t> pd(0, 1 << 20);
     for (auto& p : pos) p = pd(rng);
-    std::vector<int32_t> perm(static_cast<size_t>(n_blocks * 64));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::copy(perm.begin(), perm.begin() + n, slots.begin());
+    const std::vector<int32_t> slots = random_slots(n, n_blocks, rng);
 
     std::vector<uint8_t> ref(static_cast<size_t>(n_blocks * kFp8IndexerBlockBytes), 0), seq_ref(ref);
     for (int64_t i = 0; i < n; ++i) {
@@ -150,26 +187,7 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
         cpu_key(raw.data() + i * 128, ln_w, ln_b, eps, pos[i], d_rope, theta, slots[i], seq_ref.data(), false);
     }
 
-    DevBuf<float> d_raw(raw), d_w(ln_w), d_b(ln_b);
-    DevBuf<int32_t> d_pos(pos), d_slots(slots);
-    DevBuf<uint8_t> d_pool(ref.size());
-    cudaMemset(d_pool.p, 0, ref.size());
-    IndexerCacheWriteParams p;
-    p.k_raw = d_raw.p;
-    p.ln_w = d_w.p;
-    p.ln_b = d_b.p;
-    p.eps = eps;
-    p.pos = d_pos.p;
-    p.slots = d_slots.p;
-    p.n = n;
-    p.d_rope = d_rope;
-    const Rope rope = Rope::plain(theta, d_rope);
-    p.inv_freq = rope.inv_freq.data();
-    p.pool = d_pool.p;
-    ASSERT_TRUE(indexer_cache_write_supported(128, d_rope));
-    launch_indexer_cache_write(p, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto got = d_pool.download();
+    const auto got = gpu_cache_write(raw, ln_w, ln_b, eps, pos, slots, d_rope, theta, ref.size());
     // Against the warp-order reference every code must match, up to one e4m3 step (ord() numbers the e4m3
     // values in order, ±0 → 0) where the fp32 RoPE functions round differently; against the sequential
     // (CpuOps-order) reference the differences are reported: they are the reference's own rounding in the mean.
@@ -217,6 +235,52 @@ TEST(IndexerCuda, CacheWriteMatchesCpu) {
     EXPECT_GE(static_cast<double>(same), 0.999 * static_cast<double>(n * 128));
 }
 
+// The key write with the Hadamard rotation (ModelConfig::indexer_hadamard) against LayerNorm (warp order) + RoPE +
+// hadamard_transform + fp8_indexer_pack. Tokens at position 0 (cos 1, sin 0: RoPE exact on both sides) must match
+// byte for byte; elsewhere the device's fp32 RoPE may move a value by an ulp before the rotation, which can move a
+// code by one e4m3 step. The pool must also differ from the unrotated write's (the rotation ran).
+TEST(IndexerCuda, CacheWriteHadamardMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(5);
+    const int64_t n = 512, n_blocks = 12, d_rope = 64;
+    const float eps = 1e-6f, theta = 10000.0f;
+    const auto raw = randn(static_cast<size_t>(n * 128), rng, 3.0f);
+    const auto ln_w = randn(128, rng, 0.5f), ln_b = randn(128, rng, 0.2f);
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    std::uniform_int_distribution<int32_t> pd(1, 1 << 20);
+    for (int64_t i = 0; i < n; ++i) pos[i] = i % 4 == 0 ? 0 : pd(rng);
+    const std::vector<int32_t> slots = random_slots(n, n_blocks, rng);
+    std::vector<uint8_t> ref(static_cast<size_t>(n_blocks * kFp8IndexerBlockBytes), 0), plain(ref);
+    for (int64_t i = 0; i < n; ++i) {
+        cpu_key(raw.data() + i * 128, ln_w, ln_b, eps, pos[i], d_rope, theta, slots[i], ref.data(), true, true);
+        cpu_key(raw.data() + i * 128, ln_w, ln_b, eps, pos[i], d_rope, theta, slots[i], plain.data(), true, false);
+    }
+    const auto got = gpu_cache_write(raw, ln_w, ln_b, eps, pos, slots, d_rope, theta, ref.size(), hadamard_scale(128));
+    auto ord = [](uint8_t c) { return (c & 0x80) ? -static_cast<int>(c & 0x7f) : static_cast<int>(c & 0x7f); };
+    int64_t at_zero_bad = 0, far = 0, same = 0, scale_bad = 0, unrotated_same = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const size_t base = static_cast<size_t>((slots[i] / 64) * kFp8IndexerBlockBytes), off = slots[i] % 64;
+        for (size_t j = 0; j < 128; ++j) {
+            const uint8_t a = got[base + off * 128 + j], e = ref[base + off * 128 + j];
+            same += a == e;
+            at_zero_bad += pos[i] == 0 && a != e;
+            far += std::abs(ord(a) - ord(e)) > 1;
+            unrotated_same += a == plain[base + off * 128 + j];
+        }
+        scale_bad += std::memcmp(&got[base + 64 * 128 + off * 4], &ref[base + 64 * 128 + off * 4], 4) != 0;
+    }
+    std::printf(
+        "cache_write with Hadamard: %lld of %lld codes identical, %lld more than one step apart, %lld scales "
+        "differ; %lld codes equal to the unrotated write's\n",
+        static_cast<long long>(same), static_cast<long long>(n * 128), static_cast<long long>(far),
+        static_cast<long long>(scale_bad), static_cast<long long>(unrotated_same));
+    EXPECT_EQ(at_zero_bad, 0);
+    EXPECT_EQ(far, 0);
+    EXPECT_GE(static_cast<double>(same), 0.999 * static_cast<double>(n * 128));
+    EXPECT_LE(scale_bad, n / 100);
+    EXPECT_LT(unrotated_same, n * 128 / 4);
+}
+
 struct QuantQ {
     std::vector<uint8_t> q8;  // [n, heads, 128]
     std::vector<float> w8;    // [n, heads]
@@ -224,7 +288,7 @@ struct QuantQ {
 };
 
 QuantQ gpu_q_quant(const std::vector<float>& q, const std::vector<float>& gates, int64_t n, float hs, float ss,
-                   int64_t heads = 32) {
+                   int64_t heads = 32, float hadamard = 0) {
     DevBuf<float> d_q(q), d_g(gates), d_w8(static_cast<size_t>(n * heads));
     DevBuf<uint8_t> d_q8(static_cast<size_t>(n * heads * 128));
     IndexerQQuantParams p;
@@ -236,6 +300,7 @@ QuantQ gpu_q_quant(const std::vector<float>& q, const std::vector<float>& gates,
     p.softmax_scale = ss;
     p.q8 = d_q8.p;
     p.w8 = d_w8.p;
+    p.hadamard_scale = hadamard;
     launch_indexer_q_quant(p, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return {d_q8.download(), d_w8.download(), heads};
@@ -253,26 +318,37 @@ std::vector<float> random_q(int64_t n, std::mt19937& rng, int64_t heads = 32) {
     return q;
 }
 
+// Without and with the Hadamard rotation (each head vector rotated by hadamard_transform, then quantised): codes
+// and folded weights bit for bit (the rotation's butterflies are rounded once each on both sides, in the same order).
 void check_q_quant(int64_t heads) {
     std::mt19937 rng(2);
     const int64_t n = 97;
     const auto q = random_q(n, rng, heads);
     const auto gates = randn(static_cast<size_t>(n * heads), rng);
     const float hs = 1.0f / std::sqrt(static_cast<float>(heads)), ss = 1.0f / std::sqrt(128.0f);
-    const auto got = gpu_q_quant(q, gates, n, hs, ss, heads);
-    int64_t code_bad = 0, w_bad = 0;
-    for (int64_t ih = 0; ih < n * heads; ++ih) {
-        float amax = 0;
-        for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(q[static_cast<size_t>(ih * 128 + j)]));
-        const float s = fp8_pow2_scale(amax);
-        for (int j = 0; j < 128; ++j) {
-            const size_t e = static_cast<size_t>(ih * 128 + j);
-            code_bad += got.q8[e] != f32_to_fp8e4m3(q[e] / s);
+    const auto plain = gpu_q_quant(q, gates, n, hs, ss, heads);
+    for (bool hadamard : {false, true}) {
+        const auto got = hadamard ? gpu_q_quant(q, gates, n, hs, ss, heads, hadamard_scale(128)) : plain;
+        int64_t code_bad = 0, w_bad = 0, plain_same = 0;
+        for (int64_t ih = 0; ih < n * heads; ++ih) {
+            std::vector<float> x(q.begin() + ih * 128, q.begin() + (ih + 1) * 128);
+            if (hadamard) hadamard_transform(x.data(), 128);
+            float amax = 0;
+            for (float v : x) amax = std::max(amax, std::fabs(v));
+            const float s = fp8_pow2_scale(amax);
+            for (int j = 0; j < 128; ++j) {
+                const size_t e = static_cast<size_t>(ih * 128 + j);
+                code_bad += got.q8[e] != f32_to_fp8e4m3(x[static_cast<size_t>(j)] / s);
+                plain_same += got.q8[e] == plain.q8[e];
+            }
+            w_bad += got.w8[static_cast<size_t>(ih)] != gates[static_cast<size_t>(ih)] * hs * ss * s;
         }
-        w_bad += got.w8[static_cast<size_t>(ih)] != gates[static_cast<size_t>(ih)] * hs * ss * s;
+        EXPECT_EQ(code_bad, 0) << heads << " heads, hadamard " << hadamard;
+        EXPECT_EQ(w_bad, 0) << heads << " heads, hadamard " << hadamard;
+        if (hadamard) {
+            EXPECT_LT(plain_same, n * heads * 128 / 4);  // the rotation ran
+        }
     }
-    EXPECT_EQ(code_bad, 0) << heads << " heads";
-    EXPECT_EQ(w_bad, 0) << heads << " heads";
 }
 
 TEST(IndexerCuda, QQuantMatchesCpu) {

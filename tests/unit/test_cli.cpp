@@ -139,6 +139,17 @@ TEST_F(Cli, DeviceAndKvDtypeErrors) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// --indexer-hadamard auto|on|off: a bad value is one error naming the values; on the CPU's f32 indexer cache the
+// rotation does not apply (it precedes FP8 quantisation only), so on gives the logits of off bit for bit.
+TEST_F(Cli, IndexerHadamardValues) {
+    expect_error(logits("1,2,3", "--indexer-hadamard yes"), {"--indexer-hadamard 'yes'", "expected auto, on or off"});
+    ASSERT_EQ(logits("1,2,3", "--indexer-hadamard off").exit_code, 0);
+    const NpyArray off = read_npy_f32(out_);
+    const RunResult on = logits("1,2,3", "--indexer-hadamard on");
+    ASSERT_EQ(on.exit_code, 0) << on.output;
+    EXPECT_EQ(read_npy_f32(out_).data, off.data);
+}
+
 TEST_F(Cli, PlanPrintsShardsOrNamesTheDimension) {
     const RunResult ok = run("plan --config '" + model_ + "' --tensor-parallel-size 2 --expert-parallel --layer-split");
     ASSERT_EQ(ok.exit_code, 0) << ok.output;

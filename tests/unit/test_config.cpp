@@ -263,6 +263,40 @@ TEST(Config, DeepSeekV32YarnAsTransformersComputesIt) {
     EXPECT_FLOAT_EQ(g.attention_softmax_scale(), 1.0f / std::sqrt(static_cast<float>(g.qk_head_dim())));
 }
 
+// The indexer's Hadamard-before-FP8 (model-spec §3.3): DeepSeek-V3.2's reference applies it, GLM's reference
+// engines do not; --indexer-hadamard on / off overrides the model's default.
+TEST(Config, IndexerHadamardDefaultsAndOverride) {
+    const std::string data = MEGACTX_TEST_DATA;
+    EXPECT_FALSE(parse(tiny()).indexer_hadamard);
+    EXPECT_FALSE(load_config(data + "/glm52_config.json").indexer_hadamard);
+    ModelConfig v32 = load_config(data + "/deepseek_v32/config.json");
+    EXPECT_EQ(v32.d_indexer, 128);
+    EXPECT_TRUE(v32.indexer_hadamard);
+
+    EXPECT_EQ(parse_indexer_hadamard("auto"), std::nullopt);
+    EXPECT_EQ(parse_indexer_hadamard("on"), std::optional<bool>(true));
+    EXPECT_EQ(parse_indexer_hadamard("off"), std::optional<bool>(false));
+    expect_contains(error_of([] { parse_indexer_hadamard("yes"); }), {"--indexer-hadamard 'yes'", "auto, on or off"});
+
+    override_indexer_hadamard(v32, std::nullopt);
+    EXPECT_TRUE(v32.indexer_hadamard);
+    override_indexer_hadamard(v32, false);
+    EXPECT_FALSE(v32.indexer_hadamard);
+    ModelConfig glm = parse(tiny());
+    override_indexer_hadamard(glm, true);
+    EXPECT_TRUE(glm.indexer_hadamard);
+
+    // The transform needs a power-of-two key: a V3.2-typed model with 96-dim keys keeps it off, and forcing it on
+    // is an error naming the dimension.
+    json j = tiny();
+    j["model_type"] = "deepseek_v32";
+    j["index_head_dim"] = 96;
+    ModelConfig odd = parse(j);
+    EXPECT_FALSE(odd.indexer_hadamard);
+    expect_contains(error_of([&] { override_indexer_hadamard(odd, true); }),
+                    {"--indexer-hadamard on", "index_head_dim 96", "power of two"});
+}
+
 TEST(Config, HeadDimIsIgnored) {
     json j = tiny();
     j["head_dim"] = 999;

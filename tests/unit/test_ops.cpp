@@ -1,11 +1,15 @@
 // CPU ops against direct formulas (the CUDA backend will be tested against these ops in turn).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "kv/kv_format.h"
 
 namespace megactx {
 namespace {
@@ -194,6 +198,135 @@ TEST(CpuOps, IndexerTopkMatchesBruteForceAndIsCausal) {
     for (int i = 0; i < topk; ++i) expect.push_back(scores[i].second);
     std::sort(expect.begin(), expect.end());
     EXPECT_EQ(std::vector<int32_t>(out.i32() + 4, out.i32() + 8), expect);
+}
+
+// hadamard_transform against the normalised Sylvester matrix, H[i][j] = (-1)^popcount(i & j) / sqrt(n), in double.
+TEST(Hadamard, TransformIsTheNormalisedSylvesterMatrix) {
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (int64_t n : {1, 2, 4, 32, 128}) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float& v : x) v = nd(rng);
+        std::vector<float> y = x;
+        hadamard_transform(y.data(), n);
+        double norm = 0;
+        for (float v : x) norm += static_cast<double>(v) * v;
+        for (int64_t i = 0; i < n; ++i) {
+            double want = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                const double sign = std::popcount(static_cast<uint64_t>(i & j)) % 2 == 0 ? 1.0 : -1.0;
+                want += sign * x[static_cast<size_t>(j)];
+            }
+            want /= std::sqrt(static_cast<double>(n));
+            ASSERT_NEAR(y[static_cast<size_t>(i)], want, 1e-6 * std::sqrt(norm)) << "n " << n << " i " << i;
+        }
+    }
+    EXPECT_EQ(hadamard_scale(128), static_cast<float>(1.0 / std::sqrt(128.0)));
+    std::vector<float> bad(96);
+    EXPECT_THROW(hadamard_transform(bad.data(), 96), Error);
+}
+
+// H is symmetric and orthogonal: applying the transform twice gives x back (to fp32 rounding), and keeps the norm.
+TEST(Hadamard, IsItsOwnInverse) {
+    std::mt19937_64 rng(12);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(128);
+    for (float& v : x) v = nd(rng);
+    x[7] = 300.0f;  // an outlier, as in real indexer keys
+    std::vector<float> y = x;
+    hadamard_transform(y.data(), 128);
+    double nx = 0, ny = 0;
+    for (int i = 0; i < 128; ++i) nx += x[i] * x[i], ny += y[i] * y[i];
+    EXPECT_NEAR(ny, nx, 1e-5 * nx);
+    // the outlier is spread: no value of H·x keeps much of it
+    EXPECT_LT(*std::max_element(y.begin(), y.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); }),
+              40.0f);
+    hadamard_transform(y.data(), 128);
+    for (int i = 0; i < 128; ++i) ASSERT_NEAR(y[i], x[i], 1e-5f * 300.0f) << i;
+}
+
+// Top-k slots of one sequence in block 0 (slots = positions) for queries q and keys.
+std::vector<int32_t> indexer_topk_of(CpuOps& ops, const Tensor& q, const Tensor& w, const Tensor& keys, int64_t topk) {
+    const int64_t n = q.dim(0), ctx = keys.dim(0);
+    std::vector<int32_t> table = {0}, pos(static_cast<size_t>(n)), seq(static_cast<size_t>(n), 0), offs = {0};
+    for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(ctx - n + i);
+    Tensor out = ops.alloc(DType::I32, {n, topk});
+    IndexerTopkParams p;
+    p.q = &q;
+    p.weights = &w;
+    p.keys = &keys;
+    p.map = CacheMap{ctx, pos.data(), seq.data(), offs.data(), table.data()};
+    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(q.dim(2)));
+    p.head_scale = 0.5f;
+    p.topk = topk;
+    p.hadamard = true;  // an F32 cache: ignored
+    p.out_slots = &out;
+    ops.indexer_topk(p);
+    return std::vector<int32_t>(out.i32(), out.i32() + out.numel());
+}
+
+// In fp32 the rotation changes nothing that matters: the same top-k from H·q against H·k as from q against k
+// (scores agree to rounding; these random inputs have no near-tie at the k-th score), and an F32 cache ignores the
+// `hadamard` flag of indexer_cache_write (the key is stored unrotated, bit for bit).
+TEST(Hadamard, IndexerTopkUnchangedInF32) {
+    CpuOps ops;
+    const int64_t n = 6, n_head = 4, d = 32, ctx = 200, topk = 16;
+    const Tensor q = random_tensor(ops, {n, n_head, d}, 21);
+    const Tensor w = random_tensor(ops, {n, n_head}, 22);
+    const Tensor keys = random_tensor(ops, {ctx, d}, 23);
+    Tensor qh = ops.alloc(DType::F32, {n, n_head, d}), kh = ops.alloc(DType::F32, {ctx, d});
+    std::memcpy(qh.f32(), q.f32(), static_cast<size_t>(q.numel()) * 4);
+    std::memcpy(kh.f32(), keys.f32(), static_cast<size_t>(keys.numel()) * 4);
+    for (int64_t r = 0; r < n * n_head; ++r) hadamard_transform(qh.f32() + r * d, d);
+    for (int64_t t = 0; t < ctx; ++t) hadamard_transform(kh.f32() + t * d, d);
+    EXPECT_EQ(indexer_topk_of(ops, qh, w, kh, topk), indexer_topk_of(ops, q, w, keys, topk));
+
+    const Tensor k_raw = random_tensor(ops, {n, d}, 24);
+    const std::vector<float> ln_w(d, 1.0f), ln_b(d, 0.0f);
+    Tensor pos = ops.upload_i32({0, 1, 2, 3, 4, 5}), slots = ops.upload_i32({0, 1, 2, 3, 4, 5});
+    const Rope rope = Rope::plain(10000.0f, 16);
+    Tensor on = ops.alloc(DType::F32, {8, d}), off = ops.alloc(DType::F32, {8, d});
+    ops.indexer_cache_write(k_raw, ln_w, ln_b, 1e-6f, pos, rope, slots, on, true);
+    ops.indexer_cache_write(k_raw, ln_w, ln_b, 1e-6f, pos, rope, slots, off, false);
+    EXPECT_EQ(std::memcmp(on.f32(), off.f32(), static_cast<size_t>(n * d) * 4), 0);
+}
+
+// The FP8 key path with the rotation (what an FP8 indexer cache stores with ModelConfig::indexer_hadamard): the
+// bytes of H·k differ from those of k, and the dequantised H·k rotated back (H^T = H) is k within the FP8 error:
+// each value is off by at most 1/16 of itself (3 mantissa bits) or half a subnormal step (2^-10 · scale), and H
+// keeps norms, so ||H·deq(H·k) − k|| ≤ ||k|| / 16 + sqrt(d) · 2^-10 · scale.
+TEST(Hadamard, Fp8KeyPathRotatesThenQuantises) {
+    CpuOps ops;
+    const int64_t n = 64, d = 128;
+    Tensor k_raw = random_tensor(ops, {n, d}, 31);
+    std::vector<float> ln_w(d, 1.0f), ln_b(d, 0.1f);
+    std::vector<int32_t> idx(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) idx[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+    Tensor pos = ops.upload_i32(idx), slots = ops.upload_i32(idx);
+    Tensor keys = ops.alloc(DType::F32, {n, d});
+    ops.indexer_cache_write(k_raw, ln_w, ln_b, 1e-6f, pos, Rope::plain(10000.0f, 64, false), slots, keys, true);
+    std::vector<uint8_t> plain(static_cast<size_t>(fp8_indexer_block_bytes(d))), rotated(plain.size());
+    int64_t same_codes = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* k = keys.f32() + t * d;
+        std::vector<float> hk(k, k + d), back(static_cast<size_t>(d));
+        hadamard_transform(hk.data(), d);
+        fp8_indexer_pack(k, d, t, plain.data());
+        fp8_indexer_pack(hk.data(), d, t, rotated.data());
+        for (int64_t c = 0; c < d; ++c) same_codes += plain[t * d + c] == rotated[t * d + c];
+        fp8_indexer_unpack(rotated.data(), d, t, back.data());
+        hadamard_transform(back.data(), d);
+        float scale;
+        std::memcpy(&scale, rotated.data() + 64 * d + 4 * t, 4);
+        double norm = 0, e = 0;
+        for (int64_t c = 0; c < d; ++c) {
+            norm += static_cast<double>(k[c]) * k[c];
+            e += (static_cast<double>(back[c]) - k[c]) * (back[c] - k[c]);
+        }
+        EXPECT_LE(std::sqrt(e), std::sqrt(norm) / 16 + std::sqrt(static_cast<double>(d)) * std::ldexp(scale, -10))
+            << "token " << t;
+    }
+    EXPECT_LT(same_codes, n * d / 4);  // the stored bytes are those of the rotated key
 }
 
 TEST(CpuOps, SparseMlaIsSoftmaxOverExactlyTheSelectedSlots) {

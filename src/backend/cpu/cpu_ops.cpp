@@ -204,7 +204,8 @@ void CpuOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& no
 }
 
 void CpuOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                                 float eps, const Tensor& pos, const Rope& rope_p, const Tensor& slots, Tensor& cache) {
+                                 float eps, const Tensor& pos, const Rope& rope_p, const Tensor& slots, Tensor& cache,
+                                 bool /*hadamard: an F32 cache stores the key unrotated*/) {
     check_f32_cache(cache, "indexer_cache_write");
     const int64_t n = k_raw.dim(0), d = k_raw.shape.back();
     Tensor k = alloc(DType::F32, {n, 1, d});  // [n, 1, d_indexer]

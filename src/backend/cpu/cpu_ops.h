@@ -27,8 +27,8 @@ class CpuOps : public Ops {
     void latent_cache_write(const Tensor& kv_a, const std::vector<float>& norm_w, float eps, const Tensor& pos,
                             const Rope& rope, const Tensor& slots, Tensor& cache) override;
     void indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots,
-                             Tensor& cache) override;
+                             float eps, const Tensor& pos, const Rope& rope, const Tensor& slots, Tensor& cache,
+                             bool hadamard) override;
     void indexer_topk(const IndexerTopkParams& p) override;
     void mla_absorb_q(const Tensor& q, const Weight& kv_b, int64_t d_nope, int64_t d_v, Tensor& q_out) override;
     void sparse_mla(const SparseMlaParams& p) override;

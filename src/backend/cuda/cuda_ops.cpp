@@ -51,6 +51,13 @@ size_t round_size(size_t bytes) {
 
 int64_t rows_of(const Tensor& t) { return t.shape.empty() ? 1 : t.numel() / t.shape.back(); }
 
+// hadamard_scale(dim) for the indexer's Hadamard rotation; dim must be a power of two.
+float indexer_hadamard_scale(int64_t dim, const char* op) {
+    MEGACTX_CHECK(dim > 0 && (dim & (dim - 1)) == 0,
+                  "{}: the Hadamard rotation needs a power-of-two index_head_dim, not {}", op, dim);
+    return hadamard_scale(dim);
+}
+
 // KV pool element kind from its dtype (kv_cache.h).
 int kv_elem(const Tensor& pool, const char* op) {
     switch (pool.dtype) {
@@ -835,12 +842,14 @@ void CudaOps::latent_cache_write(const Tensor& kv_a, const std::vector<float>& n
 }
 
 void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>& ln_w, const std::vector<float>& ln_b,
-                                  float eps, const Tensor& pos, const Rope& rope, const Tensor& slots, Tensor& cache) {
+                                  float eps, const Tensor& pos, const Rope& rope, const Tensor& slots, Tensor& cache,
+                                  bool hadamard) {
     const int64_t d_rope = rope.dim();
     IndexerWriteParams p;
     p.elem = kv_elem(cache, "indexer_cache_write");
     p.n = k_raw.dim(0);
     p.dim = k_raw.shape.back();
+    p.hadamard_scale = hadamard && p.elem == 2 ? indexer_hadamard_scale(p.dim, "indexer_cache_write") : 0.0f;
     const int64_t want = p.elem == 2 ? fp8_indexer_block_bytes(p.dim) : p.dim;
     MEGACTX_CHECK(cache.shape.size() == 2 && cache.dim(1) == want,
                   "indexer_cache_write: cache rows hold {} elements, the {} format needs {}", cache.shape.back(),
@@ -859,6 +868,7 @@ void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>&
         f.rope_scale = rope.scale;
         f.interleaved = rope.interleaved;
         f.pool = static_cast<uint8_t*>(cache.data);
+        f.hadamard_scale = p.hadamard_scale;
         launch_indexer_cache_write(f, stream_);
         MEGACTX_CUDA_CHECK(cudaGetLastError());
         after_op("indexer_cache_write");
@@ -936,6 +946,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         f.out_slots = p.out_slots->i32();
         f.scratch = scratch.data;
         f.scratch_bytes = bytes;
+        if (p.hadamard) f.hadamard_scale = indexer_hadamard_scale(d, "indexer_topk");
         if (options_.batch_invariant) f.logits_kernel = n_head == 64 ? 2 : 3;  // one scoring kernel for every shape
         if (p.reduce_scores) {
             f.reduce_ctx = const_cast<std::function<void(float*, int64_t)>*>(&p.reduce_scores);
@@ -971,6 +982,15 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         select_bytes = topk_scratch_bytes(chunk, n_cand_max, p.topk);
         if (select_bytes > 0) select_scratch = alloc(DType::F8_E4M3, {static_cast<int64_t>(select_bytes)});
     }
+    // Keys stored rotated (FP8 with the Hadamard): the queries are scored rotated too.
+    const float* q = p.q->f32();
+    Tensor q_rotated;
+    if (elem == 2 && p.hadamard) {
+        q_rotated = alloc(DType::F32, {n, n_head, d});  // [n, n_head, d] H · q per head
+        MEGACTX_CUDA_CHECK(launch_hadamard_rows(q, q_rotated.f32(), n * n_head, d,
+                                                indexer_hadamard_scale(d, "indexer_topk"), stream_));
+        q = q_rotated.f32();
+    }
     IndexerMapView m;
     m.pos = p.map.pos;
     m.seq = p.map.seq;
@@ -979,7 +999,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     m.block_size = p.map.block_size;
     for (int64_t i0 = 0; i0 < n; i0 += chunk) {
         IndexerScoresParams sp;
-        sp.q = p.q->f32();
+        sp.q = q;
         sp.w = p.weights->f32();
         sp.keys = p.keys->data;
         sp.elem = elem;

@@ -1,11 +1,12 @@
 // indexer_cache_write kernel: one warp per token, 4 consecutive dims per lane.
-//   k_raw [n, 128] fp32 → LayerNorm → interleaved RoPE on dims [0, 64) → e4m3 codes + fp32 pow2 scale at slots[i]
-// Reference: CpuOps::layer_norm + CpuOps::rope + fp8_indexer_pack (kv_format.cpp). The LayerNorm sums run in a
-// different order (warp tree), so a code can differ by one step in rare rounding ties. inv_freq comes from the host,
-// computed with std::pow exactly as CpuOps::rope does; sin and cos of the fp32 angle are computed in double (one
-// sincos) and rounded to fp32, matching glibc's correctly rounded float functions. (Until c008da4: pow, sin and cos
-// each in double on the device were a serial chain in this one-token kernel; with the latent write's sin/cos change
-// the two writes went from 10.2 to 7.3 µs in bench_layer.)
+//   k_raw [n, 128] fp32 → LayerNorm → interleaved RoPE on dims [0, 64) → (optionally) Hadamard → e4m3 codes + fp32
+//   pow2 scale at slots[i]
+// Reference: CpuOps::layer_norm + CpuOps::rope + hadamard_transform + fp8_indexer_pack (kv_format.cpp). The LayerNorm
+// sums run in a different order (warp tree), so a code can differ by one step in rare rounding ties. inv_freq comes
+// from the host, computed with std::pow exactly as CpuOps::rope does; sin and cos of the fp32 angle are computed in
+// double (one sincos) and rounded to fp32, matching glibc's correctly rounded float functions. (Until c008da4: pow, sin
+// and cos each in double on the device were a serial chain in this one-token kernel; with the latent write's sin/cos
+// change the two writes went from 10.2 to 7.3 µs in bench_layer.)
 #include <cmath>
 
 #include "backend/cuda/indexer_cache_write.h"
@@ -82,6 +83,7 @@ __global__ void __launch_bounds__(256)
             }
         }
     }
+    if (p.hadamard_scale > 0.0f) warp_hadamard128(x, lane, p.hadamard_scale);
     const float amax = warp_max(fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3]))));
     const float scale = fp8_pow2_scale(amax);
     uint8_t* block = p.pool + (slot / kBlock) * kBlockBytes;

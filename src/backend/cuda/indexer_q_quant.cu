@@ -1,6 +1,6 @@
 // indexer_q_quant kernel: one warp per (token, head), 4 consecutive dims per lane.
 //   q [n, H, 128] fp32, gates [n, H] → q8 [n, H, 128] e4m3, w8 [n, H] fp32, H = 32 or 64 (see indexer_q_quant.h)
-// Reference: fp8_pow2_scale + f32_to_fp8e4m3 (kv_format.cpp, core/dtype.cpp), model-spec §3.3.
+// Reference: (hadamard_transform +) fp8_pow2_scale + f32_to_fp8e4m3 (kv_format.cpp, core/dtype.cpp), model-spec §3.3.
 #include "backend/cuda/indexer_common.cuh"
 #include "backend/cuda/indexer_q_quant.h"
 
@@ -33,10 +33,12 @@ __global__ void __launch_bounds__(256) indexer_q_quant_kernel(IndexerQQuantParam
     const int lane = threadIdx.x & 31;
     const int64_t ih = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // token · H + head
     if (ih >= p.n * p.n_head) return;
-    const float4 x = reinterpret_cast<const float4*>(p.q + ih * kDim)[lane];
-    const float amax = warp_max(fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
+    const float4 x4 = reinterpret_cast<const float4*>(p.q + ih * kDim)[lane];
+    float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    if (p.hadamard_scale > 0.0f) warp_hadamard128(x, lane, p.hadamard_scale);  // uniform over the warp
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3]))));
     const float scale = fp8_pow2_scale(amax);
-    reinterpret_cast<uint32_t*>(p.q8 + ih * kDim)[lane] = fp8_pack4(x.x, x.y, x.z, x.w, 1.0f / scale);
+    reinterpret_cast<uint32_t*>(p.q8 + ih * kDim)[lane] = fp8_pack4(x[0], x[1], x[2], x[3], 1.0f / scale);
     if (lane == 0) p.w8[ih] = p.gates[ih] * p.head_scale * p.softmax_scale * scale;
 }
 

@@ -100,6 +100,7 @@ bool launch_indexer_topk(const IndexerTopkCudaParams& p, cudaStream_t stream) {
         qq.softmax_scale = p.softmax_scale;
         qq.q8 = q8;
         qq.w8 = w8;
+        qq.hadamard_scale = p.hadamard_scale;
         // Decode (no two rows of one sequence): the quantisation also writes the plan, the row lengths and the
         // select's zeroed control words, and the plan kernel's launch is saved.
         const bool one_row_each = p.max_seq_rows == 1;

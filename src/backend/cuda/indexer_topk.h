@@ -42,6 +42,9 @@ struct IndexerTopkCudaParams {
     // group, failing (false) where it cannot run instead of falling back to another kernel, whose sums over heads are
     // ordered differently (the batch-invariant mode).
     int logits_kernel = 0;
+    // > 0: the keys were stored rotated (IndexerCacheWriteParams::hadamard_scale), so the queries are rotated the
+    // same way before they are quantised (IndexerQQuantParams::hadamard_scale).
+    float hadamard_scale = 0;
     // Optional: called on each row group's scores [rows, stride] fp32 (device) between scoring and selection,
     // e.g. to all-reduce partial scores of a head-split indexer on the same stream. Host function.
     void (*reduce_scores)(void* ctx, float* scores, int64_t count) = nullptr;

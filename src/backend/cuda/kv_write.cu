@@ -3,8 +3,8 @@
 // pool's format. FP8 quantisation uses the same fp32 operations as kv_format.cpp (pow2 scale from the amax,
 // x / s, RNE satfinite e4m3), so the bytes match the host packer.
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/rope_pair.cuh"
 #include "backend/cuda/kv_write.h"
+#include "backend/cuda/rope_pair.cuh"
 
 namespace megactx::cuda {
 
@@ -23,6 +23,31 @@ __device__ void rope_shared(float* v, int64_t dim, int32_t p, const float* inv_f
         x[0] = x0;
         x[partner] = x1;
     }
+}
+
+// v ← H · v over the block (all threads call it): hadamard_transform's butterflies (strides 1, 2, … dim/2) in its
+// order, each rounded once, then × scale.
+__device__ void hadamard_shared(float* v, int64_t dim, float scale) {
+    for (int64_t h = 1; h < dim; h *= 2) {
+        for (int64_t j = threadIdx.x; j < dim / 2; j += blockDim.x) {
+            const int64_t i = (j / h) * 2 * h + j % h;  // the j-th index with bit h clear
+            const float a = v[i], b = v[i + h];
+            v[i] = __fadd_rn(a, b);
+            v[i + h] = __fsub_rn(a, b);
+        }
+        __syncthreads();
+    }
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) v[j] = __fmul_rn(v[j], scale);
+    __syncthreads();
+}
+
+__global__ void hadamard_rows_kernel(const float* in, float* out, int64_t dim, float scale) {
+    extern __shared__ float v[];  // [dim]
+    const int64_t r = blockIdx.x;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) v[j] = in[r * dim + j];
+    __syncthreads();
+    hadamard_shared(v, dim, scale);
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[r * dim + j] = v[j];
 }
 
 __global__ void latent_write_kernel(LatentWriteParams p) {
@@ -88,6 +113,7 @@ __global__ void indexer_write_kernel(IndexerWriteParams p) {
     __syncthreads();
     rope_shared(key, p.d_rope, p.pos[t], p.inv_freq, p.rope_scale, p.interleaved);
     __syncthreads();
+    if (p.elem == 2 && p.hadamard_scale > 0.0f) hadamard_shared(key, d, p.hadamard_scale);
     const int64_t slot = p.slots[t];
     if (slot < 0) return;  // the token's block is in the other tier (the whole block returns: one token each)
     if (p.elem == 0) {
@@ -123,6 +149,14 @@ cudaError_t launch_indexer_write(const IndexerWriteParams& p, cudaStream_t strea
     if (p.n == 0) return cudaSuccess;
     const size_t smem = static_cast<size_t>(p.dim) * 4;
     indexer_write_kernel<<<static_cast<unsigned>(p.n), kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_hadamard_rows(const float* in, float* out, int64_t rows, int64_t dim, float scale,
+                                 cudaStream_t stream) {
+    if (rows == 0) return cudaSuccess;
+    const size_t smem = static_cast<size_t>(dim) * 4;
+    hadamard_rows_kernel<<<static_cast<unsigned>(rows), kThreads, smem, stream>>>(in, out, dim, scale);
     return cudaGetLastError();
 }
 
