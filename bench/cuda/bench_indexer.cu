@@ -230,7 +230,8 @@ int main(int argc, char** argv) {
     const bool no_seq_rows = std::getenv("MEGACTX_BENCH_NO_SEQ_ROWS") != nullptr;
     auto params = [&](int64_t batch, int64_t qps, int64_t L, int rot, int kernel) {
         IndexerLogitsParams p;
-        p.kernel = static_cast<int16_t>(kernel);
+        p.kernel = static_cast<int16_t>(
+            heads == 64 ? 0 : kernel);  // 64 heads: kernel 2 by shape (an explicit 2 is the batch-invariant tile)
         p.n_head = static_cast<int16_t>(heads);
         p.q8 = d_q8;
         p.w8 = d_w8;
@@ -420,7 +421,8 @@ int main(int argc, char** argv) {
             pp.table_offset = d_toff;
             launch_indexer_plan(pp, stream);
             IndexerLogitsParams p;
-            p.kernel = static_cast<int16_t>(kernel);
+            p.kernel = static_cast<int16_t>(
+                heads == 64 ? 0 : kernel);  // 64 heads: kernel 2 by shape (an explicit 2 is the batch-invariant tile)
             p.n_head = static_cast<int16_t>(heads);
             p.q8 = d_q8;
             p.w8 = d_w8;
