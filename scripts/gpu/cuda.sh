@@ -3,7 +3,7 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [tp] [cli] [graphs] [serve] [invariant] [tier] [spec]
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [v32] [tp] [cli] [graphs] [serve] [invariant] [tier] [spec]
 #                       [specbench] [tierprofile] [structured]
 #   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
@@ -79,6 +79,29 @@ if has model; then
         --contexts "${MODEL_CONTEXTS:-8192,131072,1048575}" --kv fp8 --json "$out/bench_model.json" 2>&1 |
         tee "$out/bench_model.log"
     summary+=("bench_model: exit ${PIPESTATUS[0]}")
+fi
+if has v32; then
+    # DeepSeek-V3.2's shapes (docs/deepseek-v32.md): the 64-head indexer decode beside the 32-head one, sparse MLA at
+    # 64 / 128 heads beside FlashMLA when its driver was carried (bench/peers/build-flashmla.sh, at
+    # .stage/peers/flashmla_decode_bench), and dsv32-shape's whole step at 8K / 128K / 1M.
+    build-cuda/bench/cuda/bench_indexer --heads 64 --only decode --qps 1,4 --json "$out/bench_indexer-h64.json" \
+        >"$out/bench_indexer-h64.log" 2>&1
+    summary+=("bench_indexer 64 heads: exit $?")
+    build-cuda/bench/cuda/bench_indexer --only decode --qps 1,4 --kernels 2 --json "$out/bench_indexer-h32.json" \
+        >"$out/bench_indexer-h32.log" 2>&1
+    summary+=("bench_indexer 32 heads: exit $?")
+    build-cuda/bench/cuda/bench_sparse_mla --no-sweep --json "$out/bench_sparse_mla.json" >"$out/bench_sparse_mla.log" 2>&1
+    summary+=("bench_sparse_mla: exit $?")
+    if [ -x .stage/peers/flashmla_decode_bench ]; then
+        .stage/peers/flashmla_decode_bench --heads 64,128 --batch 1,16,64,128 --json "$out/flashmla.json" \
+            >"$out/flashmla.log" 2>&1
+        summary+=("FlashMLA decode: exit $?")
+    fi
+    [ -f /tmp/dsv32-shape/config.json ] ||
+        build-cuda/megactx gen-model --preset dsv32-shape --dtype fp8 --out /tmp/dsv32-shape >/dev/null
+    build-cuda/bench/cuda/bench_model --model /tmp/dsv32-shape --contexts "${MODEL_CONTEXTS:-8192,131072,1048575}" \
+        --kv fp8 --decode-batch 1,16 --json "$out/bench_model-dsv32.json" >"$out/bench_model-dsv32.log" 2>&1
+    summary+=("bench_model dsv32-shape: exit $?")
 fi
 if has tp; then
     # Tensor / expert parallel (issue 6) on every GPU of this machine: a glm52-shape model with all 256 routed
@@ -239,7 +262,8 @@ if has specbench; then
     # A = 5.47 against plain decoding, with synthetic FP8 weights made in memory: one rank's shard of GLM-5.2 under
     # TP 8 + EP 8 (78 layers + MTP, 8 heads, 32 of the 256 experts; collectives not run) at batch 1 (8K, 128K) and
     # batch 8 / 32 (8K), and glm52-shape's 4 layers with all 256 experts at batch 1 / 8 / 32 (8K) and batch 1 (128K,
-    # 1M). The rank's shard needs an H200 (about 91 GiB of weights). SPEC_CONFIGS="rank-b1-8k ..." runs only those.
+    # 1M); dsv32-rank-b1-8k: one rank of DeepSeek-V3.2 under TP 8 + EP 8 (61 layers + MTP, 16 heads, 32 experts).
+    # The ranks' shards need an H200 (about 91 / 84 GiB of weights). SPEC_CONFIGS="rank-b1-8k ..." runs only those.
     # On an 80 GB card the shard takes SPEC_RANK_LAYERS (e.g. 52) of the 78 layers.
     spec_pairs=${SPEC_PAIRS:-3:3.0,7:5.47}
     rl=${SPEC_RANK_LAYERS:+--layers $SPEC_RANK_LAYERS}
@@ -247,10 +271,13 @@ if has specbench; then
         "rank-b1-128k:$rl --rank-of 8 --expert-parallel --contexts 131072 --batch 1 --tokens 320" \
         "rank-batched:$rl --rank-of 8 --expert-parallel --contexts 8192 --batch 8,32 --tokens 128" \
         "4l256e-batched:--layers 4 --contexts 8192 --batch 1,8,32 --tokens 192" \
-        "4l256e-long:--layers 4 --contexts ${SPEC_LONG:-131072,1048000} --batch 1 --tokens 192"; do
+        "4l256e-long:--layers 4 --contexts ${SPEC_LONG:-131072,1048000} --batch 1 --tokens 192" \
+        "dsv32-rank-b1-8k:--rank-of 8 --expert-parallel --contexts 8192 --batch 1 --tokens 192"; do
         tag=${cfg%%:*}
         [ -n "${SPEC_CONFIGS:-}" ] && [[ " $SPEC_CONFIGS " != *" $tag "* ]] && continue
-        build-cuda/bench/bench_spec --synthetic tests/data/glm52_config.json ${cfg#*:} --spec "$spec_pairs" \
+        config=tests/data/glm52_config.json
+        [[ $tag == dsv32-* ]] && config=tests/data/deepseek_v32/config.json  # one DeepSeek-V3.2 rank: ~84 GiB
+        build-cuda/bench/bench_spec --synthetic $config ${cfg#*:} --spec "$spec_pairs" \
             --json "$out/bench_spec-$tag.json" >"$out/bench_spec-$tag.log" 2>&1
         summary+=("bench_spec $tag: exit $?")
         grep -E "plain|K [0-9]" "$out/bench_spec-$tag.log" | head -20
