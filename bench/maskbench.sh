@@ -12,9 +12,9 @@
 # maskbench/data is extracted into $MASKBENCH_DATA (default build/maskbench-data; blobs missing from a partial
 # mirror are skipped and listed). The tokenizer is DeepSeek-V3's, as the tokenizer tests use
 # (tests/tokenizer/setup.sh installs it; MASKBENCH_MODEL names another tokenizer.json directory); MEGACTX (default
-# build/megactx) is the binary. The run is niced and on one core (each schema in a child process); extra flags go to
-# the subcommand, e.g. --limit 200, --shard 0/4, --json OUT, --per-schema OUT.jsonl, --timeout-ms 10000 (the
-# default). A full run takes about 25 minutes on the 2-core dev box.
+# build/megactx) is the binary. The run is niced and on one core (schemas one after another in a worker process);
+# extra flags go to the subcommand, e.g. --limit 200, --shard 0/4, --json OUT, --per-schema OUT.jsonl, --timeout-ms
+# 10000 (the default). A full run takes about 6 minutes on the 2-core dev box with the other core idle.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,17p' "$0"; exit 2; }
 src=$1

@@ -4,8 +4,9 @@
 // MaskBench writes it (Python's json.dumps: ", " and ": " separators, non-ASCII raw), tokenized without BOS and walked
 // token by token through the masks, one MaskCache per schema shared by its instances (as the server shares one per
 // compiled grammar). A valid instance must have every token allowed and the end-of-sequence token allowed after it;
-// an invalid one must meet a refused token or no end-of-sequence at its end. Each schema runs in a child process
-// under a timer, so a compile or a mask that runs past the limit (or crashes) is counted and the run goes on.
+// an invalid one must meet a refused token or no end-of-sequence at its end. Schemas run in a worker process under
+// a timer, so a compile or a mask that runs past the limit (or crashes) is counted, a new worker takes the next
+// schema and the run goes on.
 #pragma once
 
 #include <string>
