@@ -23,7 +23,7 @@ flags=(-O3 -std=c++20 -DNDEBUG -D_USE_MATH_DEFINES -Wno-deprecated-declarations 
     -U__CUDA_NO_HALF_CONVERSIONS__ -U__CUDA_NO_HALF2_OPERATORS__ -U__CUDA_NO_BFLOAT16_CONVERSIONS__
     --expt-relaxed-constexpr --expt-extended-lambda --use_fast_math --ptxas-options=--register-usage-level=10
     -gencode arch=compute_90a,code=sm_90a -I"$src" -I"$src/kerutils/include" -I"$src/sm90" -I"$cut/include"
-    -I"$cut/tools/util/include")
+    -I"$cut/tools/util/include" -Ibench/cuda)
 units=("$src/sm90/decode/sparse_fp8/instantiations/v32_persistent_h64.cu"
     "$src/sm90/decode/sparse_fp8/instantiations/v32_persistent_h128.cu"
     "$src/smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu"

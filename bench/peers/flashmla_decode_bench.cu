@@ -31,19 +31,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_bench.cuh"  // bench/cuda: the error check and the hash megactx's benchmarks fill their data with
 #include "params.h"
 #include "sm90/decode/sparse_fp8/splitkv_mla.h"
 #include "smxx/decode/combine/combine.h"
 #include "smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.h"
 
-#define CK(call)                                                                                       \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
+#define CK(call) MEGACTX_BENCH_CK(call)
 
 namespace {
 
@@ -53,15 +47,7 @@ constexpr int kPageBlock = 64;
 constexpr const char* kFlashMlaCommit = "9241ae3ef9bac614dd25e45e507e089f888280e0";
 constexpr const char* kCutlassCommit = "147f5673d0c1c3dcf66f78d677fd647e4a020219";
 
-// splitmix64 finaliser (identical to megactx::bench_cuda::hash32).
-__device__ inline uint32_t hash32(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return static_cast<uint32_t>(x);
-}
+using megactx::bench_cuda::hash32;
 
 // Identical to bench_sparse_mla.cu's fill_fp8 (row r = physical token r).
 __global__ void fill_fp8(uint8_t* cache) {
