@@ -92,9 +92,10 @@ int main(int argc, char** argv) {
     fill_bf16<<<4096, 256>>>(bf16_cache, n_rows * 576);
     const int max_n = 4096, max_h = 128;
     float *q, *out;
-    MEGACTX_BENCH_CK(cudaMalloc(&q, static_cast<size_t>(max_n) * 64 * 576 * 4 > static_cast<size_t>(128) * max_h * 576 * 4
-                          ? static_cast<size_t>(max_n) * 64 * 576 * 4
-                          : static_cast<size_t>(128) * max_h * 576 * 4));
+    MEGACTX_BENCH_CK(
+        cudaMalloc(&q, static_cast<size_t>(max_n) * 64 * 576 * 4 > static_cast<size_t>(128) * max_h * 576 * 4
+                           ? static_cast<size_t>(max_n) * 64 * 576 * 4
+                           : static_cast<size_t>(128) * max_h * 576 * 4));
     MEGACTX_BENCH_CK(cudaMalloc(&out, static_cast<size_t>(max_n) * 64 * 512 * 4));
     fill_f32<<<4096, 256>>>(q, static_cast<int64_t>(max_n) * 64 * 576);
     MEGACTX_BENCH_CK(cudaDeviceSynchronize());
@@ -103,9 +104,6 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     cudaStream_t stream;
     MEGACTX_BENCH_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    MEGACTX_BENCH_CK(cudaEventCreate(&e0));
-    MEGACTX_BENCH_CK(cudaEventCreate(&e1));
 
     // force_split > 0: that split, with force_cluster CTAs per cluster (1 = no cluster, merged by the combine) and
     // force_vsplit CTAs per split dividing the value dims.
@@ -113,7 +111,8 @@ int main(int argc, char** argv) {
                      int force_vsplit = 1) {
         const int64_t row_bytes = fmt == MlaCacheFormat::FP8 ? 656 : 1152;
         const bool prefill = std::string(mode) == "prefill";  // sweep rows are decode steps
-        const double step_bytes = static_cast<double>(n) * topk * row_bytes + static_cast<double>(n) * h * (576 + 512) * 4;
+        const double step_bytes =
+            static_cast<double>(n) * topk * row_bytes + static_cast<double>(n) * h * (576 + 512) * 4;
         const int n_sets = prefill ? 1 : std::max(2, static_cast<int>(150e6 / (n * topk * row_bytes)) + 1);
         const int n_launch = prefill ? 2 : std::max(n_sets, 10);
         const int64_t window = prefill ? 65536 : n_rows;
@@ -133,7 +132,8 @@ int main(int argc, char** argv) {
         if (scratch_bytes) MEGACTX_BENCH_CK(cudaMalloc(&scratch, scratch_bytes));
         SparseMlaRunParams p;
         p.q = q;
-        p.cache = fmt == MlaCacheFormat::FP8 ? static_cast<const void*>(fp8_cache) : static_cast<const void*>(bf16_cache);
+        p.cache =
+            fmt == MlaCacheFormat::FP8 ? static_cast<const void*>(fp8_cache) : static_cast<const void*>(bf16_cache);
         p.out = out;
         p.scratch = scratch;
         p.format = fmt;
@@ -155,24 +155,19 @@ int main(int argc, char** argv) {
         }
         MEGACTX_BENCH_CK(cudaStreamEndCapture(stream, &graph));
         MEGACTX_BENCH_CK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int w = 0; w < 3; ++w) MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
-        std::vector<float> ms;
-        const int reps = prefill ? 10 : 30;
-        for (int r = 0; r < reps; ++r) {
-            MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
-            MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
-            MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
-            MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
-            float t;
-            MEGACTX_BENCH_CK(cudaEventElapsedTime(&t, e0, e1));
-            ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        const double us = ms[ms.size() / 2] * 1e3 / n_launch;
+        const double us = megactx::bench_cuda::graph_median_ms(exec, stream, prefill ? 10 : 30) * 1e3 / n_launch;
         const double flops = 2.0 * n * h * topk * (576.0 + 512.0);
         plan.cluster = sparse_mla_launch_cluster(n, h, plan);  // what the launch ran
-        Result res{mode, fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16", n, h, plan.n_split, plan.cluster, plan.v_split,
-                   us, flops / us * 1e-6, step_bytes / us * 1e-6};
+        Result res{mode,
+                   fmt == MlaCacheFormat::FP8 ? "fp8" : "bf16",
+                   n,
+                   h,
+                   plan.n_split,
+                   plan.cluster,
+                   plan.v_split,
+                   us,
+                   flops / us * 1e-6,
+                   step_bytes / us * 1e-6};
         std::printf("%-8s %-5s n=%-5d h=%-4d split=%-3d cluster=%-3d vsplit=%d %9.2f us %8.1f TFLOP/s %6.3f TB/s\n",
                     mode, res.fmt.c_str(), n, h, plan.n_split, plan.cluster, plan.v_split, us, res.tflops, res.tbps);
         std::fflush(stdout);
@@ -199,19 +194,7 @@ int main(int argc, char** argv) {
             }
             MEGACTX_BENCH_CK(cudaStreamEndCapture(stream, &graph));
             MEGACTX_BENCH_CK(cudaGraphInstantiate(&exec, graph, 0));
-            for (int w = 0; w < 3; ++w) MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
-            std::vector<float> ms;
-            for (int r = 0; r < 20; ++r) {
-                MEGACTX_BENCH_CK(cudaEventRecord(e0, stream));
-                MEGACTX_BENCH_CK(cudaGraphLaunch(exec, stream));
-                MEGACTX_BENCH_CK(cudaEventRecord(e1, stream));
-                MEGACTX_BENCH_CK(cudaEventSynchronize(e1));
-                float t;
-                MEGACTX_BENCH_CK(cudaEventElapsedTime(&t, e0, e1));
-                ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
-            const double us = ms[ms.size() / 2] * 1e3 / steps;
+            const double us = megactx::bench_cuda::graph_median_ms(exec, stream, 20) * 1e3 / steps;
             std::printf("floor    %-5s n=%-5d h=%-4d split=%-3d %9.2f us (empty kernels in a graph)\n",
                         pair ? "pair" : "main", 1, 64, 0, us);
             results.push_back({"floor", pair ? "pair" : "main", 1, 64, 0, 0, 0, us, 0.0, 0.0});
@@ -250,19 +233,23 @@ int main(int argc, char** argv) {
         char date[64];
         const std::time_t now = std::time(nullptr);
         std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-        std::fprintf(f, "{\n  \"bench\": \"sparse_mla\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n",
-                     prop.name, date, megactx::bench_cuda::commit());
+        std::fprintf(
+            f, "{\n  \"bench\": \"sparse_mla\",\n  \"device\": \"%s\",\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n",
+            prop.name, date, megactx::bench_cuda::commit());
         const char* impl = std::getenv("MEGACTX_SPARSE_MLA_IMPL");
         std::fprintf(f, "  \"impl\": \"%s\",\n", impl ? impl : "default");
-        std::fprintf(f, "  \"topk\": %d,\n  \"cache_rows\": %lld,\n  \"ceilings\": {\"copy_TBps\": 4.23, \"bf16_TFLOPs\": 748, \"fp8_TFLOPs\": 1331},\n  \"results\": [\n",
+        std::fprintf(f,
+                     "  \"topk\": %d,\n  \"cache_rows\": %lld,\n  \"ceilings\": {\"copy_TBps\": 4.23, \"bf16_TFLOPs\": "
+                     "748, \"fp8_TFLOPs\": 1331},\n  \"results\": [\n",
                      topk, static_cast<long long>(n_rows));
         for (size_t k = 0; k < results.size(); ++k) {
             const Result& r = results[k];
-            std::fprintf(f,
-                         "    {\"mode\": \"%s\", \"kv\": \"%s\", \"n\": %d, \"n_head\": %d, \"n_split\": %d, \"cluster\": %d, "
-                         "\"v_split\": %d, \"us\": %.3f, \"tflops\": %.2f, \"tbps\": %.4f}%s\n",
-                         r.mode.c_str(), r.fmt.c_str(), r.n, r.h, r.n_split, r.cluster, r.v_split, r.us, r.tflops, r.tbps,
-                         k + 1 < results.size() ? "," : "");
+            std::fprintf(
+                f,
+                "    {\"mode\": \"%s\", \"kv\": \"%s\", \"n\": %d, \"n_head\": %d, \"n_split\": %d, \"cluster\": %d, "
+                "\"v_split\": %d, \"us\": %.3f, \"tflops\": %.2f, \"tbps\": %.4f}%s\n",
+                r.mode.c_str(), r.fmt.c_str(), r.n, r.h, r.n_split, r.cluster, r.v_split, r.us, r.tflops, r.tbps,
+                k + 1 < results.size() ? "," : "");
         }
         std::fprintf(f, "  ]\n}\n");
         std::fclose(f);

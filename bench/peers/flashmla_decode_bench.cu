@@ -322,9 +322,6 @@ int main(int argc, char** argv) {
         std::mt19937 rng(42);  // index stream, as megactx
         cudaStream_t stream;
         CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
 
         std::printf("device: %s (%d SMs), FlashMLA %s sparse FP8 decode (V3.2 layout), topk %d, cache %lld rows\n",
                     prop.name, n_sm, kFlashMlaCommit, topk, static_cast<long long>(n_rows));
@@ -442,19 +439,7 @@ int main(int argc, char** argv) {
                 for (int k = 0; k < n_launch; ++k) cfg.step(slots + static_cast<size_t>(k % n_sets) * b * topk);
                 CK(cudaStreamEndCapture(stream, &graph));
                 CK(cudaGraphInstantiate(&exec, graph, 0));
-                for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
-                std::vector<float> ms;
-                for (int r = 0; r < reps; ++r) {
-                    CK(cudaEventRecord(e0, stream));
-                    CK(cudaGraphLaunch(exec, stream));
-                    CK(cudaEventRecord(e1, stream));
-                    CK(cudaEventSynchronize(e1));
-                    float t;
-                    CK(cudaEventElapsedTime(&t, e0, e1));
-                    ms.push_back(t);
-                }
-                std::sort(ms.begin(), ms.end());
-                const double us = ms[ms.size() / 2] * 1e3 / n_launch;
+                const double us = megactx::bench_cuda::graph_median_ms(exec, stream, reps) * 1e3 / n_launch;
                 const double flops = 2.0 * b * h * topk * (576.0 + 512.0);
                 Result res{h,  b,          cfg.num_sm_parts,       n_sets,           n_launch,
                            us, step_bytes, step_bytes / us * 1e-6, flops / us * 1e-6};
