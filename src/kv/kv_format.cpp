@@ -74,10 +74,13 @@ void fp8_indexer_unpack(const uint8_t* pool, int64_t dim, int64_t slot, float* k
     for (int64_t i = 0; i < dim; ++i) key[i] = fp8e4m3_to_f32(block[off * dim + i]) * s;
 }
 
-float hadamard_scale(int64_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
+float hadamard_scale(int64_t n) {
+    MEGACTX_CHECK(n > 0 && (n & (n - 1)) == 0, "the Hadamard transform of {} values: not a power of two", n);
+    return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+}
 
 void hadamard_transform(float* x, int64_t n) {
-    MEGACTX_CHECK(n > 0 && (n & (n - 1)) == 0, "hadamard_transform: {} values, not a power of two", n);
+    const float s = hadamard_scale(n);  // checks n
     for (int64_t h = 1; h < n; h *= 2) {
         for (int64_t i = 0; i < n; ++i) {
             if ((i & h) != 0) continue;
@@ -86,7 +89,6 @@ void hadamard_transform(float* x, int64_t n) {
             x[i + h] = a - b;
         }
     }
-    const float s = hadamard_scale(n);
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 

@@ -59,7 +59,7 @@ void fp8_indexer_unpack(const uint8_t* pool, int64_t dim, int64_t slot, float* k
 // (i, i + h) with i & h = 0 becoming (x_i + x_{i+h}, x_i − x_{i+h}), then every value times hadamard_scale(n).
 // H_n is symmetric and orthogonal, so the transform is its own inverse (up to rounding).
 void hadamard_transform(float* x, int64_t n);
-// n^-0.5 rounded once to fp32 (the factor of the last step above).
+// n^-0.5 rounded once to fp32 (the factor of the last step above); n not a power of two is an error.
 float hadamard_scale(int64_t n);
 
 }  // namespace megactx

@@ -51,13 +51,6 @@ size_t round_size(size_t bytes) {
 
 int64_t rows_of(const Tensor& t) { return t.shape.empty() ? 1 : t.numel() / t.shape.back(); }
 
-// hadamard_scale(dim) for the indexer's Hadamard rotation; dim must be a power of two.
-float indexer_hadamard_scale(int64_t dim, const char* op) {
-    MEGACTX_CHECK(dim > 0 && (dim & (dim - 1)) == 0,
-                  "{}: the Hadamard rotation needs a power-of-two index_head_dim, not {}", op, dim);
-    return hadamard_scale(dim);
-}
-
 // KV pool element kind from its dtype (kv_cache.h).
 int kv_elem(const Tensor& pool, const char* op) {
     switch (pool.dtype) {
@@ -849,7 +842,7 @@ void CudaOps::indexer_cache_write(const Tensor& k_raw, const std::vector<float>&
     p.elem = kv_elem(cache, "indexer_cache_write");
     p.n = k_raw.dim(0);
     p.dim = k_raw.shape.back();
-    p.hadamard_scale = hadamard && p.elem == 2 ? indexer_hadamard_scale(p.dim, "indexer_cache_write") : 0.0f;
+    p.hadamard_scale = hadamard && p.elem == 2 ? hadamard_scale(p.dim) : 0.0f;
     const int64_t want = p.elem == 2 ? fp8_indexer_block_bytes(p.dim) : p.dim;
     MEGACTX_CHECK(cache.shape.size() == 2 && cache.dim(1) == want,
                   "indexer_cache_write: cache rows hold {} elements, the {} format needs {}", cache.shape.back(),
@@ -946,7 +939,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
         f.out_slots = p.out_slots->i32();
         f.scratch = scratch.data;
         f.scratch_bytes = bytes;
-        if (p.hadamard) f.hadamard_scale = indexer_hadamard_scale(d, "indexer_topk");
+        if (p.hadamard) f.hadamard_scale = hadamard_scale(d);
         if (options_.batch_invariant) f.logits_kernel = n_head == 64 ? 2 : 3;  // one scoring kernel for every shape
         if (p.reduce_scores) {
             f.reduce_ctx = const_cast<std::function<void(float*, int64_t)>*>(&p.reduce_scores);
@@ -987,8 +980,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     Tensor q_rotated;
     if (elem == 2 && p.hadamard) {
         q_rotated = alloc(DType::F32, {n, n_head, d});  // [n, n_head, d] H · q per head
-        MEGACTX_CUDA_CHECK(launch_hadamard_rows(q, q_rotated.f32(), n * n_head, d,
-                                                indexer_hadamard_scale(d, "indexer_topk"), stream_));
+        MEGACTX_CUDA_CHECK(launch_hadamard_rows(q, q_rotated.f32(), n * n_head, d, hadamard_scale(d), stream_));
         q = q_rotated.f32();
     }
     IndexerMapView m;
