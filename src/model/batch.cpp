@@ -1,6 +1,7 @@
 #include "model/batch.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
@@ -17,6 +18,20 @@ void Batch::add_sequence(const std::vector<int32_t>* table, const int32_t* toks,
         seq.push_back(s);
         want_logits.push_back(logits);
     }
+}
+
+Batch slice_batch(const Batch& b, int64_t begin, int64_t end) {
+    MEGACTX_CHECK(0 <= begin && begin <= end && end <= b.n_tokens(), "slice_batch: tokens [{}, {}) of {}", begin, end,
+                  b.n_tokens());
+    Batch out;
+    const auto cut = [&](const auto& v) { return std::decay_t<decltype(v)>(v.begin() + begin, v.begin() + end); };
+    out.tokens = cut(b.tokens);
+    out.pos = cut(b.pos);
+    out.seq = cut(b.seq);
+    if (!b.want_logits.empty()) out.want_logits = cut(b.want_logits);
+    out.block_tables = b.block_tables;
+    out.pad_blocks = b.pad_blocks;
+    return out;
 }
 
 std::vector<std::vector<int32_t>> BatchPlan::host_inputs(const Batch& b) {

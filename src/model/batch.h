@@ -25,6 +25,9 @@ struct Batch {
                       bool logits = true);
 };
 
+// Tokens [begin, end) of `b` as a batch of their own (the same block tables, sequence indices and padding).
+Batch slice_batch(const Batch& b, int64_t begin, int64_t end);
+
 // The batch moved into backend memory, with the slot of each token and the CacheMap the indexer reads.
 struct BatchPlan {
     Tensor tokens, pos, seq, write_slots, table_offset, tables;  // int32

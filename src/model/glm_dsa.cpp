@@ -58,10 +58,11 @@ GlmDsaModel::GlmDsaModel(const ModelConfig& config, std::unique_ptr<TensorStore>
 void GlmDsaModel::set_shard(const ShardPlan& plan, int rank, Comm& comm) {
     shard_plan_ = std::make_unique<ShardPlan>(plan);
     comm_ = &comm;
-    const int64_t g = static_cast<int64_t>(plan.ranks.size());
-    MEGACTX_CHECK(rank >= 0 && rank < g && comm.size() == g && comm.rank() == rank,
-                  "tensor parallel: rank {} of a {}-rank plan, communicator rank {} of {}", rank, g, comm.rank(),
-                  comm.size());
+    // The communicator joins the ranks of this rank's pipeline stage (all of them without pipeline parallelism).
+    const int64_t g = static_cast<int64_t>(plan.ranks.size()), tp = plan.options.n_gpus;
+    MEGACTX_CHECK(rank >= 0 && rank < g && comm.size() == tp && comm.rank() == rank % tp,
+                  "tensor parallel: rank {} of a {}-rank plan ({} a stage), communicator rank {} of {}", rank, g, tp,
+                  comm.rank(), comm.size());
     MEGACTX_CHECK(!(plan.options.indexer_split && plan.options.layer_split && g > 1),
                   "tensor parallel: --indexer-split and --layer-split exclude each other (under LayerSplit only the "
                   "owner of a layer holds its indexer keys, and it runs the whole indexer)");
@@ -101,14 +102,21 @@ void GlmDsaModel::load(std::unique_ptr<TensorStore> store) {
         return m;
     };
 
-    embed_ = load_weight(s, "model.embed_tokens.weight", c.vocab_size, H);
-    final_norm_ = load_vector(s, "model.norm.weight", H);
-    if (s.has("lm_head.weight") || !c.tie_word_embeddings) {
-        lm_head_ = load_weight(s, "lm_head.weight", c.vocab_size, H);
-    } else {
-        lm_head_ = embed_;
+    // Pipeline parallel: the first stage embeds, the last holds the final norm, the LM head and the MTP layers
+    // (with their own embedding); a stage loads its layers only.
+    const bool first_stage = !shard_ || shard_->stage == 0;
+    const bool last_stage = !shard_ || shard_->stage == shard_plan_->options.pp - 1;
+    const auto stage_holds = [&](int64_t layer) { return !shard_ || sh.layers.contains(layer); };
+    if (first_stage || last_stage) embed_ = load_weight(s, "model.embed_tokens.weight", c.vocab_size, H);
+    if (last_stage) {
+        final_norm_ = load_vector(s, "model.norm.weight", H);
+        if (s.has("lm_head.weight") || !c.tie_word_embeddings) {
+            lm_head_ = load_weight(s, "lm_head.weight", c.vocab_size, H);
+        } else {
+            lm_head_ = embed_;
+        }
+        lm_head_ = rows(lm_head_, sh.vocab, 1);
     }
-    lm_head_ = rows(lm_head_, sh.vocab, 1);
 
     // MTP layers are loaded when the checkpoint has them (transformers' save_pretrained drops them).
     for (int64_t m = 0; m < c.n_mtp_layers; ++m) {
@@ -122,6 +130,7 @@ void GlmDsaModel::load(std::unique_ptr<TensorStore> store) {
         const std::string p = layer_prefix(i);
         L.full = c.is_full(i);
         L.moe = c.is_moe(i);
+        if (!stage_holds(i)) continue;  // another pipeline stage's layer
         L.input_norm = load_vector(s, p + "input_layernorm.weight", H);
         L.post_norm = load_vector(s, p + "post_attention_layernorm.weight", H);
         const std::string a = p + "self_attn.";
@@ -458,8 +467,9 @@ int64_t GlmDsaModel::kv_bytes_per_token_max(KvFormat format) const {
 
 int GlmDsaModel::kv_owner(int64_t i_layer) const {
     if (!shard_plan_ || !shard_plan_->options.layer_split || comm_->size() == 1) return -1;
-    for (const RankPlan& r : shard_plan_->ranks)
-        if (r.kv_layers.contains(i_layer)) return static_cast<int>(r.rank);
+    for (const RankPlan& r : shard_plan_->ranks)  // this stage's ranks; the owner as a communicator rank
+        if (r.stage == shard_->stage && r.kv_layers.contains(i_layer))
+            return static_cast<int>(r.rank % shard_plan_->options.n_gpus);
     MEGACTX_FAIL("LayerSplit: no rank holds layer {}", i_layer);
 }
 
@@ -493,6 +503,7 @@ ForwardResult GlmDsaModel::lead(const std::function<void()>& start, const std::f
 }
 
 ForwardResult GlmDsaModel::forward_local(Ops& ops, const Batch& batch, KvCache& kv) const {
+    if (pipe_) return forward_stage(ops, batch, kv);
     Tap::instance().begin_forward();
     const BatchPlan plan(ops, batch);
     const int64_t n = batch.n_tokens();
@@ -506,10 +517,94 @@ ForwardResult GlmDsaModel::forward_local(Ops& ops, const Batch& batch, KvCache& 
     return finish(ops, x, final_norm_, plan, std::move(topk));
 }
 
+std::vector<Range> micro_batches(int64_t n_tokens, int64_t n_stages) {
+    const int64_t m = std::max<int64_t>(1, std::min(n_tokens, n_stages));
+    std::vector<Range> out;
+    for (int64_t i = 0; i < m; ++i) out.push_back({n_tokens * i / m, n_tokens * (i + 1) / m});
+    return out;
+}
+
+ForwardResult GlmDsaModel::forward_stage(Ops& ops, const Batch& batch, KvCache& kv) const {
+    MEGACTX_CHECK(!kv.tiered(), "--kv-offload-memory: a host KV tier with pipeline stages is not supported");
+    const ParallelOptions& o = shard_plan_->options;
+    const int64_t tp = o.n_gpus, stage = shard_->stage, H = config_.hidden_size, K = config_.index_topk;
+    const int me = static_cast<int>(shard_->rank);
+    const int prev = static_cast<int>(shard_->rank - tp), next = static_cast<int>(shard_->rank + tp);
+    const bool first = stage == 0, last = stage == o.pp - 1;
+    const Range layers{shard_->layers.begin, std::min(shard_->layers.end, config_.n_layers)};  // decoder layers
+    // The IndexShare buffer travels with the hidden states when a stage starts with a shared layer.
+    const bool topk_in = !first && !layers_[static_cast<size_t>(layers.begin)].full;
+    const bool topk_out = !last && !layers_[static_cast<size_t>(layers.end)].full;
+    const std::vector<Range> parts = micro_batches(batch.n_tokens(), o.pp);
+    const auto logit_rows = [&](Range r) {
+        if (batch.want_logits.empty()) return r.size();
+        int64_t k = 0;
+        for (int64_t i = r.begin; i < r.end; ++i) k += batch.want_logits[static_cast<size_t>(i)] ? 1 : 0;
+        return k;
+    };
+    std::vector<float> host;
+    std::vector<int32_t> host_topk;
+    for (const Range part : parts) {
+        const Batch mb = slice_batch(batch, part.begin, part.end);
+        const BatchPlan plan(ops, mb);
+        const int64_t n = mb.n_tokens();
+        Tensor x = ops.alloc(DType::F32, {n, H});
+        Tensor topk = ops.alloc(DType::I32, {n, K});
+        host.resize(static_cast<size_t>(n * H));
+        host_topk.resize(static_cast<size_t>(n * K));
+        if (first) {
+            ops.embedding(plan.tokens, embed_, x);
+        } else {
+            pipe_->recv(prev, host.data(), host.size() * sizeof(float));
+            ops.upload(host.data(), x);
+            if (topk_in) {
+                pipe_->recv(prev, host_topk.data(), host_topk.size() * sizeof(int32_t));
+                ops.upload(host_topk.data(), topk);
+            }
+        }
+        for (int64_t l = layers.begin; l < layers.end; ++l)
+            layer_forward(ops, l, x, plan, kv, topk, layers_[static_cast<size_t>(l)].full, nullptr);
+        if (!last) {
+            ops.download(x, host.data());
+            pipe_->send(next, host.data(), host.size() * sizeof(float));
+            if (topk_out) {
+                ops.download(topk, host_topk.data());
+                pipe_->send(next, host_topk.data(), host_topk.size() * sizeof(int32_t));
+            }
+        } else {
+            const ForwardResult r = finish(ops, x, final_norm_, plan, topk);
+            if (shard_->rank == stage * tp) {  // the stage's first rank: every rank of it holds the logits
+                std::vector<float> rows(static_cast<size_t>(r.logits.numel()));
+                if (!rows.empty()) ops.download(r.logits, rows.data());
+                pipe_->send(0, rows.data(), rows.size() * sizeof(float));
+            }
+        }
+    }
+    ForwardResult result;
+    if (me == 0) {  // the engine's rank: the logits of every micro-batch, in batch order
+        int64_t total = 0;
+        for (const Range part : parts) total += logit_rows(part);
+        std::vector<float> all(static_cast<size_t>(total * config_.vocab_size));
+        int64_t at = 0;
+        const int last_first = static_cast<int>((o.pp - 1) * tp);
+        for (const Range part : parts) {
+            const int64_t k = logit_rows(part);
+            pipe_->recv(last_first, all.data() + at * config_.vocab_size,
+                        static_cast<size_t>(k * config_.vocab_size) * sizeof(float));
+            at += k;
+        }
+        result.logits = ops.alloc(DType::F32, {total, config_.vocab_size});
+        if (!all.empty()) ops.upload(all.data(), result.logits);
+    }
+    pipe_->flush();
+    return result;
+}
+
 ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
                                        const Tensor* reuse_topk, const Tensor* tokens) const {
     MEGACTX_CHECK(has_mtp(), "{}: the checkpoint has no MTP layer (model.layers.{}.*)", store_->dir(),
                   config_.n_layers);
+    MEGACTX_CHECK(!pipe_, "MTP speculation with pipeline stages (--pipeline-parallel-size) is not supported");
     check_batch(batch);
     const int64_t n = batch.n_tokens(), H = config_.hidden_size;
     MEGACTX_CHECK(hidden_in.dtype == DType::F32 && hidden_in.dim(0) == n && hidden_in.dim(1) == H,

@@ -19,6 +19,7 @@
 #include "model/weight.h"
 #include "ops/ops.h"
 #include "parallel/comm.h"
+#include "parallel/pipe.h"
 #include "parallel/shard_plan.h"
 
 namespace megactx {
@@ -86,6 +87,11 @@ class RankFollowers {
     virtual bool abort(const std::exception_ptr& cause) = 0;
 };
 
+// Pipeline parallel: a batch of n tokens in min(n, stages) micro-batches of consecutive tokens, sizes differing by
+// one at most. Every stage splits alike, so each knows what it receives. A sequence may be cut between two: the
+// second's tokens see the first's KV, written on each stage before (prefill = chunked prefill).
+std::vector<Range> micro_batches(int64_t n_tokens, int64_t n_stages);
+
 class GlmDsaModel {
   public:
     // Loads config.json and the weights of `dir`; every error names the file, tensor or field.
@@ -103,6 +109,12 @@ class GlmDsaModel {
     // --indexer-hadamard: ModelConfig::indexer_hadamard set to `on` unless nullopt (override_indexer_hadamard).
     void override_indexer_hadamard(std::optional<bool> on) { megactx::override_indexer_hadamard(config_, on); }
     bool has_mtp() const { return n_mtp_loaded_ > 0; }
+    // Pipeline parallel: this rank's ends of the links to the neighbouring stages (parallel/pipe.h). With a pipe,
+    // forward runs this rank's stage: the batch in micro-batches (micro_batches), each received from the stage
+    // before (or embedded on the first), through the stage's layers, sent on (or, on the last, turned into logits
+    // that rank 0 receives); rank 0's result holds the logits alone.
+    void set_pipe(Pipe* p) { pipe_ = p; }
+    bool pipelined() const { return pipe_ != nullptr; }
     // Rank 0 of a group drives the other ranks through `f` (nullptr: none).
     void set_followers(RankFollowers* f) { followers_ = f; }
     // Allocates the followers' KV caches like `kv` (no-op without a group); engines call it once they made theirs.
@@ -159,6 +171,7 @@ class GlmDsaModel {
     ForwardResult finish(Ops& ops, const Tensor& x, const std::vector<float>& norm, const BatchPlan& plan,
                          Tensor topk) const;
     ForwardResult forward_local(Ops& ops, const Batch& batch, KvCache& kv) const;
+    ForwardResult forward_stage(Ops& ops, const Batch& batch, KvCache& kv) const;
     ForwardResult mtp_forward_local(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
                                     const Tensor* reuse_topk, const Tensor* tokens) const;
     // Rank 0 of a group: starts the followers (`start`), runs its own part (`local`) and waits for them; when
@@ -182,6 +195,7 @@ class GlmDsaModel {
     std::unique_ptr<ShardPlan> shard_plan_;
     Comm* comm_ = nullptr;
     RankFollowers* followers_ = nullptr;
+    Pipe* pipe_ = nullptr;  // pipeline stages (absent: one stage)
     int64_t n_head_local_ = 0;  // attention heads this rank computes
 };
 

@@ -3,6 +3,7 @@
 #include <gloo/allgather.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
 #include <cstring>
@@ -79,6 +80,60 @@ void GlooComm::broadcast(Tensor& t, int root) {
         throw PeerGone(fmt::format("tensor parallel: rank {}: another rank is gone ({})", rank_, e.what()));
     }
     if (rank_ != root) ops_.upload(buf.data(), t);
+}
+
+GlooPipe::GlooPipe(std::shared_ptr<gloo::Context> context)
+    : context_(std::move(context)), rank_(context_->rank), size_(context_->size),
+      sent_(static_cast<size_t>(size_), 0), received_(static_cast<size_t>(size_), 0) {}
+
+GlooPipe::~GlooPipe() {
+    try {
+        flush();
+    } catch (...) {  // a peer gone: nothing left to deliver to
+    }
+}
+
+uint64_t GlooPipe::slot(int from, int to, uint64_t index) const {
+    // Above the slots gloo's collectives take from the context (Context::nextSlot counts from 0), and distinct
+    // for every (sender, receiver, message).
+    const auto n = static_cast<uint64_t>(size_);
+    return (uint64_t{1} << 62) | ((index * n + static_cast<uint64_t>(from)) * n + static_cast<uint64_t>(to));
+}
+
+void GlooPipe::send(int to, const void* data, size_t bytes) {
+    MEGACTX_CHECK(to >= 0 && to < size_ && to != rank_, "pipeline: rank {} cannot send to rank {} of {}", rank_, to,
+                  size_);
+    Pending p;
+    const auto* b = static_cast<const uint8_t*>(data);
+    p.data.assign(b, b + bytes);
+    p.data.resize(std::max<size_t>(bytes, 1));  // gloo wants a buffer even for an empty message
+    p.buffer = context_->createUnboundBuffer(p.data.data(), p.data.size());
+    p.buffer->send(to, slot(rank_, to, sent_[static_cast<size_t>(to)]++), 0, p.data.size());
+    pending_.push_back(std::move(p));
+}
+
+void GlooPipe::recv(int from, void* data, size_t bytes) {
+    MEGACTX_CHECK(from >= 0 && from < size_ && from != rank_, "pipeline: rank {} cannot receive from rank {} of {}",
+                  rank_, from, size_);
+    std::vector<uint8_t> in(std::max<size_t>(bytes, 1));
+    auto buffer = context_->createUnboundBuffer(in.data(), in.size());
+    try {
+        buffer->recv(from, slot(from, rank_, received_[static_cast<size_t>(from)]++), 0, in.size());
+        buffer->waitRecv();
+    } catch (const std::exception& e) {
+        throw PeerGone(fmt::format("pipeline: rank {}: rank {} is gone ({})", rank_, from, e.what()));
+    }
+    if (bytes > 0) std::memcpy(data, in.data(), bytes);
+}
+
+void GlooPipe::flush() {
+    try {
+        for (auto& p : pending_) p.buffer->waitSend();
+    } catch (const std::exception& e) {
+        pending_.clear();
+        throw PeerGone(fmt::format("pipeline: rank {}: a receiver is gone ({})", rank_, e.what()));
+    }
+    pending_.clear();
 }
 
 }  // namespace megactx

@@ -9,10 +9,14 @@
 
 #include "ops/ops.h"
 #include "parallel/comm.h"
+#include "parallel/pipe.h"
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
 }
+}  // namespace gloo
 
 namespace megactx {
 
@@ -35,6 +39,33 @@ class GlooComm final : public Comm {
     std::shared_ptr<gloo::Context> context_;
     Ops& ops_;
     int rank_, size_;
+};
+
+// The pipe of one rank whose pipeline neighbours are in other processes, over the rank's gloo context (its pairs
+// to every rank of the world). Sends are asynchronous (gloo's unbound buffers, kept until flush); each message
+// between two ranks has its own slot, counted alike on both sides.
+class GlooPipe final : public Pipe {
+  public:
+    explicit GlooPipe(std::shared_ptr<gloo::Context> context);
+    ~GlooPipe() override;
+    int rank() const override { return rank_; }
+    void send(int to, const void* data, size_t bytes) override;
+    void recv(int from, void* data, size_t bytes) override;
+    void flush() override;
+    // gloo cannot cancel: as GlooComm::abort.
+    void abort() override {}
+
+  private:
+    struct Pending {
+        std::vector<uint8_t> data;
+        std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    };
+    uint64_t slot(int from, int to, uint64_t index) const;
+
+    std::shared_ptr<gloo::Context> context_;
+    int rank_, size_;
+    std::vector<uint64_t> sent_, received_;  // messages per peer
+    std::vector<Pending> pending_;           // sends not yet flushed
 };
 
 }  // namespace megactx

@@ -12,17 +12,40 @@ TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelO
 TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelOptions& o,
                                          std::vector<std::unique_ptr<Ops>> ops, const CommFactory& make_comms,
                                          int64_t first_rank, std::unique_ptr<FollowerNodes> remote)
+    : TensorParallelGroup(dir, o, std::move(ops), make_comms, first_rank, std::move(remote), nullptr) {}
+
+TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelOptions& o,
+                                         std::vector<std::unique_ptr<Ops>> ops, const CommFactory& make_comms,
+                                         int64_t first_rank, std::unique_ptr<FollowerNodes> remote,
+                                         const PipeFactory& make_pipes)
     : plan_(make_shard_plan(load_config(dir), o)), ops_(std::move(ops)), remote_(std::move(remote)) {
     const auto g = ops_.size();
-    MEGACTX_CHECK(first_rank > 0 || remote_ || static_cast<int64_t>(g) == o.n_gpus,
-                  "tensor parallel: {} backends for {} ranks", g, o.n_gpus);
-    MEGACTX_CHECK(g >= 1 && first_rank >= 0 && first_rank + static_cast<int64_t>(g) <= o.n_gpus,
+    const int64_t world = o.n_gpus * o.pp;
+    MEGACTX_CHECK(first_rank > 0 || remote_ || static_cast<int64_t>(g) == world,
+                  "tensor parallel: {} backends for {} ranks", g, world);
+    MEGACTX_CHECK(g >= 1 && first_rank >= 0 && first_rank + static_cast<int64_t>(g) <= world,
                   "tensor parallel: ranks {}..{} of a group of {}", first_rank,
-                  first_rank + static_cast<int64_t>(g) - 1, o.n_gpus);
-    std::vector<Ops*> raw;
-    for (auto& p : ops_) raw.push_back(p.get());
-    comms_ = make_comms(raw);
+                  first_rank + static_cast<int64_t>(g) - 1, world);
+    // One communicator group per pipeline stage (its tensor-parallel ranks in this process).
+    for (size_t begin = 0; begin < g;) {
+        const int64_t stage = (first_rank + static_cast<int64_t>(begin)) / o.n_gpus;
+        size_t end = begin;
+        std::vector<Ops*> raw;
+        while (end < g && (first_rank + static_cast<int64_t>(end)) / o.n_gpus == stage) raw.push_back(ops_[end++].get());
+        for (auto& c : make_comms(raw)) comms_.push_back(std::move(c));
+        begin = end;
+    }
     MEGACTX_CHECK(comms_.size() == g, "tensor parallel: {} communicators for {} ranks", comms_.size(), g);
+    if (o.pp > 1) {
+        if (make_pipes) {
+            pipes_ = make_pipes(first_rank, static_cast<int64_t>(g));
+        } else {
+            MEGACTX_CHECK(static_cast<int64_t>(g) == world, "pipeline: stages in other processes need their pipes");
+            thread_pipes_ = std::make_unique<ThreadPipes>();
+            for (size_t r = 0; r < g; ++r) pipes_.push_back(thread_pipes_->end(static_cast<int>(r)));
+        }
+        MEGACTX_CHECK(pipes_.size() == g, "pipeline: {} pipes for {} ranks", pipes_.size(), g);
+    }
     // Shards load in parallel (slicing copies each rank's part of the checkpoint).
     models_.resize(g);
     std::vector<std::exception_ptr> errors(g);
@@ -39,6 +62,7 @@ TensorParallelGroup::TensorParallelGroup(const std::string& dir, const ParallelO
     for (auto& t : loaders) t.join();
     for (auto& e : errors)
         if (e) std::rethrow_exception(e);
+    for (size_t r = 0; r < pipes_.size(); ++r) models_[r]->set_pipe(pipes_[r].get());
     kv_.resize(g);
     models_[0]->set_followers(g > 1 || remote_ ? this : nullptr);
     for (size_t r = 1; r < g; ++r) threads_.emplace_back([this, r] { follower_loop(static_cast<int>(r)); });
@@ -133,6 +157,7 @@ bool TensorParallelGroup::abort(const std::exception_ptr& cause) {
         follower_failed = error_ != nullptr;
     }
     for (auto& c : comms_) c->abort();
+    for (auto& p : pipes_) p->abort();
     if (remote_ && remote_->abort()) follower_failed = true;
     return follower_failed;
 }
@@ -186,6 +211,7 @@ void TensorParallelGroup::follower_loop(int rank) {
                 if (!error_) error_ = err;
             }
             for (auto& c : comms_) c->abort();  // rank 0 and the other followers may wait for this rank
+            for (auto& p : pipes_) p->abort();
         }
         {
             std::lock_guard<std::mutex> lock(mu_);

@@ -22,13 +22,18 @@
 #include "model/glm_dsa.h"
 #include "parallel/comm.h"
 #include "parallel/node_group.h"
+#include "parallel/pipe.h"
 #include "parallel/shard_plan.h"
 
 namespace megactx {
 
 class TensorParallelGroup final : public RankFollowers {
 public:
+    // One communicator per rank over the backends of one pipeline stage's ranks in this process (called once a
+    // stage; once for the whole group without pipeline parallelism).
     using CommFactory = std::function<std::vector<std::unique_ptr<Comm>>(const std::vector<Ops*>&)>;
+    // The pipes of the global ranks [first, first + count) (pipeline stages in several processes).
+    using PipeFactory = std::function<std::vector<std::unique_ptr<Pipe>>(int64_t first, int64_t count)>;
 
     // ops[r] is rank r's backend (ops.size() = o.n_gpus); make_comms builds one communicator per rank over them.
     TensorParallelGroup(const std::string& dir, const ParallelOptions& o, std::vector<std::unique_ptr<Ops>> ops,
@@ -37,6 +42,11 @@ public:
     // (node 0 only) reaches the other nodes' groups.
     TensorParallelGroup(const std::string& dir, const ParallelOptions& o, std::vector<std::unique_ptr<Ops>> ops,
                         const CommFactory& make_comms, int64_t first_rank, std::unique_ptr<FollowerNodes> remote);
+    // With pipeline stages (o.pp > 1) in several processes: `make_pipes` links this process's ranks to the other
+    // stages' (nullptr: every stage is here, linked through host memory).
+    TensorParallelGroup(const std::string& dir, const ParallelOptions& o, std::vector<std::unique_ptr<Ops>> ops,
+                        const CommFactory& make_comms, int64_t first_rank, std::unique_ptr<FollowerNodes> remote,
+                        const PipeFactory& make_pipes);
     ~TensorParallelGroup() override;
     TensorParallelGroup(const TensorParallelGroup&) = delete;
     TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;
@@ -77,6 +87,8 @@ private:
     std::unique_ptr<FollowerNodes> remote_;
     std::function<void(const std::exception_ptr&)> abort_handler_;
     std::vector<std::unique_ptr<Comm>> comms_;
+    std::unique_ptr<ThreadPipes> thread_pipes_;  // stages linked in this process
+    std::vector<std::unique_ptr<Pipe>> pipes_;   // per rank here (pipeline stages only)
     std::vector<std::unique_ptr<GlmDsaModel>> models_;
     std::vector<std::unique_ptr<KvCache>> kv_;  // followers' caches (kv_[0] unused: rank 0's is the caller's)
     std::vector<std::thread> threads_;

@@ -1,10 +1,12 @@
 // Tensor / expert parallel on the CPU (issue 6): a TensorParallelGroup of 2 or 4 ranks (CpuOps each, ThreadComm)
 // gives the single-device logits on every fixture — heads, MLP columns, expert columns or whole experts and the
 // LM-head vocabulary split across the ranks, partial results summed — and transformers' logits within the
-// fixture bounds; the collectives and weight shards are checked on their own.
+// fixture bounds; the collectives and weight shards are checked on their own. Pipeline stages (issue 53), alone
+// and around tensor-parallel groups, give the logits of the same group without stages bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -24,7 +26,7 @@ namespace {
 
 std::unique_ptr<TensorParallelGroup> cpu_group(const std::string& dir, const ParallelOptions& o) {
     std::vector<std::unique_ptr<Ops>> ops;
-    for (int64_t r = 0; r < o.n_gpus; ++r) ops.push_back(std::make_unique<CpuOps>());
+    for (int64_t r = 0; r < o.n_gpus * o.pp; ++r) ops.push_back(std::make_unique<CpuOps>());
     return std::make_unique<TensorParallelGroup>(dir, o, std::move(ops), make_thread_comms);
 }
 
@@ -453,6 +455,135 @@ TEST(TensorParallel, SpeculativeDecodingMatchesPlain) {
         EXPECT_EQ(st.spec.drafted_at, one_device.spec.drafted_at);
         EXPECT_EQ(run(group->model(), group->ops(), 3, false, nullptr), plain) << "per-step MTP indexer";
     }
+}
+
+// Pipeline parallel (issue 53): P stages of `tp` ranks, each stage its layers and their KV, the batch in
+// micro-batches; the logits equal those of the same tensor-parallel group without stages (one device for tp 1)
+// bit for bit: a stage runs the same ops on the same rows, only split into micro-batches, and the CPU backend's
+// rows do not depend on the rest of the batch.
+struct PpCase {
+    std::string fixture;
+    int64_t pp, tp;
+    bool expert_parallel;
+    int64_t chunk;
+    bool layer_split = false;
+};
+
+class PipelineParallelLogits : public ::testing::TestWithParam<PpCase> {};
+
+TEST_P(PipelineParallelLogits, EqualTheGroupWithoutStagesBitForBit) {
+    const PpCase c = GetParam();
+    const std::string dir = test::fixture_dir(c.fixture);
+    const std::vector<int32_t> tokens = test::fixture_tokens(c.fixture);
+    const auto n = static_cast<int64_t>(tokens.size());
+    ParallelOptions o;
+    o.n_gpus = c.tp;
+    o.expert_parallel = c.expert_parallel;
+    o.layer_split = c.layer_split;
+    std::vector<float> want;
+    if (c.tp == 1) {
+        const GlmDsaModel single(dir);
+        CpuOps ops1;
+        SequenceRunner r1(single, ops1, n);
+        want = r1.feed(tokens, c.chunk, true);
+    } else {
+        auto flat = cpu_group(dir, o);
+        SequenceRunner rf(flat->model(), flat->ops(), n);
+        want = rf.feed(tokens, c.chunk, true);
+    }
+    o.pp = c.pp;
+    auto group = cpu_group(dir, o);
+    EXPECT_EQ(group->size(), c.pp * c.tp);
+    SequenceRunner rg(group->model(), group->ops(), n);
+    EXPECT_LT(rg.kv().layers().size(), group->model().config().n_layers_total());  // stage 0's layers only
+    const std::vector<float> got = rg.feed(tokens, c.chunk, true);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "max |diff| " << test::max_abs_diff(got.data(), want.data(), got.size());
+}
+
+std::vector<PpCase> pp_cases() {
+    std::vector<PpCase> cases;
+    for (const auto& f : test::fixture_names()) {
+        cases.push_back({f, 2, 1, false, 0});
+        cases.push_back({f, 3, 1, false, 7});  // stage 1 starts at layer 3, a shared layer: the top-k travels too
+        cases.push_back({f, 2, 2, true, 0});
+        cases.push_back({f, 2, 2, false, 5, true});
+    }
+    cases.push_back({"pattern_bf16", 4, 1, false, 1});  // token by token: one micro-batch a step
+    cases.push_back({"freq_offset_f32", 8, 1, true, 3});  // a layer a stage
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PipelineParallelLogits, ::testing::ValuesIn(pp_cases()),
+                         [](const ::testing::TestParamInfo<PpCase>& info) {
+                             const PpCase& c = info.param;
+                             return c.fixture + "_pp" + std::to_string(c.pp) + "_tp" + std::to_string(c.tp) +
+                                    (c.expert_parallel ? "_ep" : "") + (c.layer_split ? "_layersplit" : "") +
+                                    "_chunk" + std::to_string(c.chunk);
+                         });
+
+TEST(PipelineParallel, MicroBatchesCoverTheBatchInOrder) {
+    EXPECT_EQ(micro_batches(1, 4), (std::vector<Range>{{0, 1}}));
+    EXPECT_EQ(micro_batches(5, 2), (std::vector<Range>{{0, 2}, {2, 5}}));
+    EXPECT_EQ(micro_batches(9, 3), (std::vector<Range>{{0, 3}, {3, 6}, {6, 9}}));
+    EXPECT_EQ(micro_batches(7, 1), (std::vector<Range>{{0, 7}}));
+}
+
+// The serving engine over PP 2 and PP 2 × TP 2 + EP: continuous batching with chunked prefill (micro-batches
+// that cut sequences and mix prefill with decode) and a prefix-cache hit give one device's tokens and
+// log-probabilities.
+TEST(PipelineParallel, EngineWithPrefixCacheMatchesOneDevice) {
+    const std::string dir = test::fixture_dir("pattern_bf16");
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 32;
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    const EngineRun want = run_engine(single, ops1, cfg);
+    for (const int64_t tp : {1, 2}) {
+        SCOPED_TRACE("PP 2 x TP " + std::to_string(tp));
+        ParallelOptions o;
+        o.n_gpus = tp;
+        o.pp = 2;
+        o.expert_parallel = tp > 1;
+        auto group = cpu_group(dir, o);
+        EXPECT_EQ(want.cached_last, 64);
+        expect_same_run(run_engine(group->model(), group->ops(), cfg), want);
+    }
+}
+
+// What stages do not support yet is refused when the engine is made, not at the first request.
+TEST(PipelineParallel, SpeculationAndHostTierAreRefusedAtStartup) {
+    ParallelOptions o;
+    o.pp = 2;
+    auto group = cpu_group(MEGACTX_DEFAULT_MODEL_DIR, o);
+    EngineConfig spec;
+    spec.n_kv_blocks = 8;
+    spec.speculative_tokens = 2;
+    try {
+        Engine e(group->model(), group->ops(), spec);
+        FAIL() << "speculation with stages was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("pipeline stages"), std::string::npos) << e.what();
+    }
+    EngineConfig tiered;
+    tiered.n_kv_blocks = 2;
+    tiered.n_kv_host_blocks = 8;
+    try {
+        Engine e(group->model(), group->ops(), tiered);
+        FAIL() << "a host tier with stages was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("host KV tier across stages"), std::string::npos) << e.what();
+    }
+    // the group still serves
+    SequenceRunner rg(group->model(), group->ops(), 16);
+    EXPECT_EQ(rg.feed({1, 2, 3}, 0, false).size(), static_cast<size_t>(group->model().config().vocab_size));
+}
+
+TEST(PipelineParallel, MoreStagesThanLayersIsRejected) {
+    ParallelOptions o;
+    o.pp = 9;  // 8 layers
+    expect_group_error(o, "--pipeline-parallel-size must be 1..8");
 }
 
 }  // namespace
