@@ -33,6 +33,11 @@ void add_backend_flags(CLI::App* sub, BackendFlags& f) {
     sub->add_option("--tensor-parallel-size,--tp", f.tp.n_gpus, "Ranks (GPUs) sharing the model")
         ->capture_default_str()
         ->check(in_range<int64_t>(1, 64));
+    sub->add_option("--pipeline-parallel-size,--pp", f.tp.pp,
+                    "Pipeline stages, each of --tensor-parallel-size ranks holding a contiguous group of layers and "
+                    "their KV; a step's batch goes through them in micro-batches")
+        ->capture_default_str()
+        ->check(in_range<int64_t>(1, 64));
     sub->add_flag("--expert-parallel", f.tp.expert_parallel,
                   "Split the routed experts across the ranks (else by columns)");
     sub->add_flag("--indexer-split", f.tp.indexer_split,
@@ -118,10 +123,17 @@ void resolve_dist(BackendFlags& f) {
         d.host = f.master_addr;
         d.port = f.master_port;
     }
-    MEGACTX_CHECK(f.tp.n_gpus % d.nnodes == 0,
-                  "--tensor-parallel-size {} with --nnodes {}: every node runs the same number of ranks, so the size "
-                  "must be a multiple of {}",
-                  f.tp.n_gpus, d.nnodes, d.nnodes);
+    if (f.tp.pp > 1) {  // whole stages a node: tensor parallel inside a node, pipeline across nodes
+        MEGACTX_CHECK(f.tp.pp % d.nnodes == 0,
+                      "--pipeline-parallel-size {} with --nnodes {}: every node runs the same number of whole stages, so "
+                      "the stage count must be a multiple of {}",
+                      f.tp.pp, d.nnodes, d.nnodes);
+    } else {
+        MEGACTX_CHECK(f.tp.n_gpus % d.nnodes == 0,
+                      "--tensor-parallel-size {} with --nnodes {}: every node runs the same number of ranks, so the "
+                      "size must be a multiple of {} (or give --pipeline-parallel-size {}: a stage a node)",
+                      f.tp.n_gpus, d.nnodes, d.nnodes, d.nnodes);
+    }
     MEGACTX_CHECK(f.device == "cpu",
                   "--nnodes with --device {}: ranks in several processes run on the CPU backend only (NCCL across "
                   "processes is not done yet)",
@@ -226,9 +238,10 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
     MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
                   "--tp-transport must be auto, nccl, thread or gloo, got '{}'", transport);
     std::vector<std::unique_ptr<Ops>> ops;
+    const int64_t world = po.n_gpus * po.pp;  // every stage's ranks
     if (device == "cpu") {
         MEGACTX_CHECK(transport != "nccl", "--tp-transport nccl needs --device cuda");
-        for (int64_t r = 0; r < po.n_gpus; ++r) ops.push_back(std::make_unique<CpuOps>());
+        for (int64_t r = 0; r < world; ++r) ops.push_back(std::make_unique<CpuOps>());
         return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops), make_thread_comms);
     }
     MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
@@ -237,13 +250,13 @@ std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const
     const bool nccl = transport != "thread";
     check_invariant_transport(batch_invariant, nccl, po.n_gpus);
     MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
-    MEGACTX_CHECK(!nccl || po.n_gpus <= n_dev,
-                  "--tensor-parallel-size {} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread puts "
-                  "several ranks on one GPU)",
-                  po.n_gpus, po.n_gpus, n_dev);
-    for (int64_t r = 0; r < po.n_gpus; ++r) {
+    MEGACTX_CHECK(!nccl || world <= n_dev,
+                  "--tensor-parallel-size {}{} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread "
+                  "puts several ranks on one GPU)",
+                  po.n_gpus, po.pp > 1 ? fmt::format(" × --pipeline-parallel-size {}", po.pp) : "", world, n_dev);
+    for (int64_t r = 0; r < world; ++r) {
         const int dev = static_cast<int>(r % n_dev);
-        const int64_t sharing = (po.n_gpus - dev + n_dev - 1) / n_dev;  // ranks on this GPU
+        const int64_t sharing = (world - dev + n_dev - 1) / n_dev;  // ranks on this GPU
         const cuda::DeviceInfo info = cuda::device_info(dev);
         CudaOptions o;
         o.device = dev;
@@ -288,6 +301,7 @@ NodeIdentity node_identity(const std::string& dir, const BackendFlags& f) {
     for (const auto& w : files) weights += (weights.empty() ? "" : ", ") + w;
     id.emplace_back("weight files", weights);
     id.emplace_back("--tensor-parallel-size", std::to_string(f.tp.n_gpus));
+    id.emplace_back("--pipeline-parallel-size", std::to_string(f.tp.pp));
     id.emplace_back("--expert-parallel", f.tp.expert_parallel ? "on" : "off");
     id.emplace_back("--indexer-split", f.tp.indexer_split ? "on" : "off");
     id.emplace_back("--layer-split", f.tp.layer_split ? "on" : "off");
@@ -303,23 +317,37 @@ std::unique_ptr<TensorParallelGroup> make_node_ranks(const std::string& dir, con
                                                      std::unique_ptr<Rendezvous>& rv) {
     load_config(dir);  // a wrong directory is reported before the other nodes are waited for
     const DistOptions& d = f.dist;
-    const int64_t per_node = f.tp.n_gpus / d.nnodes, first = d.node_rank * per_node;
+    const int64_t world = f.tp.n_gpus * f.tp.pp;
+    const int64_t per_node = world / d.nnodes, first = d.node_rank * per_node;
     std::fprintf(stderr, "megactx: node %lld of %lld (ranks %lld-%lld of %lld): %s %s:%d\n",
                  static_cast<long long>(d.node_rank), static_cast<long long>(d.nnodes), static_cast<long long>(first),
-                 static_cast<long long>(first + per_node - 1), static_cast<long long>(f.tp.n_gpus),
+                 static_cast<long long>(first + per_node - 1), static_cast<long long>(world),
                  d.node_rank == 0 ? "waiting for the other nodes at" : "joining node 0 at", d.host.c_str(), d.port);
     rv = Rendezvous::join(d, node_identity(dir, f));
-    std::vector<std::shared_ptr<gloo::Context>> contexts = rv->connect_gloo(first, per_node, f.tp.n_gpus);
+    std::vector<std::shared_ptr<gloo::Context>> contexts = rv->connect_gloo(first, per_node, world);
     std::vector<std::unique_ptr<Ops>> ops;
     for (int64_t r = 0; r < per_node; ++r) ops.push_back(std::make_unique<CpuOps>());
-    const auto make_comms = [&contexts](const std::vector<Ops*>& o) {
-        std::vector<std::unique_ptr<Comm>> out;
-        for (size_t r = 0; r < o.size(); ++r) out.push_back(std::make_unique<GlooComm>(contexts[r], *o[r]));
-        return out;
-    };
+    // Without stages the ranks of the one tensor-parallel group span the nodes: collectives over gloo. With
+    // stages a node holds whole stages: collectives between threads, the stages' pipes over gloo.
+    TensorParallelGroup::CommFactory make_comms = make_thread_comms;
+    TensorParallelGroup::PipeFactory make_pipes;
+    if (f.tp.pp == 1) {
+        make_comms = [&contexts](const std::vector<Ops*>& o) {
+            std::vector<std::unique_ptr<Comm>> out;
+            for (size_t r = 0; r < o.size(); ++r) out.push_back(std::make_unique<GlooComm>(contexts[r], *o[r]));
+            return out;
+        };
+    } else {
+        make_pipes = [&contexts](int64_t, int64_t count) {
+            std::vector<std::unique_ptr<Pipe>> out;
+            for (int64_t r = 0; r < count; ++r) out.push_back(std::make_unique<GlooPipe>(contexts[static_cast<size_t>(r)]));
+            return out;
+        };
+    }
     std::unique_ptr<FollowerNodes> remote;
     if (d.node_rank == 0) remote = std::make_unique<FollowerNodes>(std::move(rv), per_node);
-    return std::make_unique<TensorParallelGroup>(dir, f.tp, std::move(ops), make_comms, first, std::move(remote));
+    return std::make_unique<TensorParallelGroup>(dir, f.tp, std::move(ops), make_comms, first, std::move(remote),
+                                                 make_pipes);
 }
 
 }  // namespace
@@ -379,14 +407,24 @@ void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
     // Before a server listens: what make_tp_group would refuse at load time.
     if (f.tp.n_gpus > 1 && f.device == "cuda")
         check_invariant_transport(f.batch_invariant, f.tp_transport != "thread", f.tp.n_gpus);
-    if (f.tp.n_gpus > 1) {
+    if (f.tp.pp > 1) {
+        MEGACTX_CHECK(so.speculative_tokens == 0 && so.speculative_config.empty(),
+                      "--speculative-tokens with --pipeline-parallel-size {}: MTP speculation is not supported across "
+                      "stages yet",
+                      f.tp.pp);
+        MEGACTX_CHECK(so.kv_offload_memory.empty(),
+                      "--kv-offload-memory with --pipeline-parallel-size {}: a host KV tier across stages is not "
+                      "supported yet",
+                      f.tp.pp);
+    }
+    if (f.tp.n_gpus > 1 || f.tp.pp > 1) {
         so.make_group = [&so, &f, kv_format](EngineConfig& ec) {
             auto g = make_group(so.model_dir, f, f.gpu_memory_utilization);
 #ifdef MEGACTX_WITH_CUDA
             if (f.device != "cpu" && so.kv_cache_memory.empty()) {
                 // rank 0's budget less its shard of the weights (about 1/N of the checkpoint) and a reserve
                 const CudaMemoryStats st = cuda_memory_stats(g->ops());
-                const int64_t weights = weight_device_bytes(so.model_dir) / f.tp.n_gpus;
+                const int64_t weights = weight_device_bytes(so.model_dir) / (f.tp.n_gpus * f.tp.pp);
                 const int64_t reserve = std::max<int64_t>(int64_t{256} << 20, st.budget_bytes / 20);
                 ec.kv_cache_bytes = st.budget_bytes - weights - reserve;
                 MEGACTX_CHECK(ec.kv_cache_bytes > 0, "--gpu-memory-utilization {}: no room for the KV cache",

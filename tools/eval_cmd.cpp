@@ -126,8 +126,8 @@ int grid_main(EvalOptions& o, bool is_facts) {
     loaded.engine->stop();
 
     const std::string model = served_name_for(dir);
-    const std::string device =
-        o.backend.tp.n_gpus > 1 ? fmt::format("{} x{}", o.backend.device, o.backend.tp.n_gpus) : o.backend.device;
+    const int64_t ranks = o.backend.tp.n_gpus * o.backend.tp.pp;
+    const std::string device = ranks > 1 ? fmt::format("{} x{}", o.backend.device, ranks) : o.backend.device;
     std::fputs(niah::report_table(report).c_str(), stdout);
     std::fflush(stdout);
     if (!o.out.empty()) {

@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
             std::unique_ptr<TensorParallelGroup> group;
             std::unique_ptr<GlmDsaModel> single;
             std::unique_ptr<Ops> backend;
-            if (bf.tp.n_gpus > 1 || bf.dist.nnodes > 1) {
+            if (bf.tp.n_gpus > 1 || bf.tp.pp > 1 || bf.dist.nnodes > 1) {
                 group = make_group(model_dir_or_default(model), bf, 0.9);
             } else {
                 single = std::make_unique<GlmDsaModel>(model_dir_or_default(model));

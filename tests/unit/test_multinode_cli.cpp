@@ -166,6 +166,44 @@ TEST_F(MultiNode, LogitsAreTheThreadsBitForBit) {
     EXPECT_TRUE(a == b) << "the logits of two processes differ from those of two threads";
 }
 
+// Pipeline stages across processes (issue 53): whole stages a node (their tensor-parallel ranks threads inside it),
+// the hidden states and the logits crossing between nodes over gloo. One stage a node, two stages a node (their
+// pipes still over gloo) and PP 2 × TP 2 give the logits of one process (of the TP 2 threads for TP 2) bit for bit,
+// and `run` gives one process's text.
+TEST_F(MultiNode, PipelineStagesOnNodesGiveTheOneProcessResults) {
+    const std::string cmd = "logits --model " + shell_quoted(model_) + " --tokens 3,1,4,1,5,9,2,6,5,3 --chunk 4";
+    const auto out = [&](const std::string& name) { return "--out " + shell_quoted(dir_ / name); };
+    ASSERT_EQ(run(cmd + " " + out("one.npy")).exit_code, 0);
+    ASSERT_EQ(run(cmd + " --tp 2 " + out("tp2.npy")).exit_code, 0);
+    const std::vector<uint8_t> one = test::read_bytes(dir_ / "one.npy"), tp2 = test::read_bytes(dir_ / "tp2.npy");
+    ASSERT_GT(one.size(), 1000u);
+    for (const auto& [flags, want] : {std::pair<std::string, const std::vector<uint8_t>*>{"--pp 2", &one},
+                                      {"--pp 4", &one},
+                                      {"--pp 2 --tp 2", &tp2}}) {
+        SCOPED_TRACE(flags);
+        const CliResult r = on_nodes(2, cmd + " " + flags, out("nodes.npy"));
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_TRUE(test::read_bytes(dir_ / "nodes.npy") == *want) << "the logits differ from one process's";
+    }
+    const std::string text =
+        "run --model " + shell_quoted(model_) + " -p 'Hello there' --no-think --temperature 0 -n 24 -q";
+    const CliResult single = run(text);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    const CliResult staged = on_nodes(2, text + " --pp 2");
+    ASSERT_EQ(staged.exit_code, 0) << staged.err;
+    EXPECT_EQ(staged.out, single.out);
+}
+
+TEST_F(MultiNode, PipelineFlagsThatCannotWorkAreClearErrors) {
+    const std::string gen = "generate --model " + shell_quoted(model_) + " --tokens 1,2,3 ";
+    expect_error(run(gen + "--pp 3 --nnodes 2 " + addr()),
+                 "--pipeline-parallel-size 3 with --nnodes 2: every node runs the same number of whole stages");
+    expect_error(run(gen + "--pp 2 --speculative-tokens 2"), "MTP speculation is not supported across stages");
+    expect_error(run("run --model " + shell_quoted(model_) + " -p Hi -q --pp 2 --kv-offload-memory 1MiB"),
+                 "a host KV tier across stages is not supported");
+    expect_error(run(gen + "--pp 9"), "--pipeline-parallel-size must be 1..6");  // 6 layers
+}
+
 // MTP speculative decoding: the draft steps' inputs (rank 0's hidden states, the reused top-k) reach the other
 // node with the batch; the tokens are one process's.
 TEST_F(MultiNode, SpeculativeDecodingGivesTheOneProcessTokens) {
@@ -365,26 +403,30 @@ TEST_F(MultiNode, AFailureMidStepOnEitherNodeEndsBoth) {
 }
 
 // A node killed mid-run: the other ends with an error naming it, within seconds (Node::wait's limit fails a
-// hang), whichever side dies.
+// hang), whichever side dies; with the node a tensor-parallel rank and with it a pipeline stage.
 TEST_F(MultiNode, ANodeKilledMidRunStopsTheOther) {
-    const std::string gen = "generate --model " + shell_quoted(model_) +
-                            " --tokens 1,2,3 --max-new-tokens 20000 --ignore-eos --tp 2 --dist-timeout 60 ";
-    {
-        Node follower(dir_, "f1", gen + nodes(2, 1));
-        Node lead(dir_, "l1", gen + nodes(2, 0));
-        ASSERT_TRUE(follower.wait_for_err("node 1 ready"));
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // node 0 is generating
-        follower.kill_now();
-        expect_error(lead.wait(std::chrono::seconds(30)), "tensor parallel: node 1 (rank 1) exited");
-    }
-    port_ = free_port();
-    {
-        Node follower(dir_, "f2", gen + nodes(2, 1));
-        Node lead(dir_, "l2", gen + nodes(2, 0));
-        ASSERT_TRUE(follower.wait_for_err("node 1 ready"));
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        lead.kill_now();
-        expect_error(follower.wait(std::chrono::seconds(30)), "tensor parallel: node 0 (rank 0) exited");
+    for (const std::string split : {"--tp 2", "--pp 2"}) {
+        SCOPED_TRACE(split);
+        const std::string gen = "generate --model " + shell_quoted(model_) +
+                                " --tokens 1,2,3 --max-new-tokens 20000 --ignore-eos --dist-timeout 60 " + split + " ";
+        port_ = free_port();
+        {
+            Node follower(dir_, "f1", gen + nodes(2, 1));
+            Node lead(dir_, "l1", gen + nodes(2, 0));
+            ASSERT_TRUE(follower.wait_for_err("node 1 ready"));
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));  // node 0 is generating
+            follower.kill_now();
+            expect_error(lead.wait(std::chrono::seconds(30)), "tensor parallel: node 1 (rank 1) exited");
+        }
+        port_ = free_port();
+        {
+            Node follower(dir_, "f2", gen + nodes(2, 1));
+            Node lead(dir_, "l2", gen + nodes(2, 0));
+            ASSERT_TRUE(follower.wait_for_err("node 1 ready"));
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            lead.kill_now();
+            expect_error(follower.wait(std::chrono::seconds(30)), "tensor parallel: node 0 (rank 0) exited");
+        }
     }
 }
 
