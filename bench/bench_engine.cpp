@@ -45,6 +45,8 @@
 #include "engine/engine.h"
 #include "grammar/frontends.h"
 #include "model/glm_dsa.h"
+#include "parallel/comm_thread.h"
+#include "parallel/tp_group.h"
 #include "server/serve.h"
 #include "tokenizer/tokenizer.h"
 
@@ -99,6 +101,7 @@ struct Options {
     std::string kv_offload_memory;  // the host KV tier (empty: none)
     bool prefix_caching = false;
     int64_t speculative_tokens = 0;
+    int64_t tp = 1, pp = 1;  // ranks as threads of CpuOps: tensor-parallel size, pipeline stages
     // Structured outputs: request k follows `regex` when floor((k + 1) · f) > floor(k · f) (a share f of them, spread).
     std::string regex;
     double constrained_fraction = 0.0;
@@ -308,7 +311,19 @@ int run(const Options& o, const std::string& command) {
     std::ifstream pin(o.prompts_file);
     MEGACTX_CHECK(pin.good(), "cannot read the prompts file {}", o.prompts_file);
     const json pj = json::parse(pin);
-    const GlmDsaModel model(o.model_dir);
+    std::unique_ptr<GlmDsaModel> single;
+    std::unique_ptr<TensorParallelGroup> group;
+    if (o.tp * o.pp > 1) {
+        ParallelOptions po;
+        po.n_gpus = o.tp;
+        po.pp = o.pp;
+        std::vector<std::unique_ptr<Ops>> rank_ops;
+        for (int64_t r = 0; r < o.tp * o.pp; ++r) rank_ops.push_back(std::make_unique<CpuOps>());
+        group = std::make_unique<TensorParallelGroup>(o.model_dir, po, std::move(rank_ops), make_thread_comms);
+    } else {
+        single = std::make_unique<GlmDsaModel>(o.model_dir);
+    }
+    const GlmDsaModel& model = group ? group->model() : *single;
     const Tokenizer tok = Tokenizer::load(o.model_dir);
     std::vector<std::vector<int32_t>> prompts;
     int64_t min_len = INT64_MAX, max_len = 0, sum_len = 0;
@@ -328,7 +343,7 @@ int run(const Options& o, const std::string& command) {
         opt.constraint = c;
     }
     CpuOps cpu;
-    ProfilingOps ops(cpu);
+    ProfilingOps ops(group ? group->ops() : cpu);
     ServeOptions so;  // the same engine settings `megactx serve` would use
     so.max_model_len = o.max_model_len;
     so.max_num_seqs = o.max_num_seqs;
@@ -364,7 +379,9 @@ int run(const Options& o, const std::string& command) {
                   {"kv_offload_memory", o.kv_offload_memory.empty() ? json(nullptr) : json(o.kv_offload_memory)},
                   {"kv_capacity_tokens", engine.kv_capacity_tokens()},
                   {"prefix_caching", o.prefix_caching},
-                  {"speculative_tokens", o.speculative_tokens}}},
+                  {"speculative_tokens", o.speculative_tokens},
+                  {"tensor_parallel_size", o.tp},
+                  {"pipeline_parallel_size", o.pp}}},
                 {"workload",
                  {{"prompts_file", o.prompts_file},
                   {"n_prompts", prompts.size()},
@@ -449,6 +466,9 @@ int main(int argc, char** argv) {
     app.add_option("--constrained-fraction", o.constrained_fraction, "share of the requests that follow --regex")
         ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
+    app.add_option("--tp", o.tp, "tensor-parallel ranks, threads of this process")->check(CLI::Range(1, 64));
+    app.add_option("--pp", o.pp, "pipeline stages of --tp ranks each, threads of this process")
+        ->check(CLI::Range(1, 64));
     app.add_option("--out", o.out, "write the results as JSON to this file");
     CLI11_PARSE(app, argc, argv);
     try {
