@@ -9,6 +9,7 @@ packages=(
     nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libxxhash-dev libcpp-httplib-dev
     clang libclang-rt-dev libomp-dev
     libgloo-dev  # collectives between ranks in other processes (--nnodes)
+    iproute2     # ctest multinode_netns: two nodes as two network namespaces
     python3 curl
     python3-numpy  # tools/train/prepare.py (ctest train_prepare)
 )
