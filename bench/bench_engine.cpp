@@ -47,7 +47,7 @@
 #include "model/glm_dsa.h"
 #include "parallel/comm_thread.h"
 #include "parallel/tp_group.h"
-#include "server/serve.h"
+#include "engine/loader.h"
 #include "tokenizer/tokenizer.h"
 
 #ifndef MEGACTX_SOURCE_DIR
@@ -344,7 +344,7 @@ int run(const Options& o, const std::string& command) {
     }
     CpuOps cpu;
     ProfilingOps ops(group ? group->ops() : cpu);
-    ServeOptions so;  // the same engine settings `megactx serve` would use
+    EngineOptions so;  // the same engine settings `megactx serve` would use
     so.max_model_len = o.max_model_len;
     so.max_num_seqs = o.max_num_seqs;
     so.max_num_batched_tokens = o.max_num_batched_tokens;

@@ -134,16 +134,20 @@ void resolve_dist(BackendFlags& f) {
                       "size must be a multiple of {} (or give --pipeline-parallel-size {}: a stage a node)",
                       f.tp.n_gpus, d.nnodes, d.nnodes, d.nnodes);
     }
-    MEGACTX_CHECK(f.device == "cpu",
-                  "--nnodes with --device {}: ranks in several processes run on the CPU backend only (NCCL across "
-                  "processes is not done yet)",
-                  f.device);
-    MEGACTX_CHECK(f.tp_transport == "auto" || f.tp_transport == "gloo",
-                  "--tp-transport {} with --nnodes {}: ranks in several processes exchange over gloo (auto or gloo)",
-                  f.tp_transport, d.nnodes);
+    if (f.tp.pp == 1) {
+        MEGACTX_CHECK(f.tp_transport == "auto" || f.tp_transport == "gloo",
+                      "--tp-transport {} with --nnodes {}: ranks in several processes exchange over gloo (auto or "
+                      "gloo)",
+                      f.tp_transport, d.nnodes);
+    } else {
+        MEGACTX_CHECK(f.tp_transport != "gloo",
+                      "--tp-transport gloo with --pipeline-parallel-size {}: a node holds whole stages, whose ranks "
+                      "meet inside it (auto, nccl or thread); the stages exchange over gloo",
+                      f.tp.pp);
+    }
 }
 
-void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f) {
+void add_engine_flags(CLI::App* sub, EngineOptions& so, BackendFlags& f) {
     sub->add_option("--max-model-len,--max-context-len", so.max_model_len,
                     "Maximum tokens per sequence, prompt plus output, up to 1048576 (default: the model's)")
         ->check(in_range<int64_t>(1, 1048576));
@@ -231,50 +235,68 @@ std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fract
 #endif
 }
 
-std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
-                                                   const ParallelOptions& po, const std::string& transport,
-                                                   double budget_fraction, bool batch_invariant) {
-    MEGACTX_CHECK(transport != "gloo", "--tp-transport gloo is for ranks in several processes (--nnodes 2 or more)");
-    MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
-                  "--tp-transport must be auto, nccl, thread or gloo, got '{}'", transport);
+namespace {
+
+// The backends of `count` ranks of this process (global ranks first, first + 1, …): CpuOps, or CUDA device
+// (local index mod the GPU count), each GPU's budget shared by the ranks on it. `nccl`: one rank a GPU is needed.
+std::vector<std::unique_ptr<Ops>> rank_backends(const std::string& device, int64_t first, int64_t count, bool nccl,
+                                                double budget_fraction, bool batch_invariant) {
     std::vector<std::unique_ptr<Ops>> ops;
-    const int64_t world = po.n_gpus * po.pp;  // every stage's ranks
     if (device == "cpu") {
-        MEGACTX_CHECK(transport != "nccl", "--tp-transport nccl needs --device cuda");
-        for (int64_t r = 0; r < world; ++r) ops.push_back(std::make_unique<CpuOps>());
-        return std::make_unique<TensorParallelGroup>(dir, po, std::move(ops), make_thread_comms);
+        for (int64_t r = 0; r < count; ++r) ops.push_back(std::make_unique<CpuOps>());
+        return ops;
     }
     MEGACTX_CHECK(device == "cuda", "--device must be cpu or cuda, got '{}'", device);
 #ifdef MEGACTX_WITH_CUDA
     const int n_dev = cuda::device_count();
-    const bool nccl = transport != "thread";
-    check_invariant_transport(batch_invariant, nccl, po.n_gpus);
     MEGACTX_CHECK(n_dev > 0, "--device cuda: no CUDA device is available (no GPU or no driver)");
-    MEGACTX_CHECK(!nccl || world <= n_dev,
-                  "--tensor-parallel-size {}{} with NCCL needs {} GPUs, this machine has {} (--tp-transport thread "
-                  "puts several ranks on one GPU)",
-                  po.n_gpus, po.pp > 1 ? fmt::format(" × --pipeline-parallel-size {}", po.pp) : "", world, n_dev);
-    for (int64_t r = 0; r < world; ++r) {
+    MEGACTX_CHECK(!nccl || count <= n_dev,
+                  "{} ranks in this process with NCCL need {} GPUs, this machine has {} (--tp-transport thread puts "
+                  "several ranks on one GPU)",
+                  count, count, n_dev);
+    for (int64_t r = 0; r < count; ++r) {
         const int dev = static_cast<int>(r % n_dev);
-        const int64_t sharing = (world - dev + n_dev - 1) / n_dev;  // ranks on this GPU
+        const int64_t sharing = (count - dev + n_dev - 1) / n_dev;  // ranks on this GPU
         const cuda::DeviceInfo info = cuda::device_info(dev);
         CudaOptions o;
         o.device = dev;
         o.batch_invariant = batch_invariant;
         o.memory_budget_bytes =
             static_cast<int64_t>(static_cast<double>(info.free_bytes) * budget_fraction / static_cast<double>(sharing));
-        std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n", static_cast<long long>(r),
-                     dev, info.name.c_str(), static_cast<double>(o.memory_budget_bytes) / (1 << 30));
+        std::fprintf(stderr, "megactx: rank %lld on CUDA device %d (%s), budget %.1f GiB\n",
+                     static_cast<long long>(first + r), dev, info.name.c_str(),
+                     static_cast<double>(o.memory_budget_bytes) / (1 << 30));
         ops.push_back(make_cuda_ops(o));
     }
-    return std::make_unique<TensorParallelGroup>(
-        dir, po, std::move(ops),
-        nccl ? TensorParallelGroup::CommFactory(make_nccl_comms) : TensorParallelGroup::CommFactory(make_thread_comms));
+    return ops;
 #else
-    (void)budget_fraction;
-    (void)batch_invariant;
+    (void)first, (void)count, (void)nccl, (void)budget_fraction, (void)batch_invariant;
     MEGACTX_FAIL("--device cuda: this megactx was built without CUDA (configure with -DMEGACTX_CUDA=ON)");
 #endif
+}
+
+// The communicators of ranks that are threads of this process: NCCL (one GPU each) or through host memory.
+TensorParallelGroup::CommFactory local_comms([[maybe_unused]] bool nccl) {
+#ifdef MEGACTX_WITH_CUDA
+    if (nccl) return make_nccl_comms;
+#endif
+    return make_thread_comms;
+}
+
+}  // namespace
+
+std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
+                                                   const ParallelOptions& po, const std::string& transport,
+                                                   double budget_fraction, bool batch_invariant) {
+    MEGACTX_CHECK(transport != "gloo", "--tp-transport gloo is for ranks in several processes (--nnodes 2 or more)");
+    MEGACTX_CHECK(transport == "auto" || transport == "nccl" || transport == "thread",
+                  "--tp-transport must be auto, nccl, thread or gloo, got '{}'", transport);
+    MEGACTX_CHECK(device == "cuda" || transport != "nccl", "--tp-transport nccl needs --device cuda");
+    const bool nccl = device == "cuda" && transport != "thread";
+    if (device == "cuda") check_invariant_transport(batch_invariant, nccl, po.n_gpus);
+    const int64_t world = po.n_gpus * po.pp;  // every stage's ranks
+    return std::make_unique<TensorParallelGroup>(
+        dir, po, rank_backends(device, 0, world, nccl, budget_fraction, batch_invariant), local_comms(nccl));
 }
 
 namespace {
@@ -314,7 +336,7 @@ NodeIdentity node_identity(const std::string& dir, const BackendFlags& f) {
 
 // This node's ranks, connected to the other nodes' (the rendezvous first). `rv` keeps the control connections.
 std::unique_ptr<TensorParallelGroup> make_node_ranks(const std::string& dir, const BackendFlags& f,
-                                                     std::unique_ptr<Rendezvous>& rv) {
+                                                     double budget_fraction, std::unique_ptr<Rendezvous>& rv) {
     load_config(dir);  // a wrong directory is reported before the other nodes are waited for
     const DistOptions& d = f.dist;
     const int64_t world = f.tp.n_gpus * f.tp.pp;
@@ -325,11 +347,14 @@ std::unique_ptr<TensorParallelGroup> make_node_ranks(const std::string& dir, con
                  d.node_rank == 0 ? "waiting for the other nodes at" : "joining node 0 at", d.host.c_str(), d.port);
     rv = Rendezvous::join(d, node_identity(dir, f));
     std::vector<std::shared_ptr<gloo::Context>> contexts = rv->connect_gloo(first, per_node, world);
-    std::vector<std::unique_ptr<Ops>> ops;
-    for (int64_t r = 0; r < per_node; ++r) ops.push_back(std::make_unique<CpuOps>());
-    // Without stages the ranks of the one tensor-parallel group span the nodes: collectives over gloo. With
-    // stages a node holds whole stages: collectives between threads, the stages' pipes over gloo.
-    TensorParallelGroup::CommFactory make_comms = make_thread_comms;
+    // Without stages the ranks of the one tensor-parallel group span the nodes: collectives over gloo (through host
+    // memory, whatever the backend). With stages a node holds whole stages: collectives inside the node (NCCL
+    // on GPUs unless --tp-transport thread), the stages' pipes over gloo.
+    const bool nccl = f.tp.pp > 1 && f.device == "cuda" && f.tp_transport != "thread";
+    if (f.device == "cuda") check_invariant_transport(f.batch_invariant, nccl, f.tp.n_gpus);
+    std::vector<std::unique_ptr<Ops>> ops =
+        rank_backends(f.device, first, per_node, nccl, budget_fraction, f.batch_invariant);
+    TensorParallelGroup::CommFactory make_comms = local_comms(nccl);
     TensorParallelGroup::PipeFactory make_pipes;
     if (f.tp.pp == 1) {
         make_comms = [&contexts](const std::vector<Ops*>& o) {
@@ -355,7 +380,7 @@ std::unique_ptr<TensorParallelGroup> make_node_ranks(const std::string& dir, con
 std::unique_ptr<TensorParallelGroup> make_group(const std::string& dir, const BackendFlags& f, double budget_fraction) {
     if (f.dist.nnodes > 1) {
         std::unique_ptr<Rendezvous> rv;
-        auto g = make_node_ranks(dir, f, rv);
+        auto g = make_node_ranks(dir, f, budget_fraction, rv);
         g->override_indexer_hadamard(parse_indexer_hadamard(f.indexer_hadamard));
         return g;
     }
@@ -370,7 +395,7 @@ int follower_main(const std::string& dir, BackendFlags f) {
     std::unique_ptr<Rendezvous> rv;
     std::unique_ptr<TensorParallelGroup> group;
     try {
-        group = make_node_ranks(dir, f, rv);
+        group = make_node_ranks(dir, f, f.gpu_memory_utilization, rv);
         group->override_indexer_hadamard(parse_indexer_hadamard(f.indexer_hadamard));
     } catch (const std::exception& e) {
         if (rv) {  // met node 0, then failed (its shard did not load): node 0 reports it too, naming this node
@@ -401,12 +426,14 @@ int64_t weight_device_bytes(const std::string& dir) {
 }  // namespace
 #endif
 
-void set_engine_backend(ServeOptions& so, const BackendFlags& f) {
+void set_engine_backend(EngineOptions& so, const BackendFlags& f) {
     const KvFormat kv_format = resolve_kv_format(f.device, f.kv_dtype);
     so.indexer_hadamard = parse_indexer_hadamard(f.indexer_hadamard);
     // Before a server listens: what make_tp_group would refuse at load time.
-    if (f.tp.n_gpus > 1 && f.device == "cuda")
-        check_invariant_transport(f.batch_invariant, f.tp_transport != "thread", f.tp.n_gpus);
+    if (f.tp.n_gpus > 1 && f.device == "cuda") {  // NCCL inside a process (a group spanning nodes uses gloo)
+        const bool across_nodes = f.dist.nnodes > 1 && f.tp.pp == 1;
+        check_invariant_transport(f.batch_invariant, f.tp_transport != "thread" && !across_nodes, f.tp.n_gpus);
+    }
     if (f.tp.pp > 1) {
         MEGACTX_CHECK(so.speculative_tokens == 0 && so.speculative_config.empty(),
                       "--speculative-tokens with --pipeline-parallel-size {}: MTP speculation is not supported across "

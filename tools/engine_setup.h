@@ -1,6 +1,6 @@
 // The device, parallelism and engine flags the commands share, and what they build: the op table for
-// --device, the tensor-parallel group for --tensor-parallel-size, and the backend hooks of ServeOptions that
-// `serve`, `run` and `eval` load their engine with (server/serve.h: load_engine).
+// --device, the group for --tensor-parallel-size / --pipeline-parallel-size / --nnodes, and the backend hooks of
+// EngineOptions that `serve`, `run` and `eval` load their engine with (engine/loader.h: load_engine).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,7 +11,7 @@
 #include "ops/ops.h"
 #include "parallel/rendezvous.h"
 #include "parallel/tp_group.h"
-#include "server/serve.h"
+#include "engine/loader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megactx {
@@ -40,7 +40,7 @@ struct BackendFlags {
 void add_backend_flags(CLI::App* sub, BackendFlags& f);
 // The engine's settings: --max-model-len, --max-num-seqs, --max-num-batched-tokens, --kv-cache-memory,
 // --gpu-memory-utilization, --no-prefix-caching (the defaults shown are those in `so` and `f` when called).
-void add_engine_flags(CLI::App* sub, ServeOptions& so, BackendFlags& f);
+void add_engine_flags(CLI::App* sub, EngineOptions& so, BackendFlags& f);
 
 KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtype);
 
@@ -48,9 +48,10 @@ KvFormat resolve_kv_format(const std::string& device, const std::string& kv_dtyp
 // (and, with `batch_invariant`, its batch-invariant mode).
 std::unique_ptr<Ops> make_backend(const std::string& device, double budget_fraction, bool batch_invariant = false);
 
-// --tensor-parallel-size N: N ranks, each with its own backend. cpu: N CpuOps, thread transport. cuda: rank r on
-// GPU r with NCCL (--tp-transport nccl, the default), or --tp-transport thread: ranks on GPU r % count exchanging
-// through host memory (several ranks on one GPU, for tests; the budget is shared by the ranks of a GPU).
+// --tensor-parallel-size N (× --pipeline-parallel-size P): N · P ranks, each with its own backend, a communicator
+// per stage. cpu: CpuOps, thread transport. cuda: rank r on GPU r with NCCL (--tp-transport nccl, the default), or
+// --tp-transport thread: ranks on GPU r % count exchanging through host memory (several ranks on one GPU, for
+// tests; the budget is shared by the ranks of a GPU).
 std::unique_ptr<TensorParallelGroup> make_tp_group(const std::string& dir, const std::string& device,
                                                    const ParallelOptions& po, const std::string& transport,
                                                    double budget_fraction, bool batch_invariant = false);
@@ -62,7 +63,9 @@ void resolve_dist(BackendFlags& f);
 inline bool is_follower_node(const BackendFlags& f) { return f.dist.node_rank > 0 || f.headless; }
 
 // The tensor-parallel group of the flags: make_tp_group on one node; with --nnodes, node 0's ranks after the
-// rendezvous with the other nodes (whose ranks it then drives).
+// rendezvous with the other nodes (whose ranks it then drives). Across nodes a tensor-parallel group's
+// collectives and the stages' pipes go over gloo through host memory, on either backend; a node's stages keep
+// theirs inside it (NCCL on GPUs).
 std::unique_ptr<TensorParallelGroup> make_group(const std::string& dir, const BackendFlags& f, double budget_fraction);
 
 // A node other than 0 (--node-rank R > 0, headless): meets node 0, loads its ranks' shards and runs node 0's
@@ -72,7 +75,7 @@ int follower_main(const std::string& dir, BackendFlags f);
 // Sets so.make_group (tensor parallel) or so.make_backend (one GPU) for the flags; nothing for one CPU device.
 // On CUDA the KV pool gets what the memory budget leaves after the weights and an activation reserve, unless
 // --kv-cache-memory names its size. `f` must outlive `so`'s hooks.
-void set_engine_backend(ServeOptions& so, const BackendFlags& f);
+void set_engine_backend(EngineOptions& so, const BackendFlags& f);
 
 // The tokenizer of the model in `dir` for `command` ("run", "eval niah"), after its config.json is checked (so a
 // wrong directory is reported as by the other commands).

@@ -10,6 +10,7 @@
 #include "eval/niah.h"
 #include "eval/png.h"
 #include "io/atomic_file.h"
+#include "server/serve.h"
 
 namespace megactx {
 

@@ -7,12 +7,12 @@
 #include <string>
 
 #include "engine_setup.h"
-#include "server/serve.h"
+#include "engine/loader.h"
 
 namespace megactx {
 
 struct EvalOptions {
-    ServeOptions engine;  // model directory, engine settings, backend hooks
+    EngineOptions engine;  // model directory, engine settings, backend hooks
     BackendFlags backend;
     CLI::App* niah = nullptr;
     CLI::App* facts = nullptr;

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "engine_setup.h"
-#include "server/serve.h"
+#include "engine/loader.h"
 
 namespace megactx {
 
 struct RunOptions {
-    ServeOptions engine;  // model directory, engine settings, backend hooks
+    EngineOptions engine;  // model directory, engine settings, backend hooks
     BackendFlags backend;
     std::string prompt, prompt_file, system;
     bool think = true;  // the server's default (chat::ChatOptions::enable_thinking)

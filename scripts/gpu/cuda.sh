@@ -3,8 +3,8 @@
 # unpacks the bundle, then runs the cuda-labelled tests and the CUDA benchmarks in one call, writing logs and
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
-#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [v32] [tp] [cli] [graphs] [serve] [invariant] [tier] [spec]
-#                       [specbench] [tierprofile] [structured]
+#   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [v32] [tp] [cli] [nodes] [graphs] [serve] [invariant] [tier]
+#                       [spec] [specbench] [tierprofile] [structured]
 #   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
@@ -300,6 +300,11 @@ fi
 if has cli; then
     bash scripts/gpu/cli-smoke.sh 2>&1 | tee "$out/cli.log" | tail -15
     summary+=("cli-smoke: exit ${PIPESTATUS[0]}")
+fi
+if has nodes; then
+    # ranks in several processes and pipeline stages on the CUDA backend, on one GPU (issue 53)
+    bash scripts/gpu/nodes-smoke.sh 2>&1 | tee "$out/nodes.log" | tail -12
+    summary+=("nodes-smoke: exit ${PIPESTATUS[0]}")
 fi
 if has graphs; then
     bash scripts/gpu/serve-graphs.sh "$out" 2>&1 | tee "$out/graphs.log" | tail -8
