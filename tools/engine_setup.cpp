@@ -434,16 +434,6 @@ void set_engine_backend(EngineOptions& so, const BackendFlags& f) {
         const bool across_nodes = f.dist.nnodes > 1 && f.tp.pp == 1;
         check_invariant_transport(f.batch_invariant, f.tp_transport != "thread" && !across_nodes, f.tp.n_gpus);
     }
-    if (f.tp.pp > 1) {
-        MEGACTX_CHECK(so.speculative_tokens == 0 && so.speculative_config.empty(),
-                      "--speculative-tokens with --pipeline-parallel-size {}: MTP speculation is not supported across "
-                      "stages yet",
-                      f.tp.pp);
-        MEGACTX_CHECK(so.kv_offload_memory.empty(),
-                      "--kv-offload-memory with --pipeline-parallel-size {}: a host KV tier across stages is not "
-                      "supported yet",
-                      f.tp.pp);
-    }
     if (f.tp.n_gpus > 1 || f.tp.pp > 1) {
         so.make_group = [&so, &f, kv_format](EngineConfig& ec) {
             auto g = make_group(so.model_dir, f, f.gpu_memory_utilization);

@@ -96,13 +96,6 @@ Engine::Engine(const GlmDsaModel& model, Ops& ops, const EngineConfig& config)
     MEGACTX_CHECK(config.speculative_disable_by_batch_size >= 0,
                   "--speculative-disable-by-batch-size must be >= 0 (0 = never), got {}",
                   config.speculative_disable_by_batch_size);
-    MEGACTX_CHECK(!model.pipelined() || config.speculative_tokens == 0,
-                  "--speculative-tokens {} with pipeline stages (--pipeline-parallel-size): MTP speculation is not "
-                  "supported across stages yet",
-                  config.speculative_tokens);
-    MEGACTX_CHECK(!model.pipelined() || tier_blocks_.host == 0,
-                  "--kv-offload-memory with pipeline stages (--pipeline-parallel-size): a host KV tier across stages "
-                  "is not supported yet");
     if (config.speculative_tokens > 0) {
         MEGACTX_CHECK(model.has_mtp(), "--speculative-tokens {}: the checkpoint has no MTP layer (model.layers.{}.*)",
                       config.speculative_tokens, model.config().n_layers);
@@ -356,6 +349,7 @@ bool Engine::step_once() {
     if (plan.chunks.empty()) return !plan.preempted.empty();
 
     Batch batch;
+    batch.want_hidden = config_.speculative_tokens > 0;  // the drafter reads the target's hidden rows
     // Each chunk's rows: a prefill chunk computes logits for its last token only when it ends the prompt; a
     // decode computes them for the last token and for each draft it verifies.
     std::vector<std::vector<int32_t>> feeds(plan.chunks.size());

@@ -31,6 +31,7 @@ Batch slice_batch(const Batch& b, int64_t begin, int64_t end) {
     if (!b.want_logits.empty()) out.want_logits = cut(b.want_logits);
     out.block_tables = b.block_tables;
     out.pad_blocks = b.pad_blocks;
+    out.want_hidden = b.want_hidden;
     return out;
 }
 

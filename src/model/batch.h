@@ -18,6 +18,9 @@ struct Batch {
     // > 0: fixed shapes for recorded graphs (graphed_forward.h): each block table is padded (or cut) to this many
     // entries and the plan's max_context is pad_blocks · block size, so a replay's inputs keep their sizes.
     int64_t pad_blocks = 0;
+    // Pipeline stages: the last stage also returns every row's hidden state and top-k to rank 0 (what MTP drafting
+    // reads; ForwardResult::hidden / topk), not only the logits. One stage computes them anyway.
+    bool want_hidden = false;
 
     int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
     // Appends `count` consecutive tokens of one sequence starting at position `pos0`.

@@ -525,7 +525,6 @@ std::vector<Range> micro_batches(int64_t n_tokens, int64_t n_stages) {
 }
 
 ForwardResult GlmDsaModel::forward_stage(Ops& ops, const Batch& batch, KvCache& kv) const {
-    MEGACTX_CHECK(!kv.tiered(), "--kv-offload-memory: a host KV tier with pipeline stages is not supported");
     const ParallelOptions& o = shard_plan_->options;
     const int64_t tp = o.n_gpus, stage = shard_->stage, H = config_.hidden_size, K = config_.index_topk;
     const int me = static_cast<int>(shard_->rank);
@@ -536,12 +535,7 @@ ForwardResult GlmDsaModel::forward_stage(Ops& ops, const Batch& batch, KvCache& 
     const bool topk_in = !first && !layers_[static_cast<size_t>(layers.begin)].full;
     const bool topk_out = !last && !layers_[static_cast<size_t>(layers.end)].full;
     const std::vector<Range> parts = micro_batches(batch.n_tokens(), o.pp);
-    const auto logit_rows = [&](Range r) {
-        if (batch.want_logits.empty()) return r.size();
-        int64_t k = 0;
-        for (int64_t i = r.begin; i < r.end; ++i) k += batch.want_logits[static_cast<size_t>(i)] ? 1 : 0;
-        return k;
-    };
+    const auto logit_rows = [&](Range r) { return count_logit_rows(batch, r); };
     std::vector<float> host;
     std::vector<int32_t> host_topk;
     for (const Range part : parts) {
@@ -562,8 +556,11 @@ ForwardResult GlmDsaModel::forward_stage(Ops& ops, const Batch& batch, KvCache& 
                 ops.upload(host_topk.data(), topk);
             }
         }
+        // A host tier: each stage resolves the selections its own layers read in its own tiers (rank 0's block
+        // moves are replayed on every rank, as under LayerSplit).
+        const std::unique_ptr<TierStep> tier = begin_tiers(ops, plan, kv, n);
         for (int64_t l = layers.begin; l < layers.end; ++l)
-            layer_forward(ops, l, x, plan, kv, topk, layers_[static_cast<size_t>(l)].full, nullptr);
+            layer_forward(ops, l, x, plan, kv, topk, layers_[static_cast<size_t>(l)].full, tier.get());
         if (!last) {
             ops.download(x, host.data());
             pipe_->send(next, host.data(), host.size() * sizeof(float));
@@ -573,38 +570,79 @@ ForwardResult GlmDsaModel::forward_stage(Ops& ops, const Batch& batch, KvCache& 
             }
         } else {
             const ForwardResult r = finish(ops, x, final_norm_, plan, topk);
-            if (shard_->rank == stage * tp) {  // the stage's first rank: every rank of it holds the logits
-                std::vector<float> rows(static_cast<size_t>(r.logits.numel()));
-                if (!rows.empty()) ops.download(r.logits, rows.data());
-                pipe_->send(0, rows.data(), rows.size() * sizeof(float));
-            }
+            if (shard_->rank == stage * tp) send_result(ops, r, batch.want_hidden);  // every rank of it holds them
         }
     }
     ForwardResult result;
-    if (me == 0) {  // the engine's rank: the logits of every micro-batch, in batch order
-        int64_t total = 0;
-        for (const Range part : parts) total += logit_rows(part);
-        std::vector<float> all(static_cast<size_t>(total * config_.vocab_size));
-        int64_t at = 0;
-        const int last_first = static_cast<int>((o.pp - 1) * tp);
+    if (me == 0) {  // the engine's rank: every micro-batch's results, in batch order
+        std::vector<int64_t> rows, sizes;
         for (const Range part : parts) {
-            const int64_t k = logit_rows(part);
-            pipe_->recv(last_first, all.data() + at * config_.vocab_size,
-                        static_cast<size_t>(k * config_.vocab_size) * sizeof(float));
-            at += k;
+            rows.push_back(logit_rows(part));
+            sizes.push_back(part.size());
         }
-        result.logits = ops.alloc(DType::F32, {total, config_.vocab_size});
-        if (!all.empty()) ops.upload(all.data(), result.logits);
+        result = receive_result(ops, rows, sizes, batch.want_hidden);
     }
     pipe_->flush();
     return result;
+}
+
+int64_t count_logit_rows(const Batch& b, Range r) {
+    if (b.want_logits.empty()) return r.size();
+    int64_t k = 0;
+    for (int64_t i = r.begin; i < r.end; ++i) k += b.want_logits[static_cast<size_t>(i)] ? 1 : 0;
+    return k;
+}
+
+void GlmDsaModel::send_result(Ops& ops, const ForwardResult& r, bool hidden) const {
+    const auto send = [&](const Tensor& t) {
+        std::vector<uint8_t> bytes(static_cast<size_t>(t.numel()) * dtype_size(t.dtype));
+        if (!bytes.empty()) ops.download(t, bytes.data());
+        pipe_->send(0, bytes.data(), bytes.size());
+    };
+    send(r.logits);
+    if (hidden) {
+        send(r.hidden);
+        send(r.topk);
+    }
+}
+
+ForwardResult GlmDsaModel::receive_result(Ops& ops, const std::vector<int64_t>& logit_rows,
+                                          const std::vector<int64_t>& tokens, bool hidden) const {
+    const ParallelOptions& o = shard_plan_->options;
+    const int from = static_cast<int>((o.pp - 1) * o.n_gpus);  // the last stage's first rank
+    const int64_t V = config_.vocab_size, H = config_.hidden_size, K = config_.index_topk;
+    int64_t n_rows = 0, n = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) n_rows += logit_rows[i], n += tokens[i];
+    std::vector<float> logits(static_cast<size_t>(n_rows * V)), hid(hidden ? static_cast<size_t>(n * H) : 0);
+    std::vector<int32_t> topk(hidden ? static_cast<size_t>(n * K) : 0);
+    int64_t at_row = 0, at_token = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {  // per micro-batch: its logits, then its hidden rows and top-k
+        pipe_->recv(from, logits.data() + at_row * V, static_cast<size_t>(logit_rows[i] * V) * sizeof(float));
+        if (hidden) {
+            pipe_->recv(from, hid.data() + at_token * H, static_cast<size_t>(tokens[i] * H) * sizeof(float));
+            pipe_->recv(from, topk.data() + at_token * K, static_cast<size_t>(tokens[i] * K) * sizeof(int32_t));
+        }
+        at_row += logit_rows[i];
+        at_token += tokens[i];
+    }
+    ForwardResult r;
+    r.logits = ops.alloc(DType::F32, {n_rows, V});
+    if (!logits.empty()) ops.upload(logits.data(), r.logits);
+    if (hidden) {
+        r.hidden = ops.alloc(DType::F32, {n, H});
+        r.topk = ops.alloc(DType::I32, {n, K});
+        if (n > 0) {
+            ops.upload(hid.data(), r.hidden);
+            ops.upload(topk.data(), r.topk);
+        }
+    }
+    return r;
 }
 
 ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
                                        const Tensor* reuse_topk, const Tensor* tokens) const {
     MEGACTX_CHECK(has_mtp(), "{}: the checkpoint has no MTP layer (model.layers.{}.*)", store_->dir(),
                   config_.n_layers);
-    MEGACTX_CHECK(!pipe_, "MTP speculation with pipeline stages (--pipeline-parallel-size) is not supported");
     check_batch(batch);
     const int64_t n = batch.n_tokens(), H = config_.hidden_size;
     MEGACTX_CHECK(hidden_in.dtype == DType::F32 && hidden_in.dim(0) == n && hidden_in.dim(1) == H,
@@ -634,6 +672,14 @@ ForwardResult GlmDsaModel::mtp_forward(Ops& ops, const Batch& batch, const Tenso
 
 ForwardResult GlmDsaModel::mtp_forward_local(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
                                              const Tensor* reuse_topk, const Tensor* tokens) const {
+    if (pipe_ && shard_->stage != shard_plan_->options.pp - 1) {
+        // Pipeline stages: the MTP layer is the last stage's; rank 0 receives its results, the others idle.
+        ForwardResult r;
+        if (shard_->rank == 0) r = receive_result(ops, {count_logit_rows(batch, {0, batch.n_tokens()})},
+                                                  {batch.n_tokens()}, true);
+        pipe_->flush();
+        return r;
+    }
     Tap::instance().begin_forward();
     const BatchPlan plan(ops, batch);
     const int64_t n = batch.n_tokens(), H = config_.hidden_size, i_mtp = config_.n_layers;
@@ -653,7 +699,12 @@ ForwardResult GlmDsaModel::mtp_forward_local(Ops& ops, const Batch& batch, const
     // Without reuse the MTP layer runs its own indexer (it is always full); with reuse it keeps step 0's top-k.
     const std::unique_ptr<TierStep> tier = begin_tiers(ops, plan, kv, n);
     layer_forward(ops, i_mtp, x, plan, kv, topk, reuse_topk == nullptr, tier.get());
-    return finish(ops, x, L.head_norm, plan, std::move(topk));
+    ForwardResult r = finish(ops, x, L.head_norm, plan, std::move(topk));
+    if (pipe_ && shard_->rank % shard_plan_->options.n_gpus == 0) {  // the last stage's first rank, to rank 0
+        send_result(ops, r, true);
+        pipe_->flush();
+    }
+    return r;
 }
 
 }  // namespace megactx

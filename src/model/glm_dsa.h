@@ -91,6 +91,8 @@ class RankFollowers {
 // one at most. Every stage splits alike, so each knows what it receives. A sequence may be cut between two: the
 // second's tokens see the first's KV, written on each stage before (prefill = chunked prefill).
 std::vector<Range> micro_batches(int64_t n_tokens, int64_t n_stages);
+// The rows of tokens [r.begin, r.end) of `b` that want logits.
+int64_t count_logit_rows(const Batch& b, Range r);
 
 class GlmDsaModel {
   public:
@@ -112,7 +114,9 @@ class GlmDsaModel {
     // Pipeline parallel: this rank's ends of the links to the neighbouring stages (parallel/pipe.h). With a pipe,
     // forward runs this rank's stage: the batch in micro-batches (micro_batches), each received from the stage
     // before (or embedded on the first), through the stage's layers, sent on (or, on the last, turned into logits
-    // that rank 0 receives); rank 0's result holds the logits alone.
+    // that rank 0 receives); rank 0's result holds the logits, and the hidden rows and top-k when the batch
+    // asks for them (Batch::want_hidden). mtp_forward runs on the last stage (the MTP layer's), rank 0 receiving
+    // its logits, hidden rows and top-k.
     void set_pipe(Pipe* p) { pipe_ = p; }
     bool pipelined() const { return pipe_ != nullptr; }
     // Rank 0 of a group drives the other ranks through `f` (nullptr: none).
@@ -172,6 +176,12 @@ class GlmDsaModel {
                          Tensor topk) const;
     ForwardResult forward_local(Ops& ops, const Batch& batch, KvCache& kv) const;
     ForwardResult forward_stage(Ops& ops, const Batch& batch, KvCache& kv) const;
+    // Pipeline stages: the last stage's first rank sends a (micro-)batch's logits — and with `hidden` its hidden
+    // rows and top-k — to rank 0, which receives the micro-batches' results (their logit rows and token counts)
+    // as one result.
+    void send_result(Ops& ops, const ForwardResult& r, bool hidden) const;
+    ForwardResult receive_result(Ops& ops, const std::vector<int64_t>& logit_rows, const std::vector<int64_t>& tokens,
+                                 bool hidden) const;
     ForwardResult mtp_forward_local(Ops& ops, const Batch& batch, const Tensor& hidden_in, KvCache& kv,
                                     const Tensor* reuse_topk, const Tensor* tokens) const;
     // Rank 0 of a group: starts the followers (`start`), runs its own part (`local`) and waits for them; when

@@ -39,6 +39,7 @@ void put_batch(Writer& w, const Batch& b) {
     std::vector<uint8_t> logits(b.want_logits.begin(), b.want_logits.end());
     w.vec(logits);
     w.u64(static_cast<uint64_t>(b.pad_blocks));
+    w.u64(b.want_hidden ? 1 : 0);
 }
 
 // The batch of a step; its block tables point into `tables`.
@@ -53,6 +54,7 @@ void get_batch(Reader& r, Batch& b, std::vector<std::vector<int32_t>>& tables) {
     const std::vector<uint8_t> logits = r.vec<uint8_t>();
     b.want_logits.assign(logits.begin(), logits.end());
     b.pad_blocks = static_cast<int64_t>(r.u64());
+    b.want_hidden = r.u64() != 0;
 }
 
 }  // namespace

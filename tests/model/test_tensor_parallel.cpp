@@ -401,35 +401,39 @@ TEST(TensorParallel, EngineWithHostTierMatchesOneDevice) {
 // like the others; its inputs reach the followers through host memory): greedy tokens equal plain decoding's on
 // the same group and on one device token for token, the drafts are one device's, and the draft steps after the first reuse step 0's top-k
 // or, with no_mtp_index_share, run the MTP indexer, giving the same tokens either way.
+// Three requests with chunked prefill beside the others' verification, 24 greedy tokens each; K drafts a step.
+std::vector<std::vector<int32_t>> run_speculative(const GlmDsaModel& model, Ops& ops, int64_t k, bool share,
+                                                  EngineStats* stats) {
+    const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 32;
+    cfg.scheduler.max_num_batched_tokens = 64;  // chunked prefill next to the other requests' verification
+    cfg.speculative_tokens = k;
+    cfg.no_mtp_index_share = !share;
+    Engine e(model, ops, cfg);
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    GenerationParams g;
+    g.max_tokens = 24;
+    g.ignore_eos = true;
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 3; ++i) {
+        const std::vector<int32_t> p(text.begin() + 10 * i, text.begin() + 60 + 40 * i);
+        ids.push_back(e.submit(p, g, [&tokens](const TokenEvent& ev) {
+            if (ev.token >= 0) tokens[ev.request_id].push_back(ev.token);
+            return true;
+        }));
+    }
+    while (e.step()) {
+    }
+    if (stats) *stats = e.stats();
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t id : ids) out.push_back(tokens[id]);
+    return out;
+}
+
 TEST(TensorParallel, SpeculativeDecodingMatchesPlain) {
     const std::string dir = MEGACTX_DEFAULT_MODEL_DIR;
-    const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
-    auto run = [&](const GlmDsaModel& model, Ops& ops, int64_t k, bool share, EngineStats* stats) {
-        EngineConfig cfg;
-        cfg.n_kv_blocks = 32;
-        cfg.scheduler.max_num_batched_tokens = 64;  // chunked prefill next to the other requests' verification
-        cfg.speculative_tokens = k;
-        cfg.no_mtp_index_share = !share;
-        Engine e(model, ops, cfg);
-        std::map<int64_t, std::vector<int32_t>> tokens;
-        GenerationParams g;
-        g.max_tokens = 24;
-        g.ignore_eos = true;
-        std::vector<int64_t> ids;
-        for (int i = 0; i < 3; ++i) {
-            const std::vector<int32_t> p(text.begin() + 10 * i, text.begin() + 60 + 40 * i);
-            ids.push_back(e.submit(p, g, [&tokens](const TokenEvent& ev) {
-                if (ev.token >= 0) tokens[ev.request_id].push_back(ev.token);
-                return true;
-            }));
-        }
-        while (e.step()) {
-        }
-        if (stats) *stats = e.stats();
-        std::vector<std::vector<int32_t>> out;
-        for (int64_t id : ids) out.push_back(tokens[id]);
-        return out;
-    };
+    const auto run = run_speculative;
     const GlmDsaModel single(dir);
     CpuOps ops1;
     EngineStats one_device;
@@ -552,32 +556,58 @@ TEST(PipelineParallel, EngineWithPrefixCacheMatchesOneDevice) {
     }
 }
 
-// What stages do not support yet is refused when the engine is made, not at the first request.
-TEST(PipelineParallel, SpeculationAndHostTierAreRefusedAtStartup) {
-    ParallelOptions o;
-    o.pp = 2;
-    auto group = cpu_group(MEGACTX_DEFAULT_MODEL_DIR, o);
-    EngineConfig spec;
-    spec.n_kv_blocks = 8;
-    spec.speculative_tokens = 2;
-    try {
-        Engine e(group->model(), group->ops(), spec);
-        FAIL() << "speculation with stages was accepted";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("pipeline stages"), std::string::npos) << e.what();
-    }
+// The host KV tier over PP 2 and PP 2 × TP 2 + LayerSplit: 2 device blocks and 30 host blocks give one untiered
+// device's tokens and log-probabilities, while each stage fetches its own layers' selected rows from the host.
+TEST(PipelineParallel, EngineWithHostTierMatchesOneDevice) {
+    const std::string dir = test::fixture_dir("pattern_bf16");
+    EngineConfig flat;
+    flat.n_kv_blocks = 32;
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    const EngineRun want = run_engine(single, ops1, flat);
     EngineConfig tiered;
     tiered.n_kv_blocks = 2;
-    tiered.n_kv_host_blocks = 8;
-    try {
-        Engine e(group->model(), group->ops(), tiered);
-        FAIL() << "a host tier with stages was accepted";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("host KV tier across stages"), std::string::npos) << e.what();
+    tiered.n_kv_host_blocks = 30;
+    for (const int64_t tp : {1, 2}) {
+        SCOPED_TRACE("PP 2 x TP " + std::to_string(tp));
+        ParallelOptions o;
+        o.n_gpus = tp;
+        o.pp = 2;
+        o.layer_split = tp > 1;
+        auto group = cpu_group(dir, o);
+        const EngineRun got = run_engine(group->model(), group->ops(), tiered);
+        EXPECT_GT(got.mid.kv_host_blocks_used, 0);
+        EXPECT_GT(got.mid.kv_fetched_rows, 0);
+        expect_same_run(got, want);
     }
-    // the group still serves
-    SequenceRunner rg(group->model(), group->ops(), 16);
-    EXPECT_EQ(rg.feed({1, 2, 3}, 0, false).size(), static_cast<size_t>(group->model().config().vocab_size));
+}
+
+// MTP speculation over PP 2 and PP 2 × TP 2 + EP on the shipped demo model: the MTP layer on the last stage, its
+// inputs shipped there and its logits, hidden rows and top-k back to rank 0; the target's hidden rows come back
+// with its logits. Greedy tokens equal plain decoding's and one device's, and the drafts are one device's.
+TEST(PipelineParallel, SpeculativeDecodingMatchesPlain) {
+    const std::string dir = MEGACTX_DEFAULT_MODEL_DIR;
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    EngineStats one_device;
+    const auto want = run_speculative(single, ops1, 3, true, &one_device);
+    for (const int64_t tp : {1, 2}) {
+        SCOPED_TRACE("PP 2 x TP " + std::to_string(tp));
+        ParallelOptions o;
+        o.n_gpus = tp;
+        o.pp = 2;
+        o.expert_parallel = tp > 1;
+        auto group = cpu_group(dir, o);
+        const auto plain = run_speculative(group->model(), group->ops(), 0, true, nullptr);
+        ASSERT_EQ(plain.size(), 3u);
+        EXPECT_EQ(plain, want);
+        EngineStats st;
+        EXPECT_EQ(run_speculative(group->model(), group->ops(), 3, true, &st), plain);
+        EXPECT_EQ(st.spec.accepted_at, one_device.spec.accepted_at);
+        EXPECT_EQ(st.spec.drafted_at, one_device.spec.drafted_at);
+        EXPECT_GT(st.spec.accepted, 0);
+        EXPECT_EQ(run_speculative(group->model(), group->ops(), 3, false, nullptr), plain) << "per-step MTP indexer";
+    }
 }
 
 TEST(PipelineParallel, MoreStagesThanLayersIsRejected) {
