@@ -6,7 +6,8 @@
 #     --batch-invariant, where the micro-batches must not change a bit;
 #   - `logits --pp 2` as two processes (a stage each, the hidden states over gloo) against one process with two
 #     stages, and `--tp 2` as two processes (collectives over gloo) against two ranks in threads: bit for bit;
-#   - greedy `generate --pp 2` on two processes against one process.
+#   - greedy `generate --pp 2` on two processes, and with MTP speculation on two stages in one process, against
+#     one process's plain tokens.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=build-cuda/megactx
@@ -51,6 +52,10 @@ gen="generate --model $model --tokens 1,2,3,4,5,6,7,8 --max-new-tokens 24 --igno
 two_nodes $gen --pp 2 --tp-transport thread
 if cmp -s "$work/out" "$work/gen-one"; then echo "ok: generate --pp 2 on two processes = one process"; else
     echo "FAIL: generate --pp 2 on two processes: [$(cat "$work/out")] against [$(cat "$work/gen-one")]"; fail=1; fi
+# MTP speculation over two stages in one process on the GPU (the MTP layer on stage 1): the plain tokens
+"$bin" $gen --pp 2 --tp-transport thread --speculative-tokens 2 >"$work/gen-spec" 2>"$work/spec.err" || fail=1
+if cmp -s "$work/gen-spec" "$work/gen-one"; then echo "ok: generate --pp 2 --speculative-tokens 2 = plain ($(grep -o 'MTP drafts.*' "$work/spec.err" | head -1))"; else
+    echo "FAIL: generate --pp 2 --speculative-tokens 2: [$(cat "$work/gen-spec")] against [$(cat "$work/gen-one")]"; fail=1; fi
 rm -rf "$work"
 echo "nodes-smoke: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
 exit $fail
