@@ -95,6 +95,15 @@ bool is_enforced(const std::string& k) {
 
 bool is_annotation(const std::string& k) { return kAnnotations.count(k) || (!is_enforced(k) && !kUnsupported.count(k)); }
 
+// A schema that accepts every value without compiling it: true, or annotations alone.
+bool says_nothing(const json& s) {
+    if (s.is_boolean()) return s.get<bool>();
+    if (!s.is_object()) return false;
+    for (const auto& [k, v] : s.items())
+        if (!is_annotation(k) && k != "$defs" && k != "definitions") return false;
+    return true;
+}
+
 bool is_known(const std::string& k) { return !kUnsupported.count(k); }
 
 // Some "$ref" anywhere in `s`.
@@ -1368,6 +1377,19 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
             names.push_back(r);
             values.push_back(schema(additional, child(ptr, "additionalProperties")));
         }
+    // Declared properties that say nothing about their value, beside additional properties that say nothing
+    // either, and none required: the object is any object. Writing them as keys of their own, in their order,
+    // would only narrow it (JSON Schema fixes no order) and make every byte of a key a parser state with each of
+    // them alive (configuration schemas declare a hundred or more such properties): they become additional keys.
+    const bool no_patterns =
+        !s.contains("patternProperties") || !s["patternProperties"].is_object() || s["patternProperties"].empty();
+    if (any_additional && no_patterns && required.empty() && names.size() == declared.size() &&
+        says_nothing(additional) &&
+        std::all_of(values.begin(), values.end(), [&](const Symbol& v) { return v == any_value(); })) {
+        declared.clear();
+        names.clear();
+        values.clear();
+    }
     const size_t n = names.size();
     size_t n_required = 0;
     for (const std::string& nm : names) n_required += required.count(nm);

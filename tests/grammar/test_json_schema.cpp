@@ -346,6 +346,25 @@ TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
           {R"({"b":1})", R"({"c":1})", "{}"}, {R"({"a":1})", R"({"b":1,"a":1})"});
 }
 
+// Declared properties that constrain nothing, none required, beside additional properties that constrain nothing:
+// the object is any object, so they are written in any order (the declared order would reject instances JSON
+// Schema accepts), and the grammar holds no key of its own for them. A typed, required or false property keeps
+// the declared form.
+TEST(JsonSchema, PropertiesThatSayNothingAreAnyOrder) {
+    const Grammar any = schema(R"({"type": "object", "properties": {"a": {"title": "A"}, "b": {}, "c": true},
+        "additionalProperties": true})");
+    check(any, {R"({"c":1,"b":[],"a":"x"})", R"({"b":{"a":1},"z":null,"a":2})", "{}", R"({"a":1})"},
+          {R"({"a":1,})", R"({"a"})", "[]"});
+    // one typed property: the declared order and its type hold
+    check(schema(R"({"properties": {"a": {}, "b": {"type": "integer"}}, "additionalProperties": true})"),
+          {R"({"a":"x","b":1})", R"({"b":2,"z":3})"}, {R"({"b":"x"})", R"({"b":1,"a":"x"})"});
+    // required, or additional properties restricted: the declared form too
+    check(schema(R"({"properties": {"a": {}, "b": {}}, "required": ["b"]})"), {R"({"a":1,"b":2})"},
+          {R"({"b":2,"a":1})", R"({"a":1})"});
+    check(schema(R"({"properties": {"a": {}, "b": {}}, "additionalProperties": {"type": "integer"}})"),
+          {R"({"a":"x","b":"y","c":3})"}, {R"({"b":"y","a":"x"})", R"({"c":"z"})"});
+}
+
 TEST(JsonSchema, PropertyCounts) {
     check(schema(R"({"properties": {"b": {"type": "string"}}, "minProperties": 1})"), {R"({"b":"x"})", R"({"q":1})"},
           {"{}"});
