@@ -95,14 +95,7 @@ bool is_enforced(const std::string& k) {
 
 bool is_annotation(const std::string& k) { return kAnnotations.count(k) || (!is_enforced(k) && !kUnsupported.count(k)); }
 
-// A schema that accepts every value without compiling it: true, or annotations alone.
-bool says_nothing(const json& s) {
-    if (s.is_boolean()) return s.get<bool>();
-    if (!s.is_object()) return false;
-    for (const auto& [k, v] : s.items())
-        if (!is_annotation(k) && k != "$defs" && k != "definitions") return false;
-    return true;
-}
+
 
 bool is_known(const std::string& k) { return !kUnsupported.count(k); }
 
@@ -267,6 +260,12 @@ class Compiler {
     Symbol object(const json& s, const std::string& ptr);
     Symbol array(const json& s, const std::string& ptr);
     Symbol additional_key(const std::vector<std::string>& declared);
+    // One object member (key, ws, ':', ws, value) whose key is read by one trie over the declared names: a name in
+    // `allowed` takes its value, another declared name (required, or false) nothing, any other key `additional`'s
+    // value when given. `ws_colon` is ws ':' ws.
+    Symbol member_trie(const std::vector<std::string>& declared,
+                       const std::map<std::string, Symbol>& allowed, const std::optional<Symbol>& additional,
+                       const Sequence& ws_colon);
     std::optional<std::pair<Symbol, Symbol>> pattern_members(const json& s, const std::string& ptr,
                                                              const std::vector<std::string>& declared);
     Symbol key_char_except(const std::set<uint32_t>& cps);
@@ -1343,6 +1342,72 @@ Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
     return b_.seq({lit("\""), Symbol::ref(rules[0])}, "key");
 }
 
+Symbol Compiler::member_trie(const std::vector<std::string>& declared, const std::map<std::string, Symbol>& allowed,
+                             const std::optional<Symbol>& additional, const Sequence& ws_colon) {
+    struct Node {
+        std::string name;  // the declared name ending here, if any
+        bool declared = false;
+        bool live = false;  // a member can be completed from here
+        std::map<uint32_t, size_t> next;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& name : declared) {
+        size_t n = 0;
+        for (uint32_t cp : code_points(name)) {
+            auto it = trie[n].next.find(cp);
+            if (it == trie[n].next.end()) {
+                trie.push_back({});
+                it = trie[n].next.emplace(cp, trie.size() - 1).first;
+            }
+            n = it->second;
+        }
+        trie[n].declared = true;
+        trie[n].name = name;
+    }
+    // Children come after their parent: live from the leaves up.
+    for (size_t i = trie.size(); i-- > 0;) {
+        Node& node = trie[i];
+        node.live = additional.has_value() || (node.declared && allowed.count(node.name));
+        for (const auto& [cp, c] : node.next) node.live = node.live || trie[c].live;
+    }
+    const auto value_after = [&](const Symbol& value) {  // '"' ws ':' ws value
+        Sequence m{lit("\"")};
+        m.insert(m.end(), ws_colon.begin(), ws_colon.end());
+        m.push_back(value);
+        return m;
+    };
+    std::optional<Symbol> free_member;  // the rest of a key that is no declared name, then its value
+    if (additional) {
+        if (!key_char_) key_char_ = key_char_except({});
+        Sequence tail{b_.repeat(*key_char_, 0, -1, "key-chars")};
+        const Sequence v = value_after(*additional);
+        tail.insert(tail.end(), v.begin(), v.end());
+        free_member = b_.seq(std::move(tail), "key-tail");
+    }
+    std::vector<int32_t> rules(trie.size(), -1);
+    for (size_t i = 0; i < trie.size(); ++i)
+        if (trie[i].live) rules[i] = b_.rule("key-node");
+    for (size_t i = 0; i < trie.size(); ++i) {
+        const Node& node = trie[i];
+        if (!node.live) continue;
+        if (node.declared) {
+            if (const auto it = allowed.find(node.name); it != allowed.end())
+                b_.add_alternative(rules[i], value_after(it->second));
+        } else if (additional) {
+            b_.add_alternative(rules[i], value_after(*additional));
+        }
+        std::set<uint32_t> children;
+        for (const auto& [cp, c] : node.next) {
+            children.insert(cp);
+            if (!trie[c].live) continue;
+            if (const auto sp = spell(cp)) b_.add_alternative(rules[i], {*sp, Symbol::ref(rules[c])});
+        }
+        if (free_member) b_.add_alternative(rules[i], {key_char_except(children), *free_member});
+    }
+    if (!trie[0].live) return b_.alt({}, "no-member");
+    return b_.seq({lit("\""), Symbol::ref(rules[0])}, "member");
+}
+
 Symbol Compiler::object(const json& s, const std::string& ptr) {
     if (s.contains("propertyNames") && s["propertyNames"] != true && s["propertyNames"] != json::object())
         fail(child(ptr, "propertyNames"), "propertyNames is not supported");
@@ -1377,19 +1442,6 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
             names.push_back(r);
             values.push_back(schema(additional, child(ptr, "additionalProperties")));
         }
-    // Declared properties that say nothing about their value, beside additional properties that say nothing
-    // either, and none required: the object is any object. Writing them as keys of their own, in their order,
-    // would only narrow it (JSON Schema fixes no order) and make every byte of a key a parser state with each of
-    // them alive (configuration schemas declare a hundred or more such properties): they become additional keys.
-    const bool no_patterns =
-        !s.contains("patternProperties") || !s["patternProperties"].is_object() || s["patternProperties"].empty();
-    if (any_additional && no_patterns && required.empty() && names.size() == declared.size() &&
-        says_nothing(additional) &&
-        std::all_of(values.begin(), values.end(), [&](const Symbol& v) { return v == any_value(); })) {
-        declared.clear();
-        names.clear();
-        values.clear();
-    }
     const size_t n = names.size();
     size_t n_required = 0;
     for (const std::string& nm : names) n_required += required.count(nm);
@@ -1428,6 +1480,69 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         c.push_back(item);
         return c;
     };
+    const bool patterns = s.contains("patternProperties") && s["patternProperties"].is_object() &&
+                          !s["patternProperties"].empty();
+    if (!patterns) {
+        // The required properties in order, each once; the optional ones and additional properties anywhere around
+        // them, in any order, their keys read by one trie (member_trie), so that a key's bytes keep one parser item
+        // alive however many properties are declared.
+        std::map<std::string, Symbol> optional;
+        std::vector<Symbol> req;
+        for (size_t i = 0; i < n; ++i) {
+            if (required.count(names[i])) {
+                req.push_back(member(lit(json(names[i]).dump()), values[i]));
+            } else {
+                optional.emplace(names[i], values[i]);
+            }
+        }
+        Sequence ws_colon;
+        ws(ws_colon);
+        ws_colon.push_back(lit(":"));
+        ws(ws_colon);
+        std::optional<Symbol> any_member;  // an optional or additional member
+        if (!optional.empty() || any_additional)
+            any_member = member_trie(declared, optional,
+                                     any_additional ? std::optional<Symbol>(schema(additional, child(ptr, "additionalProperties")))
+                                                    : std::nullopt,
+                                     ws_colon);
+        const size_t k = req.size();
+        // rest[j]: what follows once something is written and j required members are: more optional members, then
+        // the next required one and rest[j + 1], or (j = k) the end.
+        std::vector<Symbol> rest(k + 1);
+        const std::optional<Symbol> more =
+            any_member ? std::optional<Symbol>(b_.repeat(b_.seq(comma(*any_member)), 0, -1, "members"))
+                       : std::nullopt;
+        for (size_t j = k + 1; j-- > 0;) {
+            Sequence r;
+            if (more) r.push_back(*more);
+            if (j < k) {
+                const Sequence c = comma(req[j]);
+                r.insert(r.end(), c.begin(), c.end());
+                r.push_back(rest[j + 1]);
+            }
+            rest[j] = r.empty() ? b_.alt({{}}, "end") : b_.seq(std::move(r), "rest");
+        }
+        std::vector<Sequence> first;  // the first member and what follows it
+        if (any_member) first.push_back({*any_member, rest[0]});
+        if (k > 0) first.push_back({req[0], rest[1]});
+        std::vector<Sequence> alts;
+        if (k == 0 && !nonempty) {
+            Sequence e{lit("{")};
+            ws(e);
+            e.push_back(lit("}"));
+            alts.push_back(std::move(e));
+        }
+        if (!first.empty()) {
+            Sequence full{lit("{")};
+            ws(full);
+            full.push_back(b_.alt(std::move(first), "members"));
+            ws(full);
+            full.push_back(lit("}"));
+            alts.push_back(std::move(full));
+        }
+        if (alts.empty()) fail(ptr, "the object constraints allow nothing");
+        return b_.alt(std::move(alts), "object");
+    }
     std::vector<Symbol> members;
     for (size_t i = 0; i < n; ++i) members.push_back(member(lit(json(names[i]).dump()), values[i]));
     std::optional<Symbol> extra;

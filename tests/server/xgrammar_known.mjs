@@ -128,6 +128,23 @@ export const KNOWN = [
     },
   },
   {
+    name: 'optional properties in any order',
+    right: 'megactx',
+    reason: 'JSON Schema fixes no order of properties: megactx writes the required ones in the schema\'s order and ' +
+      'the optional and additional ones anywhere around them (a key may come again: JSON parsers keep the last, ' +
+      'where xgrammar allows each once); xgrammar writes every declared property in the schema\'s order, so at a ' +
+      'key it allows fewer names',
+    embedded: true,
+    applies: (d) => {
+      if (d.only !== 'megactx' || !schemaText(d).includes('"properties"')) return false;
+      const pre = d.prefix.toString('latin1');
+      // a key being started or spelled, or a comma that opens one more member after a value
+      const atKey = /[{,]\s*"?[^"\\:]*$/.test(pre) && !/:\s*"[^"\\]*$/.test(pre);
+      const moreMembers = d.bytes.toString('latin1').includes(',') && /([}\]"0-9el]|:)\s*$/.test(pre);
+      return atKey || moreMembers;
+    },
+  },
+  {
     name: 'declared name as an additional property',
     right: 'megactx',
     reason: 'an additional property\'s key is a name that properties does not declare (JSON Schema ' +
