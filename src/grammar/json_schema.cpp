@@ -16,14 +16,16 @@
 //   `type`, and other validation keywords beside them are an error.
 // - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
 //   llama.cpp and xgrammar do; a schema with no type-specific keyword allows any value.
-// - Objects: declared properties in the schema's order, then required ones not declared in `required`'s order (as
-//   llguidance orders them), each optional one may be left out; additional properties
-//   (additionalProperties, default options.additional_properties_default) come after them, with keys that are not
-//   declared names: such keys are spelled without \u escapes so that "not a declared name" is exact (a trie
-//   complement). minProperties is enforced when the required properties meet it or it is 1; maxProperties when the
-//   declared properties cannot exceed it; otherwise an error. patternProperties with one value schema for all
-//   patterns and no declared name matching one, its keys instead of additional properties (a subset where those
-//   are allowed); propertyNames: an error unless empty.
+// - Objects: the required properties once each, declared ones in the schema's order and then undeclared ones in
+//   `required`'s order (as llguidance orders them); the optional and additional properties (additionalProperties,
+//   default options.additional_properties_default) anywhere around them, in any order. Their keys are read by one
+//   trie over the declared names (member_trie): a declared optional name takes its value schema, another declared
+//   name nothing, any other key the additional schema, spelled without \u escapes so that "not a declared name"
+//   is exact. A key may come again (JSON parsers keep the last). minProperties is enforced when the required
+//   properties meet it or it is 1; maxProperties when the declared properties cannot exceed it; otherwise an
+//   error. patternProperties with one value schema for all patterns and no declared name matching one: declared
+//   properties in the schema's order, then the pattern keys instead of additional properties (a subset where
+//   those are allowed); propertyNames: an error unless empty.
 // - Arrays: prefixItems, items, minItems, maxItems exactly (and the older items-as-an-array with additionalItems);
 //   uniqueItems only false; contains is an error.
 // - Integers: canonical integer text; minimum/maximum/exclusive bounds exactly by decimal range decomposition ("-0"
