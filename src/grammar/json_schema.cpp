@@ -1346,6 +1346,14 @@ Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
 
 Symbol Compiler::member_trie(const std::vector<std::string>& declared, const std::map<std::string, Symbol>& allowed,
                              const std::optional<Symbol>& additional, const Sequence& ws_colon) {
+    // Every declared name allowed and taking the additional properties' value schema: any key does.
+    if (additional && allowed.size() == declared.size() &&
+        std::all_of(allowed.begin(), allowed.end(), [&](const auto& a) { return a.second == *additional; })) {
+        Sequence m{any_string()};
+        m.insert(m.end(), ws_colon.begin(), ws_colon.end());
+        m.push_back(*additional);
+        return b_.seq(std::move(m), "member");
+    }
     struct Node {
         std::string name;  // the declared name ending here, if any
         bool declared = false;
@@ -1485,9 +1493,11 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     const bool patterns = s.contains("patternProperties") && s["patternProperties"].is_object() &&
                           !s["patternProperties"].empty();
     if (!patterns) {
-        // The required properties in order, each once; the optional ones and additional properties anywhere around
-        // them, in any order, their keys read by one trie (member_trie), so that a key's bytes keep one parser item
-        // alive however many properties are declared.
+        // The required properties in order, each once; the optional ones anywhere around them and additional
+        // properties after the last required one, in any order. Their keys are read by one trie (member_trie), so a
+        // key's bytes keep one parser item alive however many properties are declared. (Additional keys between
+        // required ones would keep the trie's complement alive at every key of such objects, and a mask there walks
+        // every key-like token.)
         std::map<std::string, Symbol> optional;
         std::vector<Symbol> req;
         for (size_t i = 0; i < n; ++i) {
@@ -1501,32 +1511,41 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         ws(ws_colon);
         ws_colon.push_back(lit(":"));
         ws(ws_colon);
-        std::optional<Symbol> any_member;  // an optional or additional member
-        if (!optional.empty() || any_additional)
-            any_member = member_trie(declared, optional,
-                                     any_additional ? std::optional<Symbol>(schema(additional, child(ptr, "additionalProperties")))
-                                                    : std::nullopt,
-                                     ws_colon);
         const size_t k = req.size();
-        // rest[j]: what follows once something is written and j required members are: more optional members, then
-        // the next required one and rest[j + 1], or (j = k) the end.
+        std::optional<Symbol> optional_member, any_member;  // an optional member; one that may also be additional
+        if (!optional.empty() && k > 0) optional_member = member_trie(declared, optional, std::nullopt, ws_colon);
+        if (!optional.empty() || any_additional)
+            any_member = member_trie(
+                declared, optional,
+                any_additional ? std::optional<Symbol>(schema(additional, child(ptr, "additionalProperties")))
+                               : std::nullopt,
+                ws_colon);
+        const auto more = [&](const std::optional<Symbol>& m) {  // zero or more ", m"
+            return m ? std::optional<Symbol>(b_.repeat(b_.seq(comma(*m)), 0, -1, "members")) : std::nullopt;
+        };
+        const std::optional<Symbol> more_optional = more(optional_member), more_any = more(any_member);
+        // rest[j]: what follows once something is written and j required members are: optional members and the
+        // next required one and rest[j + 1], or (j = k) any members and the end.
         std::vector<Symbol> rest(k + 1);
-        const std::optional<Symbol> more =
-            any_member ? std::optional<Symbol>(b_.repeat(b_.seq(comma(*any_member)), 0, -1, "members"))
-                       : std::nullopt;
         for (size_t j = k + 1; j-- > 0;) {
             Sequence r;
-            if (more) r.push_back(*more);
             if (j < k) {
+                if (more_optional) r.push_back(*more_optional);
                 const Sequence c = comma(req[j]);
                 r.insert(r.end(), c.begin(), c.end());
                 r.push_back(rest[j + 1]);
+            } else if (more_any) {
+                r.push_back(*more_any);
             }
             rest[j] = r.empty() ? b_.alt({{}}, "end") : b_.seq(std::move(r), "rest");
         }
         std::vector<Sequence> first;  // the first member and what follows it
-        if (any_member) first.push_back({*any_member, rest[0]});
-        if (k > 0) first.push_back({req[0], rest[1]});
+        if (k > 0) {
+            if (optional_member) first.push_back({*optional_member, rest[0]});
+            first.push_back({req[0], rest[1]});
+        } else if (any_member) {
+            first.push_back({*any_member, rest[0]});
+        }
         std::vector<Sequence> alts;
         if (k == 0 && !nonempty) {
             Sequence e{lit("{")};

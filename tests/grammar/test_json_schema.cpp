@@ -257,9 +257,9 @@ constexpr std::string_view kPerson = R"({
     "additionalProperties": false
 })";
 
-// Required properties once each, in the schema's order; optional ones, each with its own value schema, and
-// additional ones anywhere around them in any order (a key is not checked for repeats, as JSON parsers keep the
-// last).
+// Required properties once each, in the schema's order; optional ones, each with its own value schema, anywhere
+// around them in any order, and additional ones after the last required one (a key is not checked for repeats, as
+// JSON parsers keep the last).
 TEST(JsonSchema, RequiredPropertiesInOrderOptionalOnesAnywhere) {
     check(schema(kPerson),
           {R"({"a":1})", R"({"a":1,"b":"x"})", R"({"a":1,"c":true})", R"({"a":1,"b":"x","c":false})",
@@ -330,7 +330,9 @@ TEST(JsonSchema, AdditionalPropertiesExcludeDeclaredKeys) {
            R"({"name":"x","a/c":1,"a\/c":2,"b\n":3})", R"({"name":"x","a/b":"y","z":null})"},
           {R"({"name":1})", R"({"name":"x","name":1})", R"({"name":"x","n\u0061me":1})", R"({"name":"x","a/b":1})",
            R"({"name":"x","a\/b":1})", R"({"name":"x","age":3,})"});
-    check(open, {R"({"age":3,"name":"x"})", R"({"a\/b":"y","name":"x"})"}, {R"({"age":3})"});
+    // optional properties may come before the required ones; additional ones come after them
+    check(open, {R"({"a\/b":"y","name":"x"})", R"({"a/b":"y","name":"x","age":3})"},
+          {R"({"age":3})", R"({"age":3,"name":"x"})"});
     check(schema(R"({"properties": {"k": {"type": "string"}}, "additionalProperties": {"type": "integer"}})"),
           {R"({"k":"v","x":1,"y":2})", R"({"x":1})", "{}"}, {R"({"x":"v"})", R"({"k":1})"});
     // The option decides when the schema does not say.
