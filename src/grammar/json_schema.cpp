@@ -17,8 +17,9 @@
 // - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
 //   llama.cpp and xgrammar do; a schema with no type-specific keyword allows any value.
 // - Objects: the required properties once each, declared ones in the schema's order and then undeclared ones in
-//   `required`'s order (as llguidance orders them); the optional and additional properties (additionalProperties,
-//   default options.additional_properties_default) anywhere around them, in any order. Their keys are read by one
+//   `required`'s order (as llguidance orders them); the optional ones anywhere around them and the additional ones
+//   (additionalProperties, default options.additional_properties_default) after the last required one, in any
+//   order. Their keys are read by one
 //   trie over the declared names (member_trie): a declared optional name takes its value schema, another declared
 //   name nothing, any other key the additional schema, spelled without \u escapes so that "not a declared name"
 //   is exact. A key may come again (JSON parsers keep the last). minProperties is enforced when the required

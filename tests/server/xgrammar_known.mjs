@@ -130,10 +130,10 @@ export const KNOWN = [
   {
     name: 'optional properties in any order',
     right: 'megactx',
-    reason: 'JSON Schema fixes no order of properties: megactx writes the required ones in the schema\'s order and ' +
-      'the optional and additional ones anywhere around them (a key may come again: JSON parsers keep the last, ' +
-      'where xgrammar allows each once); xgrammar writes every declared property in the schema\'s order, so at a ' +
-      'key it allows fewer names',
+    reason: 'JSON Schema fixes no order of properties: megactx writes the required ones in the schema\'s order, ' +
+      'the optional ones anywhere around them and additional ones after the last required one (a key may come ' +
+      'again: JSON parsers keep the last, where xgrammar allows each once); xgrammar writes every declared ' +
+      'property in the schema\'s order, so at a key it allows fewer names',
     embedded: true,
     applies: (d) => {
       if (d.only !== 'megactx' || !schemaText(d).includes('"properties"')) return false;
