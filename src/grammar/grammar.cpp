@@ -1,5 +1,6 @@
 #include "grammar/grammar.h"
 
+#include <algorithm>
 #include <bit>
 #include <fmt/format.h>
 #include <unordered_set>
@@ -55,6 +56,9 @@ void Grammar::validate() const {
     if (root < 0 || root >= n) throw GrammarError(fmt::format("grammar: no root rule (root {} of {} rules)", root, n));
     for (const Rule& r : rules) {
         if (r.alternatives.empty()) throw GrammarError(fmt::format("grammar: rule '{}' has no alternative", r.name));
+        if (r.counted() && (r.alternatives.size() != 1 || r.alternatives[0].size() != 1 || r.min > r.max))
+            throw GrammarError(
+                fmt::format("grammar: counted rule '{}' is not one symbol {{{},{}}}", r.name, r.min, r.max));
         for (const Sequence& s : r.alternatives)
             for (const Symbol& sym : s) {
                 if (sym.is_rule() && sym.rule >= n)
@@ -69,6 +73,10 @@ void Grammar::validate() const {
         changed = false;
         for (size_t i = 0; i < rules.size(); ++i) {
             if (productive[i]) continue;
+            if (rules[i].counted() && rules[i].min == 0) {  // item{0,n} derives ε whatever the item
+                productive[i] = changed = true;
+                continue;
+            }
             for (const Sequence& s : rules[i].alternatives) {
                 bool all = true;
                 for (const Symbol& sym : s) all = all && (!sym.is_rule() || productive[static_cast<size_t>(sym.rule)]);
@@ -135,6 +143,12 @@ std::string Grammar::to_gbnf() const {
     std::string out;
     const auto emit = [&](const Rule& r) {
         out += r.name + " ::=";
+        if (r.counted()) {  // GBNF's own bounded repetition
+            const Symbol& s = r.alternatives[0][0];
+            const std::string item = s.is_rule() ? rules[static_cast<size_t>(s.rule)].name : gbnf_class(s.bytes);
+            out += fmt::format(" {}{{{},{}}}\n", item, r.min, r.max);
+            return;
+        }
         for (size_t a = 0; a < r.alternatives.size(); ++a) {
             if (a > 0) out += " |";
             if (r.alternatives[a].empty()) out += " \"\"";
@@ -152,9 +166,7 @@ std::string Grammar::to_gbnf() const {
 void Builder::count(int64_t n) {
     n_symbols_ += n;
     if (n_symbols_ > max_symbols_)
-        throw GrammarError(fmt::format("grammar too large: more than {} symbols (a bound such as maxLength, "
-                                       "maxItems or {{m,n}} expands to one rule per repetition)",
-                                       max_symbols_));
+        throw GrammarError(fmt::format("grammar too large: more than {} symbols", max_symbols_));
 }
 
 int32_t Builder::rule(std::string_view name) {
@@ -200,6 +212,8 @@ Symbol Builder::embed(const Grammar& g) {
     std::vector<int32_t> to(g.rules.size());
     for (size_t r = 0; r < g.rules.size(); ++r) to[r] = rule(g.rules[r].name);
     for (size_t r = 0; r < g.rules.size(); ++r) {
+        g_.rules[static_cast<size_t>(to[r])].min = g.rules[r].min;
+        g_.rules[static_cast<size_t>(to[r])].max = g.rules[r].max;
         for (const Sequence& alternative : g.rules[r].alternatives) {
             Sequence copy = alternative;
             for (Symbol& sym : copy)
@@ -213,27 +227,26 @@ Symbol Builder::embed(const Grammar& g) {
 Symbol Builder::repeat(const Symbol& item, int64_t min, int64_t max, std::string_view hint) {
     if (min < 0 || (max >= 0 && max < min))
         throw GrammarError(fmt::format("grammar: repetition {{{},{}}} is empty", min, max));
-    Sequence out(static_cast<size_t>(min), item);
-    count(min);
-    if (max < 0) {  // star ::= item star | ε
+    if (std::max(min, max) > kMaxRepeat)
+        throw GrammarError(fmt::format("grammar: repetition bound above {}", kMaxRepeat));
+    // item{min,max} as one rule that the matcher reads with a count (Rule::max): one rule whatever the bounds.
+    const auto counted = [&](int64_t lo, int64_t hi) {
+        const int32_t r = rule(hint);
+        add_alternative(r, {item});
+        g_.rules[static_cast<size_t>(r)].min = static_cast<uint32_t>(lo);
+        g_.rules[static_cast<size_t>(r)].max = static_cast<uint32_t>(hi);
+        return Symbol::ref(r);
+    };
+    if (max < 0) {  // item{min} star, star ::= item star | ε
         const int32_t star = rule(std::string(hint) + "-star");
         add_alternative(star, {item, Symbol::ref(star)});
         add_alternative(star, {});
-        out.push_back(Symbol::ref(star));
-    } else if (max > min) {  // up_k ::= item up_{k-1} | ε, k = max - min down to 1
-        int32_t tail = -1;
-        for (int64_t k = 1; k <= max - min; ++k) {
-            const int32_t up = rule(fmt::format("{}-up{}", hint, k));
-            Sequence s{item};
-            if (tail >= 0) s.push_back(Symbol::ref(tail));
-            add_alternative(up, std::move(s));
-            add_alternative(up, {});
-            tail = up;
-        }
-        out.push_back(Symbol::ref(tail));
+        if (min == 0) return Symbol::ref(star);
+        return seq({min == 1 ? item : counted(min, min), Symbol::ref(star)}, hint);
     }
-    if (out.empty()) return alt({{}}, hint);  // item{0,0}: ε
-    return seq(std::move(out), hint);
+    if (max == 0) return alt({{}}, hint);  // item{0,0}: ε
+    if (min == 1 && max == 1) return item;
+    return counted(min, max);
 }
 
 namespace {

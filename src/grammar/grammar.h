@@ -5,7 +5,9 @@
 //
 // A rule has alternatives; an alternative is a sequence of symbols; a symbol is a terminal (a set of bytes, one
 // byte of input) or a reference to a rule. The empty sequence is ε. UTF-8 is spelled out as byte sequences by the
-// front ends (Builder::utf8_range), so the matcher never decodes.
+// front ends (Builder::utf8_range), so the matcher never decodes. A rule may instead be a counted repetition
+// (Rule::max > 0): its one symbol between min and max times, which the matcher reads with a count, so that a
+// bound such as maxLength 65535 costs one rule rather than one per count.
 #pragma once
 
 #include <array>
@@ -59,14 +61,19 @@ using Sequence = std::vector<Symbol>;  // empty: ε
 struct Rule {
     std::string name;  // for messages and to_gbnf(); unique within a grammar
     std::vector<Sequence> alternatives;
+    // A counted repetition (Builder::repeat): max > 0, and the rule derives item{min,max}, where the item is the
+    // one symbol of its one alternative (min <= max). max == 0: an ordinary rule, its alternatives as they are.
+    uint32_t min = 0, max = 0;
+    bool counted() const { return max > 0; }
 };
 
 struct Grammar {
     std::vector<Rule> rules;
     int32_t root = -1;
 
-    // GrammarError unless: root and every reference name a rule, every rule has an alternative, and every rule can
-    // derive some finite byte string (a rule that only recurses into itself matches nothing and is a mistake).
+    // GrammarError unless: root and every reference name a rule, every rule has an alternative (a counted one has
+    // exactly one, of one symbol, and min <= max), and every rule can derive some finite byte string (a rule that
+    // only recurses into itself matches nothing and is a mistake).
     void validate() const;
     int64_t n_symbols() const;  // symbols over all alternatives: the size limit counts these
     // GBNF text (llama.cpp's syntax) that parse_gbnf() reads back into an equivalent grammar: for `grammar compile`
@@ -90,7 +97,8 @@ class Builder {
     Symbol seq(Sequence items, std::string_view hint = "seq");          // one rule of one alternative
     Symbol alt(std::vector<Sequence> alternatives, std::string_view hint = "alt");
     Symbol optional(const Symbol& s, std::string_view hint = "opt");
-    // item{min,max}; max < 0: unbounded. A bound expands to O(max) rules, counted against the size limit.
+    // item{min,max}; max < 0: unbounded. A bounded repetition (other than {0,0} and {1,1}) is one counted rule
+    // (Rule::max), whatever its bounds; item{min,} is item{min,min} then item*.
     Symbol repeat(const Symbol& item, int64_t min, int64_t max, std::string_view hint = "rep");
     // Every UTF-8 encoding of a code point in [lo, hi] (surrogates excluded), as alternatives of byte sequences.
     Symbol utf8_range(uint32_t lo, uint32_t hi, std::string_view hint = "utf8");
@@ -106,6 +114,10 @@ class Builder {
 
     // The grammar rooted at `root`, validated. The builder is left empty.
     Grammar finish(int32_t root);
+
+    // The largest bound repeat() takes (the front ends refuse theirs sooner); the matcher numbers every count of
+    // every counted rule, so their sum must stay well inside 32 bits.
+    static constexpr int64_t kMaxRepeat = int64_t{1} << 28;
 
   private:
     void count(int64_t n);

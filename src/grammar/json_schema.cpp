@@ -1216,7 +1216,8 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
     for (bool changed = true; changed;) {
         changed = false;
         for (size_t i = 0; i < g.rules.size(); ++i)
-            if (!productive[i] && std::any_of(g.rules[i].alternatives.begin(), g.rules[i].alternatives.end(), ok))
+            if (!productive[i] && ((g.rules[i].counted() && g.rules[i].min == 0) ||
+                                   std::any_of(g.rules[i].alternatives.begin(), g.rules[i].alternatives.end(), ok)))
                 productive[i] = changed = true;
     }
     std::vector<int32_t> map(g.rules.size(), -1);
@@ -1224,6 +1225,16 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
         if (productive[i]) map[i] = b_.rule(g.rules[i].name);
     for (size_t i = 0; i < g.rules.size(); ++i) {
         if (!productive[i]) continue;
+        if (g.rules[i].counted()) {  // item{min,max} stays counted; of an item that derives nothing, only ε is left
+            const Symbol& item = g.rules[i].alternatives[0][0];
+            if (!ok({item})) {
+                b_.add_alternative(map[i], {});
+                continue;
+            }
+            const Symbol copy = item.is_rule() ? Symbol::ref(map[static_cast<size_t>(item.rule)]) : escaped(item.bytes);
+            b_.add_alternative(map[i], {b_.repeat(copy, g.rules[i].min, g.rules[i].max, g.rules[i].name)});
+            continue;
+        }
         for (const Sequence& seq : g.rules[i].alternatives) {
             if (!ok(seq)) continue;
             Sequence out;

@@ -5,10 +5,17 @@
 // An item is (dotted position, origin). Every production owns len + 1 consecutive dotted positions, and for each
 // position the symbol after the dot is precomputed. ε is handled with Aycock & Horspool's predictor: predicting a
 // nullable rule also moves the dot over it, so completions of empty spans are never needed. Right recursion (a
-// JSON string's `chars ::= char chars | ε`, the chains of x{0,n}) would make every byte complete a chain as long as
-// the input; Leo's deterministic-reduction items cut each such chain to one step. What predicting each rule brings
-// is precomputed too (its closure, as a bundle of items), since re-deriving the same predictions at every byte is
-// most of the work on real grammars.
+// JSON string's `chars ::= char chars | ε`) would make every byte complete a chain as long as the input; Leo's
+// deterministic-reduction items cut each such chain to one step. What predicting each rule brings is precomputed
+// too (its closure, as a bundle of items), since re-deriving the same predictions at every byte is most of the work
+// on real grammars.
+//
+// A counted rule (Rule::max > 0, item{min,max}) has one production whose dotted positions are its counts: position
+// base + i is "i items read", for i = 0..max, so reading an item moves the dot one position on, as in any
+// production, and every position from min on may also complete the rule. These positions are numbered after the
+// real ones and computed, never stored (Compiled::next() and its neighbours), so a bound of 65535 costs no more
+// than a bound of 5. The dot never moves over an item by ε: when the item derives ε, min is taken as 0, and the
+// position i then already allows all that i + 1 would.
 #include "grammar/matcher.h"
 
 #include <algorithm>
@@ -23,18 +30,31 @@ namespace megactx::grammar {
 
 namespace {
 
-constexpr int32_t kTerminal = -1;  // Compiled::next codes below 0: the symbol after the dot is a terminal,
+constexpr int32_t kTerminal = -1;  // Compiled::next() codes below 0: the symbol after the dot is a terminal,
 constexpr int32_t kEnd = -2;       // or there is none (the item is complete)
 constexpr uint32_t kLeoNone = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t kLeoUnresolved = kLeoNone - 1;
 constexpr uint32_t kLeoBusy = kLeoNone - 2;
 constexpr uint64_t kRuleTag = uint64_t{1} << 31;  // dotted positions and rules are below 2^31
 
+// A counted rule's production (see the top of this file).
+struct Counted {
+    int32_t rule;
+    uint32_t base;      // the dotted position after 0 items; base + i after i items, i = 0..max
+    uint32_t min, max;  // min is 0 when the item derives ε (item{m,n} is then item{0,n})
+    int32_t item;       // the item: a rule, or kTerminal
+    int32_t item_arg;   // the terminal's index when the item is one
+    bool one_way;       // the item derives no ε and none of its strings is a proper prefix of another
+};
+
 // The grammar as flat arrays, shared by every copy of a matcher (it never changes after construction).
 struct Compiled {
-    std::vector<int32_t> next;         // per dotted position: the rule after the dot, kTerminal or kEnd
-    std::vector<int32_t> arg;          // per dotted position: the terminal's index (kTerminal) or the lhs (kEnd)
-    std::vector<int32_t> lhs;          // per dotted position: the rule its production belongs to
+    // Per real dotted position (below n_real): the rule after the dot, kTerminal or kEnd; the terminal's index
+    // (kTerminal) or the lhs (kEnd); the rule its production belongs to. Read through next(), arg() and lhs(),
+    // which also answer for counted rules' positions (n_real and above).
+    std::vector<int32_t> real_next, real_arg, real_lhs;
+    uint32_t n_real = 0;
+    uint32_t n_positions = 0;          // real and counted
     std::vector<ByteSet> terminals;    // one per terminal occurrence
     std::vector<uint32_t> rule_begin;  // rule r's productions start at dotted positions starts[rule_begin[r]..]
     std::vector<uint32_t> starts;
@@ -42,6 +62,8 @@ struct Compiled {
     uint32_t start_pos = 0;         // `start ::= root` (a rule of its own), dot before root
     uint32_t accept_pos = 0;        // the same, dot after root
     int32_t n_rules = 0;            // including `start`
+    std::vector<Counted> counted;   // the counted rules, by base
+    std::vector<int32_t> counted_of;  // per rule: its index in `counted`, or -1
     // Per rule, the items (as dotted positions; their origin is the set predicting) that predicting it brings, dot
     // moves over nullable rules included and complete ones left out: bundle[bundle_begin[r]..bundle_begin[r + 1]],
     // and the union of their terminals. has_bundle is 0 for a rule whose closure was too large to store: it is
@@ -49,17 +71,39 @@ struct Compiled {
     std::vector<uint32_t> bundle_begin, bundle;
     std::vector<ByteSet> bundle_allowed;
     std::vector<uint8_t> has_bundle;
-    // Per rule: the items a bounded repetition's chain (up_k ::= item up_{k-1} | ε, up_1 ::= item | ε) reads at
-    // most, 0 for a rule that is no such chain or whose item does not split bytes one way (see
-    // Matcher::repetition); and the dotted position of its item.
-    std::vector<uint32_t> chain_max, chain_item;
-    // Per rule: for a rule of one production item^m chain (Builder::repeat's item{m,n} with 0 < m < n), m and the
-    // dotted position before the chain; 0 for other rules.
-    std::vector<uint32_t> repeat_min, repeat_chain;
     // Per rule, made when first needed (Matcher::repetition): the bytes its strings may begin with, and the bytes
     // that may follow it anywhere in the grammar (standard FIRST and FOLLOW sets; over-approximations are safe).
     mutable std::once_flag sets_once;
     mutable std::vector<ByteSet> first, follow;
+
+    bool is_counted(uint32_t pos) const { return pos >= n_real; }
+    // The counted rule whose production holds dotted position `pos` (is_counted(pos)).
+    const Counted& counted_at(uint32_t pos) const {
+        const auto it = std::upper_bound(counted.begin(), counted.end(), pos,
+                                         [](uint32_t p, const Counted& r) { return p < r.base; });
+        return *(it - 1);
+    }
+    const Counted* counted_rule(int32_t rule) const {
+        const int32_t i = rule >= 0 ? counted_of[static_cast<size_t>(rule)] : -1;
+        return i >= 0 ? &counted[static_cast<size_t>(i)] : nullptr;
+    }
+    int32_t next(uint32_t pos) const {
+        if (pos < n_real) return real_next[pos];
+        const Counted& r = counted_at(pos);
+        return pos - r.base < r.max ? r.item : kEnd;
+    }
+    int32_t arg(uint32_t pos) const {
+        if (pos < n_real) return real_arg[pos];
+        const Counted& r = counted_at(pos);
+        return pos - r.base < r.max ? r.item_arg : r.rule;
+    }
+    int32_t lhs(uint32_t pos) const { return pos < n_real ? real_lhs[pos] : counted_at(pos).rule; }
+    // Whether the production may complete at `pos`: at its end, or at a count of min or more.
+    bool completes(uint32_t pos) const {
+        if (pos < n_real) return real_next[pos] == kEnd;
+        const Counted& r = counted_at(pos);
+        return pos - r.base >= r.min;
+    }
 };
 
 constexpr size_t kMaxBundle = 512;               // dotted positions in one rule's closure
@@ -83,18 +127,19 @@ void compute_bundles(Compiled& c) {
         for (size_t q = 0; q < queue.size() && fits; ++q) {
             for (uint32_t p = c.rule_begin[queue[q]]; p < c.rule_begin[queue[q] + 1] && fits; ++p) {
                 for (uint32_t pos = c.starts[p];; ++pos) {
-                    const int32_t sym = c.next[pos];
+                    const int32_t sym = c.next(pos);
                     if (sym == kEnd) break;
                     c.bundle.push_back(pos);
                     if (sym == kTerminal) {
-                        allowed.add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+                        allowed.add(c.terminals[static_cast<size_t>(c.arg(pos))]);
                         break;
                     }
                     if (seen[static_cast<size_t>(sym)] != r + 1) {
                         seen[static_cast<size_t>(sym)] = static_cast<uint32_t>(r) + 1;
                         queue.push_back(static_cast<uint32_t>(sym));
                     }
-                    if (!c.nullable[static_cast<size_t>(sym)]) break;
+                    // A counted rule's dot never moves over its item by ε.
+                    if (!c.nullable[static_cast<size_t>(sym)] || c.is_counted(pos)) break;
                 }
                 fits = c.bundle.size() - begin <= kMaxBundle;
             }
@@ -109,39 +154,56 @@ void compute_bundles(Compiled& c) {
     c.bundle_begin[n] = static_cast<uint32_t>(c.bundle.size());
 }
 
-// Whether the symbols after dotted positions a and b are the same.
-bool same_symbol(const Compiled& c, uint32_t a, uint32_t b) {
-    if (c.next[a] != c.next[b]) return false;
-    return c.next[a] != kTerminal ||
-           c.terminals[static_cast<size_t>(c.arg[a])] == c.terminals[static_cast<size_t>(c.arg[b])];
-}
-
 using ByteStrings = std::vector<std::vector<ByteSet>>;  // byte strings as sequences of byte sets
 constexpr size_t kMaxFlatStrings = 256, kMaxFlatLength = 8;
 constexpr int kMaxFlatDepth = 8;
+
+// Appends to `out` every concatenation of a string of `a` and one of `b`; false when that makes too many or too
+// long strings.
+bool product(const ByteStrings& a, const ByteStrings& b, ByteStrings& out) {
+    if (a.size() * b.size() > kMaxFlatStrings) return false;
+    for (const auto& s : a) {
+        for (const auto& t : b) {
+            if (s.size() + t.size() > kMaxFlatLength) return false;
+            out.push_back(s);
+            out.back().insert(out.back().end(), t.begin(), t.end());
+        }
+    }
+    return true;
+}
 
 // The strings rule r derives, as sequences of byte sets, when they are few and short (a JSON string's character, a
 // UTF-8 range): false otherwise (many, long, or recursive).
 bool flatten(const Compiled& c, int32_t r, int depth, ByteStrings& out) {
     if (depth > kMaxFlatDepth) return false;
     out.clear();
+    if (const Counted* rc = c.counted_rule(r)) {  // item^k for k = min..max
+        ByteStrings item;
+        if (rc->item == kTerminal) {
+            item.push_back({c.terminals[static_cast<size_t>(rc->item_arg)]});
+        } else if (!flatten(c, rc->item, depth + 1, item)) {
+            return false;
+        }
+        ByteStrings power(1);  // item^0
+        for (uint32_t k = 0;; ++k) {
+            if (k >= rc->min) out.insert(out.end(), power.begin(), power.end());
+            if (out.size() > kMaxFlatStrings) return false;
+            if (k == rc->max) return true;
+            ByteStrings longer;
+            if (!product(power, item, longer)) return false;
+            power = std::move(longer);
+        }
+    }
     const auto ru = static_cast<size_t>(r);
     for (uint32_t p = c.rule_begin[ru]; p < c.rule_begin[ru + 1]; ++p) {
         ByteStrings seqs(1);
-        for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
-            if (c.next[pos] == kTerminal) {
-                for (auto& s : seqs) s.push_back(c.terminals[static_cast<size_t>(c.arg[pos])]);
+        for (uint32_t pos = c.starts[p]; c.next(pos) != kEnd; ++pos) {
+            if (c.next(pos) == kTerminal) {
+                for (auto& s : seqs) s.push_back(c.terminals[static_cast<size_t>(c.arg(pos))]);
             } else {
-                ByteStrings sub, product;
-                if (!flatten(c, c.next[pos], depth + 1, sub) || seqs.size() * sub.size() > kMaxFlatStrings)
-                    return false;
-                for (const auto& s : seqs) {
-                    for (const auto& t : sub) {
-                        product.push_back(s);
-                        product.back().insert(product.back().end(), t.begin(), t.end());
-                    }
-                }
-                seqs = std::move(product);
+                ByteStrings sub, longer;
+                if (!flatten(c, c.next(pos), depth + 1, sub) || !product(seqs, sub, longer)) return false;
+                seqs = std::move(longer);
             }
             for (const auto& s : seqs)
                 if (s.size() > kMaxFlatLength) return false;
@@ -166,56 +228,19 @@ bool prefix_free(const ByteStrings& strings) {
     return true;
 }
 
-// Fills Compiled::chain_max and chain_item. A chain's lower link is a rule made before it (Builder::repeat makes
-// them bottom up); a chain whose links come in another order is left alone.
-void find_chains(Compiled& c) {
-    const auto n = static_cast<size_t>(c.n_rules);
-    c.chain_max.assign(n, 0);
-    c.chain_item.assign(n, 0);
+// Fills Counted::one_way: whether the bytes a repetition of the item reads split into items one way only (see
+// Matcher::repetition), from the item's strings when they are few and short.
+void find_one_way_items(Compiled& c) {
     std::unordered_map<int32_t, bool> item_ok;  // by the item's rule
-    const auto splits_one_way = [&](uint32_t pos) {
-        const int32_t r = c.next[pos];
-        if (r == kTerminal) return true;
-        const auto [it, fresh] = item_ok.emplace(r, false);
-        ByteStrings strings;
-        if (fresh) it->second = flatten(c, r, 0, strings) && prefix_free(strings);
-        return it->second;
-    };
-    for (size_t r = 0; r < n; ++r) {
-        if (c.rule_begin[r + 1] - c.rule_begin[r] != 2) continue;
-        uint32_t a = c.starts[c.rule_begin[r]], b = c.starts[c.rule_begin[r] + 1];
-        if (c.next[a] == kEnd) std::swap(a, b);
-        if (c.next[b] != kEnd || c.next[a] == kEnd || c.next[a] == static_cast<int32_t>(r)) continue;
-        uint32_t below = 0;
-        if (c.next[a + 1] != kEnd) {  // item up_{k-1}
-            const int32_t t = c.next[a + 1];
-            if (t < 0 || c.next[a + 2] != kEnd || c.chain_max[static_cast<size_t>(t)] == 0 ||
-                !same_symbol(c, a, c.chain_item[static_cast<size_t>(t)]))
-                continue;
-            below = c.chain_max[static_cast<size_t>(t)];
+    for (Counted& r : c.counted) {
+        if (r.item == kTerminal) {
+            r.one_way = true;
+            continue;
         }
-        if (!splits_one_way(a)) continue;
-        c.chain_max[r] = below + 1;
-        c.chain_item[r] = a;
-    }
-}
-
-// Fills Compiled::repeat_min and repeat_chain, once the chains are known.
-void find_repeats(Compiled& c) {
-    const auto n = static_cast<size_t>(c.n_rules);
-    c.repeat_min.assign(n, 0);
-    c.repeat_chain.assign(n, 0);
-    for (size_t r = 0; r < n; ++r) {
-        if (c.rule_begin[r + 1] - c.rule_begin[r] != 1) continue;
-        const uint32_t first = c.starts[c.rule_begin[r]];
-        uint32_t p = first;
-        while (c.next[p] != kEnd && same_symbol(c, p, first)) ++p;
-        const int32_t chain = c.next[p];
-        if (p == first || chain < 0 || c.next[p + 1] != kEnd) continue;
-        const auto ch = static_cast<size_t>(chain);
-        if (c.chain_max[ch] == 0 || !same_symbol(c, c.chain_item[ch], first)) continue;
-        c.repeat_min[r] = p - first;
-        c.repeat_chain[r] = p;
+        const auto [it, fresh] = item_ok.emplace(r.item, false);
+        ByteStrings strings;
+        if (fresh) it->second = flatten(c, r.item, 0, strings) && prefix_free(strings);
+        r.one_way = it->second;
     }
 }
 
@@ -223,14 +248,21 @@ void find_repeats(Compiled& c) {
 // filled); `nullable`: they may derive the empty string.
 ByteSet first_of(const Compiled& c, uint32_t pos, bool& nullable) {
     ByteSet out;
-    for (; c.next[pos] != kEnd; ++pos) {
-        if (c.next[pos] == kTerminal) {
-            out.add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+    if (c.is_counted(pos)) {  // the item, when another may come; nullable from min on
+        const int32_t sym = c.next(pos);
+        if (sym == kTerminal) out.add(c.terminals[static_cast<size_t>(c.arg(pos))]);
+        if (sym >= 0) out.add(c.first[static_cast<size_t>(sym)]);
+        nullable = c.completes(pos);
+        return out;
+    }
+    for (; c.next(pos) != kEnd; ++pos) {
+        if (c.next(pos) == kTerminal) {
+            out.add(c.terminals[static_cast<size_t>(c.arg(pos))]);
             nullable = false;
             return out;
         }
-        out.add(c.first[static_cast<size_t>(c.next[pos])]);
-        if (!c.nullable[static_cast<size_t>(c.next[pos])]) {
+        out.add(c.first[static_cast<size_t>(c.next(pos))]);
+        if (!c.nullable[static_cast<size_t>(c.next(pos))]) {
             nullable = false;
             return out;
         }
@@ -281,14 +313,19 @@ void compute_first_follow(const Compiled& c) {
     Edges edges;  // FIRST: a rule -> the rules whose productions begin with it
     c.first.assign(n, ByteSet{});
     for (size_t r = 0; r < n; ++r) {
+        if (const Counted* rc = c.counted_rule(static_cast<int32_t>(r))) {  // begins with its item
+            if (rc->item == kTerminal) c.first[r].add(c.terminals[static_cast<size_t>(rc->item_arg)]);
+            if (rc->item >= 0) edges.emplace_back(static_cast<uint32_t>(rc->item), static_cast<uint32_t>(r));
+            continue;
+        }
         for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
-            for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
-                if (c.next[pos] == kTerminal) {
-                    c.first[r].add(c.terminals[static_cast<size_t>(c.arg[pos])]);
+            for (uint32_t pos = c.starts[p]; c.next(pos) != kEnd; ++pos) {
+                if (c.next(pos) == kTerminal) {
+                    c.first[r].add(c.terminals[static_cast<size_t>(c.arg(pos))]);
                     break;
                 }
-                edges.emplace_back(static_cast<uint32_t>(c.next[pos]), static_cast<uint32_t>(r));
-                if (!c.nullable[static_cast<size_t>(c.next[pos])]) break;
+                edges.emplace_back(static_cast<uint32_t>(c.next(pos)), static_cast<uint32_t>(r));
+                if (!c.nullable[static_cast<size_t>(c.next(pos))]) break;
             }
         }
     }
@@ -296,12 +333,18 @@ void compute_first_follow(const Compiled& c) {
     edges.clear();  // FOLLOW: a production's rule -> the rules ending it
     c.follow.assign(n, ByteSet{});
     for (size_t r = 0; r < n; ++r) {
+        if (const Counted* rc = c.counted_rule(static_cast<int32_t>(r))) {  // an item, then another or the end
+            if (rc->item < 0) continue;
+            if (rc->max >= 2) c.follow[static_cast<size_t>(rc->item)].add(c.first[static_cast<size_t>(rc->item)]);
+            edges.emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(rc->item));
+            continue;
+        }
         for (uint32_t p = c.rule_begin[r]; p < c.rule_begin[r + 1]; ++p) {
-            for (uint32_t pos = c.starts[p]; c.next[pos] != kEnd; ++pos) {
-                if (c.next[pos] == kTerminal) continue;
+            for (uint32_t pos = c.starts[p]; c.next(pos) != kEnd; ++pos) {
+                if (c.next(pos) == kTerminal) continue;
                 bool rest_nullable = false;
-                c.follow[static_cast<size_t>(c.next[pos])].add(first_of(c, pos + 1, rest_nullable));
-                if (rest_nullable) edges.emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(c.next[pos]));
+                c.follow[static_cast<size_t>(c.next(pos))].add(first_of(c, pos + 1, rest_nullable));
+                if (rest_nullable) edges.emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(c.next(pos)));
             }
         }
     }
@@ -312,54 +355,78 @@ std::shared_ptr<const Compiled> compile(const Grammar& g) {
     auto c = std::make_shared<Compiled>();
     const auto n = static_cast<int32_t>(g.rules.size());
     c->n_rules = n + 1;
+    c->counted_of.assign(static_cast<size_t>(n) + 1, -1);
+    const auto terminal = [&](const ByteSet& bytes) {
+        c->terminals.push_back(bytes);
+        return static_cast<int32_t>(c->terminals.size() - 1);
+    };
     const auto add_production = [&](int32_t lhs, const Sequence& seq) {
-        c->starts.push_back(static_cast<uint32_t>(c->next.size()));
+        c->starts.push_back(static_cast<uint32_t>(c->real_next.size()));
         for (const Symbol& s : seq) {
-            if (s.is_rule()) {
-                c->next.push_back(s.rule);
-                c->arg.push_back(0);
-            } else {
-                c->next.push_back(kTerminal);
-                c->arg.push_back(static_cast<int32_t>(c->terminals.size()));
-                c->terminals.push_back(s.bytes);
-            }
+            c->real_next.push_back(s.is_rule() ? s.rule : kTerminal);
+            c->real_arg.push_back(s.is_rule() ? 0 : terminal(s.bytes));
         }
-        c->next.push_back(kEnd);
-        c->arg.push_back(lhs);
-        c->lhs.resize(c->next.size(), lhs);
+        c->real_next.push_back(kEnd);
+        c->real_arg.push_back(lhs);
+        c->real_lhs.resize(c->real_next.size(), lhs);
     };
     for (int32_t r = 0; r < n; ++r) {
+        const Rule& rule = g.rules[static_cast<size_t>(r)];
         c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
-        for (const Sequence& seq : g.rules[static_cast<size_t>(r)].alternatives) add_production(r, seq);
+        if (rule.counted()) {  // its start is numbered below, after every real position
+            const Symbol& item = rule.alternatives.at(0).at(0);
+            c->counted_of[static_cast<size_t>(r)] = static_cast<int32_t>(c->counted.size());
+            c->counted.push_back({r, static_cast<uint32_t>(c->starts.size()), rule.min, rule.max,
+                                  item.is_rule() ? item.rule : kTerminal, item.is_rule() ? 0 : terminal(item.bytes),
+                                  false});
+            c->starts.push_back(0);
+            continue;
+        }
+        for (const Sequence& seq : rule.alternatives) add_production(r, seq);
     }
     // `start` is never referenced, so its completion is never folded into a Leo chain: accepting() looks for it.
     c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
-    c->start_pos = static_cast<uint32_t>(c->next.size());
+    c->start_pos = static_cast<uint32_t>(c->real_next.size());
     add_production(n, {Symbol::ref(g.root)});
     c->accept_pos = c->start_pos + 1;
     c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
-    if (c->next.size() >= (size_t{1} << 31)) throw GrammarError("grammar: too large for the matcher");
+    c->n_real = static_cast<uint32_t>(c->real_next.size());
+    uint64_t next_base = c->n_real;
+    for (Counted& r : c->counted) {
+        const uint32_t start = r.base;  // held the index of its entry in `starts` until now
+        r.base = static_cast<uint32_t>(std::min<uint64_t>(next_base, kRuleTag));
+        c->starts[start] = r.base;
+        next_base += uint64_t{r.max} + 1;
+    }
+    if (next_base >= kRuleTag) throw GrammarError("grammar: too large for the matcher");
+    c->n_positions = static_cast<uint32_t>(next_base);
 
     c->nullable.assign(static_cast<size_t>(n) + 1, 0);
     for (bool changed = true; changed;) {
         changed = false;
         for (int32_t r = 0; r <= n; ++r) {
-            if (c->nullable[static_cast<size_t>(r)]) continue;
-            for (uint32_t p = c->rule_begin[static_cast<size_t>(r)]; p < c->rule_begin[static_cast<size_t>(r) + 1];
-                 ++p) {
+            const auto ru = static_cast<size_t>(r);
+            if (c->nullable[ru]) continue;
+            if (const Counted* rc = c->counted_rule(r)) {
+                if (rc->min == 0 || (rc->item >= 0 && c->nullable[static_cast<size_t>(rc->item)]))
+                    c->nullable[ru] = changed = true;
+                continue;
+            }
+            for (uint32_t p = c->rule_begin[ru]; p < c->rule_begin[ru + 1]; ++p) {
                 uint32_t pos = c->starts[p];
-                while (c->next[pos] >= 0 && c->nullable[static_cast<size_t>(c->next[pos])]) ++pos;
-                if (c->next[pos] == kEnd) {
-                    c->nullable[static_cast<size_t>(r)] = 1;
+                while (c->real_next[pos] >= 0 && c->nullable[static_cast<size_t>(c->real_next[pos])]) ++pos;
+                if (c->real_next[pos] == kEnd) {
+                    c->nullable[ru] = 1;
                     changed = true;
                     break;
                 }
             }
         }
     }
+    for (Counted& r : c->counted)  // an item that derives ε makes every count from 0 on complete
+        if (r.item >= 0 && c->nullable[static_cast<size_t>(r.item)]) r.min = 0;
     compute_bundles(*c);
-    find_chains(*c);
-    find_repeats(*c);
+    find_one_way_items(*c);
     return c;
 }
 
@@ -451,11 +518,13 @@ struct Matcher::Impl {
     std::vector<Waiter*> key_chain;
 
     // The set a reset returns to: 0, or 1 for a matcher started inside a production (at_position), whose set 0 is
-    // an empty context that nothing waits in. accept_at: the dotted position whose item from origin 0 accepts.
+    // an empty context that nothing waits in. An item from origin 0 at a dotted position in [accept_lo, accept_hi]
+    // accepts: the start rule's end; the end of the production an at_position() matcher started in, or the counts
+    // from min on of a counted rule.
     uint32_t base = 0;
-    uint32_t accept_at;
-    // A matcher started inside a production that stops at accept_at before its end (at_position(pos, end)): what
-    // reaches accept_at accepts and reads nothing more. Its keys are salted apart from those of matchers that read on.
+    uint32_t accept_lo, accept_hi;
+    // A matcher started inside a production that stops at accept_hi before its end (at_position(pos, end)): what
+    // reaches accept_hi accepts and reads nothing more. Its keys are salted apart from those of matchers that read on.
     bool stops = false;
     uint64_t key_salt = 0;
 
@@ -464,11 +533,12 @@ struct Matcher::Impl {
     // pos == kEnd (as unsigned): the start of the grammar; otherwise inside a production at that dotted position,
     // reading up to `end` (kEnd: the production's end).
     Impl(std::shared_ptr<const Compiled> compiled, uint32_t pos, uint32_t end = static_cast<uint32_t>(kEnd))
-        : g(std::move(compiled)), accept_at(g->accept_pos) {
-        pos_seen.assign(g->next.size(), {0, 0});
+        : g(std::move(compiled)), accept_lo(g->accept_pos), accept_hi(g->accept_pos) {
+        const Compiled& c = *g;
+        pos_seen.assign(c.n_real, {0, 0});
         table.assign(64, 0);
-        rule_done.assign(static_cast<size_t>(g->n_rules), {0, 0});
-        rule_stamp.assign(static_cast<size_t>(g->n_rules), 0);
+        rule_done.assign(static_cast<size_t>(c.n_rules), {0, 0});
+        rule_stamp.assign(static_cast<size_t>(c.n_rules), 0);
         // Room for a few hundred bytes of input before anything grows.
         items.reserve(4096);
         scans.reserve(2048);
@@ -476,19 +546,34 @@ struct Matcher::Impl {
         sets.reserve(512);
         if (pos == static_cast<uint32_t>(kEnd)) {
             const uint32_t k = begin_set();
-            add({g->start_pos, 0});
+            add({c.start_pos, 0});
             close(k);
             return;
         }
-        if (pos >= g->next.size() || g->next[pos] == kEnd) throw std::out_of_range("Matcher::at_position: no such position");
+        if (pos >= c.n_positions || c.next(pos) == kEnd)
+            throw std::out_of_range("Matcher::at_position: no such position");
         base = 1;
-        accept_at = pos;
-        while (g->next[accept_at] != kEnd && accept_at != end) ++accept_at;
-        if (end != static_cast<uint32_t>(kEnd) && (accept_at != end || end == pos))
-            throw std::out_of_range("Matcher::at_position: the end is not later in the same production");
-        if (g->next[accept_at] != kEnd) {
-            stops = true;
-            key_salt = mix(uint64_t{accept_at} * 0x9E3779B97F4A7C15ull + 0x5709ull);
+        const bool to_end = end == static_cast<uint32_t>(kEnd);
+        if (c.is_counted(pos)) {
+            // Counts: from min on, up to max; to `end` (a later count of the same rule), every count on the way.
+            const Counted& r = c.counted_at(pos);
+            accept_lo = to_end ? r.base + std::max(r.min, pos - r.base) : pos;
+            accept_hi = r.base + r.max;
+            if (!to_end && (end <= pos || end > accept_hi))
+                throw std::out_of_range("Matcher::at_position: the end is not a later count of the same rule");
+        } else {
+            accept_lo = pos;
+            while (c.next(accept_lo) != kEnd && accept_lo != end) ++accept_lo;
+            if (!to_end && (accept_lo != end || end == pos))
+                throw std::out_of_range("Matcher::at_position: the end is not later in the same production");
+        }
+        if (!to_end) {
+            // Stopped short of the production's end, or accepting counts below min: keys of their own.
+            accept_hi = end;
+            stops = c.is_counted(pos) || c.next(end) != kEnd;
+            if (stops) key_salt = mix(uint64_t{end} * 0x9E3779B97F4A7C15ull + 0x5709ull);
+        } else if (!c.is_counted(pos)) {
+            accept_hi = accept_lo;
         }
         close(begin_set());  // the empty context
         const uint32_t k = begin_set();
@@ -496,39 +581,58 @@ struct Matcher::Impl {
         close(k);
     }
 
-    // The hash of what is read from dotted position `pos` to `stop` (or the production's end, if sooner) and of every
-    // rule that reaches, in the order met; `seed` tells kinds of shapes apart. 0: too large.
-    uint64_t shape(uint32_t pos, uint32_t stop = static_cast<uint32_t>(kEnd), uint64_t seed = 0x5AA9Eull) const {
-        constexpr size_t kMaxShapeSymbols = 20000;
-        const Compiled& c = *g;
-        std::unordered_map<int32_t, uint32_t> number;  // rule -> the order it was met in
-        std::vector<int32_t> queue;
-        uint64_t h = mix(seed);
+    // Hashes grammar structure for position_shape() and Repetition::item_shape: the symbols read first, then every
+    // rule they reach, numbered in the order met, each hashed in turn; `seed` tells kinds of shapes apart. A counted
+    // rule's production hashes as its bounds and its item, a counted position as the counts left.
+    struct ShapeHash {
+        static constexpr size_t kMaxSymbols = 20000;
+        const Compiled& c;
+        uint64_t h;
+        std::unordered_map<int32_t, uint32_t> number{};  // rule -> the order it was met in
+        std::vector<int32_t> queue{};
         size_t n = 0;
-        // The symbols from dotted position p to the production's end or `last`.
-        const auto symbols = [&](uint32_t p, uint32_t last) {
-            for (; c.next[p] != kEnd && p != last; ++p, ++n) {
-                if (c.next[p] == kTerminal) {
-                    const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[p])];
-                    h = mix(h ^ 0x7E4Bull);
-                    for (const uint64_t w : t.words) h = mix(h ^ w);
-                } else {
-                    const auto [it, fresh] = number.emplace(c.next[p], static_cast<uint32_t>(queue.size()));
-                    if (fresh) queue.push_back(c.next[p]);
-                    h = mix(h ^ (uint64_t{it->second} << 8 | 0x2E));
-                }
+
+        void symbol(int32_t next, int32_t arg) {
+            ++n;
+            if (next == kTerminal) {
+                const ByteSet& t = c.terminals[static_cast<size_t>(arg)];
+                h = mix(h ^ 0x7E4Bull);
+                for (const uint64_t w : t.words) h = mix(h ^ w);
+                return;
+            }
+            const auto [it, fresh] = number.emplace(next, static_cast<uint32_t>(queue.size()));
+            if (fresh) queue.push_back(next);
+            h = mix(h ^ (uint64_t{it->second} << 8 | 0x2E));
+        }
+        // What is read from dotted position p to the production's end.
+        void rest(uint32_t p) {
+            if (c.is_counted(p)) {  // min..max more items, from min's count on
+                const Counted& r = c.counted_at(p);
+                const uint32_t i = p - r.base;
+                h = mix(h ^ (uint64_t{r.min > i ? r.min - i : 0} << 32 | (r.max - i)) ^ 0xC0C0ull);
+                if (i < r.max) symbol(r.item, r.item_arg);
+            } else {
+                for (; c.next(p) != kEnd; ++p) symbol(c.next(p), c.arg(p));
             }
             h = mix(h ^ 0xE4Dull);
-        };
-        symbols(pos, stop);
-        for (size_t q = 0; q < queue.size(); ++q) {
-            const auto r = static_cast<size_t>(queue[q]);
-            h = mix(h ^ (uint64_t{c.rule_begin[r + 1] - c.rule_begin[r]} << 8 | 0x41));
-            for (uint32_t a = c.rule_begin[r]; a < c.rule_begin[r + 1]; ++a)
-                symbols(c.starts[a], static_cast<uint32_t>(kEnd));
-            if (n > kMaxShapeSymbols) return 0;
         }
-        return h | 1;
+        // The rules met so far and those they reach; 0: too large.
+        uint64_t finish() {
+            for (size_t q = 0; q < queue.size(); ++q) {
+                const auto r = static_cast<size_t>(queue[q]);
+                h = mix(h ^ (uint64_t{c.rule_begin[r + 1] - c.rule_begin[r]} << 8 | 0x41));
+                for (uint32_t a = c.rule_begin[r]; a < c.rule_begin[r + 1]; ++a) rest(c.starts[a]);
+                if (n > kMaxSymbols) return 0;
+            }
+            return h | 1;
+        }
+    };
+
+    // The hash of what is read from dotted position `pos` to the production's end and of every rule that reaches.
+    uint64_t shape(uint32_t pos) const {
+        ShapeHash s{*g, mix(0x5AA9Eull)};
+        s.rest(pos);
+        return s.finish();
     }
 
     // A repetition at `pos`, or at the start of the one production of the rule after it (an email's local part
@@ -536,11 +640,13 @@ struct Matcher::Impl {
     // would be read by an item predicted at this byte, which is no kernel position (that of `pos` is one).
     bool repetition(uint32_t pos, Matcher::Repetition& out) const {
         const Compiled& c = *g;
-        if (pos >= c.next.size()) return false;
+        if (pos >= c.n_positions) return false;
         for (int level = 0; level < 8; ++level) {
             if (repetition_at(pos, out)) return level == 0 || out.min > 0;
-            const int32_t r = c.next[pos];
-            if (r < 0 || c.rule_begin[static_cast<size_t>(r) + 1] - c.rule_begin[static_cast<size_t>(r)] != 1) break;
+            const int32_t r = c.next(pos);
+            if (r < 0 || c.counted_rule(r) != nullptr ||
+                c.rule_begin[static_cast<size_t>(r) + 1] - c.rule_begin[static_cast<size_t>(r)] != 1)
+                break;
             pos = c.starts[c.rule_begin[static_cast<size_t>(r)]];
         }
         return false;
@@ -549,14 +655,20 @@ struct Matcher::Impl {
     ByteSet follow_bytes(uint32_t pos) const {
         const Compiled& c = *g;
         std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
-        return pos < c.next.size() ? c.follow[static_cast<size_t>(c.lhs[pos])] : ByteSet{};
+        return pos < c.n_positions ? c.follow[static_cast<size_t>(c.lhs(pos))] : ByteSet{};
     }
 
     uint32_t literal_length(uint32_t pos) const {
         const Compiled& c = *g;
+        if (pos >= c.n_positions) return 0;
+        if (c.is_counted(pos)) {  // an exact count of a byte left: that many bytes
+            const Counted& r = c.counted_at(pos);
+            const uint32_t i = pos - r.base;
+            return r.item == kTerminal && r.min == r.max ? r.max - i : 0;
+        }
         uint32_t n = 0;
-        for (; pos < c.next.size() && c.next[pos] != kEnd; ++pos, ++n)
-            if (c.next[pos] != kTerminal) return 0;
+        for (; c.next(pos) != kEnd; ++pos, ++n)
+            if (c.next(pos) != kTerminal) return 0;
         return n;
     }
 
@@ -564,50 +676,45 @@ struct Matcher::Impl {
         const Compiled& c = *g;
         std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
         bool nullable = false;
-        return pos < c.next.size() ? first_of(c, pos, nullable) : ByteSet{};
+        return pos < c.n_positions ? first_of(c, pos, nullable) : ByteSet{};
     }
 
+    // A counted rule of an item that splits one way, at one of its own positions (items already read there) or
+    // before it in another production.
     bool repetition_at(uint32_t pos, Matcher::Repetition& out) const {
         const Compiled& c = *g;
-        const auto chain = [&](int32_t sym) { return sym >= 0 && c.chain_max[static_cast<size_t>(sym)] > 0; };
-        uint32_t p = pos, item = 0;
-        if (c.next[p] >= 0 && c.repeat_min[static_cast<size_t>(c.next[p])] > 0) {  // a rule item^m chain
-            const auto r = static_cast<size_t>(c.next[p]);
-            const uint32_t chain_pos = c.repeat_chain[r];
-            out.min = c.repeat_min[r];
-            out.chain_pos = chain_pos;
-            out.chain_max = c.chain_max[static_cast<size_t>(c.next[chain_pos])];
-            out.max = out.min + out.chain_max;
-            out.end = chain_pos + 1;
-            return describe_item(c.starts[c.rule_begin[r]], out);
+        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
+        if (c.is_counted(pos)) {
+            const Counted& r = c.counted_at(pos);
+            const uint32_t i = pos - r.base;
+            if (!r.one_way || i == r.max) return false;
+            out.min = r.min > i ? r.min - i : 0;
+            out.max = r.max - i;
+            out.follow = c.follow[static_cast<size_t>(r.rule)];
+            return describe_item(r, out);
         }
-        if (chain(c.next[p])) {
-            item = c.chain_item[static_cast<size_t>(c.next[p])];
-        } else {
-            if (c.next[p] == kEnd) return false;
-            item = pos;
-            while (c.next[p] != kEnd && same_symbol(c, p, pos)) ++p;  // item^min
-            if (!chain(c.next[p]) || !same_symbol(c, c.chain_item[static_cast<size_t>(c.next[p])], pos)) return false;
-        }
-        out.min = p - pos;
-        out.chain_pos = p;
-        out.chain_max = c.chain_max[static_cast<size_t>(c.next[p])];
-        out.max = out.min + out.chain_max;
-        out.end = p + 1;
-        return describe_item(item, out);
+        const Counted* r = c.counted_rule(c.next(pos));
+        if (r == nullptr || !r->one_way) return false;
+        out.min = r->min;
+        out.max = r->max;
+        bool rest_nullable = false;
+        out.follow = first_of(c, pos + 1, rest_nullable);
+        if (rest_nullable) out.follow.add(c.follow[static_cast<size_t>(c.lhs(pos))]);
+        return describe_item(*r, out);
     }
 
-    // Fills the item's part of `out` from the dotted position before it, and what may follow the repetition.
-    bool describe_item(uint32_t item, Matcher::Repetition& out) const {
+    // Fills the item's part of `out`: the rule's positions from 0 items to max, and the item itself.
+    bool describe_item(const Counted& r, Matcher::Repetition& out) const {
         const Compiled& c = *g;
-        std::call_once(c.sets_once, [&c] { compute_first_follow(c); });
-        out.item_shape = shape(item, item + 1, 0x17E35ull);
-        out.item_is_byte = c.next[item] == kTerminal;
-        out.item_bytes = out.item_is_byte ? c.terminals[static_cast<size_t>(c.arg[item])] : ByteSet{};
-        out.item_first = out.item_is_byte ? out.item_bytes : c.first[static_cast<size_t>(c.next[item])];
-        bool rest_nullable = false;
-        out.follow = first_of(c, out.end, rest_nullable);
-        if (rest_nullable) out.follow.add(c.follow[static_cast<size_t>(c.lhs[out.end])]);
+        out.rule_start = r.base;
+        out.rule_end = r.base + r.max;
+        out.rule_max = r.max;
+        ShapeHash s{c, mix(0x17E35ull)};
+        s.symbol(r.item, r.item_arg);
+        out.item_shape = s.finish();
+        out.item_is_byte = r.item == kTerminal;
+        out.item_bytes = out.item_is_byte ? c.terminals[static_cast<size_t>(r.item_arg)] : ByteSet{};
+        out.item_first = out.item_is_byte ? out.item_bytes : c.first[static_cast<size_t>(r.item)];
         return out.item_shape != 0;
     }
 
@@ -616,7 +723,7 @@ struct Matcher::Impl {
         out.clear();
         if (k == 0) out.push_back(g->start_pos);
         for (uint32_t i = items_begin(k); i < sets[k].item_end; ++i)
-            if (items[i].origin != k && g->next[items[i].pos] != kEnd) out.push_back(items[i].pos);
+            if (items[i].origin != k && g->next(items[i].pos) != kEnd) out.push_back(items[i].pos);
         std::sort(out.begin(), out.end());
         out.erase(std::unique(out.begin(), out.end()), out.end());
     }
@@ -673,9 +780,16 @@ struct Matcher::Impl {
         return s.origin != origin && table_insert((uint64_t{origin} + 1) << 32 | tag | index);
     }
 
+    // Marks the item (pos, origin) as seen in this set; false when it was already. Counted rules' positions have no
+    // slot: they go to the table.
+    bool first_at(uint32_t pos, uint32_t origin) {
+        if (pos < pos_seen.size()) return first_time(pos_seen[pos], pos, origin, 0);
+        return table_insert((uint64_t{origin} + 1) << 32 | pos);
+    }
+
     // Adds `it` to the set being built unless it is there.
     void add(Item it) {
-        if (first_time(pos_seen[it.pos], it.pos, it.origin, 0)) items.push_back(it);
+        if (first_at(it.pos, it.origin)) items.push_back(it);
     }
 
     // The waiters on `rule` in set j (a finished set), as a range of waits.
@@ -696,38 +810,45 @@ struct Matcher::Impl {
         bool accepting = false;
         for (size_t i = items_begin(k); i < items.size(); ++i) {
             const Item it = items[i];
-            const int32_t sym = c.next[it.pos];
-            if (stops && it.pos == accept_at && it.origin == 0) {  // at_position(pos, end): read up to its end
+            const int32_t sym = c.next(it.pos);
+            if (it.origin == 0 && it.pos >= accept_lo && it.pos <= accept_hi) {
                 accepting = true;
-                continue;
+                if (stops && it.pos == accept_hi) continue;  // at_position(pos, end): read up to its end
             }
+            // A counted rule from min items on completes, and may read another item too.
+            if (sym != kEnd && it.origin != k && c.is_counted(it.pos) && c.completes(it.pos))
+                complete(c.lhs(it.pos), it.origin);
             if (sym == kTerminal) {
                 scans.push_back(it);
-                const ByteSet& t = c.terminals[static_cast<size_t>(c.arg[it.pos])];
+                const ByteSet& t = c.terminals[static_cast<size_t>(c.arg(it.pos))];
                 for (size_t w = 0; w < 4; ++w) allowed.words[w] |= t.words[w];
             } else if (sym == kEnd) {
-                if (it.pos == accept_at && it.origin == 0) accepting = true;
                 // Completions of empty spans (origin k) need nothing: the predictor already moved past nullables.
-                if (it.origin == k) continue;
-                const int32_t lhs = c.arg[it.pos];
-                if (!first_time(rule_done[static_cast<size_t>(lhs)], static_cast<uint32_t>(lhs), it.origin, kRuleTag))
-                    continue;  // this rule was completed from this origin already
-                const auto [b, e] = waiters(it.origin, lhs);
-                if (e - b == 1 && c.next[b->item.pos + 1] == kEnd) {
-                    add(leo(b));
-                } else {
-                    for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
-                }
+                if (it.origin != k) complete(c.arg(it.pos), it.origin);
             } else {
                 waits.push_back({sym, it, {kLeoUnresolved, 0}, kKeyUnresolved});
                 predict(sym, k, allowed);
-                if (c.nullable[static_cast<size_t>(sym)]) add({it.pos + 1, it.origin});
+                // Over a nullable rule by ε; never a counted rule's item (see the top of this file).
+                if (c.nullable[static_cast<size_t>(sym)] && !c.is_counted(it.pos)) add({it.pos + 1, it.origin});
             }
         }
         clear_table();
         sort_waiters(wait_start);
         sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
                         static_cast<uint32_t>(waits.size()), accepting, allowed, kKeyUnresolved});
+    }
+
+    // A completion of `lhs` from set `origin` in the set being built: its waiters there move over it.
+    void complete(int32_t lhs, uint32_t origin) {
+        const Compiled& c = *g;
+        if (!first_time(rule_done[static_cast<size_t>(lhs)], static_cast<uint32_t>(lhs), origin, kRuleTag))
+            return;  // this rule was completed from this origin already
+        const auto [b, e] = waiters(origin, lhs);
+        if (e - b == 1 && c.next(b->item.pos + 1) == kEnd) {
+            add(leo(b));
+        } else {
+            for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
+        }
     }
 
     // Adds the items predicting `rule` brings to set k. A bundle goes straight to the scanners and waiters (it is
@@ -745,9 +866,9 @@ struct Matcher::Impl {
         for (size_t w = 0; w < 4; ++w) allowed.words[w] |= c.bundle_allowed[r].words[w];
         for (uint32_t b = c.bundle_begin[r]; b < c.bundle_begin[r + 1]; ++b) {
             const uint32_t pos = c.bundle[b];
-            const int32_t sym = c.next[pos];
+            const int32_t sym = c.next(pos);
             if (sym >= 0) rule_stamp[static_cast<size_t>(sym)] = stamp;
-            if (!first_time(pos_seen[pos], pos, k, 0)) continue;
+            if (!first_at(pos, k)) continue;
             if (sym == kTerminal) {
                 scans.push_back({pos, k});
             } else {
@@ -787,8 +908,8 @@ struct Matcher::Impl {
             cur->leo.pos = kLeoBusy;
             leo_path.push_back(static_cast<uint32_t>(cur - waits.data()));
             const Item done{cur->item.pos + 1, cur->item.origin};
-            const auto [b, e] = waiters(done.origin, c.arg[done.pos]);
-            if (e - b != 1 || c.next[b->item.pos + 1] != kEnd) {
+            const auto [b, e] = waiters(done.origin, c.arg(done.pos));
+            if (e - b != 1 || c.next(b->item.pos + 1) != kEnd) {
                 top = done;
                 break;
             }
@@ -814,7 +935,7 @@ struct Matcher::Impl {
         key_elems.clear();
         key_chain.clear();
         const auto add_item = [&](const Item& it) {
-            const uint64_t cont = it.origin == k ? kLocal : continuation(it.origin, c.lhs[it.pos], cyclic);
+            const uint64_t cont = it.origin == k ? kLocal : continuation(it.origin, c.lhs(it.pos), cyclic);
             key_elems.emplace_back(it.pos, cont);
         };
         for (uint32_t i = scans_begin(k); i < set.scan_end; ++i) add_item(scans[i]);
@@ -855,10 +976,10 @@ struct Matcher::Impl {
                 break;
             }
             const uint32_t adv = b->item.pos + 1;
-            if (e - b == 1 && c.next[adv] == kEnd && adv != c.accept_pos) {
+            if (e - b == 1 && c.next(adv) == kEnd && adv != c.accept_pos) {
                 b->cont = kKeyBusy;
                 key_chain.push_back(b);
-                rule = c.lhs[adv];
+                rule = c.lhs(adv);
                 j = b->item.origin;
                 continue;
             }
@@ -871,8 +992,8 @@ struct Matcher::Impl {
                 Element el{p, kAcceptCont};
                 if (p != c.accept_pos) {
                     // Computed before the element is appended: the call appends (and removes) its own elements.
-                    const uint64_t cont = continuation(w->item.origin, c.lhs[p], inner_cyclic);
-                    el = {c.next[p] == kEnd ? kTransparent : uint64_t{p}, cont};
+                    const uint64_t cont = continuation(w->item.origin, c.lhs(p), inner_cyclic);
+                    el = {c.next(p) == kEnd ? kTransparent : uint64_t{p}, cont};
                 }
                 key_elems.push_back(el);
             }
@@ -899,7 +1020,7 @@ struct Matcher::Impl {
         const uint32_t n = begin_set();
         for (uint32_t i = scans_begin(k); i < sets[k].scan_end; ++i) {
             const Item it = scans[i];
-            if (c.terminals[static_cast<size_t>(c.arg[it.pos])].has(byte)) add({it.pos + 1, it.origin});
+            if (c.terminals[static_cast<size_t>(c.arg(it.pos))].has(byte)) add({it.pos + 1, it.origin});
         }
         close(n);
         return true;

@@ -54,19 +54,19 @@ class Matcher {
     // (over 20,000 symbols) to be worth hashing.
     uint64_t position_shape(uint32_t pos) const;
 
-    // A bounded repetition at `pos` (Builder::repeat's item{m,n}: item^m, then the chain up_k ::= item up_{k-1} | ε):
-    // the rest of pos's production begins with `min` copies of one item (maybe none) and then such a chain, of at
-    // most `max - min` items, or with a rule of one production that is those (or begins with them: what follows is
-    // then read past the repetition's end, like what follows it in the production). Only for an item that derives no
-    // empty string and none of whose strings is a proper prefix of another (a JSON string's character, a byte class),
-    // so that the bytes read split into items one way only. The token masks analyse such an item once and derive every
-    // count of it (grammar/token_mask.h).
+    // A bounded repetition at `pos`: a counted rule (Builder::repeat's item{m,n}, Rule::max), either at one of its
+    // own positions (some items read, `min`..`max` more to come, then its rule completes) or next in pos's
+    // production (then `min`..`max` items, and what follows the rule is read past the repetition's end, like what
+    // follows it in the production), or at the start of the one production of the rule after `pos`. Only for an
+    // item that derives no empty string and none of whose strings is a proper prefix of another (a JSON string's
+    // character, a byte class), so that the bytes read split into items one way only. The token masks analyse such
+    // an item once and derive every count of it (grammar/token_mask.h).
     struct Repetition {
         uint64_t item_shape;  // the item's structure, as position_shape hashes it: equal items, equal shapes
         uint32_t min, max;    // items the repetition reads from `pos`
-        uint32_t chain_pos;   // the dotted position before the chain: at_position(chain_pos, end) reads 0..chain_max
-        uint32_t chain_max;   // items
-        uint32_t end;         // the dotted position after the chain
+        uint32_t rule_start;  // the counted rule's position before any item: at_position(rule_start, rule_end)
+        uint32_t rule_end;    //   reads 0..rule_max items, accepting after each; rule_end is after rule_max items
+        uint32_t rule_max;    // the counted rule's max
         bool item_is_byte;    // the item is one byte of `item_bytes`
         ByteSet item_bytes;
         ByteSet item_first;  // the bytes the item may begin with
@@ -80,8 +80,9 @@ class Matcher {
     // The bytes that may come right after pos's production, wherever its rule is used (a superset).
     ByteSet follow_bytes(uint32_t pos) const;
     // A matcher that reads the production from dotted position `pos` up to `end` (a later position of the same
-    // production), accepts there and reads nothing past it. Its state keys are its own: never equal to those of a
-    // matcher that reads on.
+    // production), accepts there and reads nothing past it. In a counted rule, whose positions are counts, it reads
+    // up to end - pos items and accepts after each, below the rule's min too. Its state keys are its own: never
+    // equal to those of a matcher that reads on.
     Matcher at_position(uint32_t pos, uint32_t end) const;
 
   private:

@@ -19,9 +19,9 @@ int64_t TokenMask::count() const {
     return n;
 }
 
-// What one walk of a bounded repetition's chain (Matcher::Repetition: at most `max` copies of one item, read by
-// Matcher::at_position(chain_pos, end)) tells about every count of that item. The item splits bytes into items one
-// way, so along a trie path each byte continues the current item or starts the next: a node's `need` is the items
+// What one walk of a bounded repetition's item (Matcher::Repetition: 0..max copies of one item, read by
+// Matcher::at_position(rule_start, rule_end)) tells about every count of that item. The item splits bytes into items
+// one way, so along a trie path each byte continues the current item or starts the next: a node's `need` is the items
 // its path starts (the last perhaps unfinished), its `done` the items the path completes. A repetition of min..max
 // items at a kernel position (then whatever its production reads after it) reads a node iff its need is at most
 // max: its tokens read entirely inside are those of need <= max, and its cuts (a byte refused where the repetition
@@ -524,15 +524,15 @@ void bucket_by_key(const std::vector<std::pair<uint32_t, V>>& pairs, std::vector
 
 }  // namespace
 
-// The item analysis of a repetition's chain: a walk of the chain alone (Matcher::at_position(chain_pos, end)) that
-// records each node's need and done (see ItemAnalysis).
+// The item analysis of a repetition: a walk of its counted rule alone, accepting after every item
+// (Matcher::at_position(rule_start, rule_end)), that records each node's need and done (see ItemAnalysis).
 std::shared_ptr<const TokenVocab::ItemAnalysis> TokenVocab::analyse_item(const Matcher& m,
                                                                          const Matcher::Repetition& rep,
                                                                          StateTable* table) const {
-    if (rep.item_is_byte) return analyse_byte_item(rep.item_bytes, rep.chain_max);
+    if (rep.item_is_byte) return analyse_byte_item(rep.item_bytes, rep.rule_max);
     auto a = std::make_shared<ItemAnalysis>();
-    a->max = rep.chain_max;
-    Matcher inner = m.at_position(rep.chain_pos, rep.end);
+    a->max = rep.rule_max;
+    Matcher inner = m.at_position(rep.rule_start, rep.rule_end);
     TokenMask accepted;
     accepted.reset(n_tokens_);
     std::vector<std::pair<uint32_t, int32_t>> by_need;  // (need, token)

@@ -21,7 +21,16 @@ std::set<std::string> language(const Grammar& g, const Symbol& sym, size_t max_l
                 if (s.bytes.has(static_cast<uint8_t>(b))) out.insert(std::string(1, static_cast<char>(b)));
             return out;
         }
-        for (const Sequence& alt : g.rules[static_cast<size_t>(s.rule)].alternatives)
+        const Rule& rule = g.rules[static_cast<size_t>(s.rule)];
+        if (rule.counted()) {  // item^k for k = min..max
+            const Sequence item = rule.alternatives[0];
+            Sequence power;
+            for (uint32_t k = 0; k <= rule.max && power.size() <= max_len; ++k, power.push_back(item[0]))
+                if (k >= rule.min)
+                    for (const std::string& x : seq_lang(power, 0, depth + 1)) out.insert(x);
+            return out;
+        }
+        for (const Sequence& alt : rule.alternatives)
             for (const std::string& x : seq_lang(alt, 0, depth + 1)) out.insert(x);
         return out;
     };
@@ -116,7 +125,49 @@ TEST(GrammarBuilder, ValidationNamesTheRule) {
 TEST(GrammarBuilder, SizeLimitIsAnError) {
     Builder b(1000);
     const int32_t root = b.rule("root");
-    EXPECT_THROW(b.add_alternative(root, {b.repeat(b.literal("a"), 0, 5000)}), GrammarError);
+    EXPECT_THROW(b.add_alternative(root, {b.literal(std::string(2000, 'a'))}), GrammarError);
+}
+
+// A bounded repetition is one counted rule whatever its bounds: {0,65535} costs what {0,5} does, and the size
+// limit no longer refuses a large bound.
+TEST(GrammarBuilder, BoundedRepeatIsOneCountedRule) {
+    Builder b(1000);
+    const int32_t root = b.rule("root");
+    b.add_alternative(
+        root, {b.literal("["), b.repeat(b.literal("ab"), 0, 65535), b.repeat(b.literal("c"), 7, 7), b.literal("]")});
+    const Grammar g = b.finish(root);
+    EXPECT_LE(g.rules.size(), 5u);
+    EXPECT_LE(g.n_symbols(), 12);
+    size_t n_counted = 0;
+    for (const Rule& r : g.rules) n_counted += r.counted();
+    EXPECT_EQ(n_counted, 2u);
+    // {0,0} is ε, {1,1} the item itself; item{m,} is item{m,m} then a star.
+    Builder b2;
+    const int32_t root2 = b2.rule("root");
+    const Symbol a = b2.literal("a");
+    EXPECT_EQ(b2.repeat(a, 1, 1), a);
+    b2.add_alternative(root2, {b2.repeat(a, 0, 0), b2.repeat(b2.literal("b"), 3, -1)});
+    const Grammar g2 = b2.finish(root2);
+    EXPECT_EQ(language(g2, Symbol::ref(g2.root), 5), (std::set<std::string>{"bbb", "bbbb", "bbbbb"}));
+    EXPECT_THROW(b2.repeat(a, 0, Builder::kMaxRepeat + 1), GrammarError);
+}
+
+// Exact bounds at small counts, by expansion of the language.
+TEST(GrammarBuilder, CountedBoundsAreExact) {
+    for (const auto& [lo, hi] : std::vector<std::pair<int, int>>{{0, 1}, {0, 3}, {2, 2}, {3, 5}, {1, 4}, {2, 6}}) {
+        Builder b;
+        const int32_t root = b.rule("root");
+        b.add_alternative(root, {b.repeat(b.bytes(ByteSet::range('x', 'y')), lo, hi)});
+        const Grammar g = b.finish(root);
+        std::set<std::string> want;
+        for (int n = lo; n <= hi; ++n)
+            for (int bits = 0; bits < (1 << n); ++bits) {
+                std::string s;
+                for (int i = 0; i < n; ++i) s += (bits >> i & 1) ? 'y' : 'x';
+                want.insert(s);
+            }
+        EXPECT_EQ(language(g, Symbol::ref(g.root), 8), want) << lo << "," << hi;
+    }
 }
 
 TEST(GrammarBuilder, UniqueNamesAndGbnfText) {

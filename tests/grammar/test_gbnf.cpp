@@ -139,6 +139,25 @@ TEST(GrammarGbnf, RepetitionOperators) {
     expect_gbnf(R"gbnf(root ::= ("a" | "bc"){1,2})gbnf", {"a", "bc", "abc", "bcbc"}, {"", "abca"});
     expect_gbnf(R"gbnf(root ::= "a"+?)gbnf", {"", "a", "aa"}, {"b"});  // operators apply in turn: ("a"+)?
     expect_gbnf(R"gbnf(root ::= ("a"{0,2}){2})gbnf", {"", "a", "aaaa"}, {"aaaaa"});
+    expect_gbnf(R"gbnf(root ::= ("a"? "b"?){2,3} "c")gbnf", {"c", "ac", "abababc", "bbbc"}, {"aaaac", "ababab"});
+}
+
+// A bounded repetition prints as GBNF's own {m,n} (Grammar::to_gbnf) and reads back to the same language, large
+// bounds included.
+TEST(GrammarGbnf, CountedRepetitionRoundTrip) {
+    const Grammar g = parse_gbnf(R"gbnf(root ::= "[" item{0,65535} "]" [0-9]{3,5}
+item ::= "ab" | "c")gbnf");
+    const std::string text = g.to_gbnf();
+    EXPECT_NE(text.find("{0,65535}"), std::string::npos) << text;
+    EXPECT_NE(text.find("{3,5}"), std::string::npos) << text;
+    const Grammar back = parse_gbnf(text);
+    for (const Grammar* x : {&g, &back}) {
+        EXPECT_TRUE(matches(*x, "[]123"));
+        EXPECT_TRUE(matches(*x, "[abcab]12345"));
+        EXPECT_FALSE(matches(*x, "[]12"));
+        EXPECT_FALSE(matches(*x, "[]123456"));
+        EXPECT_FALSE(matches(*x, "[a]123"));
+    }
 }
 
 TEST(GrammarGbnf, LayoutCommentsAndForwardReferences) {

@@ -202,6 +202,32 @@ TEST(JsonSchema, NumberBoundsAreExact) {
     expect_error(R"({"type": "number", "exclusiveMinimum": 1, "maximum": 1})", {"allow nothing"});
 }
 
+// A large maxLength is one counted rule, not a rule per count (Snowplow's maxLength 65535 used to make 65K rules
+// a string), and its bounds stay exact: 65535 characters, escapes and multi-byte ones among them, but not 65536.
+TEST(JsonSchema, LargeStringBoundsAreFewRules) {
+    const Grammar g = schema(R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 65535},
+        "b": {"type": "string", "minLength": 65535, "maxLength": 65535}, "c": {"type": "array",
+        "items": {"type": "integer"}, "minItems": 2, "maxItems": 65535}}, "required": ["a"]})");
+    EXPECT_LT(g.rules.size(), 200u);
+    EXPECT_LT(g.n_symbols(), 1000);
+    const auto str = [](size_t n) {  // n code points: ASCII, an escape, a two-byte character in turn
+        std::string s = "\"";
+        for (size_t i = 0; i < n; ++i) s += i % 3 == 0 ? "x" : i % 3 == 1 ? "\\n" : "\xC3\xA9";
+        return s + "\"";
+    };
+    const auto obj = [](const std::string& key, const std::string& value) {  // with "a", which is required
+        return (key == "a" ? "{" : "{\"a\": \"\", ") + ("\"" + key + "\": " + value + "}");
+    };
+    check(g, {obj("a", str(0)), obj("a", str(1)), obj("a", str(65535)), obj("b", str(65535))},
+          {obj("a", str(65536)), obj("b", str(65534)), obj("b", str(65536))});
+    const auto array = [](size_t n) {
+        std::string s = "[";
+        for (size_t i = 0; i < n; ++i) s += i ? ", 1" : "1";
+        return s + "]";
+    };
+    check(g, {obj("c", array(2)), obj("c", array(65535))}, {obj("c", array(1)), obj("c", array(65536))});
+}
+
 TEST(JsonSchema, StringLengthsCountCodePoints) {
     check(schema(R"({"type": "string", "minLength": 2, "maxLength": 3})"),
           {R"("ab")", R"("a\n")", R"("abc")", R"("\u00e9\"x")", "\"\xC3\xA9\xE6\x97\xA5\xF0\x9F\x98\x80\""},

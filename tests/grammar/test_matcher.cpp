@@ -1,6 +1,7 @@
 // The Earley matcher: hand-made grammars with known languages (left and right recursion, ε, ambiguity, bounded
 // repetition, UTF-8), the advance/rollback/allowed contract checked byte by byte, and random grammars against a
 // brute-force recogniser.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -309,6 +310,61 @@ TEST(GrammarMatcher, BoundedRepetitionOfAThousand) {
     check_allowed_along(g, "[ababa]");
 }
 
+// Counted repetitions (Builder::repeat) read exactly min..max items, at small counts and at 65535, for an item of
+// one byte, of a literal and of alternatives of different lengths; after max items only what follows is allowed.
+TEST(GrammarMatcher, CountedRepetitionBoundsAreExact) {
+    struct Case {
+        int64_t lo, hi;
+        std::vector<int64_t> accept, reject;
+    };
+    const std::vector<Case> cases = {
+        {0, 65535, {0, 1, 2, 65535}, {65536}},
+        {3, 5, {3, 4, 5}, {0, 2, 6}},
+        {1, 65535, {1, 65535}, {0, 65536}},
+        {4, 4, {4}, {3, 5}},
+        {65535, 65535, {65535}, {0, 65534, 65536}},
+        {0, 1, {0, 1}, {2}},
+        {2, -1, {2, 3, 1000}, {0, 1}},
+    };
+    for (const std::string_view kind : {"byte", "literal", "alternatives"}) {
+        for (const Case& c : cases) {
+            Builder b;
+            const int32_t root = b.rule("root");
+            const Symbol item = kind == "byte"      ? b.bytes(ByteSet::range('x', 'y'))
+                                : kind == "literal" ? b.literal("ab")
+                                                    : b.alt({{b.literal("a")}, {b.literal("bc")}});
+            b.add_alternative(root, {b.literal("["), b.repeat(item, c.lo, c.hi), b.literal("]")});
+            const Grammar g = b.finish(root);
+            EXPECT_LE(g.rules.size(), 6u);
+            const auto text = [&](int64_t n) {  // n items, alternating between the item's spellings
+                std::string s = "[";
+                for (int64_t i = 0; i < n; ++i)
+                    s += kind == "byte" ? (i % 2 ? "y" : "x") : kind == "literal" ? "ab" : (i % 2 ? "bc" : "a");
+                return s + "]";
+            };
+            const std::string where = fmt::format("{} {{{},{}}}", kind, c.lo, c.hi);
+            for (const int64_t n : c.accept) EXPECT_TRUE(matches(g, text(n))) << where << ": " << n << " items";
+            for (const int64_t n : c.reject) EXPECT_FALSE(matches(g, text(n))) << where << ": " << n << " items";
+            if (c.hi < 0) continue;
+            // At max items only the closing bracket may come; one item fewer, another item may too.
+            const auto open = [&](int64_t n) {  // the text of n items without its closing bracket
+                std::string s = text(n);
+                s.pop_back();
+                return s;
+            };
+            Matcher m(g);
+            ASSERT_TRUE(m.advance(open(c.hi))) << where;
+            EXPECT_EQ(m.allowed(), ByteSet::of(']')) << where;
+            if (c.hi > c.lo) {
+                m.reset();
+                ASSERT_TRUE(m.advance(open(c.hi - 1))) << where;
+                EXPECT_TRUE(m.allowed().has(']')) << where;
+                EXPECT_GT(m.allowed().count(), 1) << where;
+            }
+        }
+    }
+}
+
 TEST(GrammarMatcher, LongChainOfRules) {
     // r_i ::= r_{i+1} "a" | "b" (i < n), r_n ::= "c": predicting r_0 reaches every rule, more than the matcher
     // precomputes for one rule, so prediction runs both ways. r_0 derives b a^j (j < n) and c a^n.
@@ -419,7 +475,7 @@ class BruteForce {
                 for (size_t i = 0; i + len <= n_; ++i)
                     for (size_t r = 0; r < g.rules.size(); ++r) {
                         if (at(r, i, i + len)) continue;
-                        for (const Sequence& alt : g.rules[r].alternatives)
+                        for (const Sequence& alt : expansions(g.rules[r]))
                             if (seq_derives(alt, i, i + len)) {
                                 at(r, i, i + len) = true;
                                 changed = true;
@@ -432,6 +488,14 @@ class BruteForce {
     bool rule_derives(size_t rule, size_t i, size_t j) { return at(rule, i, j); }
 
   private:
+    // A rule's alternatives; a counted rule's are its item min..max times (small bounds here).
+    static std::vector<Sequence> expansions(const Rule& rule) {
+        if (!rule.counted()) return rule.alternatives;
+        std::vector<Sequence> out;
+        for (uint32_t k = rule.min; k <= rule.max; ++k) out.push_back(Sequence(k, rule.alternatives[0][0]));
+        return out;
+    }
+
     std::vector<bool>::reference at(size_t r, size_t i, size_t j) {
         return derives_[(r * (n_ + 1) + i) * (n_ + 1) + j];
     }
@@ -462,7 +526,7 @@ class BruteForce {
 };
 
 // A random grammar over "abc" of a few rules, some alternatives empty, references anywhere (left, right and
-// middle recursion, cycles), kept when every rule can end.
+// middle recursion, cycles), some symbols repeated with small bounds (counted rules), kept when every rule can end.
 Grammar random_grammar(std::mt19937& rng) {
     for (;;) {
         Builder b;
@@ -481,6 +545,10 @@ Grammar random_grammar(std::mt19937& rng) {
                         if (rng() % 4 == 0) s.add(static_cast<uint8_t>('a' + rng() % 3));
                         seq.push_back(Symbol::terminal(s));
                     }
+                    if (rng() % 5 == 0) {
+                        const int64_t lo = rng() % 3, hi = lo + rng() % 3;
+                        seq.back() = b.repeat(seq.back(), lo, hi);
+                    }
                 }
                 b.add_alternative(r, std::move(seq));
             }
@@ -496,8 +564,10 @@ Grammar random_grammar(std::mt19937& rng) {
 // A string the grammar derives (a random derivation, depth-limited; empty when it ran too deep).
 bool sample(const Grammar& g, int32_t rule, std::mt19937& rng, int depth, std::string& out) {
     if (depth > 12 || out.size() > 10) return false;
-    const auto& alts = g.rules[static_cast<size_t>(rule)].alternatives;
-    for (const Symbol& s : alts[rng() % alts.size()]) {
+    const Rule& r = g.rules[static_cast<size_t>(rule)];
+    Sequence chosen = r.alternatives[rng() % r.alternatives.size()];
+    if (r.counted()) chosen = Sequence(r.min + rng() % (r.max - r.min + 1), chosen[0]);
+    for (const Symbol& s : chosen) {
         if (s.is_rule()) {
             if (!sample(g, s.rule, rng, depth + 1, out)) return false;
         } else {

@@ -21,7 +21,8 @@ namespace megactx::grammar {
 namespace {
 
 // A random grammar over the bytes a..d: rules of random alternatives mixing terminals, references (left and right
-// recursion, ε) — or nothing when the draw is not a valid grammar.
+// recursion, ε), some symbols repeated with bounds (counted rules, small or large) — or nothing when the draw is not
+// a valid grammar.
 std::unique_ptr<Grammar> random_grammar(std::mt19937& rng) {
     Builder b;
     const int n_rules = 2 + static_cast<int>(rng() % 4);
@@ -38,6 +39,10 @@ std::unique_ptr<Grammar> random_grammar(std::mt19937& rng) {
                 } else {
                     const auto lo = static_cast<uint8_t>('a' + rng() % 4);
                     seq.push_back(b.bytes(ByteSet::range(lo, static_cast<uint8_t>(lo + rng() % 2))));
+                }
+                if (rng() % 5 == 0) {
+                    const int64_t min = rng() % 3, max = rng() % 4 == 0 ? 1000 : min + rng() % 4;
+                    seq.back() = b.repeat(seq.back(), min, max);
                 }
             }
             b.add_alternative(rules[static_cast<size_t>(i)], std::move(seq));
@@ -486,8 +491,8 @@ TokenVocab bounded_strings_vocab(std::mt19937& rng) {
     return TokenVocab(tokens, {0});
 }
 
-// Matcher::repetition finds the bounded repetitions Builder::repeat writes: a chain of at most n items, item^m
-// before it, or a rule of both; never where bytes could split into items two ways.
+// Matcher::repetition finds the bounded repetitions Builder::repeat writes (counted rules): before one, or at one
+// of its counts; never where bytes could split into items two ways.
 TEST(MaskCache, RepetitionsOfOneItem) {
     const auto repetitions = [](const Grammar& g, std::string_view text) {
         Matcher m(g);
@@ -510,27 +515,45 @@ TEST(MaskCache, RepetitionsOfOneItem) {
     EXPECT_EQ(repetitions(two_six, "\""), (Ranges{{2, 6}}));
     EXPECT_EQ(repetitions(two_six, "\"a"), (Ranges{{1, 5}}));
     EXPECT_EQ(repetitions(two_six, "\"ab"), (Ranges{{0, 4}}));
+    const Grammar large = compile_json_schema(R"({"type":"string","minLength":3,"maxLength":65535})");
+    EXPECT_EQ(repetitions(large, "\"abcd"), (Ranges{{0, 65531}}));
     EXPECT_EQ(repetitions(compile_regex("[a-c]{0,5}x"), "ab"), (Ranges{{0, 3}}));
+    EXPECT_EQ(repetitions(compile_regex("[a-c]{4}x"), "a"), (Ranges{{3, 3}}));  // an exact count
     EXPECT_EQ(repetitions(compile_regex("(a|ab){0,5}"), "ab"), Ranges{});  // "ab" is one item or two
     EXPECT_EQ(repetitions(compile_regex("(a|b)*"), "ab"), Ranges{});       // unbounded
-    // The chain alone, read up to its end and no further (the closing quote follows it in the production): a
-    // matcher that stops there.
+    // The counted rule alone, read up to its max and no further, accepting after every item (below min too): a
+    // matcher that stops there. The closing quote follows the rule in the string's production.
     Matcher m(five);
     std::vector<uint32_t> kernel;
     ASSERT_TRUE(m.advance("\""));
     m.kernel_positions(kernel);
     Matcher::Repetition r{};
     ASSERT_TRUE(m.repetition(kernel[0], r));
-    Matcher chain = m.at_position(r.chain_pos, r.end), rest = m.at_position(r.chain_pos);
-    EXPECT_TRUE(chain.accepting());
-    EXPECT_TRUE(chain.advance("abcde"));
-    EXPECT_TRUE(chain.accepting());
-    EXPECT_FALSE(chain.advance("f"));   // five items at most
-    EXPECT_FALSE(chain.advance("\""));  // what follows the chain is not read
+    Matcher items = m.at_position(r.rule_start, r.rule_end), rest = m.at_position(kernel[0]);
+    EXPECT_TRUE(items.accepting());
+    EXPECT_TRUE(items.advance("abcde"));
+    EXPECT_TRUE(items.accepting());
+    EXPECT_FALSE(items.advance("f"));   // five items at most
+    EXPECT_FALSE(items.advance("\""));  // what follows the rule is not read
     EXPECT_TRUE(rest.advance("abcde\""));
     EXPECT_TRUE(rest.accepting());
-    EXPECT_NE(chain.state_key(), m.at_position(r.chain_pos).state_key());
-    EXPECT_THROW(m.at_position(r.chain_pos, r.chain_pos), std::out_of_range);
+    EXPECT_NE(items.state_key(), m.at_position(r.rule_start).state_key());
+    EXPECT_THROW(m.at_position(r.rule_start, r.rule_start), std::out_of_range);
+    EXPECT_THROW(m.at_position(r.rule_start, r.rule_end + 1), std::out_of_range);
+    Matcher m2(two_six);
+    ASSERT_TRUE(m2.advance("\""));
+    m2.kernel_positions(kernel);
+    ASSERT_TRUE(m2.repetition(kernel[0], r));
+    Matcher all = m2.at_position(r.rule_start, r.rule_end), from_min = m2.at_position(r.rule_start);
+    EXPECT_TRUE(all.accepting());
+    EXPECT_FALSE(from_min.accepting());
+    ASSERT_TRUE(all.advance("a") && from_min.advance("a"));
+    EXPECT_TRUE(all.accepting());
+    EXPECT_FALSE(from_min.accepting());
+    EXPECT_NE(all.state_key(), from_min.state_key());
+    ASSERT_TRUE(all.advance("bcdef") && from_min.advance("bcdef"));
+    EXPECT_TRUE(all.accepting() && from_min.accepting());
+    EXPECT_FALSE(all.advance("g") || from_min.advance("g"));
 }
 
 // Masks of bounded strings put together from their item's one analysis equal the plain walk: several bounds,
