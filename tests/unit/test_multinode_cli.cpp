@@ -48,6 +48,10 @@ class Node {
     // `env`: VAR=value words for this process alone.
     Node(const test::TempDir& dir, const std::string& name, const std::string& args, const std::string& env = "")
         : out_(dir / (name + ".out")), err_(dir / (name + ".err")) {
+        // A file left by an earlier process of this name must not answer wait_for_err() before the shell has
+        // truncated it.
+        std::filesystem::remove(out_);
+        std::filesystem::remove(err_);
         const std::string cmd = "exec env " + env + " " + std::string(MEGACTX_BIN) + " " + args + " < /dev/null > '" +
                                 out_ + "' 2> '" + err_ + "'";
         const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
