@@ -232,9 +232,7 @@ Symbol Builder::repeat(const Symbol& item, int64_t min, int64_t max, std::string
     // item{min,max} as one rule that the matcher reads with a count (Rule::max): one rule whatever the bounds.
     const auto counted = [&](int64_t lo, int64_t hi) {
         const int32_t r = rule(hint);
-        add_alternative(r, {item});
-        g_.rules[static_cast<size_t>(r)].min = static_cast<uint32_t>(lo);
-        g_.rules[static_cast<size_t>(r)].max = static_cast<uint32_t>(hi);
+        set_repeat(r, item, lo, hi);
         return Symbol::ref(r);
     };
     if (max < 0) {  // item{min} star, star ::= item star | ε
@@ -247,6 +245,15 @@ Symbol Builder::repeat(const Symbol& item, int64_t min, int64_t max, std::string
     if (max == 0) return alt({{}}, hint);  // item{0,0}: ε
     if (min == 1 && max == 1) return item;
     return counted(min, max);
+}
+
+void Builder::set_repeat(int32_t r, const Symbol& item, int64_t min, int64_t max) {
+    Rule& rule = g_.rules.at(static_cast<size_t>(r));
+    if (!rule.alternatives.empty() || max < 1 || max < min || min < 0 || max > kMaxRepeat)
+        throw GrammarError(fmt::format("grammar: rule '{}' cannot be made {{{},{}}}", rule.name, min, max));
+    add_alternative(r, {item});
+    rule.min = static_cast<uint32_t>(min);
+    rule.max = static_cast<uint32_t>(max);
 }
 
 namespace {

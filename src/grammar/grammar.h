@@ -100,6 +100,9 @@ class Builder {
     // item{min,max}; max < 0: unbounded. A bounded repetition (other than {0,0} and {1,1}) is one counted rule
     // (Rule::max), whatever its bounds; item{min,} is item{min,min} then item*.
     Symbol repeat(const Symbol& item, int64_t min, int64_t max, std::string_view hint = "rep");
+    // Makes `rule` (new, without alternatives) the counted repetition item{min,max}, 1 <= max, min <= max: for a
+    // copy of a grammar's counted rule under its own number.
+    void set_repeat(int32_t rule, const Symbol& item, int64_t min, int64_t max);
     // Every UTF-8 encoding of a code point in [lo, hi] (surrogates excluded), as alternatives of byte sequences.
     Symbol utf8_range(uint32_t lo, uint32_t hi, std::string_view hint = "utf8");
     // Any one UTF-8 code point whose bytes are not in `exclude_ascii` (an ASCII-only exclusion: JSON strings

@@ -1232,7 +1232,7 @@ Symbol Compiler::pattern(const std::string& p, const std::string& ptr) {
                 continue;
             }
             const Symbol copy = item.is_rule() ? Symbol::ref(map[static_cast<size_t>(item.rule)]) : escaped(item.bytes);
-            b_.add_alternative(map[i], {b_.repeat(copy, g.rules[i].min, g.rules[i].max, g.rules[i].name)});
+            b_.set_repeat(map[i], copy, g.rules[i].min, g.rules[i].max);
             continue;
         }
         for (const Sequence& seq : g.rules[i].alternatives) {

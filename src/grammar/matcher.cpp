@@ -62,8 +62,12 @@ struct Compiled {
     uint32_t start_pos = 0;         // `start ::= root` (a rule of its own), dot before root
     uint32_t accept_pos = 0;        // the same, dot after root
     int32_t n_rules = 0;            // including `start`
-    std::vector<Counted> counted;   // the counted rules, by base
+    std::vector<Counted> counted;     // the counted rules, by base: those of max below kSmallCount first
     std::vector<int32_t> counted_of;  // per rule: its index in `counted`, or -1
+    // counted_at()'s lookup: the index in `counted` of each position of the small rules (a few per rule), and
+    // where the large ones begin in `counted` (found by binary search: a grammar has few large bounds).
+    std::vector<uint32_t> small_counted;
+    uint32_t n_small = 0;
     // Per rule, the items (as dotted positions; their origin is the set predicting) that predicting it brings, dot
     // moves over nullable rules included and complete ones left out: bundle[bundle_begin[r]..bundle_begin[r + 1]],
     // and the union of their terminals. has_bundle is 0 for a rule whose closure was too large to store: it is
@@ -79,7 +83,8 @@ struct Compiled {
     bool is_counted(uint32_t pos) const { return pos >= n_real; }
     // The counted rule whose production holds dotted position `pos` (is_counted(pos)).
     const Counted& counted_at(uint32_t pos) const {
-        const auto it = std::upper_bound(counted.begin(), counted.end(), pos,
+        if (pos - n_real < small_counted.size()) return counted[small_counted[pos - n_real]];
+        const auto it = std::upper_bound(counted.begin() + n_small, counted.end(), pos,
                                          [](uint32_t p, const Counted& r) { return p < r.base; });
         return *(it - 1);
     }
@@ -106,6 +111,7 @@ struct Compiled {
     }
 };
 
+constexpr uint32_t kSmallCount = 64;             // counted rules of a smaller max are looked up directly
 constexpr size_t kMaxBundle = 512;               // dotted positions in one rule's closure
 constexpr size_t kMaxBundles = size_t{4} << 20;  // over all rules
 
@@ -391,12 +397,20 @@ std::shared_ptr<const Compiled> compile(const Grammar& g) {
     c->accept_pos = c->start_pos + 1;
     c->rule_begin.push_back(static_cast<uint32_t>(c->starts.size()));
     c->n_real = static_cast<uint32_t>(c->real_next.size());
+    // Counted positions after the real ones: the small rules first, each position of theirs indexed.
+    std::stable_partition(c->counted.begin(), c->counted.end(), [](const Counted& r) { return r.max < kSmallCount; });
     uint64_t next_base = c->n_real;
-    for (Counted& r : c->counted) {
+    for (size_t i = 0; i < c->counted.size(); ++i) {
+        Counted& r = c->counted[i];
         const uint32_t start = r.base;  // held the index of its entry in `starts` until now
         r.base = static_cast<uint32_t>(std::min<uint64_t>(next_base, kRuleTag));
         c->starts[start] = r.base;
+        c->counted_of[static_cast<size_t>(r.rule)] = static_cast<int32_t>(i);
         next_base += uint64_t{r.max} + 1;
+        if (r.max < kSmallCount) {
+            c->small_counted.resize(next_base - c->n_real, static_cast<uint32_t>(i));
+            c->n_small = static_cast<uint32_t>(i) + 1;
+        }
     }
     if (next_base >= kRuleTag) throw GrammarError("grammar: too large for the matcher");
     c->n_positions = static_cast<uint32_t>(next_base);
@@ -508,6 +522,12 @@ struct Matcher::Impl {
     };
     uint32_t stamp = 0;
     std::vector<Seen> pos_seen, rule_done;
+    // Per large counted rule, the first of its items in this set: its positions have no slot of their own (those
+    // of the small ones, numbered right after the real positions, do).
+    struct CountedSeen {
+        uint32_t stamp, pos, origin;
+    };
+    std::vector<CountedSeen> counted_seen;
     std::vector<uint32_t> rule_stamp;  // the rule was predicted in this set
     std::vector<uint64_t> table;
     std::vector<uint32_t> table_used;
@@ -535,7 +555,8 @@ struct Matcher::Impl {
     Impl(std::shared_ptr<const Compiled> compiled, uint32_t pos, uint32_t end = static_cast<uint32_t>(kEnd))
         : g(std::move(compiled)), accept_lo(g->accept_pos), accept_hi(g->accept_pos) {
         const Compiled& c = *g;
-        pos_seen.assign(c.n_real, {0, 0});
+        pos_seen.assign(c.n_real + c.small_counted.size(), {0, 0});
+        counted_seen.assign(c.counted.size(), {0, 0, 0});
         table.assign(64, 0);
         rule_done.assign(static_cast<size_t>(c.n_rules), {0, 0});
         rule_stamp.assign(static_cast<size_t>(c.n_rules), 0);
@@ -737,6 +758,7 @@ struct Matcher::Impl {
             std::fill(pos_seen.begin(), pos_seen.end(), Seen{0, 0});
             std::fill(rule_done.begin(), rule_done.end(), Seen{0, 0});
             std::fill(rule_stamp.begin(), rule_stamp.end(), 0);
+            std::fill(counted_seen.begin(), counted_seen.end(), CountedSeen{0, 0, 0});
             stamp = 1;
         }
         return static_cast<uint32_t>(sets.size());
@@ -780,11 +802,16 @@ struct Matcher::Impl {
         return s.origin != origin && table_insert((uint64_t{origin} + 1) << 32 | tag | index);
     }
 
-    // Marks the item (pos, origin) as seen in this set; false when it was already. Counted rules' positions have no
-    // slot: they go to the table.
+    // Marks the item (pos, origin) as seen in this set; false when it was already. A large counted rule's positions
+    // share one slot, its first item in the set; the rare others go to the table.
     bool first_at(uint32_t pos, uint32_t origin) {
         if (pos < pos_seen.size()) return first_time(pos_seen[pos], pos, origin, 0);
-        return table_insert((uint64_t{origin} + 1) << 32 | pos);
+        CountedSeen& s = counted_seen[static_cast<size_t>(&g->counted_at(pos) - g->counted.data())];
+        if (s.stamp != stamp) {
+            s = {stamp, pos, origin};
+            return true;
+        }
+        return (s.pos != pos || s.origin != origin) && table_insert((uint64_t{origin} + 1) << 32 | pos);
     }
 
     // Adds `it` to the set being built unless it is there.
@@ -810,22 +837,40 @@ struct Matcher::Impl {
         bool accepting = false;
         for (size_t i = items_begin(k); i < items.size(); ++i) {
             const Item it = items[i];
-            const int32_t sym = c.next(it.pos);
+            // The symbol after the dot, its argument, and the rule this item completes (-1: none). A counted rule
+            // from min items on completes, and below max may read another item too.
+            int32_t sym, arg, completed = -1;
+            if (!c.is_counted(it.pos)) {
+                sym = c.real_next[it.pos];
+                arg = c.real_arg[it.pos];
+                if (sym == kEnd) completed = arg;
+            } else {
+                const Counted& r = c.counted_at(it.pos);
+                const uint32_t n = it.pos - r.base;
+                sym = n < r.max ? r.item : kEnd;
+                arg = r.item_arg;
+                if (n >= r.min) completed = r.rule;
+            }
             if (it.origin == 0 && it.pos >= accept_lo && it.pos <= accept_hi) {
                 accepting = true;
                 if (stops && it.pos == accept_hi) continue;  // at_position(pos, end): read up to its end
             }
-            // A counted rule from min items on completes, and may read another item too.
-            if (sym != kEnd && it.origin != k && c.is_counted(it.pos) && c.completes(it.pos))
-                complete(c.lhs(it.pos), it.origin);
+            // Completions of empty spans (origin k) need nothing: the predictor already moved past nullables.
+            if (completed >= 0 && it.origin != k &&
+                first_time(rule_done[static_cast<size_t>(completed)], static_cast<uint32_t>(completed), it.origin,
+                           kRuleTag)) {  // not completed from this origin already
+                const auto [b, e] = waiters(it.origin, completed);
+                if (e - b == 1 && c.next(b->item.pos + 1) == kEnd) {
+                    add(leo(b));
+                } else {
+                    for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
+                }
+            }
             if (sym == kTerminal) {
                 scans.push_back(it);
-                const ByteSet& t = c.terminals[static_cast<size_t>(c.arg(it.pos))];
+                const ByteSet& t = c.terminals[static_cast<size_t>(arg)];
                 for (size_t w = 0; w < 4; ++w) allowed.words[w] |= t.words[w];
-            } else if (sym == kEnd) {
-                // Completions of empty spans (origin k) need nothing: the predictor already moved past nullables.
-                if (it.origin != k) complete(c.arg(it.pos), it.origin);
-            } else {
+            } else if (sym >= 0) {
                 waits.push_back({sym, it, {kLeoUnresolved, 0}, kKeyUnresolved});
                 predict(sym, k, allowed);
                 // Over a nullable rule by ε; never a counted rule's item (see the top of this file).
@@ -836,19 +881,6 @@ struct Matcher::Impl {
         sort_waiters(wait_start);
         sets.push_back({static_cast<uint32_t>(items.size()), static_cast<uint32_t>(scans.size()),
                         static_cast<uint32_t>(waits.size()), accepting, allowed, kKeyUnresolved});
-    }
-
-    // A completion of `lhs` from set `origin` in the set being built: its waiters there move over it.
-    void complete(int32_t lhs, uint32_t origin) {
-        const Compiled& c = *g;
-        if (!first_time(rule_done[static_cast<size_t>(lhs)], static_cast<uint32_t>(lhs), origin, kRuleTag))
-            return;  // this rule was completed from this origin already
-        const auto [b, e] = waiters(origin, lhs);
-        if (e - b == 1 && c.next(b->item.pos + 1) == kEnd) {
-            add(leo(b));
-        } else {
-            for (const Waiter* w = b; w != e; ++w) add({w->item.pos + 1, w->item.origin});
-        }
     }
 
     // Adds the items predicting `rule` brings to set k. A bundle goes straight to the scanners and waiters (it is

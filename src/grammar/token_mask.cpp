@@ -728,11 +728,15 @@ bool TokenVocab::fill_by_positions(Matcher& m, TokenMask& out, MaskCache& cache)
     // first is, and those whose walk is small (narrow_position), and this mask walks the state instead (false):
     // each analysis walks the trie, so a cold state with several wide positions would cost a walk per position
     // (MaskBench's p99.9); later masks find the others. The others are tried again after the first: an item's walk
-    // may serve them.
+    // may serve them. Bounded repetitions go first: theirs is an analysis of the item, serving every count (and for
+    // a byte class a pass over the trie without the matcher), the cheapest progress; the kernel's own order is only
+    // how the grammar is laid out.
     std::vector<std::shared_ptr<const PositionMasks>> found(kernel.size());
     std::vector<size_t> missing;
     for (size_t i = 0; i < kernel.size(); ++i)
         if ((found[i] = position_masks(m, kernel[i], cache, false)) == nullptr) missing.push_back(i);
+    Matcher::Repetition rep;
+    std::stable_partition(missing.begin(), missing.end(), [&](size_t i) { return m.repetition(kernel[i], rep); });
     for (size_t n = 0; n < missing.size(); ++n) {
         const uint32_t pos = kernel[missing[n]];
         if ((found[missing[n]] = position_masks(m, pos, cache, n == 0 || narrow_position(m, pos))) == nullptr)
