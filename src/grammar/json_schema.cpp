@@ -1320,14 +1320,18 @@ std::optional<std::pair<Symbol, Symbol>> Compiler::pattern_members(const json& s
                      schema(value, child(pp, s["patternProperties"].begin().key()))};
 }
 
-// A quoted key that is none of `declared`: the complement of their trie.
-Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
-    if (declared.empty()) return any_string();
-    struct Node {
-        bool terminal = false;
-        std::map<uint32_t, size_t> next;
-    };
-    std::vector<Node> trie(1);
+namespace {
+
+// A node of the trie of declared property names, by code point; children come after their parent.
+struct NameNode {
+    std::string name;  // the declared name ending here, if any
+    bool declared = false;
+    bool live = false;  // member_trie: a member can be completed from here
+    std::map<uint32_t, size_t> next;
+};
+
+std::vector<NameNode> name_trie(const std::vector<std::string>& declared) {
+    std::vector<NameNode> trie(1);
     for (const std::string& name : declared) {
         size_t n = 0;
         for (uint32_t cp : code_points(name)) {
@@ -1338,14 +1342,24 @@ Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
             }
             n = it->second;
         }
-        trie[n].terminal = true;
+        trie[n].declared = true;
+        trie[n].name = name;
     }
+    return trie;
+}
+
+}  // namespace
+
+// A quoted key that is none of `declared`: the complement of their trie.
+Symbol Compiler::additional_key(const std::vector<std::string>& declared) {
+    if (declared.empty()) return any_string();
+    const std::vector<NameNode> trie = name_trie(declared);
     if (!key_char_) key_char_ = key_char_except({});
     const Symbol free_tail = b_.seq({b_.repeat(*key_char_, 0, -1, "key-chars"), lit("\"")}, "key-tail");
     std::vector<int32_t> rules(trie.size());
     for (size_t i = 0; i < trie.size(); ++i) rules[i] = b_.rule("key-node");
     for (size_t i = 0; i < trie.size(); ++i) {
-        if (!trie[i].terminal) b_.add_alternative(rules[i], {lit("\"")});
+        if (!trie[i].declared) b_.add_alternative(rules[i], {lit("\"")});
         std::set<uint32_t> children;
         for (const auto& [cp, n] : trie[i].next) {
             children.insert(cp);
@@ -1366,29 +1380,10 @@ Symbol Compiler::member_trie(const std::vector<std::string>& declared, const std
         m.push_back(*additional);
         return b_.seq(std::move(m), "member");
     }
-    struct Node {
-        std::string name;  // the declared name ending here, if any
-        bool declared = false;
-        bool live = false;  // a member can be completed from here
-        std::map<uint32_t, size_t> next;
-    };
-    std::vector<Node> trie(1);
-    for (const std::string& name : declared) {
-        size_t n = 0;
-        for (uint32_t cp : code_points(name)) {
-            auto it = trie[n].next.find(cp);
-            if (it == trie[n].next.end()) {
-                trie.push_back({});
-                it = trie[n].next.emplace(cp, trie.size() - 1).first;
-            }
-            n = it->second;
-        }
-        trie[n].declared = true;
-        trie[n].name = name;
-    }
+    std::vector<NameNode> trie = name_trie(declared);
     // Children come after their parent: live from the leaves up.
     for (size_t i = trie.size(); i-- > 0;) {
-        Node& node = trie[i];
+        NameNode& node = trie[i];
         node.live = additional.has_value() || (node.declared && allowed.count(node.name));
         for (const auto& [cp, c] : node.next) node.live = node.live || trie[c].live;
     }
@@ -1410,7 +1405,7 @@ Symbol Compiler::member_trie(const std::vector<std::string>& declared, const std
     for (size_t i = 0; i < trie.size(); ++i)
         if (trie[i].live) rules[i] = b_.rule("key-node");
     for (size_t i = 0; i < trie.size(); ++i) {
-        const Node& node = trie[i];
+        const NameNode& node = trie[i];
         if (!node.live) continue;
         if (node.declared) {
             if (const auto it = allowed.find(node.name); it != allowed.end())
