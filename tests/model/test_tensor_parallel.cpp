@@ -351,57 +351,9 @@ void expect_same_run(const EngineRun& got, const EngineRun& want) {
     }
 }
 
-// The serving engine drives rank 0 unchanged: continuous batching with chunked prefill, and a prefix-cache hit,
-// under TP2 + EP + LayerSplit give the tokens and log-probabilities of one device.
-TEST(TensorParallel, EngineWithPrefixCacheMatchesOneDevice) {
-    const std::string dir = test::fixture_dir("pattern_bf16");
-    EngineConfig cfg;
-    cfg.n_kv_blocks = 32;
-    const GlmDsaModel single(dir);
-    CpuOps ops1;
-    const EngineRun want = run_engine(single, ops1, cfg);
-    ParallelOptions o;
-    o.n_gpus = 2;
-    o.expert_parallel = true;
-    o.layer_split = true;
-    auto group = cpu_group(dir, o);
-    EXPECT_EQ(want.cached_last, 64);
-    expect_same_run(run_engine(group->model(), group->ops(), cfg), want);
-}
-
-// The host KV tier under tensor parallelism: with 2 device blocks and 30 host blocks, TP2 + EP (every rank holds
-// every layer) and TP2 + EP + LayerSplit (each rank its own layers, so each moves its blocks by its own
-// layers' selections) give one untiered device's tokens and log-probabilities, the prefix hit included, while
-// blocks live on the host and selected rows are fetched from there.
-TEST(TensorParallel, EngineWithHostTierMatchesOneDevice) {
-    const std::string dir = test::fixture_dir("pattern_bf16");
-    EngineConfig flat;
-    flat.n_kv_blocks = 32;
-    const GlmDsaModel single(dir);
-    CpuOps ops1;
-    const EngineRun want = run_engine(single, ops1, flat);
-    EngineConfig tiered;
-    tiered.n_kv_blocks = 2;
-    tiered.n_kv_host_blocks = 30;
-    for (const bool layer_split : {false, true}) {
-        SCOPED_TRACE(layer_split ? "TP2 + EP + LayerSplit" : "TP2 + EP");
-        ParallelOptions o;
-        o.n_gpus = 2;
-        o.expert_parallel = true;
-        o.layer_split = layer_split;
-        auto group = cpu_group(dir, o);
-        const EngineRun got = run_engine(group->model(), group->ops(), tiered);
-        EXPECT_GT(got.mid.kv_host_blocks_used, 0);
-        EXPECT_GT(got.mid.kv_fetched_rows, 0);
-        expect_same_run(got, want);
-    }
-}
-
-// MTP speculative decoding under TP2 + EP and TP2 + LayerSplit on the shipped demo model (the MTP layer sharded
-// like the others; its inputs reach the followers through host memory): greedy tokens equal plain decoding's on
-// the same group and on one device token for token, the drafts are one device's, and the draft steps after the first reuse step 0's top-k
-// or, with no_mtp_index_share, run the MTP indexer, giving the same tokens either way.
-// Three requests with chunked prefill beside the others' verification, 24 greedy tokens each; K drafts a step.
+// The engine with MTP speculation on the shipped demo model, k drafts a step (0: plain decoding; share: later draft
+// steps reuse step 0's top-k): three requests with chunked prefill beside the others' verification, 24 greedy
+// tokens each.
 std::vector<std::vector<int32_t>> run_speculative(const GlmDsaModel& model, Ops& ops, int64_t k, bool share,
                                                   EngineStats* stats) {
     const std::vector<int32_t> text = test::fixture_tokens("../data/glm_demo_ref");
@@ -431,33 +383,92 @@ std::vector<std::vector<int32_t>> run_speculative(const GlmDsaModel& model, Ops&
     return out;
 }
 
-TEST(TensorParallel, SpeculativeDecodingMatchesPlain) {
+// The serving engine on parallel layouts: rank 0 drives the group unchanged.
+struct Layout {
+    const char* name;
+    int64_t tp, pp;
+    bool ep, layer_split;
+};
+
+ParallelOptions options(const Layout& l) {
+    ParallelOptions o;
+    o.n_gpus = l.tp;
+    o.pp = l.pp;
+    o.expert_parallel = l.ep;
+    o.layer_split = l.layer_split;
+    return o;
+}
+
+// Continuous batching with chunked prefill (under PP, micro-batches that cut sequences and mix prefill with
+// decode) and a prefix-cache hit give one device's tokens and log-probabilities.
+TEST(ParallelEngine, WithPrefixCacheMatchesOneDevice) {
+    const std::string dir = test::fixture_dir("pattern_bf16");
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 32;
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    const EngineRun want = run_engine(single, ops1, cfg);
+    EXPECT_EQ(want.cached_last, 64);
+    for (const Layout& l : {Layout{"TP 2 + EP + LayerSplit", 2, 1, true, true}, Layout{"PP 2", 1, 2, false, false},
+                            Layout{"PP 2 x TP 2 + EP", 2, 2, true, false}}) {
+        SCOPED_TRACE(l.name);
+        auto group = cpu_group(dir, options(l));
+        expect_same_run(run_engine(group->model(), group->ops(), cfg), want);
+    }
+}
+
+// The host KV tier: with 2 device blocks and 30 host blocks each rank moves its blocks by its own layers'
+// selections (every layer under TP + EP; its own layers under LayerSplit and on a pipeline stage) and fetches
+// selected rows from the host, giving one untiered device's tokens and log-probabilities, the prefix hit included.
+TEST(ParallelEngine, WithHostTierMatchesOneDevice) {
+    const std::string dir = test::fixture_dir("pattern_bf16");
+    EngineConfig flat;
+    flat.n_kv_blocks = 32;
+    const GlmDsaModel single(dir);
+    CpuOps ops1;
+    const EngineRun want = run_engine(single, ops1, flat);
+    EngineConfig tiered;
+    tiered.n_kv_blocks = 2;
+    tiered.n_kv_host_blocks = 30;
+    for (const Layout& l : {Layout{"TP 2 + EP", 2, 1, true, false}, Layout{"TP 2 + EP + LayerSplit", 2, 1, true, true},
+                            Layout{"PP 2", 1, 2, false, false}, Layout{"PP 2 x TP 2 + LayerSplit", 2, 2, false, true}}) {
+        SCOPED_TRACE(l.name);
+        auto group = cpu_group(dir, options(l));
+        const EngineRun got = run_engine(group->model(), group->ops(), tiered);
+        EXPECT_GT(got.mid.kv_host_blocks_used, 0);
+        EXPECT_GT(got.mid.kv_fetched_rows, 0);
+        expect_same_run(got, want);
+    }
+}
+
+// MTP speculation on the shipped demo model: under TP the MTP layer is sharded like the others (its inputs reach
+// the followers through host memory); under PP it runs on the last stage, its inputs shipped there and its
+// logits, hidden rows and top-k back to rank 0. Greedy tokens equal plain decoding's on the same group and one
+// device's, the drafts are one device's (followers given wrong inputs would draft worse), and the draft steps
+// after the first reuse step 0's top-k or, with no_mtp_index_share, run the MTP indexer: the same tokens.
+TEST(ParallelEngine, SpeculativeDecodingMatchesPlain) {
     const std::string dir = MEGACTX_DEFAULT_MODEL_DIR;
-    const auto run = run_speculative;
     const GlmDsaModel single(dir);
     CpuOps ops1;
     EngineStats one_device;
-    const auto want = run(single, ops1, 3, true, &one_device);
+    const auto want = run_speculative(single, ops1, 3, true, &one_device);
     ASSERT_GT(one_device.spec.mean_acceptance_length(), 1.5);
-    for (const bool layer_split : {false, true}) {
-        ParallelOptions o;
-        o.n_gpus = 2;
-        o.expert_parallel = !layer_split;
-        o.layer_split = layer_split;
-        auto group = cpu_group(dir, o);
-        const auto plain = run(group->model(), group->ops(), 0, true, nullptr);
+    for (const Layout& l : {Layout{"TP 2 + EP", 2, 1, true, false}, Layout{"TP 2 + LayerSplit", 2, 1, false, true},
+                            Layout{"PP 2", 1, 2, false, false}, Layout{"PP 2 x TP 2 + EP", 2, 2, true, false}}) {
+        SCOPED_TRACE(l.name);
+        auto group = cpu_group(dir, options(l));
+        const auto plain = run_speculative(group->model(), group->ops(), 0, true, nullptr);
         ASSERT_EQ(plain.size(), 3u);
         for (const auto& t : plain) ASSERT_EQ(t.size(), 24u);
         EXPECT_EQ(plain, want);
         EngineStats st;
-        EXPECT_EQ(run(group->model(), group->ops(), 3, true, &st), plain) << "layer_split " << layer_split;
-        std::printf("TP2%s K=3: drafts accepted %lld of %lld, mean acceptance length %.2f\n",
-                    layer_split ? " + LayerSplit" : " + EP", static_cast<long long>(st.spec.accepted),
-                    static_cast<long long>(st.spec.drafted), st.spec.mean_acceptance_length());
-        // the same drafts as one device (the drafts of followers given wrong inputs are accepted far less)
+        EXPECT_EQ(run_speculative(group->model(), group->ops(), 3, true, &st), plain);
+        std::printf("%s K=3: drafts accepted %lld of %lld, mean acceptance length %.2f\n", l.name,
+                    static_cast<long long>(st.spec.accepted), static_cast<long long>(st.spec.drafted),
+                    st.spec.mean_acceptance_length());
         EXPECT_EQ(st.spec.accepted_at, one_device.spec.accepted_at);
         EXPECT_EQ(st.spec.drafted_at, one_device.spec.drafted_at);
-        EXPECT_EQ(run(group->model(), group->ops(), 3, false, nullptr), plain) << "per-step MTP indexer";
+        EXPECT_EQ(run_speculative(group->model(), group->ops(), 3, false, nullptr), plain) << "per-step MTP indexer";
     }
 }
 
@@ -532,82 +543,6 @@ TEST(PipelineParallel, MicroBatchesCoverTheBatchInOrder) {
     EXPECT_EQ(micro_batches(5, 2), (std::vector<Range>{{0, 2}, {2, 5}}));
     EXPECT_EQ(micro_batches(9, 3), (std::vector<Range>{{0, 3}, {3, 6}, {6, 9}}));
     EXPECT_EQ(micro_batches(7, 1), (std::vector<Range>{{0, 7}}));
-}
-
-// The serving engine over PP 2 and PP 2 × TP 2 + EP: continuous batching with chunked prefill (micro-batches
-// that cut sequences and mix prefill with decode) and a prefix-cache hit give one device's tokens and
-// log-probabilities.
-TEST(PipelineParallel, EngineWithPrefixCacheMatchesOneDevice) {
-    const std::string dir = test::fixture_dir("pattern_bf16");
-    EngineConfig cfg;
-    cfg.n_kv_blocks = 32;
-    const GlmDsaModel single(dir);
-    CpuOps ops1;
-    const EngineRun want = run_engine(single, ops1, cfg);
-    for (const int64_t tp : {1, 2}) {
-        SCOPED_TRACE("PP 2 x TP " + std::to_string(tp));
-        ParallelOptions o;
-        o.n_gpus = tp;
-        o.pp = 2;
-        o.expert_parallel = tp > 1;
-        auto group = cpu_group(dir, o);
-        EXPECT_EQ(want.cached_last, 64);
-        expect_same_run(run_engine(group->model(), group->ops(), cfg), want);
-    }
-}
-
-// The host KV tier over PP 2 and PP 2 × TP 2 + LayerSplit: 2 device blocks and 30 host blocks give one untiered
-// device's tokens and log-probabilities, while each stage fetches its own layers' selected rows from the host.
-TEST(PipelineParallel, EngineWithHostTierMatchesOneDevice) {
-    const std::string dir = test::fixture_dir("pattern_bf16");
-    EngineConfig flat;
-    flat.n_kv_blocks = 32;
-    const GlmDsaModel single(dir);
-    CpuOps ops1;
-    const EngineRun want = run_engine(single, ops1, flat);
-    EngineConfig tiered;
-    tiered.n_kv_blocks = 2;
-    tiered.n_kv_host_blocks = 30;
-    for (const int64_t tp : {1, 2}) {
-        SCOPED_TRACE("PP 2 x TP " + std::to_string(tp));
-        ParallelOptions o;
-        o.n_gpus = tp;
-        o.pp = 2;
-        o.layer_split = tp > 1;
-        auto group = cpu_group(dir, o);
-        const EngineRun got = run_engine(group->model(), group->ops(), tiered);
-        EXPECT_GT(got.mid.kv_host_blocks_used, 0);
-        EXPECT_GT(got.mid.kv_fetched_rows, 0);
-        expect_same_run(got, want);
-    }
-}
-
-// MTP speculation over PP 2 and PP 2 × TP 2 + EP on the shipped demo model: the MTP layer on the last stage, its
-// inputs shipped there and its logits, hidden rows and top-k back to rank 0; the target's hidden rows come back
-// with its logits. Greedy tokens equal plain decoding's and one device's, and the drafts are one device's.
-TEST(PipelineParallel, SpeculativeDecodingMatchesPlain) {
-    const std::string dir = MEGACTX_DEFAULT_MODEL_DIR;
-    const GlmDsaModel single(dir);
-    CpuOps ops1;
-    EngineStats one_device;
-    const auto want = run_speculative(single, ops1, 3, true, &one_device);
-    for (const int64_t tp : {1, 2}) {
-        SCOPED_TRACE("PP 2 x TP " + std::to_string(tp));
-        ParallelOptions o;
-        o.n_gpus = tp;
-        o.pp = 2;
-        o.expert_parallel = tp > 1;
-        auto group = cpu_group(dir, o);
-        const auto plain = run_speculative(group->model(), group->ops(), 0, true, nullptr);
-        ASSERT_EQ(plain.size(), 3u);
-        EXPECT_EQ(plain, want);
-        EngineStats st;
-        EXPECT_EQ(run_speculative(group->model(), group->ops(), 3, true, &st), plain);
-        EXPECT_EQ(st.spec.accepted_at, one_device.spec.accepted_at);
-        EXPECT_EQ(st.spec.drafted_at, one_device.spec.drafted_at);
-        EXPECT_GT(st.spec.accepted, 0);
-        EXPECT_EQ(run_speculative(group->model(), group->ops(), 3, false, nullptr), plain) << "per-step MTP indexer";
-    }
 }
 
 TEST(PipelineParallel, MoreStagesThanLayersIsRejected) {
