@@ -51,6 +51,11 @@ struct JsonSchemaOptions {
     // schemas tell them apart), so that "exactly one" holds; otherwise a GrammarError. false: oneOf is anyOf (as llama.cpp and
     // xgrammar take it), accepting a value that matches two branches.
     bool exact_one_of = true;
+    // A schema without `type`: false (JSON Schema's rule): its keywords constrain only values of their own type and a
+    // value of another type is valid as it is ({"properties": ...} also allows 3 and "x"); true: the type is taken
+    // from the keywords present (properties → object, items → array, minLength → string, ...), as llama.cpp and
+    // xgrammar do, a subset that refuses such valid values.
+    bool infer_type = false;
 };
 
 // A JSON Schema (draft 2020-12, the subset issue 51 names) as text; `true`/`{}` is any JSON value. What is exact,

@@ -14,15 +14,18 @@
 // - `enum` and `const` values are emitted in their canonical serialization: compact tokens, with the whitespace
 //   JSON allows between them inside objects and arrays as everywhere else; they are filtered by
 //   `type`, and other validation keywords beside them are an error.
-// - No `type`: the type is inferred from the keywords present (properties → object, items → array, ...), as
-//   llama.cpp and xgrammar do; a schema with no type-specific keyword allows any value.
-// - Objects: the required properties once each, declared ones in the schema's order and then undeclared ones in
-//   `required`'s order (as llguidance orders them); the optional ones anywhere around them and the additional ones
-//   (additionalProperties, default options.additional_properties_default) after the last required one, in any
-//   order. Their keys are read by one
-//   trie over the declared names (member_trie): a declared optional name takes its value schema, another declared
-//   name nothing, any other key the additional schema, spelled without \u escapes so that "not a declared name"
-//   is exact. A key may come again (JSON parsers keep the last). minProperties is enforced when the required
+// - No `type`: as JSON Schema says, a keyword constrains only the values of its own type (properties an object,
+//   items an array, ...) and a value of any other type is valid; options.infer_type instead takes the type from the
+//   keywords present (properties → object, items → array, ...), as llama.cpp and xgrammar do.
+// - Objects: the required properties once each, the optional ones and the additional ones (additionalProperties,
+//   default options.additional_properties_default) in any order, as a validator takes them: the member after each
+//   set of required properties written is read by its own trie over the declared names (member_trie; a required
+//   name not yet written takes its value schema and moves to the next set, an optional name its value schema,
+//   another declared name nothing, any other key the additional schema), spelled without \u escapes so that "not a
+//   declared name" is exact. An object with more than 6 required properties (64 sets) keeps them in order instead:
+//   declared ones in the schema's order, then undeclared ones in `required`'s order (as llguidance orders them),
+//   the optional ones anywhere around them and additional ones after the last required one (a subset). An optional
+//   or additional key may come again (JSON parsers keep the last). minProperties is enforced when the required
 //   properties meet it or it is 1; maxProperties when the declared properties cannot exceed it; otherwise an
 //   error. patternProperties with one value schema for all patterns and no declared name matching one: declared
 //   properties in the schema's order, then the pattern keys instead of additional properties (a subset where
@@ -235,6 +238,8 @@ class Compiler {
     Symbol digit() { return b_.bytes(ByteSet::range('0', '9')); }
 
     Symbol any_value();
+    // Any value of one JSON type (object, array, string, number, boolean, null).
+    Symbol any_of_type(const std::string& type);
     Symbol string_char();
     Symbol any_string();
     Symbol any_number();
@@ -284,7 +289,7 @@ class Compiler {
     std::optional<Symbol> ws_;
     // A JSON pointer (or a merged schema's text) → its rule, made before the target compiles (recursion).
     std::map<std::string, int32_t> refs_, merged_;
-    std::optional<Symbol> any_value_, string_char_, any_string_, any_number_, any_integer_, canonical_integer_, key_char_, non_ascii_;
+    std::optional<Symbol> any_value_, any_object_value_, any_array_value_, string_char_, any_string_, any_number_, any_integer_, canonical_integer_, key_char_, non_ascii_;
 };
 
 Symbol Compiler::string_char() {
@@ -374,11 +379,22 @@ Symbol Compiler::any_value() {
         full.push_back(lit(close));
         return b_.alt({empty, full}, hint);
     };
-    const Symbol obj = list(m, "{", "}", "object");
-    const Symbol arr = list(*any_value_, "[", "]", "array");
-    for (const Symbol& s : {obj, arr, any_string(), any_number(), lit("true"), lit("false"), lit("null")})
+    any_object_value_ = list(m, "{", "}", "object");
+    any_array_value_ = list(*any_value_, "[", "]", "array");
+    for (const Symbol& s :
+         {*any_object_value_, *any_array_value_, any_string(), any_number(), lit("true"), lit("false"), lit("null")})
         b_.add_alternative(value, {s});
     return *any_value_;
+}
+
+Symbol Compiler::any_of_type(const std::string& type) {
+    any_value();
+    if (type == "object") return *any_object_value_;
+    if (type == "array") return *any_array_value_;
+    if (type == "string") return any_string();
+    if (type == "number") return any_number();
+    if (type == "boolean") return b_.alt({{lit("true")}, {lit("false")}}, "boolean");
+    return lit("null");
 }
 
 Symbol Compiler::any_object() {
@@ -751,6 +767,11 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
     if (types.empty()) return any_value();
     std::vector<Sequence> alts;
     for (const std::string& t : types) alts.push_back({typed(s, ptr, t)});
+    // No `type`: a keyword constrains only the values of its own type, and a value of another type is valid as it is.
+    if (!s.contains("type") && !options_.infer_type)
+        for (const char* t : {"object", "array", "string", "number", "boolean", "null"})
+            if (!types.count(t) && !(std::string_view(t) == "number" && types.count("integer")))
+                alts.push_back({any_of_type(t)});
     return b_.alt(std::move(alts), "type");
 }
 
@@ -1322,6 +1343,14 @@ std::optional<std::pair<Symbol, Symbol>> Compiler::pattern_members(const json& s
 
 namespace {
 
+// Objects with up to this many required properties take them in any order (a rule per subset of them written);
+// others take them in order.
+constexpr size_t kMaxUnorderedRequired = 8;
+
+}  // namespace
+
+namespace {
+
 // A node of the trie of declared property names, by code point; children come after their parent.
 struct NameNode {
     std::string name;  // the declared name ending here, if any
@@ -1519,14 +1548,66 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         ws_colon.push_back(lit(":"));
         ws(ws_colon);
         const size_t k = req.size();
+        const std::optional<Symbol> additional_value =
+            any_additional ? std::optional<Symbol>(schema(additional, child(ptr, "additionalProperties")))
+                           : std::nullopt;
+        if (k <= kMaxUnorderedRequired) {
+            // Members in any order. One member rule per required property (its key, then its value) and one for
+            // every other member (free: an optional or additional key, read by one trie over the declared names that
+            // refuses the required ones), shared by all the states; rest[m] is what follows a member once the
+            // required properties in bit set m are written: the end when all are, another free member and rest[m],
+            // or a required member j not in m and rest[m | j].
+            std::vector<Symbol> required_member;
+            for (size_t i = 0; i < n; ++i)
+                if (required.count(names[i])) required_member.push_back(member(lit(json(names[i]).dump()), values[i]));
+            std::optional<Symbol> free_member;
+            if (!optional.empty() || additional_value)
+                free_member = member_trie(declared, optional, additional_value, ws_colon);
+            const size_t full = (size_t{1} << k) - 1;
+            std::vector<Symbol> rest(full + 1);
+            for (size_t m = 0; m <= full; ++m) rest[m] = Symbol::ref(b_.rule("rest"));
+            // The members that may come next in state m, each followed by the rest of its state.
+            const auto next = [&](size_t m) {
+                std::vector<Sequence> alts;
+                if (free_member) alts.push_back({*free_member, rest[m]});
+                for (size_t j = 0; j < k; ++j)
+                    if (!(m >> j & 1)) alts.push_back({required_member[j], rest[m | size_t{1} << j]});
+                return alts;
+            };
+            for (size_t m = 0; m <= full; ++m) {
+                const int32_t r = rest[m].rule;
+                if (m == full) {
+                    Sequence end;
+                    ws(end);
+                    end.push_back(lit("}"));
+                    b_.add_alternative(r, std::move(end));
+                }
+                for (Sequence& a : next(m)) {
+                    Sequence c = comma(a[0]);
+                    c.push_back(a[1]);
+                    b_.add_alternative(r, std::move(c));
+                }
+            }
+            std::vector<Sequence> alts;
+            if (k == 0 && !nonempty) {
+                Sequence e{lit("{")};
+                ws(e);
+                e.push_back(lit("}"));
+                alts.push_back(std::move(e));
+            }
+            if (std::vector<Sequence> first = next(0); !first.empty()) {
+                Sequence full_object{lit("{")};
+                ws(full_object);
+                full_object.push_back(b_.alt(std::move(first), "members"));
+                alts.push_back(std::move(full_object));
+            }
+            if (alts.empty()) fail(ptr, "the object constraints allow nothing");
+            return b_.alt(std::move(alts), "object");
+        }
         std::optional<Symbol> optional_member, any_member;  // an optional member; one that may also be additional
         if (!optional.empty() && k > 0) optional_member = member_trie(declared, optional, std::nullopt, ws_colon);
         if (!optional.empty() || any_additional)
-            any_member = member_trie(
-                declared, optional,
-                any_additional ? std::optional<Symbol>(schema(additional, child(ptr, "additionalProperties")))
-                               : std::nullopt,
-                ws_colon);
+            any_member = member_trie(declared, optional, additional_value, ws_colon);
         const auto more = [&](const std::optional<Symbol>& m) {  // zero or more ", m"
             return m ? std::optional<Symbol>(b_.repeat(b_.seq(comma(*m)), 0, -1, "members")) : std::nullopt;
         };
