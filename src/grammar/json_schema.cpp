@@ -1528,82 +1528,90 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
     };
     const bool patterns = s.contains("patternProperties") && s["patternProperties"].is_object() &&
                           !s["patternProperties"].empty();
-    if (!patterns) {
-        // The required properties in order, each once; the optional ones anywhere around them and additional
-        // properties after the last required one, in any order. Their keys are read by one trie (member_trie), so a
-        // key's bytes keep one parser item alive however many properties are declared. (Additional keys between
-        // required ones would keep the trie's complement alive at every key of such objects, and a mask there walks
-        // every key-like token.)
-        std::map<std::string, Symbol> optional;
-        std::vector<Symbol> req;
-        for (size_t i = 0; i < n; ++i) {
-            if (required.count(names[i])) {
-                req.push_back(member(lit(json(names[i]).dump()), values[i]));
-            } else {
-                optional.emplace(names[i], values[i]);
-            }
+    std::map<std::string, Symbol> optional;
+    std::vector<Symbol> req;
+    for (size_t i = 0; i < n; ++i) {
+        if (required.count(names[i])) {
+            req.push_back(member(lit(json(names[i]).dump()), values[i]));
+        } else {
+            optional.emplace(names[i], values[i]);
         }
-        Sequence ws_colon;
-        ws(ws_colon);
-        ws_colon.push_back(lit(":"));
-        ws(ws_colon);
-        const size_t k = req.size();
-        const std::optional<Symbol> additional_value =
-            any_additional ? std::optional<Symbol>(schema(additional, child(ptr, "additionalProperties")))
-                           : std::nullopt;
-        if (k <= kMaxUnorderedRequired) {
-            // Members in any order. One member rule per required property (its key, then its value) and one for
-            // every other member (free: an optional or additional key, read by one trie over the declared names that
-            // refuses the required ones), shared by all the states; rest[m] is what follows a member once the
-            // required properties in bit set m are written: the end when all are, another free member and rest[m],
-            // or a required member j not in m and rest[m | j].
-            std::vector<Symbol> required_member;
-            for (size_t i = 0; i < n; ++i)
-                if (required.count(names[i])) required_member.push_back(member(lit(json(names[i]).dump()), values[i]));
-            std::optional<Symbol> free_member;
-            if (!optional.empty() || additional_value)
-                free_member = member_trie(declared, optional, additional_value, ws_colon);
-            const size_t full = (size_t{1} << k) - 1;
-            std::vector<Symbol> rest(full + 1);
-            for (size_t m = 0; m <= full; ++m) rest[m] = Symbol::ref(b_.rule("rest"));
-            // The members that may come next in state m, each followed by the rest of its state.
-            const auto next = [&](size_t m) {
-                std::vector<Sequence> alts;
-                if (free_member) alts.push_back({*free_member, rest[m]});
-                for (size_t j = 0; j < k; ++j)
-                    if (!(m >> j & 1)) alts.push_back({required_member[j], rest[m | size_t{1} << j]});
-                return alts;
-            };
-            for (size_t m = 0; m <= full; ++m) {
-                const int32_t r = rest[m].rule;
-                if (m == full) {
-                    Sequence end;
-                    ws(end);
-                    end.push_back(lit("}"));
-                    b_.add_alternative(r, std::move(end));
-                }
-                for (Sequence& a : next(m)) {
-                    Sequence c = comma(a[0]);
-                    c.push_back(a[1]);
-                    b_.add_alternative(r, std::move(c));
-                }
+    }
+    Sequence ws_colon;
+    ws(ws_colon);
+    ws_colon.push_back(lit(":"));
+    ws(ws_colon);
+    const size_t k = req.size();
+    const std::optional<Symbol> additional_value =
+        any_additional && !patterns
+            ? std::optional<Symbol>(schema(additional, child(ptr, "additionalProperties")))
+            : std::nullopt;
+    if (k <= kMaxUnorderedRequired) {
+        // Members in any order. One member rule per required property (its key, then its value) and one for
+        // every other member (free: an optional or additional key, read by one trie over the declared names that
+        // refuses the required ones; with patternProperties, an optional key or a pattern key), shared by all the
+        // states; rest[m] is what follows a member once the required properties in bit set m are written: the end
+        // when all are, another free member and rest[m], or a required member j not in m and rest[m | j].
+        const std::vector<Symbol>& required_member = req;
+        std::optional<Symbol> free_member;
+        if (patterns) {  // the pattern keys instead of additional ones (a subset where those are allowed)
+            std::vector<Sequence> free;
+            if (!optional.empty()) free.push_back({member_trie(declared, optional, std::nullopt, ws_colon)});
+            if (auto p = pattern_members(s, ptr, declared)) {
+                free.push_back({member(p->first, p->second)});
+            } else if (any_additional) {
+                free.push_back({member(additional_key(declared),
+                                       schema(additional, child(ptr, "additionalProperties")))});
             }
+            if (!free.empty()) free_member = b_.alt(std::move(free), "member");
+        } else if (!optional.empty() || additional_value) {
+            free_member = member_trie(declared, optional, additional_value, ws_colon);
+        }
+        const size_t full = (size_t{1} << k) - 1;
+        std::vector<Symbol> rest(full + 1);
+        for (size_t m = 0; m <= full; ++m) rest[m] = Symbol::ref(b_.rule("rest"));
+        // The members that may come next in state m, each followed by the rest of its state.
+        const auto next = [&](size_t m) {
             std::vector<Sequence> alts;
-            if (k == 0 && !nonempty) {
-                Sequence e{lit("{")};
-                ws(e);
-                e.push_back(lit("}"));
-                alts.push_back(std::move(e));
+            if (free_member) alts.push_back({*free_member, rest[m]});
+            for (size_t j = 0; j < k; ++j)
+                if (!(m >> j & 1)) alts.push_back({required_member[j], rest[m | size_t{1} << j]});
+            return alts;
+        };
+        for (size_t m = 0; m <= full; ++m) {
+            const int32_t r = rest[m].rule;
+            if (m == full) {
+                Sequence end;
+                ws(end);
+                end.push_back(lit("}"));
+                b_.add_alternative(r, std::move(end));
             }
-            if (std::vector<Sequence> first = next(0); !first.empty()) {
-                Sequence full_object{lit("{")};
-                ws(full_object);
-                full_object.push_back(b_.alt(std::move(first), "members"));
-                alts.push_back(std::move(full_object));
+            for (Sequence& a : next(m)) {
+                Sequence c = comma(a[0]);
+                c.push_back(a[1]);
+                b_.add_alternative(r, std::move(c));
             }
-            if (alts.empty()) fail(ptr, "the object constraints allow nothing");
-            return b_.alt(std::move(alts), "object");
         }
+        std::vector<Sequence> alts;
+        if (k == 0 && !nonempty) {
+            Sequence e{lit("{")};
+            ws(e);
+            e.push_back(lit("}"));
+            alts.push_back(std::move(e));
+        }
+        if (std::vector<Sequence> first = next(0); !first.empty()) {
+            Sequence full_object{lit("{")};
+            ws(full_object);
+            full_object.push_back(b_.alt(std::move(first), "members"));
+            alts.push_back(std::move(full_object));
+        }
+        if (alts.empty()) fail(ptr, "the object constraints allow nothing");
+        return b_.alt(std::move(alts), "object");
+    }
+    if (!patterns) {
+        // More than kMaxUnorderedRequired required properties: in order, each once; the optional ones anywhere
+        // around them and additional properties after the last required one, in any order. Their keys are read by
+        // one trie (member_trie), so a key's bytes keep one parser item alive however many properties are declared.
         std::optional<Symbol> optional_member, any_member;  // an optional member; one that may also be additional
         if (!optional.empty() && k > 0) optional_member = member_trie(declared, optional, std::nullopt, ws_colon);
         if (!optional.empty() || any_additional)

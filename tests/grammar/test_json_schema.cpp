@@ -438,8 +438,14 @@ TEST(JsonSchema, PropertyCounts) {
     const Grammar map = schema(R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
         "patternProperties": {"^[A-Z]{2}$": {"type": "string"}, "^x-": {"type": "string"}},
         "additionalProperties": false})");
-    check(map, {R"({"id":1})", R"({"id":1,"EN":"a","FR":"b"})", R"({"id":1,"x-tag":"t"})"},
-          {R"({"id":1,"ENG":"a"})", R"({"id":1,"EN":1})", R"({"EN":"a"})", R"({"id":1,"en":"a"})"});
+    check(map, {R"({"id":1})", R"({"id":1,"EN":"a","FR":"b"})", R"({"id":1,"x-tag":"t"})", R"({"EN":"a","id":1})"},
+          {R"({"id":1,"ENG":"a"})", R"({"id":1,"EN":1})", R"({"EN":"a"})", R"({"id":1,"en":"a"})",
+           R"({"id":1,"EN":"a","id":2})"});
+    // declared properties in any order beside the pattern keys
+    check(schema(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                     "required": ["b"], "patternProperties": {"^x-": {"type": "string"}}})"),
+          {R"({"b":1,"a":2})", R"({"x-1":"s","a":2,"b":1})", R"({"a":2,"x-1":"s","b":1})"},
+          {R"({"a":2})", R"({"b":1,"c":2})", R"({"b":1,"x-1":2})"});
     expect_error(R"({"properties": {"ab": {}}, "patternProperties": {"^a": {}}, "additionalProperties": false})",
                  {"'ab'", "#/patternProperties/^a"});
     expect_error(R"({"patternProperties": {"^a": {"type": "string"}, "^b": {}}, "additionalProperties": false})",
