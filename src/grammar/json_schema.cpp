@@ -48,7 +48,8 @@
 //   bounds, types, enums; additionalProperties only where the sides' property sets allow it); anything else is an
 //   error. A false branch is dropped; a property whose schema is false (or an enum with no value of its type) is
 //   never written.
-// - $ref: JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules. Definitions are compiled when referenced, so an unused one is not checked.
+// - $ref: keywords beside it apply too (2019-09 on), or are ignored where the root's $schema is draft 3 to 7, as those
+//   drafts say. JSON pointers into the document ("#", "#/$defs/...", "#/definitions/..."), recursion through named rules. Definitions are compiled when referenced, so an unused one is not checked.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -208,6 +209,12 @@ bool no_enum_value(const json& s) {
 class Compiler {
   public:
     Compiler(json root, const JsonSchemaOptions& options) : root_(std::move(root)), options_(options) {
+        // Drafts 3 to 7 ignore the keywords beside a $ref; 2019-09 on apply them too (as is the default here).
+        if (root_.is_object() && root_.contains("$schema") && root_["$schema"].is_string()) {
+            const std::string d = root_["$schema"].get<std::string>();
+            for (const char* old : {"draft-03", "draft-04", "draft-06", "draft-07"})
+                if (d.find(old) != std::string::npos) ref_overrides_ = true;
+        }
         if (options_.max_whitespace < 0 || static_cast<uint64_t>(options_.max_whitespace) > kMaxBound)
             throw GrammarError(fmt::format("json schema: max_whitespace {} out of range", options_.max_whitespace));
         if (options_.max_whitespace > 0) ws_ = b_.repeat(b_.bytes(ws_bytes()), 0, options_.max_whitespace, "ws");
@@ -286,6 +293,7 @@ class Compiler {
     Builder b_;
     json root_;
     JsonSchemaOptions options_;
+    bool ref_overrides_ = false;  // the root's $schema is draft 3 to 7: a $ref's siblings are ignored
     std::optional<Symbol> ws_;
     // A JSON pointer (or a merged schema's text) → its rule, made before the target compiles (recursion).
     std::map<std::string, int32_t> refs_, merged_;
@@ -420,7 +428,8 @@ json Compiler::resolve(const std::string& ref, const std::string& ptr) const {
     }
 }
 
-// `s` with a top-level $ref replaced by its target merged with the keywords beside it.
+// `s` with a top-level $ref replaced by its target merged with the keywords beside it (the target alone where those
+// are ignored: ref_overrides_).
 json Compiler::inline_refs(json s, const std::string& ptr, int depth) const {
     if (depth > 64) fail(ptr, "$ref chain too deep (a reference to itself?)");
     if (!s.is_object() || !s.contains("$ref")) return s;
@@ -428,6 +437,7 @@ json Compiler::inline_refs(json s, const std::string& ptr, int depth) const {
     json target = resolve(s["$ref"].get<std::string>(), ptr);
     s.erase("$ref");
     target = inline_refs(std::move(target), ptr, depth + 1);
+    if (ref_overrides_) return target;
     return merge(std::move(target), std::move(s), ptr, depth + 1);
 }
 
@@ -533,6 +543,13 @@ std::set<std::string> Compiler::kinds(const json& s, int depth) const {
     for (const std::string& t : kTypes) all.insert(kind_of_type(t));
     if (s.is_boolean()) return s.get<bool>() ? all : std::set<std::string>{};
     if (!s.is_object() || depth > 16) return all;
+    if (ref_overrides_ && s.contains("$ref") && s["$ref"].is_string()) {  // its siblings are ignored
+        try {
+            return kinds(resolve(s["$ref"].get<std::string>(), ""), depth + 1);
+        } catch (const GrammarError&) {
+            return all;
+        }
+    }
     std::set<std::string> out = all;
     const auto keep = [&out](const std::set<std::string>& k) {
         std::set<std::string> both;
@@ -573,6 +590,16 @@ std::set<std::string> Compiler::kinds(const json& s, int depth) const {
 // or a part that `a` or `b` must also match ($ref, allOf) is disjoint from the other. False when unsure.
 bool Compiler::disjoint(const json& a, const json& b, int depth) const {
     if (depth > 8) return false;
+    if (ref_overrides_) {  // a $ref's siblings are ignored: the target alone
+        for (const auto& [x, y] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+            if (!x->is_object() || !x->contains("$ref") || !(*x)["$ref"].is_string()) continue;
+            try {
+                return disjoint(resolve((*x)["$ref"].get<std::string>(), ""), *y, depth + 1);
+            } catch (const GrammarError&) {
+                return false;
+            }
+        }
+    }
     const std::set<std::string> ka = kinds(a, 0), kb = kinds(b, 0);
     if (std::none_of(ka.begin(), ka.end(), [&](const std::string& k) { return kb.count(k) > 0; })) return true;
     if (!a.is_object() || !b.is_object()) return false;
@@ -719,7 +746,7 @@ Symbol Compiler::schema(const json& s, const std::string& ptr, int depth) {
         if (!s["$ref"].is_string()) fail(child(ptr, "$ref"), "$ref must be a string");
         const json rest = siblings({"$ref"});
         const std::string r = s["$ref"].get<std::string>();
-        if (rest.empty()) return ref(r, ptr);
+        if (rest.empty() || ref_overrides_) return ref(r, ptr);
         return merged(merge(resolve(r, ptr), rest, ptr, 0), ptr, depth);
     }
     if (s.contains("allOf")) {

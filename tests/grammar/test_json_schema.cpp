@@ -282,6 +282,21 @@ constexpr std::string_view kPerson = R"({
     "additionalProperties": false
 })";
 
+// Keywords beside a $ref apply too (2019-09 on, and without $schema); drafts 3 to 7 ignore them.
+TEST(JsonSchema, RefSiblingsIgnoredBeforeDraft2019) {
+    const std::string body = R"("type": "integer", "$ref": "#/definitions/n", "definitions": {"n": {"type": "number",
+        "maximum": 5}}})";
+    check(schema("{" + body), {"3", "-1"}, {"2.5", "6"});
+    check(schema(R"({"$schema": "https://json-schema.org/draft/2020-12/schema", )" + body), {"3"}, {"2.5"});
+    for (const char* draft : {"http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#"}) {
+        SCOPED_TRACE(draft);
+        check(schema(std::string(R"({"$schema": ")") + draft + "\", " + body), {"3", "2.5"}, {"6", R"("3")"});
+    }
+    // oneOf's disjointness reads the $ref's target alone there: its type, not the ignored sibling's
+    expect_error(R"({"$schema": "http://json-schema.org/draft-04/schema#", "oneOf": [{"type": "string",
+        "$ref": "#/definitions/n"}, {"type": "number"}], "definitions": {"n": {"type": "number"}}})", {"oneOf"});
+}
+
 // A schema without `type`: each keyword constrains the values of its own type, and a value of another type is valid
 // as it is (JSON Schema); with infer_type the keywords give the type, as llama.cpp and xgrammar take them.
 TEST(JsonSchema, WithoutTypeKeywordsConstrainOnlyTheirOwnType) {
