@@ -12,7 +12,8 @@
 //   dependencies, unevaluated*, ...) are errors; a keyword outside the specification is an annotation, as JSON
 //   Schema says of unknown keywords. An $id (draft 4: id) below the root is an error only with a $ref inside it.
 // - `enum` and `const` values are emitted in their canonical serialization: compact tokens, with the whitespace
-//   JSON allows between them inside objects and arrays as everywhere else; they are filtered by
+//   JSON allows between them inside objects and arrays as everywhere else, and an integral number also as N.0
+//   (JSON Schema compares numbers by value); they are filtered by
 //   `type`, and other validation keywords beside them are an error.
 // - No `type`: as JSON Schema says, a keyword constrains only the values of its own type (properties an object,
 //   items an array, ...) and a value of any other type is valid; options.infer_type instead takes the type from the
@@ -841,6 +842,13 @@ Symbol Compiler::enumeration(const json& s, const std::string& ptr) {
 // One JSON value exactly: its compact tokens, with the whitespace JSON allows between them inside objects and arrays
 // (as everywhere else in the grammar), so that {"a": 1} matches an enum value {"a":1}.
 Symbol Compiler::value_literal(const json& v) {
+    if (v.is_number()) {  // JSON Schema compares numbers by value: 2 and 2.0 are one value, written either way
+        const double x = v.get<double>();
+        if (std::floor(x) == x && std::fabs(x) < 9007199254740992.0 && !(x == 0 && std::signbit(x))) {
+            const std::string i = v.is_number_float() ? fmt::format("{:.0f}", x) : v.dump();
+            return b_.alt({{lit(i)}, {lit(i + ".0")}}, "number");
+        }
+    }
     if (!v.is_object() && !v.is_array()) return lit(v.dump());
     Sequence s{lit(v.is_object() ? "{" : "[")};
     bool first = true;

@@ -243,10 +243,13 @@ TEST(JsonSchema, StringLengthsCountCodePoints) {
 
 TEST(JsonSchema, EnumAndConstAreCanonical) {
     const Grammar g = schema(R"({"enum": ["red", "green", 1, null, {"a": [1, 2]}, "q\"\u00e9"]})");
-    check(g, {R"("red")", R"("green")", "1", "null", R"({"a":[1,2]})", "\"q\\\"\xC3\xA9\""},
-          {R"("blue")", R"({"a":[1,3]})", "1.0", R"("Red")", "\"q\\\"\\u00e9\""});
+    check(g, {R"("red")", R"("green")", "1", "1.0", "null", R"({"a":[1,2]})", "\"q\\\"\xC3\xA9\""},
+          {R"("blue")", R"({"a":[1,3]})", "1.00", R"("Red")", "\"q\\\"\\u00e9\""});
     check(schema(R"({"type": "string", "enum": ["a", 1]})"), {R"("a")"}, {"1"});
-    check(schema(R"({"type": "integer", "enum": [1, 2.0, 2.5, "3"]})"), {"1", "2.0"}, {"2.5", "\"3\""});
+    check(schema(R"({"type": "integer", "enum": [1, 2.0, 2.5, "3"]})"), {"1", "2.0", "2", "1.0"}, {"2.5", "\"3\""});
+    // numbers compare by value: an integral one is written as an integer or with ".0"
+    check(schema(R"({"enum": [2.0, -7, 0.5, {"a": [3]}]})"), {"2", "2.0", "-7", "-7.0", "0.5", R"({"a":[3.0]})"},
+          {"2.00", "0.50", "7", R"({"a":[3.5]})"});
     check(schema(R"({"const": {"k": true}})"), {R"({"k":true})"}, {R"({"k":false})", "{}"});
     check(schema(R"({"const": "x", "enum": ["x", "y"]})"), {R"("x")"}, {R"("y")"});
     expect_error(R"({"type": "string", "enum": [1]})", {"no value"});

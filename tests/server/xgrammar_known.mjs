@@ -128,12 +128,21 @@ export const KNOWN = [
     },
   },
   {
+    name: 'integral enum number written with .0',
+    right: 'megactx',
+    reason: 'JSON Schema compares numbers by value, so 42.0 is the enum value 42 (and 2 the value 2.0): megactx ' +
+      'writes an integral enum or const number as an integer or with ".0"; xgrammar only as the schema spells it',
+    embedded: true,
+    applies: (d) => d.only === 'megactx' && /"(enum|const)"/.test(schemaText(d)) &&
+      /-?[0-9]+$/.test(d.prefix.toString('latin1')) && d.bytes.toString('latin1').startsWith('.'),
+  },
+  {
     name: 'optional properties in any order',
     right: 'megactx',
-    reason: 'JSON Schema fixes no order of properties: megactx writes the required ones in the schema\'s order, ' +
-      'the optional ones anywhere around them and additional ones after the last required one (a key may come ' +
-      'again: JSON parsers keep the last, where xgrammar allows each once); xgrammar writes every declared ' +
-      'property in the schema\'s order, so at a key it allows fewer names',
+    reason: 'JSON Schema fixes no order of properties: megactx writes required, optional and additional ones in ' +
+      'any order (an optional or additional key may come again: JSON parsers keep the last, where xgrammar allows ' +
+      'each once); xgrammar writes every declared property in the schema\'s order, so at a key it allows fewer ' +
+      'names',
     embedded: true,
     applies: (d) => {
       if (d.only !== 'megactx' || !schemaText(d).includes('"properties"')) return false;
