@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 
@@ -28,6 +30,7 @@ const SplitVocabulary kTrain = {
     {"What is the {A} of {E}?", "Tell me the {A} of {E}.", "What {A} does {E} have?",
      "According to the document, what is {E}'s {A}?"},
     {"number", "word", "name", "code"},
+    {},
 };
 
 const SplitVocabulary kHeldOut = {
@@ -41,7 +44,33 @@ const SplitVocabulary kHeldOut = {
      "Key fact: {A} ({E}) = {V}."},
     {"Which {A} belongs to {E}?", "Look up the {A} of {E}.", "I need {E}'s {A}. What is it?"},
     {"date", "number", "code"},
+    {},
 };
+
+// Words coined from syllables for one split: the same syllables, disjoint words (a word's FNV-1a hash decides its
+// split, one in five held out), none of them a curated word.
+std::vector<std::string> coined_words(Split split, size_t count, const SplitVocabulary& a, const SplitVocabulary& b) {
+    static const char* const kOnsets[] = {"b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
+                                          "br", "dr", "gl", "kr", "pl", "st", "tr", "sk"};
+    static const char* const kVowels[] = {"a", "e", "i", "o", "u", "ai", "ea", "ou"};
+    static const char* const kCodas[] = {"", "", "", "n", "r", "l", "s", "m", "th", "x"};
+    std::set<std::string> taken;
+    for (const SplitVocabulary* v : {&a, &b})
+        for (const auto* list : {&v->adjectives, &v->nouns}) taken.insert(list->begin(), list->end());
+    std::mt19937_64 rng(0x5eed0f7ac7500000ull);
+    const auto any = [&](const auto& arr) { return std::string(arr[rng() % std::size(arr)]); };
+    std::vector<std::string> out;
+    while (out.size() < count) {
+        std::string w;
+        const int syllables = 2 + static_cast<int>(rng() % 2);
+        for (int i = 0; i < syllables; ++i) w += any(kOnsets) + any(kVowels) + (i + 1 == syllables ? any(kCodas) : "");
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (unsigned char c : w) h = (h ^ c) * 0x100000001b3ull;
+        const Split of = h % 5 == 0 ? Split::kHeldOut : Split::kTrain;
+        if (of == split && taken.insert(w).second) out.push_back(w);
+    }
+    return out;
+}
 
 const std::vector<std::string> kWords = {
     "lantern", "pepper", "glacier", "violet", "saddle", "meadow", "cobalt", "falcon", "thistle", "harbor", "velvet",
@@ -115,7 +144,19 @@ std::string lowered_spaced(std::string_view s) {  // lower case, runs of whitesp
 
 }  // namespace
 
-const SplitVocabulary& vocabulary(Split split) { return split == Split::kTrain ? kTrain : kHeldOut; }
+const SplitVocabulary& vocabulary(Split split) {
+    static const SplitVocabulary train = [] {
+        SplitVocabulary v = kTrain;
+        v.coined = coined_words(Split::kTrain, 2000, kTrain, kHeldOut);
+        return v;
+    }();
+    static const SplitVocabulary held_out = [] {
+        SplitVocabulary v = kHeldOut;
+        v.coined = coined_words(Split::kHeldOut, 500, kTrain, kHeldOut);
+        return v;
+    }();
+    return split == Split::kTrain ? train : held_out;
+}
 
 FactsGenerator::FactsGenerator(const Tokenizer& tokenizer, std::vector<std::string> paragraphs, Split split)
     : tok_(tokenizer), paragraphs_(std::move(paragraphs)), split_(split) {
@@ -144,7 +185,9 @@ niah::Sample FactsGenerator::make(int64_t length, double depth, int64_t index, u
         f.sentence = fill(pick(v.sentence_frames, rng), f);
         return f;
     };
-    const std::string adjective = pick(v.adjectives, rng), noun = pick(v.nouns, rng);
+    // An entity's first word: a curated adjective or a coined word, as often.
+    const auto first_word = [&] { return rng() % 2 == 0 ? pick(v.adjectives, rng) : pick(v.coined, rng); };
+    const std::string adjective = first_word(), noun = pick(v.nouns, rng);
     const std::string attribute = pick(v.attributes, rng);
     const Fact asked = new_fact(adjective, noun, attribute);
     // Distractors share a word with the asked key: its entity with another attribute, its attribute of an entity
@@ -155,10 +198,10 @@ niah::Sample FactsGenerator::make(int64_t length, double depth, int64_t index, u
         if (i == 0) {
             while (at == attribute) at = pick(v.attributes, rng);
         } else if (i == 1) {
-            while (a == adjective) a = pick(v.adjectives, rng);
+            while (a == adjective) a = first_word();
         } else {
             while (a == adjective && at == attribute) {
-                a = pick(v.adjectives, rng);
+                a = first_word();
                 n = pick(v.nouns, rng);
                 at = pick(v.attributes, rng);
             }

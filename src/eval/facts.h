@@ -5,7 +5,8 @@
 // numbers of 3–9 digits, words, names, dates or codes. Absent samples leave the asked fact out: the right answer is
 // the refusal "The document does not say."
 //
-// Two disjoint splits of the entity words, attributes, sentence frames, question frames and value kinds: `kTrain`
+// Two disjoint splits of the entity words (curated, and coined from syllables: an open vocabulary), attributes,
+// sentence frames, question frames and value kinds: `kTrain`
 // for training data, `kHeldOut` (the default of `eval facts`) for measuring retrieval as a skill. The format is
 // specified in docs/demo-model.md ("Facts format"); the training data comes from this generator
 // (`megactx eval facts --write-jsonl`), so the two cannot drift apart.
@@ -35,9 +36,12 @@ struct Fact {
     std::string sentence;   // the fact in one of the split's sentence frames
 };
 
-// The vocabulary and frames of a split (for tests and docs).
+// The vocabulary and frames of a split (for tests and docs). An entity's first word is one of `adjectives` or, as
+// often, one of `coined`: words made of syllables (2,000 for training, 500 held out, disjoint), so that the key
+// vocabulary is open — a model cannot answer from keys it remembers, only by matching the question's words to the
+// document's.
 struct SplitVocabulary {
-    std::vector<std::string> adjectives, nouns, attributes, sentence_frames, question_frames, kinds;
+    std::vector<std::string> adjectives, nouns, attributes, sentence_frames, question_frames, kinds, coined;
 };
 const SplitVocabulary& vocabulary(Split split);
 

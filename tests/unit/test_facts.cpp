@@ -71,6 +71,15 @@ TEST(FactsVocabulary, SplitsShareNoFrameOrKeyWord) {
     disjoint(a.attributes, b.attributes, "attribute");
     disjoint(a.sentence_frames, b.sentence_frames, "sentence frame");
     disjoint(a.question_frames, b.question_frames, "question frame");
+    // coined entity words: an open vocabulary, disjoint between the splits and from the curated words
+    EXPECT_EQ(a.coined.size(), 2000u);
+    EXPECT_EQ(b.coined.size(), 500u);
+    disjoint(a.coined, b.coined, "coined word");
+    for (const auto* v : {&a, &b}) {
+        disjoint(a.coined, v->adjectives, "coined word");
+        disjoint(b.coined, v->nouns, "coined word");
+        EXPECT_EQ(std::set<std::string>(v->coined.begin(), v->coined.end()).size(), v->coined.size());
+    }
     // a value kind the training split never sees
     EXPECT_TRUE(std::any_of(b.kinds.begin(), b.kinds.end(), [&](const std::string& k) {
         return std::count(a.kinds.begin(), a.kinds.end(), k) == 0;
@@ -92,6 +101,7 @@ TEST_F(Facts, SamplesHoldTheAskedFactOnceAmongDistractors) {
         const facts::FactsGenerator gen(*tok_, haystack(), split);
         const facts::SplitVocabulary& v = facts::vocabulary(split);
         std::set<std::string> values;
+        int64_t coined = 0;
         for (int64_t j = 0; j < 24; ++j) {
             const double depth = static_cast<double>(j % 5) / 4.0;
             const niah::Sample s = gen.make(1024, depth, j, 7, 0, false);
@@ -103,6 +113,15 @@ TEST_F(Facts, SamplesHoldTheAskedFactOnceAmongDistractors) {
             EXPECT_FALSE(s.absent);
             EXPECT_EQ(count(s.content, s.answer), 1u) << s.content;
             EXPECT_NE(s.reference.find(s.answer), std::string::npos);
+            // the asked entity's first word is the split's: curated or coined
+            const size_t of = s.reference.find(" of the ");
+            ASSERT_NE(of, std::string::npos) << s.reference;
+            const std::string first = s.reference.substr(of + 8, s.reference.find(' ', of + 8) - of - 8);
+            EXPECT_TRUE(std::count(v.adjectives.begin(), v.adjectives.end(), first) +
+                            std::count(v.coined.begin(), v.coined.end(), first) ==
+                        1)
+                << first;
+            coined += std::count(v.coined.begin(), v.coined.end(), first);
             values.insert(s.answer);
             // The question comes last, in one of the split's frames (its words around the key).
             const std::string question = s.content.substr(s.content.rfind('\n') + 1);
@@ -129,6 +148,8 @@ TEST_F(Facts, SamplesHoldTheAskedFactOnceAmongDistractors) {
             EXPECT_EQ(count(absent.content, s.answer), 0u);
         }
         EXPECT_GT(values.size(), 20u);
+        EXPECT_GT(coined, 4) << "coined entity words are as common as curated ones";
+        EXPECT_LT(coined, 20);
     }
     const facts::FactsGenerator gen(*tok_, haystack(), Split::kHeldOut);
     EXPECT_NE(test::error_of([&] { gen.make(20, 0.5, 0, 0, 0, false); })
