@@ -15,6 +15,9 @@
 //   node bench/bench_serve.mjs (--bin BIN --model DIR | --url URL) --prompts FILE [--levels 1,8,32,64]
 //        [--max-tokens 64] [--logprobs N] [--min-requests 16] [--per-stream 2] [--server-arg=--flag ...] [--out FILE]
 //        [--engine-json FILE]   (bench_engine's JSON: adds the overhead per output token at each level)
+//   node bench/bench_serve.mjs ... --prompt-tokens L --vocab V [--count N] [--seed S]
+//        (instead of --prompts: N prompts of L token ids drawn uniformly from [0, V), seeded, none sharing a
+//        prefix, sent as token arrays: long contexts without a text corpus, e.g. the host KV tier at 128K-1M)
 //   node bench/bench_serve.mjs --report SERVER.json --engine-json ENGINE.json [--out FILE]   (no run: compare)
 //
 // Plain node:http with its own SSE parsing (no npm packages): timestamps are taken when the bytes arrive.
@@ -50,6 +53,8 @@ function parseArgs(argv) {
       case '--count': o.count = Number(val()); break;
       case '--words': o.words = Number(val()); break;
       case '--seed': o.seed = Number(val()); break;
+      case '--prompt-tokens': o.promptTokens = Number(val()); break;
+      case '--vocab': o.vocab = Number(val()); break;
       default: throw new Error(`bench_serve: unknown argument ${a}`);
     }
   }
@@ -185,7 +190,16 @@ function streamCompletion(url, body) {
   });
 }
 
+// A synthetic prompt's token ids, made when it is sent (a million ids a prompt would not all fit in memory at once).
+function tokenPrompt(o, p) {
+  const rand = mulberry32(p.seed);
+  const ids = new Array(p.tokens);
+  for (let i = 0; i < p.tokens; ++i) ids[i] = Math.floor(rand() * o.vocab);
+  return ids;
+}
+
 function requestBody(o, prompt) {
+  if (typeof prompt === 'object' && !Array.isArray(prompt)) prompt = tokenPrompt(o, prompt);
   const b = { model: 'bench', prompt, max_tokens: o.maxTokens, temperature: 0, ignore_eos: true, stream: true,
     stream_options: { include_usage: true } };
   if (o.logprobs !== undefined) b.logprobs = o.logprobs;
@@ -282,9 +296,14 @@ async function main() {
 }
 
 async function runAll(o) {
-  if (!o.prompts) throw new Error('bench_serve: --prompts FILE is required (make one with --write-prompts)');
+  if (!o.prompts && !o.promptTokens) {
+    throw new Error('bench_serve: --prompts FILE is required (make one with --write-prompts), or --prompt-tokens');
+  }
+  if (o.promptTokens && !(o.vocab > 0)) throw new Error('bench_serve: --prompt-tokens needs --vocab V');
   if (!o.url && !(o.bin && o.model)) throw new Error('bench_serve: give --bin and --model, or --url');
-  const prompts = JSON.parse(fs.readFileSync(o.prompts, 'utf8')).prompts;
+  const prompts = o.promptTokens
+    ? Array.from({ length: o.count }, (_, i) => ({ tokens: o.promptTokens, seed: (o.seed * 1000003 + i) >>> 0 }))
+    : JSON.parse(fs.readFileSync(o.prompts, 'utf8')).prompts;
 
   let server = null;
   let url = o.url;
@@ -299,7 +318,8 @@ async function runAll(o) {
     omp_wait_policy: process.env.OMP_WAIT_POLICY ?? null,
     command: 'node bench/bench_serve.mjs ' + process.argv.slice(2).join(' '),
     server_command: server ? [o.bin, ...server.args].join(' ') : null, url,
-    workload: { endpoint: '/v1/completions', stream: true, prompts_file: o.prompts, n_prompts: prompts.length,
+    workload: { endpoint: '/v1/completions', stream: true, prompts_file: o.prompts ?? null,
+      prompt_tokens: o.promptTokens ?? null, vocab: o.vocab ?? null, n_prompts: prompts.length,
       max_tokens: o.maxTokens, logprobs: o.logprobs ?? null, temperature: 0, ignore_eos: true, min_requests: o.minRequests, per_stream: o.perStream },
     loadavg_start: os.loadavg(), levels: [],
   };

@@ -12,6 +12,9 @@ overhead per output token at each level.
   python3 bench/bench_serve.py --bin BIN --model DIR --prompts FILE [--levels 1,8,32,64] [--max-tokens 64]
       [--min-requests 16] [--per-stream 1] [--logprobs N] [--server-arg=--flag ...] [--server-cpus 0,1] [--out FILE]
       [--engine-json FILE] [--constraint JSON --constrained-fraction 0.5]
+  ... --prompt-tokens L --vocab V [--count N] [--seed S]   (instead of --prompts: N prompts of L token ids drawn
+      uniformly from [0, V), seeded, sent as token arrays: long contexts without a text corpus, e.g. the host KV
+      tier at 128K-1M)
 """
 import argparse, asyncio, json, os, re, subprocess, sys, time, urllib.request
 
@@ -143,7 +146,16 @@ async def run_level(o, host, port, prompts, C, pid):
             "client_cpu_s": time.process_time() - c0, "output_hashes": outputs}
 
 
+def token_prompt(o, seed):
+    """A synthetic prompt's token ids, made when it is sent (a million a prompt would not all fit in memory)."""
+    import random
+    r = random.Random(seed)
+    return [r.randrange(o.vocab) for _ in range(o.prompt_tokens)]
+
+
 def body(o, prompt, constrain=False):
+    if isinstance(prompt, dict):
+        prompt = token_prompt(o, prompt["seed"])
     b = {"model": "bench", "prompt": prompt, "max_tokens": o.max_tokens, "temperature": 0, "ignore_eos": True,
          "stream": True, "stream_options": {"include_usage": True}}
     if constrain:
@@ -169,7 +181,11 @@ async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--prompts")
+    ap.add_argument("--prompt-tokens", type=int, default=0, help="synthetic prompts of this many token ids")
+    ap.add_argument("--vocab", type=int, default=0, help="with --prompt-tokens: ids drawn from [0, V)")
+    ap.add_argument("--count", type=int, default=16, help="with --prompt-tokens: this many prompts")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--levels", default="1,8,32,64")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--min-requests", type=int, default=16)
@@ -184,7 +200,12 @@ async def main():
     ap.add_argument("--out")
     ap.add_argument("--engine-json")
     o = ap.parse_args()
-    prompts = json.load(open(o.prompts))["prompts"]
+    if bool(o.prompts) == bool(o.prompt_tokens):
+        ap.error("give --prompts FILE or --prompt-tokens L (with --vocab V)")
+    if o.prompt_tokens and o.vocab <= 0:
+        ap.error("--prompt-tokens needs --vocab V")
+    prompts = ([{"seed": o.seed * 1000003 + i} for i in range(o.count)] if o.prompt_tokens
+               else json.load(open(o.prompts))["prompts"])
     cmd = [o.bin, "serve", "--model", o.model, "--port", "0", "--served-model-name", "bench"] + o.server_arg
     if o.server_cpus:
         cmd = ["taskset", "-c", o.server_cpus] + cmd
@@ -206,7 +227,8 @@ async def main():
            "server_startup_log": log,
            "server_cpus": o.server_cpus, "client_cpus": sorted(os.sched_getaffinity(0)),
            "workload": {"max_tokens": o.max_tokens, "logprobs": o.logprobs, "min_requests": o.min_requests,
-                        "per_stream": o.per_stream, "n_prompts": len(prompts), "constraint": o.constraint,
+                        "per_stream": o.per_stream, "n_prompts": len(prompts),
+                        "prompt_tokens": o.prompt_tokens or None, "vocab": o.vocab or None, "constraint": o.constraint,
                         "constrained_fraction": o.constrained_fraction}, "levels": []}
     try:
         await stream_completion(*url, body(o, prompts[0]))  # warm-up

@@ -4,7 +4,7 @@
 # JSON to gpu-out/ (packed into $OUT/gpu-results.tar.gz: the device tool returns only a few files per call) and
 # a short summary last.
 #   scripts/gpu/cuda.sh [tests] [sanitize] [bench] [model] [v32] [tp] [cli] [nodes] [graphs] [serve] [invariant] [tier]
-#                       [spec] [specbench] [tierprofile] [structured]
+#                       [spec] [specbench] [tierprofile] [structured] [tierload]
 #   (default: tests bench); TESTS="a b" narrows tests
 # MEGACTX_COMMIT (the commit the bundle was built from) is recorded by the benchmarks; pass it in the command.
 # The binaries have this checkout's absolute paths compiled in (fixtures, default model), so /work/main is made
@@ -305,6 +305,11 @@ if has nodes; then
     # ranks in several processes and pipeline stages on the CUDA backend, on one GPU (issue 53)
     bash scripts/gpu/nodes-smoke.sh 2>&1 | tee "$out/nodes.log" | tail -12
     summary+=("nodes-smoke: exit ${PIPESTATUS[0]}")
+fi
+if has tierload; then
+    # the host KV tier's throughput against concurrency where the GPU alone queues, over HTTP (issue 50)
+    bash scripts/gpu/tier-load.sh "$out" 2>&1 | tee "$out/tierload.log" | tail -16
+    summary+=("tier load: exit ${PIPESTATUS[0]}")
 fi
 if has graphs; then
     bash scripts/gpu/serve-graphs.sh "$out" 2>&1 | tee "$out/graphs.log" | tail -8
