@@ -1561,6 +1561,29 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         c.push_back(item);
         return c;
     };
+    // The object: "{" ws "}" where it may be empty, and "{" ws `body` (a member and what follows it), then ws "}"
+    // unless the body closes the object itself.
+    const auto braces = [&](bool may_be_empty, const std::optional<Symbol>& body, bool body_closes) {
+        std::vector<Sequence> alts;
+        if (may_be_empty) {
+            Sequence e{lit("{")};
+            ws(e);
+            e.push_back(lit("}"));
+            alts.push_back(std::move(e));
+        }
+        if (body) {
+            Sequence full{lit("{")};
+            ws(full);
+            full.push_back(*body);
+            if (!body_closes) {
+                ws(full);
+                full.push_back(lit("}"));
+            }
+            alts.push_back(std::move(full));
+        }
+        if (alts.empty()) fail(ptr, "the object constraints allow nothing");
+        return b_.alt(std::move(alts), "object");
+    };
     const bool patterns = s.contains("patternProperties") && s["patternProperties"].is_object() &&
                           !s["patternProperties"].empty();
     std::map<std::string, Symbol> optional;
@@ -1627,21 +1650,9 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
                 b_.add_alternative(r, std::move(c));
             }
         }
-        std::vector<Sequence> alts;
-        if (k == 0 && !nonempty) {
-            Sequence e{lit("{")};
-            ws(e);
-            e.push_back(lit("}"));
-            alts.push_back(std::move(e));
-        }
-        if (std::vector<Sequence> first = next(0); !first.empty()) {
-            Sequence full_object{lit("{")};
-            ws(full_object);
-            full_object.push_back(b_.alt(std::move(first), "members"));
-            alts.push_back(std::move(full_object));
-        }
-        if (alts.empty()) fail(ptr, "the object constraints allow nothing");
-        return b_.alt(std::move(alts), "object");
+        std::vector<Sequence> first = next(0);
+        return braces(k == 0 && !nonempty,
+                      first.empty() ? std::nullopt : std::optional<Symbol>(b_.alt(std::move(first), "members")), true);
     }
     if (!patterns) {
         // More than kMaxUnorderedRequired required properties: in order, each once; the optional ones anywhere
@@ -1677,23 +1688,8 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         } else if (any_member) {
             first.push_back({*any_member, rest[0]});
         }
-        std::vector<Sequence> alts;
-        if (k == 0 && !nonempty) {
-            Sequence e{lit("{")};
-            ws(e);
-            e.push_back(lit("}"));
-            alts.push_back(std::move(e));
-        }
-        if (!first.empty()) {
-            Sequence full{lit("{")};
-            ws(full);
-            full.push_back(b_.alt(std::move(first), "members"));
-            ws(full);
-            full.push_back(lit("}"));
-            alts.push_back(std::move(full));
-        }
-        if (alts.empty()) fail(ptr, "the object constraints allow nothing");
-        return b_.alt(std::move(alts), "object");
+        return braces(k == 0 && !nonempty,
+                      first.empty() ? std::nullopt : std::optional<Symbol>(b_.alt(std::move(first), "members")), false);
     }
     std::vector<Symbol> members;
     for (size_t i = 0; i < n; ++i) members.push_back(member(lit(json(names[i]).dump()), values[i]));
@@ -1722,23 +1718,7 @@ Symbol Compiler::object(const json& s, const std::string& ptr) {
         if (!req && first[i + 1]) f.push_back({*first[i + 1]});
         first[i] = b_.alt(std::move(f), "props");
     }
-    std::vector<Sequence> alts;
-    if (n_required == 0 && !nonempty) {
-        Sequence e{lit("{")};
-        ws(e);
-        e.push_back(lit("}"));
-        alts.push_back(std::move(e));
-    }
-    if (first[0]) {
-        Sequence full{lit("{")};
-        ws(full);
-        full.push_back(*first[0]);
-        ws(full);
-        full.push_back(lit("}"));
-        alts.push_back(std::move(full));
-    }
-    if (alts.empty()) fail(ptr, "the object constraints allow nothing");
-    return b_.alt(std::move(alts), "object");
+    return braces(n_required == 0 && !nonempty, first[0], false);
 }
 
 Symbol Compiler::array(const json& s, const std::string& ptr) {
