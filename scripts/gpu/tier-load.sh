@@ -3,11 +3,13 @@
 # GPU alone must queue (issue 50). glm52-shape (4 layers, IndexShare FSSS, FP8 weights and cache) served over HTTP
 # (bench/bench_serve.py with synthetic prompts of L token ids), at each context L: the GPU alone with a device KV
 # budget that holds a couple of sequences, against the same device budget with a host tier beside it; closed-loop
-# levels of C clients, one request each (so a level prefills C sequences of L), 64 greedy tokens each. Output
-# tokens/s, TPOT (inter-token latency) p50 / p99 and TTFT per level, and the tier's throughput against the GPU's.
+# levels of C clients, one request each (so a level prefills C sequences of L), TIERLOAD_TOKENS greedy tokens
+# each. Output tokens/s, TPOT (inter-token latency) p50 / p99 and TTFT per level, and the tier's throughput against
+# the GPU's.
 #   scripts/gpu/tier-load.sh OUTDIR
-# TIERLOAD_CASES: "L:DEVICE_KV:HOST_KV ..." (default 131072:1GiB:8GiB; 1M: 1048576:8GiB:60GiB; the server logs what each holds),
-# TIERLOAD_LEVELS (default 1,2,4,8), TIERLOAD_TOKENS (default 64); BIN, TIERLOAD_MODEL, TIERLOAD_DEVICE and TIERLOAD_KV run it
+# TIERLOAD_CASES: "L:DEVICE_KV:HOST_KV ..." (default 131072:1GiB:8GiB; 1M: 1048576:8GiB:60GiB; the server logs what
+# each holds); TIERLOAD_LEVELS (default 1,2,4,8); TIERLOAD_TOKENS (default 1024: with 64 new tokens after 128K of
+# prompt the run is prefill, docs/benchmarks.md); BIN, TIERLOAD_MODEL, TIERLOAD_DEVICE and TIERLOAD_KV run it
 # elsewhere (the dev box checks it with the tiny model on the CPU).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +28,7 @@ for cfg in ${TIERLOAD_CASES:-131072:1GiB:8GiB}; do
         [ "$mode" = tier ] && args+=("--server-arg=--kv-offload-memory=$host")
         echo "== L $L, $mode (device KV $dev$([ "$mode" = tier ] && echo ", host KV $host"))"
         python3 bench/bench_serve.py --bin "$bin" --model "$model" --prompt-tokens $((L - 128)) --vocab "$vocab" \
-            --count 16 --levels "$levels" --max-tokens "${TIERLOAD_TOKENS:-64}" --min-requests 0 --per-stream 1 \
+            --count 16 --levels "$levels" --max-tokens "${TIERLOAD_TOKENS:-1024}" --min-requests 0 --per-stream 1 \
             --logprobs -1 "${args[@]}" --out "$out/tierload-$L-$mode.json" 2>&1 | tail -"$(( $(tr ',' '\n' <<<"$levels" | wc -l) + 1 ))"
     done
 done
