@@ -399,15 +399,22 @@ ParallelOptions options(const Layout& l) {
     return o;
 }
 
+// The run on one device without a host tier (32 KV blocks): what every layout must give.
+EngineRun one_device_run(const std::string& dir) {
+    EngineConfig cfg;
+    cfg.n_kv_blocks = 32;
+    const GlmDsaModel single(dir);
+    CpuOps ops;
+    return run_engine(single, ops, cfg);
+}
+
 // Continuous batching with chunked prefill (under PP, micro-batches that cut sequences and mix prefill with
 // decode) and a prefix-cache hit give one device's tokens and log-probabilities.
 TEST(ParallelEngine, WithPrefixCacheMatchesOneDevice) {
     const std::string dir = test::fixture_dir("pattern_bf16");
     EngineConfig cfg;
     cfg.n_kv_blocks = 32;
-    const GlmDsaModel single(dir);
-    CpuOps ops1;
-    const EngineRun want = run_engine(single, ops1, cfg);
+    const EngineRun want = one_device_run(dir);
     EXPECT_EQ(want.cached_last, 64);
     for (const Layout& l : {Layout{"TP 2 + EP + LayerSplit", 2, 1, true, true}, Layout{"PP 2", 1, 2, false, false},
                             Layout{"PP 2 x TP 2 + EP", 2, 2, true, false}}) {
@@ -422,11 +429,7 @@ TEST(ParallelEngine, WithPrefixCacheMatchesOneDevice) {
 // selected rows from the host, giving one untiered device's tokens and log-probabilities, the prefix hit included.
 TEST(ParallelEngine, WithHostTierMatchesOneDevice) {
     const std::string dir = test::fixture_dir("pattern_bf16");
-    EngineConfig flat;
-    flat.n_kv_blocks = 32;
-    const GlmDsaModel single(dir);
-    CpuOps ops1;
-    const EngineRun want = run_engine(single, ops1, flat);
+    const EngineRun want = one_device_run(dir);
     EngineConfig tiered;
     tiered.n_kv_blocks = 2;
     tiered.n_kv_host_blocks = 30;
