@@ -1382,10 +1382,6 @@ namespace {
 // others take them in order.
 constexpr size_t kMaxUnorderedRequired = 8;
 
-}  // namespace
-
-namespace {
-
 // A node of the trie of declared property names, by code point; children come after their parent.
 struct NameNode {
     std::string name;  // the declared name ending here, if any
